@@ -1,0 +1,302 @@
+"""
+The whole GPT in one file: a GPT-2-style decoder whose attention query can be nonlinear.
+
+Paper: Karbevski, "Beyond Linearity in Attention Projections: The Case for Nonlinear Queries", arXiv 2603.13381.
+Attention sees its input X only through XW_Q, XW_K, XW_V. The layers around it can absorb any invertible basis
+change Θ of X (XΘ with Θ⁻¹W), so W_Q can be fixed to the identity at no loss of expressivity (§2). The paper spends
+the freed d² parameters on a nonlinear residual instead (§3, eq. for Q):
+
+    Q(X) = (X + f(X)) / 2,    f(X) = LayerNorm(W2 · GELU(W1 · RMSNorm(X))),    W1: d×d/2, W2: d/2×d
+
+The halving is folded into the attention scale, 1/(2·sqrt(head_dim)). Keys and values stay linear.
+`GPTConfig.query_mode` picks the arm:
+
+    linear     q = x W_Q                 (standard GPT; scale 1/sqrt(hd))
+    identity   q = x                     (no W_Q; scale 1/(2 sqrt(hd)))
+    residual   q = x + x W_Q             (ablation in the official code; scale 1/(2 sqrt(hd)))
+    nonlinear  q = x + f(x)              (the paper's method; scale 1/(2 sqrt(hd)))
+
+Shapes: B batch, T time (≤ block_size), C = n_embd, nh = n_head, hd = C // nh.
+"""
+import math
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+QUERY_MODES = ("linear", "identity", "residual", "nonlinear")
+QUERY_MODE_ALIASES = {"original": "linear", "residual_gelu": "nonlinear"}  # names used by the official code
+
+# Dense bf16 peak FLOP/s by device-name substring, most specific first. Unknown devices get no MFU at all.
+PEAK_FLOPS = (("H100 PCIe", 756e12), ("H100", 989e12), ("H200", 989e12), ("H800", 989e12),
+              ("A100", 312e12), ("A800", 312e12))
+
+
+@dataclass
+class GPTConfig:
+    block_size: int = 1024
+    vocab_size: int = 50304          # GPT-2's 50257 padded up to a multiple of 64 for faster matmuls
+    n_layer: int = 12
+    n_head: int = 12
+    n_embd: int = 768
+    mlp_hidden: Optional[int] = None  # None -> 4 * n_embd; 3648 for n_embd 768 = the paper's +12.5% baseline
+    query_mode: str = "linear"        # linear | identity | residual | nonlinear (aliases: original, residual_gelu)
+    query_hidden: Optional[int] = None  # width r of f's hidden layer; None -> n_embd // 2 (f then has d² + 2d params)
+    attn_scale: Optional[float] = None  # None -> 1/sqrt(hd) for linear, 1/(2 sqrt(hd)) for the other modes
+    qk_norm: bool = False             # RMS-normalise per-head q and k before the dot product
+    dropout: float = 0.0
+    bias: bool = False                # biases in Linear and LayerNorm layers
+    tie_weights: bool = True          # share the token embedding with the LM head
+    flash: bool = True                # F.scaled_dot_product_attention; False = plain matmul-softmax (same maths)
+
+    def __post_init__(self):
+        self.query_mode = QUERY_MODE_ALIASES.get(self.query_mode, self.query_mode)
+        if self.query_mode not in QUERY_MODES:
+            raise ValueError(f"unknown query_mode {self.query_mode!r}; valid modes: {', '.join(QUERY_MODES)} "
+                             f"(aliases: {', '.join(QUERY_MODE_ALIASES)})")
+        if self.n_embd % self.n_head != 0:
+            raise ValueError(f"n_embd={self.n_embd} is not divisible by n_head={self.n_head}; "
+                             f"pick n_embd as a multiple of n_head")
+        self.mlp_hidden = self.mlp_hidden or 4 * self.n_embd
+        self.query_hidden = self.query_hidden or self.n_embd // 2
+        if self.attn_scale is None:
+            halve = 1 if self.query_mode == "linear" else 2  # the paper's Q = (X + f(X)) / 2
+            self.attn_scale = 1.0 / (halve * math.sqrt(self.n_embd // self.n_head))
+
+
+class NonlinearQuery(nn.Module):
+    """f(x) = LayerNorm(W2 · GELU(W1 · RMSNorm(x))), the paper's nonlinear query residual (§3).
+
+    (B, T, C) -> (B, T, C). Parameters: 2·C·r + 2·C with r = query_hidden and bias=False (d² + 2d for r = d/2).
+    """
+
+    def __init__(self, cfg: GPTConfig):
+        super().__init__()
+        self.norm_in = nn.RMSNorm(cfg.n_embd, eps=1e-5)
+        self.w1 = nn.Linear(cfg.n_embd, cfg.query_hidden, bias=cfg.bias)
+        self.w2 = nn.Linear(cfg.query_hidden, cfg.n_embd, bias=cfg.bias)
+        self.norm_out = nn.LayerNorm(cfg.n_embd, eps=1e-5, bias=cfg.bias)
+
+    def forward(self, x):
+        return self.norm_out(self.w2(F.gelu(self.w1(self.norm_in(x)))))
+
+
+class CausalSelfAttention(nn.Module):
+    """Multi-head causal self-attention with the query chosen by `query_mode`. (B, T, C) -> (B, T, C)."""
+
+    def __init__(self, cfg: GPTConfig):
+        super().__init__()
+        C, self.n_head, self.mode = cfg.n_embd, cfg.n_head, cfg.query_mode
+        # linear: W_Q, W_K, W_V in one matmul; other modes: W_K, W_V only (the query needs no d×d matrix).
+        self.c_attn = nn.Linear(C, (3 if self.mode == "linear" else 2) * C, bias=cfg.bias)
+        if self.mode == "residual":
+            self.q_proj = nn.Linear(C, C, bias=cfg.bias)
+        elif self.mode == "nonlinear":
+            self.q_proj = NonlinearQuery(cfg)
+        self.c_proj = nn.Linear(C, C, bias=cfg.bias)
+        self.qk_norm = cfg.qk_norm
+        if cfg.qk_norm:
+            self.q_norm = nn.RMSNorm(C // cfg.n_head, eps=1e-5)
+            self.k_norm = nn.RMSNorm(C // cfg.n_head, eps=1e-5)
+        self.scale, self.flash, self.dropout = cfg.attn_scale, cfg.flash, cfg.dropout
+        self.resid_dropout = nn.Dropout(cfg.dropout)
+
+    def query_key_value(self, x):
+        """(B, T, C) -> q, k, v, each (B, T, C), before the split into heads."""
+        C = x.size(-1)
+        if self.mode == "linear":
+            return self.c_attn(x).split(C, dim=-1)
+        k, v = self.c_attn(x).split(C, dim=-1)
+        q = x if self.mode == "identity" else x + self.q_proj(x)
+        return q, k, v
+
+    def forward(self, x):
+        B, T, C = x.shape
+        q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in self.query_key_value(x))
+        if self.qk_norm:
+            q, k = self.q_norm(q), self.k_norm(k)
+        p_drop = self.dropout if self.training else 0.0
+        if self.flash:
+            y = F.scaled_dot_product_attention(q, k, v, dropout_p=p_drop, is_causal=True, scale=self.scale)
+        else:  # the same maths written out, with the same scale
+            att = (q @ k.transpose(-2, -1)) * self.scale
+            causal = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()
+            att = F.dropout(att.masked_fill(~causal, float("-inf")).softmax(dim=-1), p_drop)
+            y = att @ v
+        y = y.transpose(1, 2).contiguous().view(B, T, C)
+        return self.resid_dropout(self.c_proj(y))
+
+
+class MLP(nn.Module):
+    """Position-wise GELU MLP, C -> mlp_hidden -> C. (B, T, C) -> (B, T, C)."""
+
+    def __init__(self, cfg: GPTConfig):
+        super().__init__()
+        self.c_fc = nn.Linear(cfg.n_embd, cfg.mlp_hidden, bias=cfg.bias)
+        self.c_proj = nn.Linear(cfg.mlp_hidden, cfg.n_embd, bias=cfg.bias)
+        self.dropout = nn.Dropout(cfg.dropout)
+
+    def forward(self, x):
+        return self.dropout(self.c_proj(F.gelu(self.c_fc(x))))
+
+
+class Block(nn.Module):
+    """Pre-LayerNorm transformer block: h + attn(LN1(h)), then + mlp(LN2(h)). The query sees x = LN1(h)."""
+
+    def __init__(self, cfg: GPTConfig):
+        super().__init__()
+        self.ln_1 = nn.LayerNorm(cfg.n_embd, bias=cfg.bias)
+        self.attn = CausalSelfAttention(cfg)
+        self.ln_2 = nn.LayerNorm(cfg.n_embd, bias=cfg.bias)
+        self.mlp = MLP(cfg)
+
+    def forward(self, h):
+        h = h + self.attn(self.ln_1(h))
+        return h + self.mlp(self.ln_2(h))
+
+
+class GPT(nn.Module):
+    def __init__(self, cfg: GPTConfig):
+        super().__init__()
+        self.config = cfg
+        self.transformer = nn.ModuleDict(dict(
+            wte=nn.Embedding(cfg.vocab_size, cfg.n_embd),
+            wpe=nn.Embedding(cfg.block_size, cfg.n_embd),
+            drop=nn.Dropout(cfg.dropout),
+            h=nn.ModuleList([Block(cfg) for _ in range(cfg.n_layer)]),
+            ln_f=nn.LayerNorm(cfg.n_embd, bias=cfg.bias),
+        ))
+        self.lm_head = nn.Linear(cfg.n_embd, cfg.vocab_size, bias=False)
+        if cfg.tie_weights:
+            self.transformer.wte.weight = self.lm_head.weight
+        self.apply(self._init_weights)
+        # The two residual output projections per block get a smaller std (GPT-2 paper, §2.3).
+        for name, p in self.named_parameters():
+            if name.endswith("c_proj.weight"):
+                nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * cfg.n_layer))
+
+    @staticmethod
+    def _init_weights(module):
+        if isinstance(module, (nn.Linear, nn.Embedding)):
+            nn.init.normal_(module.weight, mean=0.0, std=0.02)
+        if isinstance(module, nn.Linear) and module.bias is not None:
+            nn.init.zeros_(module.bias)
+
+    def forward(self, idx, targets=None):
+        """idx: (B, T) token ids, T ≤ block_size; targets: (B, T) ids or None (-1 = ignore).
+
+        Returns (logits, loss): with targets, logits (B, T, vocab) and the mean cross-entropy in nats/token;
+        without, logits of the last position only, (B, 1, vocab), and loss None.
+        Raises ValueError if T > block_size.
+        """
+        B, T = idx.shape
+        if T > self.config.block_size:
+            raise ValueError(f"sequence length {T} exceeds block_size {self.config.block_size}; "
+                             f"crop the input to the last {self.config.block_size} tokens")
+        pos = torch.arange(T, device=idx.device)
+        h = self.transformer.drop(self.transformer.wte(idx) + self.transformer.wpe(pos))
+        for block in self.transformer.h:
+            h = block(h)
+        h = self.transformer.ln_f(h)
+        if targets is None:
+            return self.lm_head(h[:, [-1], :]), None
+        logits = self.lm_head(h)
+        loss = F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1), ignore_index=-1)
+        return logits, loss
+
+    @torch.no_grad()
+    def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None, vocab_size=None):
+        """Autoregressive sampling. idx: (B, T) prompt ids -> (B, T + max_new_tokens).
+
+        The context is cropped to the last block_size tokens. temperature 0 means greedy decoding.
+        top_k keeps only the k most likely tokens. vocab_size, if given, samples only ids < vocab_size
+        (the real vocabulary when the embedding table is padded).
+        """
+        for _ in range(max_new_tokens):
+            logits, _ = self(idx[:, -self.config.block_size:])
+            logits = logits[:, -1, :vocab_size]
+            if temperature == 0:
+                next_id = logits.argmax(dim=-1, keepdim=True)
+            else:
+                logits = logits / temperature
+                if top_k is not None:
+                    kth = torch.topk(logits, min(top_k, logits.size(-1))).values[:, [-1]]
+                    logits = logits.masked_fill(logits < kth, float("-inf"))
+                next_id = torch.multinomial(logits.softmax(dim=-1), num_samples=1)
+            idx = torch.cat((idx, next_id), dim=1)
+        return idx
+
+    def param_breakdown(self):
+        """Parameter counts by role (ints).
+
+        Keys: embedding (wte + wpe), lm_head (0 when tied), attn_q, attn_kv, attn_out, mlp, norms, total,
+        non_embedding (total minus embeddings and an untied LM head, Kaplan et al.'s convention) and
+        non_embedding_matrix (weights of the Linear layers inside the blocks only). The paper's "+12.5%" for
+        mlp_hidden = 4.75·d is in non_embedding_matrix: 13.5d² vs 12d² per block. attn_q includes the whole of
+        f in nonlinear mode (d² + 2d per block); identity has attn_q = 0.
+        """
+        n = lambda m: sum(p.numel() for p in m.parameters()) if m is not None else 0
+        C = self.config.n_embd
+        c = dict(embedding=n(self.transformer.wte) + n(self.transformer.wpe),
+                 lm_head=0 if self.config.tie_weights else n(self.lm_head),
+                 attn_q=0, attn_kv=0, attn_out=0, mlp=0, norms=n(self.transformer.ln_f), non_embedding_matrix=0)
+        for block in self.transformer.h:
+            a = block.attn
+            kv = 2 * C * C + (2 * C if self.config.bias else 0)
+            c["attn_kv"] += kv
+            c["attn_q"] += n(a.c_attn) - kv + n(getattr(a, "q_proj", None))
+            c["attn_out"] += n(a.c_proj)
+            c["mlp"] += n(block.mlp)
+            c["norms"] += n(block.ln_1) + n(block.ln_2) + n(getattr(a, "q_norm", None)) + n(getattr(a, "k_norm", None))
+            c["non_embedding_matrix"] += sum(m.weight.numel() for m in block.modules() if isinstance(m, nn.Linear))
+        c["total"] = sum(p.numel() for p in self.parameters())
+        c["non_embedding"] = c["total"] - c["embedding"] - c["lm_head"]
+        return c
+
+    def param_table(self):
+        """The parameter breakdown as a small markdown table (str), printed at start-up."""
+        rows = "\n".join(f"| {k} | {v:,} |" for k, v in self.param_breakdown().items())
+        return f"| parameters ({self.config.query_mode}) | count |\n|---|---:|\n{rows}"
+
+    def matmul_params(self):
+        """Number of weights that take part in a matmul for every token: all Linear weights, LM head included."""
+        return sum(m.weight.numel() for m in self.modules() if isinstance(m, nn.Linear))
+
+    def configure_optimizers(self, weight_decay, learning_rate, betas, device_type):
+        """AdamW with weight decay on ≥2-D tensors (matmul weights, embeddings) only; fused on CUDA."""
+        params = [p for p in self.parameters() if p.requires_grad]
+        groups = [{"params": [p for p in params if p.dim() >= 2], "weight_decay": weight_decay},
+                  {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
+        return torch.optim.AdamW(groups, lr=learning_rate, betas=betas, fused=(device_type == "cuda"))
+
+    def flops_per_token(self, seq_len=None):
+        """Training FLOPs per token (forward + backward): 6·N + 12·L·H·Q·T (PaLM, Chowdhery et al. 2022, app. B).
+
+        N = matmul_params() (f counts; identity has fewer), L layers, H heads, Q head dim, T sequence length.
+        """
+        cfg = self.config
+        T = seq_len or cfg.block_size
+        return 6 * self.matmul_params() + 12 * cfg.n_layer * cfg.n_head * (cfg.n_embd // cfg.n_head) * T
+
+    def estimate_mfu(self, fwdbwd_per_iter, dt, seq_len=None):
+        """Model FLOPs utilisation in [0, 1] of one device, or None if its peak is unknown (CPU, other GPUs).
+
+        fwdbwd_per_iter: sequences processed per iteration on this device; dt: seconds per iteration.
+        Peak: dense bf16 FLOP/s from PEAK_FLOPS, matched on the CUDA device name.
+        """
+        peak = peak_flops(next(self.parameters()).device)
+        if peak is None:
+            return None
+        T = seq_len or self.config.block_size
+        return self.flops_per_token(T) * T * fwdbwd_per_iter / dt / peak
+
+
+def peak_flops(device):
+    """Dense bf16 peak FLOP/s of a torch.device from PEAK_FLOPS, or None for CPU, MPS and unknown GPUs."""
+    device = torch.device(device)
+    if device.type != "cuda":
+        return None
+    name = torch.cuda.get_device_name(device)
+    return next((peak for key, peak in PEAK_FLOPS if key in name), None)
