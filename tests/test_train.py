@@ -1,0 +1,194 @@
+"""train.py: configuration, data windows, exact resume, gradient accumulation, DDP equivalence, paper configs."""
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+import train
+from conftest import ROOT
+from model import GPT, GPTConfig, QUERY_MODES
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory):
+    """A tiny prepared dataset 'tiny' (vocab 64, uint16) with a learnable repeating pattern."""
+    root = tmp_path_factory.mktemp("data")
+    rng = np.random.default_rng(0)
+    pattern = rng.integers(0, 64, 97)
+    (root / "tiny").mkdir()
+    np.tile(pattern, 60).astype(np.uint16).tofile(root / "tiny" / "train.bin")
+    np.tile(pattern, 8).astype(np.uint16).tofile(root / "tiny" / "val.bin")
+    (root / "tiny" / "meta.json").write_text(json.dumps(dict(vocab_size=64, dtype="uint16", tokenizer="char")))
+    return root
+
+
+def tiny_cfg(data_dir, out_dir, **kw):
+    cfg = dict(train.DEFAULTS)
+    cfg.update(data_dir=str(data_dir), dataset="tiny", out_dir=str(out_dir), n_layer=2, n_head=2, n_embd=32,
+               block_size=16, batch_size=4, gradient_accumulation_steps=2, max_iters=6, eval_interval=3,
+               eval_iters=2, log_interval=1, warmup_iters=2, lr_decay_iters=10, learning_rate=1e-2, min_lr=1e-3,
+               dropout=0.1, device="cpu", compile=False)
+    cfg.update(kw)
+    return cfg
+
+
+def load_weights(out_dir):
+    return torch.load(os.path.join(out_dir, "ckpt.pt"), map_location="cpu")["model"]
+
+
+def max_abs_diff(a, b):
+    return max((a[k] - b[k]).abs().max().item() for k in a)
+
+
+@pytest.mark.parametrize("mode", QUERY_MODES)
+def test_exact_resume(mode, data_dir, tmp_path):
+    """3 + 3 iterations with a resume in between == 6 straight, bit for bit (dropout on, so RNG state matters)."""
+    train.train(tiny_cfg(data_dir, tmp_path / "straight", query_mode=mode))
+    train.train(tiny_cfg(data_dir, tmp_path / "resumed", query_mode=mode, max_iters=3))
+    train.train(tiny_cfg(data_dir, tmp_path / "resumed", query_mode=mode, init_from="resume"))
+    a, b = load_weights(tmp_path / "straight"), load_weights(tmp_path / "resumed")
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    assert not any(k.startswith(("_orig_mod.", "module.")) for k in a)
+    rows = [json.loads(line) for line in open(tmp_path / "resumed" / "metrics.jsonl")]
+    straight = [json.loads(line) for line in open(tmp_path / "straight" / "metrics.jsonl")]
+    assert [r["iter"] for r in rows] == [0, 3, 6]
+    assert [r["val_loss"] for r in rows] == [r["val_loss"] for r in straight]
+    assert rows[-1]["val_loss"] < rows[0]["val_loss"]
+    assert set(rows[-1]) >= {"iter", "tokens", "lr", "train_loss", "val_loss", "ms_per_iter", "tokens_per_s", "mfu"}
+    assert rows[-1]["tokens"] == 6 * 2 * 4 * 16 and rows[-1]["mfu"] is None  # CPU: no peak, no MFU
+
+
+def test_resume_drops_metrics_written_after_the_checkpoint(data_dir, tmp_path):
+    cfg = tiny_cfg(data_dir, tmp_path, max_iters=3)
+    train.train(cfg)
+    with open(tmp_path / "metrics.jsonl", "a") as f:  # as if the run had gone on to iter 4 and crashed
+        f.write(json.dumps(dict(iter=4, val_loss=9.0)) + "\n")
+    train.train({**cfg, "max_iters": 6, "init_from": "resume"})
+    assert [json.loads(line)["iter"] for line in open(tmp_path / "metrics.jsonl")] == [0, 3, 6]
+
+
+def test_gradient_accumulation_equivalence(data_dir, tmp_path):
+    """batch 8 x 1 micro-step and batch 4 x 2 micro-steps take the same first step."""
+    common = dict(max_iters=1, eval_interval=1, dropout=0.0)
+    train.train(tiny_cfg(data_dir, tmp_path / "a", batch_size=8, gradient_accumulation_steps=1, **common))
+    train.train(tiny_cfg(data_dir, tmp_path / "b", batch_size=4, gradient_accumulation_steps=2, **common))
+    a, b = load_weights(tmp_path / "a"), load_weights(tmp_path / "b")
+    assert max_abs_diff(a, b) < 1e-6
+
+
+def run_torchrun(args, nproc=2):
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}",
+           str(ROOT / "train.py"), *args]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env, cwd=ROOT)
+
+
+def test_ddp_matches_single_process(data_dir, tmp_path):
+    """torchrun with 2 gloo processes (1 micro-batch each) == one process with 2 micro-batches, first step."""
+    cfg = tiny_cfg(data_dir, tmp_path / "single", max_iters=1, eval_interval=1, dropout=0.0)
+    train.train(cfg)
+    overrides = [f"--{k}={v}" for k, v in cfg.items() if v != train.DEFAULTS[k] and k != "out_dir"]
+    result = run_torchrun(overrides + [f"--out_dir={tmp_path / 'ddp'}"])
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert max_abs_diff(load_weights(tmp_path / "single"), load_weights(tmp_path / "ddp")) < 1e-6
+
+
+def test_ddp_rejects_indivisible_accumulation(data_dir, tmp_path):
+    result = run_torchrun([f"--data_dir={data_dir}", "--dataset=tiny", f"--out_dir={tmp_path}", "--device=cpu",
+                           "--gradient_accumulation_steps=3", "--n_layer=1", "--n_embd=32", "--n_head=2"])
+    assert result.returncode != 0
+    assert "gradient_accumulation_steps=3 is not divisible by the 2 processes" in result.stderr
+
+
+def test_config_layers_and_errors(tmp_path):
+    cfg_file = tmp_path / "my.py"
+    cfg_file.write_text("n_layer = 3\nlearning_rate = 1\nimport math\n_private = 5\n")
+    cfg = train.parse_config([str(cfg_file), "--n_layer=5", "--query_mode=nonlinear", "--compile=false"])
+    assert cfg["n_layer"] == 5 and cfg["learning_rate"] == 1.0 and isinstance(cfg["learning_rate"], float)
+    assert cfg["query_mode"] == "nonlinear" and cfg["compile"] is False
+    with pytest.raises(ValueError, match="unknown config key 'n_layers'"):
+        train.parse_config(["--n_layers=4"])
+    with pytest.raises(ValueError, match="config key 'batch_size' needs a int, got 'big'"):
+        train.parse_config(["--batch_size=big"])
+    with pytest.raises(ValueError, match="config key 'bias' needs a bool"):
+        train.parse_config(["--bias=1"])
+    (tmp_path / "bad.py").write_text("lerning_rate = 1e-3\n")
+    with pytest.raises(ValueError, match="unknown config key 'lerning_rate'"):
+        train.parse_config([str(tmp_path / "bad.py")])
+    with pytest.raises(ValueError, match="write overrides as --key=value"):
+        train.parse_config(["--n_layer", "4"])
+
+
+def test_cli_reports_config_errors_cleanly():
+    result = subprocess.run([sys.executable, str(ROOT / "train.py"), "--n_layers=4"], capture_output=True, text=True)
+    assert result.returncode != 0 and "config error: unknown config key 'n_layers'" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_lr_schedule():
+    cfg = dict(train.DEFAULTS, learning_rate=1e-3, min_lr=1e-4, warmup_iters=10, lr_decay_iters=110)
+    lrs = [train.get_lr(i, cfg) for i in range(130)]
+    assert lrs[0] > 0 and lrs[9] < lrs[10] == pytest.approx(1e-3)
+    assert lrs[60] == pytest.approx(0.55e-3)  # half way down the cosine
+    assert lrs[110] == lrs[129] == 1e-4
+    assert all(a >= b for a, b in zip(lrs[10:], lrs[11:]))
+
+
+def test_eval_windows_are_fixed_and_short_val_fails(data_dir, tmp_path):
+    w1 = train.eval_windows(1000, 16, 4, 3, seed=7)
+    assert torch.equal(w1, train.eval_windows(1000, 16, 4, 3, seed=7)) and w1.shape == (3, 4)
+    assert not torch.equal(w1, train.eval_windows(1000, 16, 4, 3, seed=8))
+    short = tmp_path / "short"
+    short.mkdir()
+    np.arange(2000, dtype=np.uint16).tofile(short / "train.bin")
+    np.arange(10, dtype=np.uint16).tofile(short / "val.bin")
+    (short / "meta.json").write_text(json.dumps(dict(vocab_size=2000, dtype="uint16")))
+    with pytest.raises(ValueError, match=r"val.bin holds 10 tokens, fewer than block_size \+ 1 = 17"):
+        train.train(tiny_cfg(tmp_path, tmp_path / "out", dataset="short"))
+    with pytest.raises(FileNotFoundError, match="prepare the dataset first"):
+        train.train(tiny_cfg(tmp_path, tmp_path / "out", dataset="missing"))
+
+
+def test_every_query_mode_sees_the_same_batches(data_dir, tmp_path, monkeypatch):
+    """Same seed -> the same training windows and eval windows, whatever the query mode."""
+    seen = {}
+    real_get_batch = train.get_batch
+    for mode in ("linear", "nonlinear"):
+        calls = seen[mode] = []
+        monkeypatch.setattr(train, "get_batch", lambda path, *a, calls=calls: calls.append(
+            (os.path.basename(path), a[1].tolist())) or real_get_batch(path, *a))
+        train.train(tiny_cfg(data_dir, tmp_path / mode, query_mode=mode, max_iters=2, eval_interval=1))
+    assert seen["linear"] == seen["nonlinear"] and len(seen["linear"]) == 3 * 2 * 2 + 2 * 2
+
+
+def test_resume_rejects_changed_model(data_dir, tmp_path):
+    train.train(tiny_cfg(data_dir, tmp_path, max_iters=1, eval_interval=1))
+    with pytest.raises(ValueError, match="model settings differ from the checkpoint's.*query_mode"):
+        train.train(tiny_cfg(data_dir, tmp_path, max_iters=2, init_from="resume", query_mode="nonlinear"))
+
+
+def paper_model(name):
+    cfg = train.parse_config([str(ROOT / "config" / f"{name}.py")])
+    with torch.device("meta"):
+        return cfg, GPT(GPTConfig(**{k: cfg[k] for k in train.MODEL_KEYS}))
+
+
+def test_paper_configs_build_and_compare():
+    models = {n: paper_model(n) for n in ("baseline_small", "nlq_small", "identity_small", "wide_small")}
+    counts = {n: m.param_breakdown() for n, (cfg, m) in models.items()}
+    for name, (cfg, model) in models.items():
+        assert (cfg["n_layer"], cfg["n_head"], cfg["n_embd"], cfg["block_size"]) == (12, 12, 768, 1024)
+        assert cfg["batch_size"] * cfg["gradient_accumulation_steps"] * cfg["block_size"] == 491_520
+        assert cfg["max_iters"] == cfg["lr_decay_iters"] == 60000 and cfg["out_dir"].endswith(name)
+        assert "| non_embedding_matrix |" in model.param_table()
+    assert models["nlq_small"][0]["query_mode"] == "nonlinear" and models["nlq_small"][0]["learning_rate"] == 8e-4
+    assert models["baseline_small"][0]["learning_rate"] == 6e-4
+    base = counts["baseline_small"]["non_embedding_matrix"]
+    assert counts["wide_small"]["non_embedding_matrix"] / base == pytest.approx(1.125)
+    assert counts["nlq_small"]["non_embedding_matrix"] == base
+    assert counts["nlq_small"]["non_embedding"] / counts["baseline_small"]["non_embedding"] == pytest.approx(1, abs=1e-3)
+    assert counts["identity_small"]["non_embedding"] == counts["baseline_small"]["non_embedding"] - 12 * 768 ** 2
