@@ -24,6 +24,7 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from model import GPT, GPTConfig
+from prepare_data import load_meta
 
 DEFAULTS = dict(
     # I/O
@@ -134,16 +135,6 @@ def resolve_device(cfg, local_rank, world_size):
 
 
 # ------------------------------------------------------------------------------------------------------- data
-def read_meta(data_dir):
-    """meta.json of a prepared dataset (see prepare_data.py); FileNotFoundError says how to make it."""
-    path = os.path.join(data_dir, "meta.json")
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"{path} not found; prepare the dataset first, e.g. "
-                                f"`python prepare_data.py {os.path.basename(data_dir)}`")
-    with open(path) as f:
-        return json.load(f)
-
-
 def open_split(data_dir, split, dtype, block_size):
     """A read-only np.memmap of <split>.bin; ValueError if it holds fewer than block_size + 1 tokens."""
     path = os.path.join(data_dir, f"{split}.bin")
@@ -263,7 +254,7 @@ def train(cfg):
     tokens_per_iter = accum * cfg["batch_size"] * cfg["block_size"]
 
     data_dir = os.path.join(cfg["data_dir"], cfg["dataset"])
-    meta = read_meta(data_dir)
+    meta = load_meta(data_dir)
     bs, T = cfg["batch_size"], cfg["block_size"]
     splits = {}
     for split in ("train", "val"):

@@ -149,7 +149,7 @@ def test_eval_windows_are_fixed_and_short_val_fails(data_dir, tmp_path):
     (short / "meta.json").write_text(json.dumps(dict(vocab_size=2000, dtype="uint16")))
     with pytest.raises(ValueError, match=r"val.bin holds 10 tokens, fewer than block_size \+ 1 = 17"):
         train.train(tiny_cfg(tmp_path, tmp_path / "out", dataset="short"))
-    with pytest.raises(FileNotFoundError, match="prepare the dataset first"):
+    with pytest.raises(FileNotFoundError, match="not a prepared dataset"):
         train.train(tiny_cfg(tmp_path, tmp_path / "out", dataset="missing"))
 
 

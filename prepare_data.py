@@ -1,0 +1,441 @@
+"""Tokenise a text corpus into data/<name>/{train.bin, val.bin, meta.json} for train.py.
+
+    python prepare_data.py shakespeare_char                       # downloads Tiny Shakespeare
+    python prepare_data.py shakespeare --input input.txt --bpe_dir gpt2_files/
+    python prepare_data.py local --input corpus_dir/ --name wiki --tokenizer byte
+    python prepare_data.py openwebtext --num_proc 8              # ~9B tokens, ~17 GB train.bin
+
+Each .bin is a flat array of token ids (dtype in meta.json). Documents are split into train/val
+by a seeded draw (--val_fraction of the documents); the shakespeare sets split one text 90/10 by
+position. gpt2 appends the end-of-text token 50256 after every document; char/byte append
+DOC_SEPARATOR instead (no separator in the positional split, so decoding gives back the input).
+Bins are staged in a hidden folder inside the target folder and renamed into place only when
+every file is complete, so an interrupted run leaves no train.bin/val.bin that looks valid.
+"""
+import argparse
+import functools
+import hashlib
+import json
+import os
+import re
+import shutil
+import sys
+import tempfile
+import urllib.request
+import uuid
+from pathlib import Path
+
+import numpy as np
+import tiktoken
+from tqdm import tqdm
+
+SHAKESPEARE_URL = "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt"
+OPENWEBTEXT = "Skylion007/openwebtext"
+DATASETS = ("openwebtext", "shakespeare", "shakespeare_char", "local")
+GPT2_EOT, GPT2_VOCAB = 50256, 50257
+DOC_SEPARATOR = "\n\n"  # char/byte corpora: written after every document, like gpt2's end-of-text token
+MIN_VAL_TOKENS = 1024  # a typical block size: a shorter val split cannot fill one evaluation window
+TEXT_SUFFIXES = (".txt", ".jsonl", ".parquet")
+BIN_FILES = ("train.bin", "val.bin", "meta.json")
+# sha256 of OpenAI's GPT-2 files, as pinned by tiktoken; a wrong file then fails loudly
+BPE_SHA256 = {"encoder.json": "196139668be63f3b5d6574427317ae82f612a97c5d1cdaf36ed2256dbf636783",
+              "vocab.bpe": "1ce1664773c50f3e0cc8842619a93edc4624525b728b188a9e0be33b7726adc5"}
+GPT2_PATTERN = r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
+WIKI_DOC = re.compile(r"<doc [^>]*>(.*?)</doc>", re.S)  # WikiExtractor: <doc id=.. title=..>text</doc>
+
+
+class DataError(RuntimeError):
+    """Bad input or environment; the message names the file and the fix."""
+
+
+# ---------------------------------------------------------------- tokenizers
+
+def gpt2_encoding(bpe_dir=None):
+    """GPT-2 BPE as a tiktoken Encoding; from bpe_dir's encoder.json + vocab.bpe, else tiktoken's cache/download."""
+    if bpe_dir is None:
+        try:
+            return tiktoken.get_encoding("gpt2")
+        except Exception as e:  # requests.ConnectionError, hash mismatch, ...: all mean "files unavailable"
+            raise DataError(
+                f"cannot load the GPT-2 BPE: no network and no tiktoken cache ({type(e).__name__}). "
+                "Pass --bpe_dir DIR with encoder.json + vocab.bpe (openaipublic.blob.core.windows.net/gpt-2/"
+                "encodings/main/), or set TIKTOKEN_CACHE_DIR to a populated cache (those files saved under the "
+                "sha1 of their URL: 6d1cbeee0f20b3d9449abfede4726ed8212e3aee = vocab.bpe, "
+                "6c7ea1a7e38e3a7f062df639a5b80947f075ffe6 = encoder.json); see README.") from e
+    return _encoding_from_files(str(bpe_dir))
+
+
+@functools.lru_cache(maxsize=None)  # ~1 s to build; datasets.map calls this once per batch
+def _encoding_from_files(bpe_dir):
+    from tiktoken.load import data_gym_to_mergeable_bpe_ranks
+    d = Path(bpe_dir)
+    missing = [f for f in BPE_SHA256 if not (d / f).is_file()]
+    if missing:
+        raise DataError(f"--bpe_dir {d} lacks {' and '.join(missing)}: it must hold GPT-2's encoder.json and vocab.bpe")
+    try:
+        ranks = data_gym_to_mergeable_bpe_ranks(
+            vocab_bpe_file=str(d / "vocab.bpe"), encoder_json_file=str(d / "encoder.json"),
+            vocab_bpe_hash=BPE_SHA256["vocab.bpe"], encoder_json_hash=BPE_SHA256["encoder.json"])
+    except ValueError as e:
+        raise DataError(f"--bpe_dir {d}: {e}; these are not OpenAI's GPT-2 encoder.json/vocab.bpe") from e
+    try:  # newer tiktoken ships an equivalent, faster form of the GPT-2 split pattern
+        from tiktoken_ext.openai_public import r50k_pat_str as pattern
+    except ImportError:
+        pattern = GPT2_PATTERN
+    return tiktoken.Encoding(name="gpt2", pat_str=pattern, mergeable_ranks=ranks,
+                             special_tokens={"<|endoftext|>": GPT2_EOT}, explicit_n_vocab=GPT2_VOCAB)
+
+
+def get_codec(meta, bpe_dir=None):
+    """(encode: str -> list[int], decode: ids -> str) for a dataset's meta.json dict."""
+    kind = meta["tokenizer"]
+    if kind == "gpt2":
+        enc = gpt2_encoding(bpe_dir)
+        return enc.encode_ordinary, lambda ids: enc.decode(np.asarray(ids).tolist())
+    if kind == "byte":  # invalid UTF-8 (a sample cut mid-character) decodes to U+FFFD
+        return (lambda s: list(s.encode("utf-8")),
+                lambda ids: np.asarray(ids, dtype=np.uint8).tobytes().decode("utf-8", errors="replace"))
+    if kind == "char":
+        chars = meta["chars"]
+        stoi = {c: i for i, c in enumerate(chars)}
+
+        def encode(s):
+            unknown = sorted(set(s) - stoi.keys())
+            if unknown:
+                raise ValueError(f"characters {unknown[:10]} are not in the vocabulary of dataset {meta['name']}")
+            return [stoi[c] for c in s]
+        return encode, lambda ids: "".join(chars[i] for i in ids)
+    raise ValueError(f"unknown tokenizer {kind!r} in meta.json")
+
+
+def encode_docs(texts, tokenizer, *, enc=None, chars=None, end=True, num_threads=1):
+    """Token ids of each text as an array; end=True adds eot (gpt2) or DOC_SEPARATOR (char/byte)."""
+    if tokenizer == "gpt2":
+        batch = enc.encode_ordinary_batch(texts, num_threads=num_threads)
+        return [np.array(ids + [GPT2_EOT] if end else ids, np.uint16) for ids in batch]
+    sep = DOC_SEPARATOR if end else ""
+    if tokenizer == "byte":
+        return [np.frombuffer((t + sep).encode("utf-8"), np.uint8) for t in texts]
+    codepoints = np.array([ord(c) for c in chars], np.uint32)  # sorted, so id = position of the code point
+    return [np.searchsorted(codepoints, np.frombuffer((t + sep).encode("utf-32-le"), np.uint32)) for t in texts]
+
+
+# ---------------------------------------------------------------- reading inputs
+
+def read_text(path):
+    """A file's text as str; DataError naming the file and byte offset if it is not UTF-8."""
+    data = Path(path).read_bytes()
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise DataError(f"{path}: not valid UTF-8 (byte {e.start}: {data[e.start:e.start + 4]!r}); "
+                        f"convert it, e.g. iconv -f latin1 -t utf-8 {path} > fixed.txt, or remove the file") from e
+
+
+def read_file_docs(path):
+    """Documents in one file: WikiExtractor articles (tags stripped), .jsonl/.parquet records, else the file."""
+    path = Path(path)
+    if path.suffix == ".parquet":
+        import pyarrow.parquet as pq
+        if "text" not in pq.read_schema(path).names:
+            raise DataError(f"{path}: no 'text' column; the parquet file needs one string column named text")
+        return [t for t in pq.read_table(path, columns=["text"]).column("text").to_pylist() if t]
+    text = read_text(path)
+    if path.suffix == ".jsonl":
+        docs = []
+        for n, line in enumerate(text.splitlines(), 1):
+            try:
+                doc = json.loads(line)["text"] if line.strip() else ""
+                if not isinstance(doc, str):
+                    raise TypeError(f"text is a {type(doc).__name__}")
+            except (ValueError, KeyError, TypeError) as e:
+                raise DataError(f"{path}:{n}: expected a JSON object with a 'text' field per line ({e!r})") from e
+            docs.append(doc)
+        return [d for d in docs if d]
+    if text.startswith("<doc "):
+        return [a.strip() for a in WIKI_DOC.findall(text) if a.strip()]
+    return [text] if text else []
+
+
+def _starts_with(path, prefix):
+    with open(path, "rb") as f:
+        return f.read(len(prefix)) == prefix
+
+
+def read_documents(path):
+    """Documents of a file or a directory (recursively: .txt/.jsonl/.parquet and WikiExtractor files, sorted)."""
+    path = Path(path)
+    if not path.exists():
+        raise DataError(f"--input {path} does not exist")
+    if path.is_dir():
+        files = [f for f in sorted(path.rglob("*")) if f.is_file() and not f.name.startswith(".")
+                 and (f.suffix in TEXT_SUFFIXES or (not f.suffix and _starts_with(f, b"<doc ")))]
+        if not files:
+            raise DataError(f"--input {path}: directory holds no .txt, .jsonl or .parquet files (nor WikiExtractor "
+                            "output); point --input at a folder of such files or at one file")
+    else:
+        files = [path]
+    docs = [d for f in files for d in read_file_docs(f)]
+    if not docs:
+        raise DataError(f"--input {path}: no text found (empty file or only empty documents); check the path")
+    return docs
+
+
+def download_shakespeare():
+    """Tiny Shakespeare from its public URL; DataError telling the user to pass --input when offline."""
+    try:
+        with urllib.request.urlopen(SHAKESPEARE_URL, timeout=60) as r:
+            return r.read().decode("utf-8")
+    except OSError as e:
+        raise DataError(f"could not download Tiny Shakespeare from {SHAKESPEARE_URL} ({e}); download it "
+                        "elsewhere and pass --input PATH/input.txt") from e
+
+
+# ---------------------------------------------------------------- splitting and writing
+
+def check_fraction(val_fraction):
+    if not 0 < val_fraction < 1:
+        raise DataError(f"--val_fraction must be between 0 and 1 (exclusive), got {val_fraction}")
+
+
+def split_indices(n_docs, val_fraction, seed, source):
+    """Sorted (train, val) document indices: a seeded draw of max(1, round(n * val_fraction)) val documents."""
+    check_fraction(val_fraction)
+    n_val = max(1, round(n_docs * val_fraction))
+    if n_val >= n_docs:
+        raise DataError(f"{source}: {n_docs} document(s) leave no training documents with --val_fraction "
+                        f"{val_fraction}; use more documents (one per file, .jsonl line or parquet record)")
+    is_val = np.zeros(n_docs, bool)
+    is_val[np.random.default_rng(seed).permutation(n_docs)[:n_val]] = True
+    return np.flatnonzero(~is_val), np.flatnonzero(is_val)
+
+
+def check_lengths(counts, source, val_fraction, min_tokens=MIN_VAL_TOKENS):
+    """DataError unless both splits hold at least min_tokens tokens."""
+    for split, n in counts.items():
+        if n < min_tokens:
+            raise DataError(f"{source}: the {split} split has {n} tokens, shorter than one block of {min_tokens}; "
+                            f"raise --val_fraction (now {val_fraction}) or use a larger corpus")
+
+
+def check_target(out_dir, overwrite):
+    """DataError if out_dir already holds a dataset and overwrite is False."""
+    existing = [f for f in BIN_FILES if (Path(out_dir) / f).exists()]
+    if existing and not overwrite:
+        raise DataError(f"{out_dir} already holds a dataset ({', '.join(existing)}); pass --overwrite to replace "
+                        "it or choose another --name")
+
+
+def write_bin(path, chunks, dtype, total=None, desc=None):
+    """Stream arrays of token ids into path; returns (tokens written, sha256 hex).
+
+    Writes to a temporary file next to path and renames it into place only when complete; on any
+    exception (KeyboardInterrupt included) the temp file is deleted and an existing path is untouched.
+    Memory holds one chunk at a time. total (tokens) sizes the progress bar and must match if given.
+    """
+    path, dtype = Path(path), np.dtype(dtype)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")  # not mkstemp: keep umask mode
+    digest, count = hashlib.sha256(), 0
+    try:
+        with open(tmp, "xb") as f, tqdm(total=total, unit="tok", unit_scale=True, desc=desc or path.name) as bar:
+            for chunk in chunks:
+                chunk = np.asarray(chunk)
+                if chunk.size and chunk.max() > np.iinfo(dtype).max:
+                    raise ValueError(f"{path}: token id {chunk.max()} does not fit {dtype}")
+                data = np.ascontiguousarray(chunk, dtype=dtype)
+                f.write(data.data)
+                digest.update(data.data)
+                count += data.size
+                bar.update(data.size)
+            f.flush()
+            os.fsync(f.fileno())
+        if total is not None and count != total:
+            raise ValueError(f"{path}: wrote {count} tokens, expected {total}")
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return count, digest.hexdigest()
+
+
+def save_dataset(out_dir, splits, meta):
+    """Write {split: (chunks, total)} as <split>.bin plus meta.json; all files appear only if all succeed."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    stage = Path(tempfile.mkdtemp(prefix=".partial-", dir=out_dir))
+    try:
+        meta["sha256"] = {}
+        for split, (chunks, total) in splits.items():
+            n, meta["sha256"][f"{split}.bin"] = write_bin(stage / f"{split}.bin", chunks, meta["dtype"], total)
+            meta[f"{split}_tokens"] = n
+        (stage / "meta.json").write_text(json.dumps(meta, indent=1) + "\n")
+        (out_dir / "meta.json").unlink(missing_ok=True)  # an old meta.json must never describe new bins
+        for f in BIN_FILES:
+            os.replace(stage / f, out_dir / f)
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
+    return meta
+
+
+def base_meta(name, source, tokenizer, vocab_size, **extra):
+    """meta.json fields known before writing; save_dataset adds token counts and hashes."""
+    return dict(name=name, source=str(source), tokenizer=tokenizer, vocab_size=vocab_size,
+                eot_token=GPT2_EOT if tokenizer == "gpt2" else None,
+                dtype="uint16" if vocab_size <= 65536 else "uint32", **extra)
+
+
+def load_meta(dataset_dir):
+    """meta.json of a prepared dataset as a dict; FileNotFoundError saying how to create it."""
+    path = Path(dataset_dir) / "meta.json"
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} not found: {dataset_dir} is not a prepared dataset (or its preparation "
+                                "was interrupted); run python prepare_data.py DATASET [--overwrite]")
+    return json.loads(path.read_text())
+
+
+# ---------------------------------------------------------------- the two pipelines
+
+def prepare_texts(docs, out_dir, *, tokenizer="gpt2", positional=False, val_fraction=0.1, seed=1234,
+                  num_proc=1, bpe_dir=None, source="", overwrite=False, min_val_tokens=MIN_VAL_TOKENS):
+    """Tokenise in-memory documents and save them; positional=True splits their concatenation by position."""
+    out_dir = Path(out_dir)
+    check_target(out_dir, overwrite)
+    check_fraction(val_fraction)
+    enc = gpt2_encoding(bpe_dir) if tokenizer == "gpt2" else None
+    if positional:  # Tiny Shakespeare convention: one text, first (1 - val_fraction) of characters is train
+        text = "".join(docs)
+        cut = int(len(text) * (1 - val_fraction))
+        parts = {"train": [text[:cut]], "val": [text[cut:]]}
+    else:
+        train_idx, val_idx = split_indices(len(docs), val_fraction, seed, source)
+        parts = {"train": [docs[i] for i in train_idx], "val": [docs[i] for i in val_idx]}
+    chars = sorted(set("".join(docs)) | set("" if positional else DOC_SEPARATOR)) if tokenizer == "char" else None
+    vocab = {"gpt2": GPT2_VOCAB, "byte": 256, "char": len(chars or ())}[tokenizer]
+    meta = base_meta(out_dir.name, source, tokenizer, vocab, train_docs=len(parts["train"]),
+                     val_docs=len(parts["val"]), split="position" if positional else "documents",
+                     val_fraction=val_fraction, seed=None if positional else seed)
+    if chars:
+        meta["chars"] = chars
+    tokens = {}
+    for split, texts in parts.items():
+        batches = range(0, len(texts), 256)  # batches: a progress bar, and threads see many documents at once
+        tokens[split] = [a for i in tqdm(batches, desc=f"tokenizing {split}", unit="batch")
+                         for a in encode_docs(texts[i:i + 256], tokenizer, enc=enc, chars=chars,
+                                              end=not positional, num_threads=num_proc)]
+    counts = {s: sum(a.size for a in arrays) for s, arrays in tokens.items()}
+    check_lengths(counts, source, val_fraction, min_val_tokens)
+    return save_dataset(out_dir, {s: (tokens[s], counts[s]) for s in tokens}, meta)
+
+
+def _gpt2_batch(batch, bpe_dir=None):
+    """datasets.map worker (module level so spawn can pickle it): ids with eot, and their count."""
+    enc = gpt2_encoding(bpe_dir)
+    ids = [t + [GPT2_EOT] for t in enc.encode_ordinary_batch(batch["text"], num_threads=1)]
+    return {"ids": ids, "len": [len(t) for t in ids]}
+
+
+def _token_features():
+    """Arrow types of _gpt2_batch's output: uint16 ids keep datasets' cache at 2 bytes a token, not 8."""
+    import datasets
+    return datasets.Features({"ids": datasets.List(datasets.Value("uint16")), "len": datasets.Value("int64")})
+
+
+def _arrow_chunks(tokenized, batch_size=1024):
+    """Concatenated ids of batch_size documents at a time, straight from Arrow (bounded memory)."""
+    import pyarrow.compute as pc
+    for batch in tokenized.with_format("arrow").iter(batch_size=batch_size):
+        yield pc.list_flatten(batch["ids"]).to_numpy()
+
+
+def prepare_hf_dataset(ds, out_dir, *, bpe_dir=None, val_fraction=0.0005, seed=1234, num_proc=1,
+                       source=OPENWEBTEXT, overwrite=False, min_val_tokens=MIN_VAL_TOKENS):
+    """GPT-2 tokenise a datasets.Dataset with a text column (OpenWebText) with num_proc processes and save it."""
+    out_dir = Path(out_dir)
+    check_target(out_dir, overwrite)
+    if "text" not in ds.column_names:
+        raise DataError(f"{source}: the dataset has no 'text' column (columns: {ds.column_names})")
+    gpt2_encoding(bpe_dir)  # fail here, not in every worker
+    splits, meta = {}, base_meta(out_dir.name, source, "gpt2", GPT2_VOCAB, split="documents",
+                                 val_fraction=val_fraction, seed=seed)
+    for split, idx in zip(("train", "val"), split_indices(len(ds), val_fraction, seed, source)):
+        tok = ds.select(idx).map(_gpt2_batch, batched=True, fn_kwargs={"bpe_dir": bpe_dir},
+                                 remove_columns=ds.column_names, features=_token_features(),
+                                 num_proc=min(num_proc, len(idx)), desc=f"tokenizing {split}")
+        meta[f"{split}_docs"] = len(tok)
+        splits[split] = tok
+    counts = {s: int(np.sum(t.with_format("numpy")["len"])) for s, t in splits.items()}
+    check_lengths(counts, source, val_fraction, min_val_tokens)
+    return save_dataset(out_dir, {s: (_arrow_chunks(t), counts[s]) for s, t in splits.items()}, meta)
+
+
+def load_openwebtext(num_proc):
+    """OpenWebText from the Hugging Face Hub (~54 GB download); falls back to its parquet export."""
+    from datasets import load_dataset
+    try:
+        return load_dataset(OPENWEBTEXT, split="train", num_proc=num_proc)
+    except RuntimeError as e:  # datasets >= 4 no longer runs loading scripts
+        if "script" not in str(e):
+            raise
+        return load_dataset(OPENWEBTEXT, split="train", num_proc=num_proc, revision="refs/convert/parquet")
+
+
+# ---------------------------------------------------------------- command line
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("dataset", choices=DATASETS)
+    p.add_argument("--data_dir", default="data", help="output goes to DATA_DIR/NAME/")
+    p.add_argument("--name", help="output folder name (default: DATASET; required for local)")
+    p.add_argument("--input", help=".txt/.jsonl/.parquet file or directory (shakespeare*: local copy of input.txt)")
+    p.add_argument("--tokenizer", choices=("gpt2", "char", "byte"),
+                   help="default: char for shakespeare_char, else gpt2 (openwebtext: gpt2 only)")
+    p.add_argument("--val_fraction", type=float, help="held-out fraction of documents (default 0.0005 for "
+                   "openwebtext, else 0.1; shakespeare*: of characters, by position)")
+    p.add_argument("--seed", type=int, default=1234, help="seed of the train/val document draw")
+    p.add_argument("--num_proc", type=int, default=os.cpu_count() or 1, help="tokenising processes/threads")
+    p.add_argument("--bpe_dir", help="folder with GPT-2's encoder.json + vocab.bpe, for use without network")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing DATA_DIR/NAME dataset")
+    args = p.parse_args(argv)
+    if args.dataset == "local" and not (args.input and args.name):
+        p.error("local needs --input PATH and --name NAME")
+    if args.dataset == "openwebtext" and args.tokenizer not in (None, "gpt2"):
+        p.error("openwebtext is prepared with --tokenizer gpt2 only")
+    args.name = args.name or args.dataset
+    args.tokenizer = args.tokenizer or ("char" if args.dataset == "shakespeare_char" else "gpt2")
+    if args.val_fraction is None:
+        args.val_fraction = 0.0005 if args.dataset == "openwebtext" else 0.1
+    return args
+
+
+def run(args):
+    """Prepare the dataset args describes; returns its meta dict."""
+    out_dir = Path(args.data_dir) / args.name
+    common = dict(val_fraction=args.val_fraction, seed=args.seed, num_proc=args.num_proc,
+                  bpe_dir=args.bpe_dir, overwrite=args.overwrite)
+    check_target(out_dir, args.overwrite)  # fail before reading or downloading anything
+    if args.tokenizer == "gpt2":
+        gpt2_encoding(args.bpe_dir)
+    if args.dataset == "openwebtext":
+        return prepare_hf_dataset(load_openwebtext(args.num_proc), out_dir, **common)
+    if args.dataset.startswith("shakespeare"):
+        text = read_text(args.input) if args.input else download_shakespeare()
+        if not text:
+            raise DataError(f"--input {args.input}: the file is empty; pass Tiny Shakespeare's input.txt")
+        return prepare_texts([text], out_dir, tokenizer=args.tokenizer, positional=True,
+                             source=args.input or SHAKESPEARE_URL, **common)
+    return prepare_texts(read_documents(args.input), out_dir, tokenizer=args.tokenizer,
+                         source=args.input, **common)
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    try:
+        meta = run(args)
+    except DataError as e:
+        sys.exit(f"error: {e}")
+    print(f"{Path(args.data_dir) / args.name}: {meta['train_tokens']:,} train + {meta['val_tokens']:,} val tokens "
+          f"({meta['tokenizer']}, vocab {meta['vocab_size']}, {meta['dtype']})")
+
+
+if __name__ == "__main__":  # required: datasets' num_proc workers re-import this module under spawn
+    main()

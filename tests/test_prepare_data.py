@@ -1,0 +1,358 @@
+"""prepare_data.py on real data (Tiny Shakespeare, enwiki2015, GPT-2 BPE files from shared/data), offline."""
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import prepare_data as P
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def prepare(data_dir, *args):
+    """Run the CLI in-process on data_dir and return the meta.json it wrote."""
+    P.main([*args, "--data_dir", str(data_dir)])
+    name = args[args.index("--name") + 1] if "--name" in args else args[0]
+    return P.load_meta(Path(data_dir) / name)
+
+
+def fails(data_dir, *args):
+    """Run the CLI expecting a clean error exit; returns the message."""
+    with pytest.raises(SystemExit) as e:
+        P.main([*args, "--data_dir", str(data_dir)])
+    return str(e.value.code)
+
+
+def decoded(dataset_dir, meta, bpe_dir=None):
+    """decode(train.bin) + decode(val.bin), after checking each bin's sha256 and length against meta."""
+    _, decode = P.get_codec(meta, bpe_dir)
+    text = ""
+    for split in ("train", "val"):
+        path = Path(dataset_dir) / f"{split}.bin"
+        assert hashlib.sha256(path.read_bytes()).hexdigest() == meta["sha256"][f"{split}.bin"]
+        ids = np.fromfile(path, dtype=meta["dtype"])
+        assert ids.size == meta[f"{split}_tokens"]
+        text += decode(ids)
+    return text
+
+
+def wiki_articles(folder):
+    """Article bodies of WikiExtractor files, parsed independently of prepare_data: header line dropped."""
+    bodies = []
+    for f in sorted(Path(folder).iterdir()):
+        for piece in f.read_text(encoding="utf-8").split("</doc>")[:-1]:
+            header, _, body = piece.strip().partition("\n")
+            assert header.startswith("<doc ")
+            bodies.append(body.strip())
+    return bodies
+
+
+@pytest.fixture(scope="module")
+def bpe_dir(shared_data):
+    return str(shared_data / "gpt2")
+
+
+@pytest.fixture(scope="module")
+def enc(bpe_dir):
+    return P.gpt2_encoding(bpe_dir)
+
+
+# ---------------------------------------------------------------- 1, 2: Tiny Shakespeare round trips
+
+def test_shakespeare_gpt2_offline_exact(shared_data, bpe_dir, tmp_path):
+    src = shared_data / "tinyshakespeare" / "input.txt"
+    meta = prepare(tmp_path, "shakespeare", "--input", str(src), "--bpe_dir", bpe_dir)
+    assert (meta["train_tokens"], meta["val_tokens"]) == (301_966, 36_059)
+    assert meta["train_tokens"] + meta["val_tokens"] == 338_025
+    assert (meta["tokenizer"], meta["vocab_size"], meta["eot_token"], meta["dtype"]) == ("gpt2", 50257, 50256, "uint16")
+    assert decoded(tmp_path / "shakespeare", meta, bpe_dir) == src.read_text(encoding="utf-8")
+
+
+def test_shakespeare_char_exact(shared_data, tmp_path):
+    src = shared_data / "tinyshakespeare" / "input.txt"
+    text = src.read_text(encoding="utf-8")
+    meta = prepare(tmp_path, "shakespeare_char", "--input", str(src))
+    assert meta["vocab_size"] == 65 and meta["chars"] == sorted(set(text)) and meta["eot_token"] is None
+    assert (meta["train_tokens"], meta["val_tokens"]) == (1_003_854, 111_540)
+    assert decoded(tmp_path / "shakespeare_char", meta) == text
+
+
+# ---------------------------------------------------------------- 3: enwiki, byte and gpt2
+
+def test_enwiki_byte_counts_and_no_tags(shared_data, tmp_path):
+    wiki = shared_data / "enwiki2015" / "AA"
+    meta = prepare(tmp_path, "local", "--input", str(wiki), "--name", "wiki", "--tokenizer", "byte")
+    bodies = wiki_articles(wiki)
+    assert meta["train_docs"] + meta["val_docs"] == len(bodies) == 2006
+    assert meta["train_tokens"] + meta["val_tokens"] == sum(len(b.encode()) + len(P.DOC_SEPARATOR) for b in bodies)
+    text = decoded(tmp_path / "wiki", meta)
+    assert "<doc" not in text and "</doc>" not in text
+    assert sorted(text.split(P.DOC_SEPARATOR)[:-1]) == sorted(p for b in bodies for p in b.split(P.DOC_SEPARATOR))
+
+
+def test_enwiki_gpt2_counts_and_no_tags(shared_data, bpe_dir, enc, tmp_path):
+    wiki = shared_data / "enwiki2015" / "AA"  # the whole 30 MB corpus: ~3 s on 2 cores
+    meta = prepare(tmp_path, "local", "--input", str(wiki), "--name", "wiki", "--bpe_dir", bpe_dir)
+    bodies = wiki_articles(wiki)
+    direct = sum(len(ids) + 1 for ids in enc.encode_ordinary_batch(bodies, num_threads=2))  # + 1 eot each
+    assert meta["train_tokens"] + meta["val_tokens"] == direct
+    ids = np.concatenate([np.fromfile(tmp_path / "wiki" / f, dtype=meta["dtype"]) for f in ("train.bin", "val.bin")])
+    assert (ids == 50256).sum() == len(bodies) and ids[-1] == 50256
+    text = decoded(tmp_path / "wiki", meta, bpe_dir)
+    assert "<doc" not in text and "</doc>" not in text
+
+
+# ---------------------------------------------------------------- other local formats, seeds, dtype
+
+@pytest.fixture(scope="module")
+def speeches(shared_data):
+    """Tiny Shakespeare's speeches (blank-line separated) as documents without blank lines inside."""
+    return [s for s in (shared_data / "tinyshakespeare" / "input.txt").read_text().split("\n\n") if s.strip()]
+
+
+@pytest.mark.parametrize("fmt", ["jsonl", "parquet", "txt_dir"])
+def test_local_formats_keep_every_document(speeches, fmt, tmp_path):
+    docs = speeches[:2000]
+    if fmt == "jsonl":
+        src = tmp_path / "c.jsonl"
+        src.write_text("".join(json.dumps({"text": d, "id": i}) + "\n" for i, d in enumerate(docs)))
+    elif fmt == "parquet":
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+        src = tmp_path / "c.parquet"
+        pq.write_table(pa.table({"text": docs}), src)
+    else:
+        src = tmp_path / "c"
+        (src / "sub").mkdir(parents=True)
+        for i, d in enumerate(docs):
+            (src / "sub" / f"{i:05d}.txt").write_text(d)
+        (src / "README.md").write_text("not a document")
+    meta = prepare(tmp_path / "out", "local", "--input", str(src), "--name", "c", "--tokenizer", "char")
+    assert (meta["train_docs"], meta["val_docs"]) == (1800, 200)
+    text = decoded(tmp_path / "out" / "c", meta)
+    assert sorted(text.split(P.DOC_SEPARATOR)[:-1]) == sorted(docs)
+
+
+def test_seed_fixes_the_split(speeches, tmp_path):
+    src = tmp_path / "c.jsonl"
+    src.write_text("".join(json.dumps({"text": d}) + "\n" for d in speeches[:1000]))
+    sha = [prepare(tmp_path, "local", "--input", str(src), "--name", f"s{i}", "--tokenizer", "byte",
+                   "--seed", str(seed))["sha256"]["val.bin"] for i, seed in enumerate((1, 1, 2))]
+    assert sha[0] == sha[1] != sha[2]
+
+
+def test_large_char_vocab_uses_uint32(tmp_path):
+    alphabet = "".join(chr(c) for c in range(0x20000, 0x20000 + 70_000))  # > 65536 distinct characters
+    src = tmp_path / "c.jsonl"
+    src.write_text("".join(json.dumps({"text": alphabet[i::10]}) + "\n" for i in range(10)))
+    meta = prepare(tmp_path, "local", "--input", str(src), "--name", "big", "--tokenizer", "char")
+    assert (meta["vocab_size"], meta["dtype"]) == (70_001, "uint32")
+    assert np.fromfile(tmp_path / "big" / "train.bin", dtype="uint32").max() > 65535
+    assert sorted(decoded(tmp_path / "big", meta).split("\n\n")[:-1]) == sorted(alphabet[i::10] for i in range(10))
+
+
+def test_codecs_round_trip(bpe_dir):
+    text = "Hello, wörld — 日本\n"
+    for meta in ({"tokenizer": "gpt2"}, {"tokenizer": "byte"},
+                 {"tokenizer": "char", "chars": sorted(set(text)), "name": "t"}):
+        encode, decode = P.get_codec(meta, bpe_dir)
+        assert decode(encode(text)) == text and decode(np.array(encode(text), np.uint16)) == text
+    with pytest.raises(ValueError, match="not in the vocabulary"):
+        encode("xyz")
+
+
+# ---------------------------------------------------------------- 4: interrupted writes
+
+def test_write_bin_interrupted_leaves_old_file(tmp_path):
+    path = tmp_path / "train.bin"
+    path.write_bytes(b"old")
+
+    def chunks():
+        yield np.arange(1000)
+        raise KeyboardInterrupt  # Ctrl-C in the middle of writing
+
+    with pytest.raises(KeyboardInterrupt):
+        P.write_bin(path, chunks(), "uint16")
+    assert path.read_bytes() == b"old" and [p.name for p in tmp_path.iterdir()] == ["train.bin"]
+    with pytest.raises(ValueError, match="expected 5"):  # a short stream is caught by total
+        P.write_bin(tmp_path / "val.bin", [np.arange(3)], "uint16", total=5)
+    assert [p.name for p in tmp_path.iterdir()] == ["train.bin"]
+
+
+def interrupt_val_write(monkeypatch):
+    """Make writing val.bin raise after its first chunk; train.bin has been written completely by then."""
+    real = P.write_bin
+
+    def flaky(path, chunks, dtype, total=None, desc=None):
+        if Path(path).name == "val.bin":
+            def broken(original=iter(chunks)):
+                yield next(original)
+                raise KeyboardInterrupt
+            chunks = broken()
+        return real(path, chunks, dtype, total, desc)
+    monkeypatch.setattr(P, "write_bin", flaky)
+
+
+def test_interrupted_run_leaves_no_bins(shared_data, tmp_path, monkeypatch):
+    interrupt_val_write(monkeypatch)
+    with pytest.raises(KeyboardInterrupt):
+        P.main(["shakespeare_char", "--input", str(shared_data / "tinyshakespeare" / "input.txt"),
+                "--data_dir", str(tmp_path)])
+    assert list((tmp_path / "shakespeare_char").iterdir()) == []  # no bins, no meta, no temp files
+
+
+def test_interrupted_overwrite_keeps_old_dataset(shared_data, tmp_path, monkeypatch):
+    args = ["shakespeare_char", "--input", str(shared_data / "tinyshakespeare" / "input.txt")]
+    prepare(tmp_path, *args)
+    before = {p.name: p.read_bytes() for p in (tmp_path / "shakespeare_char").iterdir()}
+    interrupt_val_write(monkeypatch)
+    with pytest.raises(KeyboardInterrupt):
+        P.main([*args, "--val_fraction", "0.2", "--overwrite", "--data_dir", str(tmp_path)])
+    assert {p.name: p.read_bytes() for p in (tmp_path / "shakespeare_char").iterdir()} == before
+
+
+# ---------------------------------------------------------------- 5: bad inputs, clear errors, nothing destroyed
+
+@pytest.fixture
+def existing(tmp_path):
+    """A dataset folder 'x' that every failing run below targets with --overwrite; it must survive."""
+    d = tmp_path / "data" / "x"
+    d.mkdir(parents=True)
+    for f in P.BIN_FILES:
+        (d / f).write_text(f"old {f}")
+    yield tmp_path
+    assert sorted(p.name for p in d.iterdir()) == sorted(P.BIN_FILES)
+    assert all((d / f).read_text() == f"old {f}" for f in P.BIN_FILES)
+
+
+BAD_INPUTS = {  # case: (files to create {name: bytes}, --input, extra args, expected message parts)
+    "empty file": ({"e.txt": b""}, "e.txt", [], ["e.txt", "no text found"]),
+    "undecodable": ({"l.txt": "caf\u00e9 ".encode("latin-1") * 500}, "l.txt", [], ["l.txt", "not valid UTF-8", "byte 3", "iconv"]),
+    "undecodable in dir": ({"d/a.txt": b"fine", "d/b.txt": b"\xff\xfe"}, "d", [], ["b.txt", "not valid UTF-8"]),
+    "no text files": ({"d/notes.md": b"# hi", "d/img.png": b"\x89PNG"}, "d", [], ["no .txt, .jsonl or .parquet"]),
+    "missing input": ({}, "nope.txt", [], ["nope.txt", "does not exist"]),
+    "jsonl without text": ({"j.jsonl": b'{"text": "a"}\n{"body": "b"}\n'}, "j.jsonl", [], ["j.jsonl:2", "'text' field"]),
+    "one document": ({"one.txt": b"x" * 5000}, "one.txt", [], ["1 document(s)", "no training documents"]),
+    "val too short": ({"s.jsonl": b"".join(b'{"text": "short doc %d"}\n' % i for i in range(200))}, "s.jsonl",
+                      ["--tokenizer", "byte"], ["val split has", "shorter than one block of 1024", "--val_fraction"]),
+    "bad val_fraction": ({"s.jsonl": b'{"text": "a"}\n{"text": "b"}\n'}, "s.jsonl", ["--val_fraction", "0"],
+                         ["--val_fraction must be between 0 and 1"]),
+    "val_fraction 1": ({"s.jsonl": b'{"text": "a"}\n{"text": "b"}\n'}, "s.jsonl", ["--val_fraction", "1"],
+                       ["--val_fraction must be between 0 and 1"]),
+    "bpe_dir incomplete": ({"bpe/encoder.json": b"{}", "c.txt": b"text"}, "c.txt", ["--bpe_dir", "bpe"],
+                           ["lacks vocab.bpe", "encoder.json and vocab.bpe"]),
+}
+
+
+@pytest.mark.parametrize("case", BAD_INPUTS)
+def test_bad_local_input(case, existing, monkeypatch):
+    files, src, extra, expected = BAD_INPUTS[case]
+    for name, data in files.items():
+        (existing / name).parent.mkdir(parents=True, exist_ok=True)
+        (existing / name).write_bytes(data)
+    monkeypatch.chdir(existing)
+    if "--bpe_dir" not in extra and "--tokenizer" not in extra:
+        extra = [*extra, "--tokenizer", "byte"]  # offline here: gpt2 would fail first, on its missing files
+    message = fails("data", "local", "--input", src, "--name", "x", "--overwrite", *extra)
+    for part in expected:
+        assert part in message
+
+
+def test_tiny_positional_val(shared_data, bpe_dir, existing):
+    args = ["shakespeare", "--name", "x", "--overwrite", "--bpe_dir", bpe_dir,
+            "--input", str(shared_data / "tinyshakespeare" / "input.txt"), "--val_fraction"]
+    message = fails(existing / "data", *args, "1e-9")  # val = the last character
+    assert "val split has 1 tokens, shorter than one block" in message and "--val_fraction" in message
+    assert "must be between 0 and 1" in fails(existing / "data", *args, "0")  # val would be empty
+
+
+def test_refuses_to_overwrite(shared_data, existing):
+    message = fails(existing / "data", "shakespeare_char", "--name", "x",
+                    "--input", str(shared_data / "tinyshakespeare" / "input.txt"))
+    assert "already holds a dataset" in message and "--overwrite" in message
+
+
+def test_offline_without_bpe_files_says_how_to_fix(existing, monkeypatch):
+    import tiktoken
+
+    def offline(name):
+        raise ConnectionError("Failed to resolve 'openaipublic.blob.core.windows.net'")
+    monkeypatch.setattr(tiktoken, "get_encoding", offline)
+    (existing / "c.txt").write_text("some text")
+    message = fails(existing / "data", "local", "--input", str(existing / "c.txt"), "--name", "x", "--overwrite")
+    for part in ("no network and no tiktoken cache", "--bpe_dir", "encoder.json", "vocab.bpe", "TIKTOKEN_CACHE_DIR",
+                 "6d1cbeee0f20b3d9449abfede4726ed8212e3aee"):
+        assert part in message
+
+
+def test_usage_errors(tmp_path):
+    with pytest.raises(SystemExit) as e:
+        P.parse_args(["local", "--name", "x"])
+    assert e.value.code == 2  # argparse: "local needs --input PATH and --name NAME"
+    with pytest.raises(FileNotFoundError, match="not a prepared dataset"):
+        P.load_meta(tmp_path)
+
+
+# ---------------------------------------------------------------- 6: the OpenWebText code path, on a local Dataset
+
+def test_hf_dataset_path(speeches, bpe_dir, enc, tmp_path):
+    import datasets
+    docs = speeches[:3000]
+    ds = datasets.Dataset.from_dict({"text": docs, "url": [f"u{i}" for i in range(len(docs))]})  # OWT-like schema
+    meta = P.prepare_hf_dataset(ds, tmp_path / "owt", bpe_dir=bpe_dir, val_fraction=0.05, num_proc=2, source="test")
+    assert (meta["train_docs"], meta["val_docs"], meta["eot_token"]) == (2850, 150, 50256)
+    assert meta["train_tokens"] + meta["val_tokens"] == sum(len(t) + 1 for t in enc.encode_ordinary_batch(docs))
+    assert sorted(decoded(tmp_path / "owt", meta, bpe_dir).split("<|endoftext|>")[:-1]) == sorted(docs)
+    local = P.prepare_texts(docs, tmp_path / "same", val_fraction=0.05, bpe_dir=bpe_dir, source="test")
+    assert local["sha256"] == meta["sha256"]  # both pipelines hold out the same documents, same bytes
+
+
+SPAWN_SCRIPT = """
+import json, sys
+sys.path.insert(0, {root!r})
+import datasets, multiprocess
+import prepare_data
+
+if __name__ == "__main__":
+    multiprocess.set_start_method("spawn", force=True)  # what datasets' workers use on macOS/Windows
+    ds = datasets.Dataset.from_dict({{"text": {docs!r}}})
+    meta = prepare_data.prepare_hf_dataset(ds, {out!r}, bpe_dir={bpe!r}, val_fraction=0.1, num_proc=2)
+    print(json.dumps(meta))
+"""
+
+
+def test_hf_dataset_path_with_spawn_workers(speeches, bpe_dir, tmp_path):
+    script = tmp_path / "spawn_run.py"
+    script.write_text(SPAWN_SCRIPT.format(root=str(ROOT), docs=speeches[:400], out=str(tmp_path / "o"), bpe=bpe_dir))
+    run = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr[-3000:]
+    meta = json.loads(run.stdout.strip().splitlines()[-1])
+    assert (meta["train_docs"], meta["val_docs"]) == (360, 40) and meta == P.load_meta(tmp_path / "o")
+
+
+def test_cli_subprocess(shared_data, tmp_path):
+    cmd = [sys.executable, str(ROOT / "prepare_data.py"), "shakespeare_char", "--data_dir", str(tmp_path),
+           "--input", str(shared_data / "tinyshakespeare" / "input.txt")]
+    ok = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    assert ok.returncode == 0 and "1,003,854 train + 111,540 val tokens" in ok.stdout
+    again = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+    assert again.returncode == 1 and again.stderr.startswith("error: ") and "--overwrite" in again.stderr
+
+
+def test_populated_tiktoken_cache_works_without_bpe_dir(shared_data, tmp_path):
+    """The README's second offline route: GPT-2's files saved under the sha1 of their URL."""
+    cache = tmp_path / "tiktoken_cache"
+    cache.mkdir()
+    base = "https://openaipublic.blob.core.windows.net/gpt-2/encodings/main/"
+    for name in ("vocab.bpe", "encoder.json"):
+        (cache / hashlib.sha1((base + name).encode()).hexdigest()).write_bytes((shared_data / "gpt2" / name).read_bytes())
+    cmd = [sys.executable, str(ROOT / "prepare_data.py"), "shakespeare", "--data_dir", str(tmp_path),
+           "--input", str(shared_data / "tinyshakespeare" / "input.txt")]
+    run = subprocess.run(cmd, capture_output=True, text=True, timeout=60, env={**os.environ, "TIKTOKEN_CACHE_DIR": str(cache)})
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert "301,966 train + 36,059 val tokens" in run.stdout
