@@ -203,7 +203,7 @@ class GPT(nn.Module):
         if targets is None:
             return self.lm_head(h[:, [-1], :]), None
         logits = self.lm_head(h)
-        loss = F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1), ignore_index=-1)
+        loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=-1)
         return logits, loss
 
     @torch.no_grad()

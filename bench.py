@@ -1,0 +1,190 @@
+"""
+Training-step throughput, MFU and peak memory per query mode, side by side in one process.
+
+    python bench.py config/shakespeare_char.py --query_modes=linear,identity,nonlinear
+    python bench.py config/nlq_small.py --compile=True --json=bench/results/h200.json     # one GPU
+
+A config file and --key=value overrides as in train.py, plus the bench's own options:
+    --query_modes=linear,identity,nonlinear   modes to compare (each gets its own model and optimizer)
+    --warmup=10 --steps=50                    untimed and timed steps per mode
+    --rounds=5                                timed steps are taken in this many rounds, modes interleaved, so
+                                              slow drifts of the machine hit every mode alike
+    --data=synthetic|real                     random token ids, or windows of <data_dir>/<dataset>/train.bin
+    --threads=N                               torch CPU threads (default: torch's choice)
+    --json=PATH                               also write the rows as a JSON list
+A step is one micro-batch (batch_size x block_size tokens): forward, backward, clip, AdamW step.
+"""
+import json
+import os
+import platform
+import resource
+import statistics
+import sys
+import time
+from contextlib import nullcontext
+
+import numpy as np
+import torch
+
+import train
+from model import GPT, GPTConfig
+
+BENCH_DEFAULTS = dict(query_modes="linear,identity,nonlinear", warmup=10, steps=50, rounds=5, data="synthetic",
+                      threads=None, json=None)
+
+
+def split_args(argv):
+    """Separate the bench's own --key=value options from train.py's config arguments."""
+    opts, rest = dict(BENCH_DEFAULTS), []
+    for arg in argv:
+        key = arg[2:].split("=", 1)[0] if arg.startswith("--") else None
+        if key in BENCH_DEFAULTS:
+            opts[key] = arg.split("=", 1)[1] if "=" in arg else ""
+        else:
+            rest.append(arg)
+    for key in ("warmup", "steps", "rounds", "threads"):
+        if opts[key] is not None:
+            opts[key] = int(opts[key])
+    if opts["data"] not in ("synthetic", "real"):
+        raise ValueError(f"--data={opts['data']}: use synthetic or real")
+    return opts, rest
+
+
+def batch_source(cfg, opts, vocab_size, device):
+    """A function step -> (x, y), each (batch_size, block_size) int64 on device."""
+    B, T = cfg["batch_size"], cfg["block_size"]
+    gen = torch.Generator().manual_seed(cfg["seed"])
+    if opts["data"] == "synthetic":
+        def synthetic():
+            ids = torch.randint(vocab_size, (B, T + 1), generator=gen)
+            return ids[:, :-1].to(device), ids[:, 1:].to(device)
+        return synthetic
+    path = os.path.join(cfg["data_dir"], cfg["dataset"], "train.bin")
+    dtype = train.load_meta(os.path.dirname(path))["dtype"]
+    n = len(np.memmap(path, dtype=dtype, mode="r"))
+    return lambda: train.get_batch(path, dtype, train.window_starts(n, T, (B,), gen), T, device)
+
+
+def vocab_size(cfg):
+    """As train.py: the config's, else the dataset's rounded up to a multiple of 64, else GPT-2's 50304."""
+    if cfg["vocab_size"]:
+        return cfg["vocab_size"]
+    meta_dir = os.path.join(cfg["data_dir"], cfg["dataset"])
+    if os.path.exists(os.path.join(meta_dir, "meta.json")):
+        return -(-train.load_meta(meta_dir)["vocab_size"] // 64) * 64
+    return 50304
+
+
+def make_runner(cfg, mode, device, device_type, ctx):
+    """Build model + AdamW for one query mode; returns (raw model, step function, compiled?)."""
+    args = {k: cfg[k] for k in train.MODEL_KEYS}
+    args.update(query_mode=mode, vocab_size=vocab_size(cfg))
+    torch.manual_seed(cfg["seed"])
+    model = GPT(GPTConfig(**args)).to(device)
+    opt = model.configure_optimizers(cfg["weight_decay"], cfg["learning_rate"], (cfg["beta1"], cfg["beta2"]),
+                                     device_type)
+    use_compile = cfg["compile"] if cfg["compile"] is not None else device_type == "cuda"
+    fwd = torch.compile(model) if use_compile else model
+
+    def step(x, y):
+        with ctx:
+            _, loss = fwd(x, y)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg["grad_clip"])
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+    return model, step, use_compile
+
+
+def sync(device_type):
+    if device_type == "cuda":
+        torch.cuda.synchronize()
+
+
+def peak_mem_mb(device_type):
+    """CUDA: max allocated since the last reset. CPU: the process's peak RSS so far (all modes up to now)."""
+    if device_type == "cuda":
+        return torch.cuda.max_memory_allocated() / 2**20
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux reports KiB
+
+
+def bench(cfg, opts):
+    """Time every query mode; returns one row (dict) per mode."""
+    if opts["threads"]:
+        torch.set_num_threads(opts["threads"])
+    device, device_type, ptdtype = train.resolve_device(cfg, 0, 1)
+    if device_type == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
+    ctx = nullcontext() if ptdtype == torch.float32 else torch.autocast(device_type=device_type, dtype=ptdtype)
+    modes = opts["query_modes"].split(",")
+    get_batch = batch_source(cfg, opts, vocab_size(cfg), device)
+    runners, times, mems = {}, {m: [] for m in modes}, {}
+    for mode in modes:
+        if device_type == "cuda":
+            torch.cuda.reset_peak_memory_stats()
+        runners[mode] = make_runner(cfg, mode, device, device_type, ctx)
+        for _ in range(opts["warmup"]):  # includes torch.compile's first-call compilation
+            runners[mode][1](*get_batch())
+        sync(device_type)
+        mems[mode] = peak_mem_mb(device_type)
+    per_round = max(1, opts["steps"] // opts["rounds"])
+    for _ in range(opts["rounds"]):
+        for mode in modes:
+            for _ in range(per_round):
+                x, y = get_batch()
+                sync(device_type)
+                t0 = time.perf_counter()
+                runners[mode][1](x, y)
+                sync(device_type)
+                times[mode].append(time.perf_counter() - t0)
+    rows = []
+    for mode in modes:
+        model, _, compiled = runners[mode]
+        dt = statistics.median(times[mode])
+        mfu = model.estimate_mfu(cfg["batch_size"], dt)
+        rows.append(dict(query_mode=mode, compile=compiled, dtype=str(ptdtype).replace("torch.", ""),
+                         batch_size=cfg["batch_size"], block_size=cfg["block_size"], ms_per_iter=1000 * dt,
+                         ms_p10=1000 * float(np.percentile(times[mode], 10)),
+                         ms_p90=1000 * float(np.percentile(times[mode], 90)),
+                         tokens_per_s=cfg["batch_size"] * cfg["block_size"] / dt, mfu=mfu,
+                         peak_mem_mb=mems[mode], params=model.param_breakdown()["total"]))
+    return rows, device
+
+
+def table(rows, device):
+    """Rows as a markdown table, with each mode's tokens/s relative to the first mode."""
+    ref = rows[0]["tokens_per_s"]
+    lines = [f"device: {device_name(device)}, torch {torch.__version__}, {time.strftime('%Y-%m-%d')}",
+             "| query_mode | compile | dtype | batch x block | ms/iter (median) | p10-p90 ms | tokens/s | "
+             f"vs {rows[0]['query_mode']} | MFU | peak mem MB |", "|---|---|---|---|---:|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        mfu = f"{100 * r['mfu']:.1f}%" if r["mfu"] is not None else "n/a"
+        lines.append(f"| {r['query_mode']} | {r['compile']} | {r['dtype']} | {r['batch_size']} x {r['block_size']} "
+                     f"| {r['ms_per_iter']:.1f} | {r['ms_p10']:.1f}-{r['ms_p90']:.1f} | {r['tokens_per_s']:,.0f} "
+                     f"| {r['tokens_per_s'] / ref:.3f} | {mfu} | {r['peak_mem_mb']:,.0f} |")
+    return "\n".join(lines)
+
+
+def device_name(device):
+    if device.startswith("cuda"):
+        return torch.cuda.get_device_name(device)
+    return f"{platform.processor() or platform.machine()} CPU, {torch.get_num_threads()} threads"
+
+
+def main(argv):
+    opts, rest = split_args(argv)
+    cfg = train.parse_config(rest)
+    rows, device = bench(cfg, opts)
+    print(table(rows, device))
+    if opts["json"]:
+        os.makedirs(os.path.dirname(opts["json"]) or ".", exist_ok=True)
+        with open(opts["json"], "w") as f:
+            json.dump(rows, f, indent=1)
+
+
+if __name__ == "__main__":
+    try:
+        main(sys.argv[1:])
+    except (ValueError, FileNotFoundError) as e:
+        sys.exit(f"bench error: {e}")

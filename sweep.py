@@ -1,0 +1,130 @@
+"""
+Run a study: every arm gets the same learning-rate sweep, then its best learning rate is rerun with more seeds.
+
+    python sweep.py studies/enwiki_cpu.py               # run it here, one run after another (or --jobs 2)
+    python sweep.py studies/enwiki_cpu.py --print 8     # print the torchrun commands for a cluster instead
+    python report.py studies/enwiki_cpu.py              # the markdown table and the plot
+
+A study file is plain Python that sets: name, config (a train.py config file), overrides (dict, for all arms),
+arms (dict: arm name -> dict of overrides), learning_rates (list), seeds (list; the sweep uses seeds[0]),
+and optionally out_root (default "runs"). Each run gets its own out_dir, out_root/<name>/<arm>/lr<lr>_seed<seed>.
+A run whose metrics.jsonl already reaches max_iters is skipped; one with a checkpoint resumes from it (exact
+resume, so the result is the same as an uninterrupted run). Stop the sweep at any time and start it again.
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+
+import train
+
+TRAIN_PY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "train.py")
+STUDY_KEYS = ("name", "config", "overrides", "arms", "learning_rates", "seeds")
+
+
+def load_study(path):
+    """Study file -> dict. ValueError names a missing key, an unknown train.py key or a bad value."""
+    namespace = {}
+    with open(path) as f:
+        exec(compile(f.read(), path, "exec"), namespace)
+    missing = [k for k in STUDY_KEYS if k not in namespace]
+    if missing:
+        raise ValueError(f"study file {path} does not set {', '.join(missing)}")
+    study = {k: namespace[k] for k in STUDY_KEYS}
+    study["out_root"] = namespace.get("out_root", "runs")
+    if not study["learning_rates"] or not study["seeds"]:
+        raise ValueError(f"study file {path}: learning_rates and seeds must be non-empty lists")
+    for arm in study["arms"]:  # resolve every arm now: a typo fails here, not hours into the sweep
+        run_config(study, arm, study["learning_rates"][0], study["seeds"][0])
+    return study
+
+
+def run_dir(study, arm, lr, seed):
+    return os.path.join(study["out_root"], study["name"], arm, f"lr{lr:g}_seed{seed}")
+
+
+def run_args(study, arm, lr, seed):
+    """The train.py arguments of one run: config file, then shared overrides, then the arm's, lr, seed, out_dir."""
+    overrides = {**study["overrides"], **study["arms"][arm], "learning_rate": lr, "min_lr": lr / 10,
+                 "seed": seed, "out_dir": run_dir(study, arm, lr, seed)}
+    return [study["config"]] + [f"--{k}={v}" for k, v in overrides.items()]
+
+
+def run_config(study, arm, lr, seed):
+    return train.parse_config(run_args(study, arm, lr, seed))
+
+
+def final_row(out_dir):
+    """The last line of out_dir/metrics.jsonl as a dict, or None."""
+    path = os.path.join(out_dir, "metrics.jsonl")
+    if not os.path.exists(path):
+        return None
+    with open(path) as f:
+        lines = [line for line in f if line.strip()]
+    return json.loads(lines[-1]) if lines else None
+
+
+def is_finished(study, arm, lr, seed):
+    row = final_row(run_dir(study, arm, lr, seed))
+    return row is not None and row["iter"] >= run_config(study, arm, lr, seed)["max_iters"]
+
+
+def best_lr(study, arm):
+    """The swept learning rate with the lowest final val loss for this arm (seeds[0]); None if unfinished."""
+    seed = study["seeds"][0]
+    if not all(is_finished(study, arm, lr, seed) for lr in study["learning_rates"]):
+        return None
+    return min(study["learning_rates"], key=lambda lr: final_row(run_dir(study, arm, lr, seed))["val_loss"])
+
+
+def launch(study, arm, lr, seed, threads):
+    """Run (or resume) one training run as a subprocess; its log goes to out_dir/train.log."""
+    if is_finished(study, arm, lr, seed):
+        print(f"done already: {arm} lr={lr:g} seed={seed}", flush=True)
+        return
+    out_dir = run_dir(study, arm, lr, seed)
+    os.makedirs(out_dir, exist_ok=True)
+    args = run_args(study, arm, lr, seed)
+    if os.path.exists(os.path.join(out_dir, "ckpt.pt")):
+        args.append("--init_from=resume")
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads)} if threads else None
+    print(f"running: {arm} lr={lr:g} seed={seed} -> {out_dir}", flush=True)
+    with open(os.path.join(out_dir, "train.log"), "a") as log:
+        subprocess.run([sys.executable, TRAIN_PY, *args], stdout=log, stderr=subprocess.STDOUT, env=env, check=True)
+
+
+def phases(study):
+    """Phase 1: each arm x each learning rate at seeds[0]. Phase 2: each arm's best rate x the other seeds."""
+    sweep = [(arm, lr, study["seeds"][0]) for arm in study["arms"] for lr in study["learning_rates"]]
+    rerun = lambda: [(arm, best_lr(study, arm), seed) for arm in study["arms"] for seed in study["seeds"][1:]]
+    return sweep, rerun
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("study", help="study file, e.g. studies/enwiki_cpu.py")
+    parser.add_argument("--jobs", type=int, default=1, help="runs at a time on this machine")
+    parser.add_argument("--threads", type=int, default=None, help="OMP_NUM_THREADS per run (default: torch's)")
+    parser.add_argument("--print", type=int, metavar="NPROC", dest="nproc",
+                        help="print torchrun commands with this many processes per run instead of running")
+    args = parser.parse_args(argv)
+    study = load_study(args.study)
+    sweep, rerun = phases(study)
+    if args.nproc:
+        torchrun = f"torchrun --standalone --nproc_per_node={args.nproc} train.py "
+        print("\n".join(torchrun + " ".join(run_args(study, *run)) for run in sweep))
+        if any(lr is None for _, lr, _ in rerun()):
+            print("# phase 2 (best learning rate x other seeds): run this again once the runs above have finished")
+        else:
+            print("\n".join(torchrun + " ".join(run_args(study, *run)) for run in rerun()))
+        return
+    with ThreadPoolExecutor(args.jobs) as pool:
+        for phase in (sweep, rerun()):
+            list(pool.map(lambda run: launch(study, *run, args.threads), phase))
+    print(json.dumps({arm: best_lr(study, arm) for arm in study["arms"]}))
+
+
+if __name__ == "__main__":
+    main()
