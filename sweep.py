@@ -13,6 +13,7 @@ resume, so the result is the same as an uninterrupted run). Stop the sweep at an
 """
 import argparse
 import json
+import math
 import os
 import subprocess
 import sys
@@ -76,7 +77,8 @@ def best_lr(study, arm):
     seed = study["seeds"][0]
     if not all(is_finished(study, arm, lr, seed) for lr in study["learning_rates"]):
         return None
-    return min(study["learning_rates"], key=lambda lr: final_row(run_dir(study, arm, lr, seed))["val_loss"])
+    loss = lambda lr: final_row(run_dir(study, arm, lr, seed))["val_loss"]
+    return min(study["learning_rates"], key=lambda lr: math.inf if math.isnan(loss(lr)) else loss(lr))  # NaN: diverged
 
 
 def launch(study, arm, lr, seed, threads):
@@ -121,8 +123,8 @@ def main(argv=None):
             print("\n".join(torchrun + " ".join(run_args(study, *run)) for run in rerun()))
         return
     with ThreadPoolExecutor(args.jobs) as pool:
-        for phase in (sweep, rerun()):
-            list(pool.map(lambda run: launch(study, *run, args.threads), phase))
+        list(pool.map(lambda run: launch(study, *run, args.threads), sweep))
+        list(pool.map(lambda run: launch(study, *run, args.threads), rerun()))  # needs phase 1's results
     print(json.dumps({arm: best_lr(study, arm) for arm in study["arms"]}))
 
 

@@ -302,10 +302,10 @@ def train(cfg):
     if master:
         os.makedirs(cfg["out_dir"], exist_ok=True)
         with open(os.path.join(cfg["out_dir"], "config.json"), "w") as f:
-            json.dump({**cfg, "model_args": model_args, "world_size": world_size, "device": device,
-                       "dtype": str(ptdtype), "tokens_per_iter": tokens_per_iter}, f, indent=2)
-        if iter_num > 0:
-            append_metrics(cfg["out_dir"], None, truncate_after=iter_num)
+            json.dump({**cfg, "model_args": model_args, "world_size": world_size, "resolved_device": device,
+                       "resolved_dtype": str(ptdtype), "tokens_per_iter": tokens_per_iter}, f, indent=2)
+        # a fresh run starts a fresh log; a resumed one drops lines written after its checkpoint
+        append_metrics(cfg["out_dir"], None, truncate_after=iter_num if cfg["init_from"] == "resume" else -1)
     log(json.dumps(cfg))
     log(f"tokens per iteration: {tokens_per_iter:,} ({accum} micro-batches of {bs} x {T}, {world_size} processes)")
 

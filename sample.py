@@ -1,0 +1,121 @@
+"""
+Generate text from a checkpoint written by train.py, decoded with its dataset's tokenizer (meta.json).
+
+    python sample.py --out_dir=out/shakespeare_char --start="ROMEO:" --num_samples=3 --max_new_tokens=300
+    python sample.py --out_dir=out/enwiki_bytes --start=FILE:prompt.txt --temperature=0 # greedy
+    python sample.py --out_dir=out/owt --top_k=50 --bpe_dir=../shared/data/gpt2          # GPT-2 BPE offline
+
+The dataset is found from the checkpoint's config (data_dir/dataset); pass --data_dir if the data moved.
+An empty --start begins at the end-of-text token (gpt2) or at a newline (char, byte).
+"""
+import argparse
+import os
+import sys
+
+import torch
+
+from model import GPT, GPTConfig
+from prepare_data import DataError, get_codec, load_meta
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def dataset_dir(cfg, data_dir=None):
+    """Folder of the checkpoint's dataset: data_dir/dataset, with data_dir from the argument or the config.
+
+    A relative config data_dir is tried from the current folder, then from this repository. FileNotFoundError
+    if neither holds a meta.json.
+    """
+    roots = [data_dir] if data_dir else [cfg["data_dir"], os.path.join(HERE, cfg["data_dir"])]
+    for root in roots:
+        path = os.path.join(root, cfg["dataset"])
+        if os.path.isfile(os.path.join(path, "meta.json")):
+            return path
+    raise FileNotFoundError(f"dataset {cfg['dataset']!r} of the checkpoint not found (looked in "
+                            f"{', '.join(os.path.join(r, cfg['dataset']) for r in roots)}); pass --data_dir DIR "
+                            f"with DIR/{cfg['dataset']}/meta.json, or prepare it with prepare_data.py")
+
+
+def load_checkpoint(out_dir, device="cpu", data_dir=None):
+    """out_dir/ckpt.pt -> (model in eval mode on device, checkpoint dict, meta dict, dataset folder).
+
+    FileNotFoundError naming the path and how to make a checkpoint if there is none.
+    """
+    path = os.path.join(out_dir, "ckpt.pt")
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"no checkpoint at {path}; train one first, e.g. "
+                                f"python train.py config/shakespeare_char.py --out_dir={out_dir}")
+    ckpt = torch.load(path, map_location="cpu")  # CPU first: works for a checkpoint written on any device
+    model = GPT(GPTConfig(**ckpt["model_args"]))
+    model.load_state_dict(ckpt["model"])  # train.py saves the unwrapped model: no _orig_mod./module. prefixes
+    model.to(device).eval()
+    data = dataset_dir(ckpt["config"], data_dir)
+    return model, ckpt, load_meta(data), data
+
+
+def prompt_ids(start, meta, encode):
+    """Prompt token ids: the text of --start (FILE:path reads a file); empty -> eot (gpt2) or encoded newline."""
+    if start.startswith("FILE:"):
+        with open(start[5:], encoding="utf-8") as f:
+            start = f.read()
+    if start:
+        return encode(start)
+    return [meta["eot_token"]] if meta["tokenizer"] == "gpt2" else encode("\n")
+
+
+def generate(model, meta, encode, decode, start="", num_samples=1, max_new_tokens=200, temperature=0.8,
+             top_k=None, seed=1337, device="cpu"):
+    """num_samples texts (prompt included), each max_new_tokens tokens longer than the prompt.
+
+    The RNG is seeded once, so the same seed and arguments give the same texts. temperature 0 = greedy.
+    Only ids < meta["vocab_size"] are sampled (the padded embedding rows never are).
+    """
+    ids = prompt_ids(start, meta, encode)
+    if not ids:
+        raise ValueError(f"--start {start!r} encodes to no tokens")
+    x = torch.tensor([ids], dtype=torch.long, device=device)
+    torch.manual_seed(seed)
+    texts = []
+    for _ in range(num_samples):
+        y = model.generate(x, max_new_tokens, temperature=temperature, top_k=top_k, vocab_size=meta["vocab_size"])
+        texts.append(decode(y[0].tolist()))
+    return texts
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--out_dir", default="out", help="folder with ckpt.pt (a train.py out_dir)")
+    p.add_argument("--start", default="", help="prompt text, or FILE:path to read it from a file")
+    p.add_argument("--num_samples", type=int, default=1)
+    p.add_argument("--max_new_tokens", type=int, default=200)
+    p.add_argument("--temperature", type=float, default=0.8, help="0 = greedy (argmax) decoding")
+    p.add_argument("--top_k", type=int, default=None, help="sample from the k most likely tokens only")
+    p.add_argument("--seed", type=int, default=1337)
+    p.add_argument("--device", default="cpu", help="cpu | cuda | cuda:N | mps")
+    p.add_argument("--data_dir", default=None, help="override the checkpoint's data_dir (parent of the dataset)")
+    p.add_argument("--bpe_dir", default=None, help="GPT-2 encoder.json + vocab.bpe, for gpt2 data without network")
+    args = p.parse_args(argv)
+    if args.temperature < 0 or args.num_samples < 1 or args.max_new_tokens < 0:
+        p.error("need --temperature >= 0, --num_samples >= 1 and --max_new_tokens >= 0")
+    if args.top_k is not None and args.top_k < 1:
+        p.error("--top_k must be >= 1 (leave it out for no limit)")
+    return args
+
+
+def main(argv=None):
+    """Print the samples, separated by lines of dashes; returns them as a list of str."""
+    args = parse_args(argv)
+    model, _, meta, _ = load_checkpoint(args.out_dir, args.device, args.data_dir)
+    encode, decode = get_codec(meta, args.bpe_dir)
+    texts = generate(model, meta, encode, decode, args.start, args.num_samples, args.max_new_tokens,
+                     args.temperature, args.top_k, args.seed, args.device)
+    for text in texts:
+        print(text, "-" * 40, sep="\n", flush=True)
+    return texts
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    except (FileNotFoundError, ValueError, DataError) as e:
+        sys.exit(f"error: {e}")

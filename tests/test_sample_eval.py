@@ -1,0 +1,144 @@
+"""sample.py and eval.py on a tiny checkpoint, plus an end-to-end run on the real Tiny Shakespeare."""
+import json
+import math
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+import eval as nlq_eval  # eval.py: the module name shadows the builtin only inside this namespace
+import prepare_data
+import sample
+import train
+from conftest import ROOT
+
+TEXT = b"the quick brown fox jumps over the lazy dog; pack my box with five dozen liquor jugs.\n"  # 86 bytes
+
+
+def small_cfg(data_dir, out_dir, **kw):
+    cfg = dict(train.DEFAULTS)
+    cfg.update(data_dir=str(data_dir), dataset="tiny", out_dir=str(out_dir), n_layer=2, n_head=2, n_embd=32,
+               block_size=16, batch_size=4, gradient_accumulation_steps=1, max_iters=6, eval_interval=3,
+               eval_iters=3, log_interval=100, warmup_iters=2, learning_rate=1e-2, min_lr=1e-3, dropout=0.0,
+               device="cpu", compile=False)
+    cfg.update(kw)
+    return cfg
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    """A tiny byte-level dataset (val: 700 tokens, not a multiple of block_size) and a 6-step checkpoint."""
+    root = tmp_path_factory.mktemp("tiny")
+    (root / "tiny").mkdir()
+    data = np.frombuffer(TEXT * 50, np.uint8).astype(np.uint16)
+    data[:3000].tofile(root / "tiny" / "train.bin")
+    data[3000:3700].tofile(root / "tiny" / "val.bin")
+    (root / "tiny" / "meta.json").write_text(json.dumps(
+        dict(name="tiny", tokenizer="byte", vocab_size=256, dtype="uint16", eot_token=None)))
+    out = root / "out"
+    train.train(small_cfg(root, out))
+    return root, out
+
+
+def test_sample_prints_text(run, capsys):
+    _, out = run
+    texts = sample.main(["--out_dir", str(out), "--start", "the ", "--num_samples", "2", "--max_new_tokens", "20"])
+    printed = capsys.readouterr().out
+    assert len(texts) == 2 and all(t.startswith("the ") and t in printed for t in texts)
+    assert printed.count("-" * 40) == 2
+
+
+def test_temperature_top_k_and_seed(run):
+    _, out = run
+    common = ["--out_dir", str(out), "--start", "fox", "--max_new_tokens", "40"]
+    greedy = sample.main(common + ["--temperature", "0", "--seed", "1"])
+    assert greedy == sample.main(common + ["--temperature", "0", "--seed", "2"])  # greedy ignores the seed
+    assert greedy == sample.main(common + ["--temperature", "1", "--top_k", "1", "--seed", "3"])  # top-1 = argmax
+    hot = sample.main(common + ["--temperature", "1.5", "--seed", "4"])
+    assert hot == sample.main(common + ["--temperature", "1.5", "--seed", "4"])  # same seed, same text
+    assert hot != sample.main(common + ["--temperature", "1.5", "--seed", "5"])
+
+
+def test_samples_only_real_vocabulary(run):
+    """A vocabulary of 10 in a 256-row embedding: no padded id is ever drawn."""
+    model, *_ = sample.load_checkpoint(str(run[1]))
+    meta = dict(tokenizer="char", vocab_size=10, eot_token=None)
+    ids = sample.generate(model, meta, lambda s: [1, 2], lambda ids: ids, "ab", num_samples=3,
+                          max_new_tokens=50, temperature=3.0)
+    assert all(max(i[2:]) < 10 for i in ids)
+
+
+def test_prompt_ids(tmp_path):
+    byte = dict(tokenizer="byte", vocab_size=256, eot_token=None)
+    encode, _ = prepare_data.get_codec(byte)
+    assert sample.prompt_ids("", byte, encode) == [10]  # a newline
+    assert sample.prompt_ids("", dict(tokenizer="gpt2", eot_token=50256), None) == [50256]
+    (tmp_path / "p.txt").write_text("héllo", encoding="utf-8")
+    assert sample.prompt_ids(f"FILE:{tmp_path / 'p.txt'}", byte, encode) == list("héllo".encode())
+
+
+def test_missing_checkpoint_is_a_clear_error(tmp_path):
+    result = subprocess.run([sys.executable, str(ROOT / "sample.py"), "--out_dir", str(tmp_path / "nothing")],
+                            capture_output=True, text=True, cwd=ROOT, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert result.returncode != 0 and "Traceback" not in result.stderr
+    assert f"no checkpoint at {tmp_path / 'nothing' / 'ckpt.pt'}" in result.stderr and "train.py" in result.stderr
+
+
+def test_eval_reproduces_metrics_and_bits_per_byte(run, tmp_path):
+    _, out = run
+    r = nlq_eval.main(["--out_dir", str(out), "--json", str(tmp_path / "r.json")])
+    rows = {row["iter"]: row for row in map(json.loads, (out / "metrics.jsonl").read_text().splitlines())}
+    assert r["iter"] == 6 and abs(r["loss"] - rows[6]["val_loss"]) < 1e-4
+    assert r["tokens"] == r["bytes"] == 3 * 4 * 16  # eval_iters x batch_size x block_size; byte data
+    assert r["bits_per_byte"] == pytest.approx(r["loss"] / math.log(2), rel=1e-12)
+    assert r["ppl"] == pytest.approx(math.exp(r["loss"]))
+    assert json.loads((tmp_path / "r.json").read_text())["loss"] == r["loss"]
+    assert abs(nlq_eval.main(["--out_dir", str(out), "--split", "train"])["loss"] - rows[6]["train_loss"]) < 1e-4
+
+
+def test_eval_full_predicts_every_val_token_once(run):
+    """700 val tokens -> 699 targets in 44 windows of 16 (the last one holds 11), batching does not matter."""
+    root, out = run
+    r = nlq_eval.main(["--out_dir", str(out), "--full", "--batch_size", "5"])
+    assert (r["tokens"], r["windows"], r["bytes"]) == (699, 44, 699)
+    assert nlq_eval.main(["--out_dir", str(out), "--full", "--batch_size", "64"])["loss"] == pytest.approx(r["loss"])
+    model, *_ = sample.load_checkpoint(str(out))  # reference: one window at a time, straight from the file
+    val = torch.from_numpy(np.fromfile(root / "tiny" / "val.bin", np.uint16).astype(np.int64))
+    nats = 0.0
+    with torch.no_grad():
+        for s in range(0, 699, 16):
+            x, y = val[s:min(s + 16, 699)][None], val[s + 1:min(s + 17, 700)][None]
+            nats += F.cross_entropy(model(x, y)[0][0], y[0], reduction="sum").item()
+    assert r["loss"] == pytest.approx(nats / 699, rel=1e-5)
+
+
+def test_token_bytes_char():
+    meta = dict(tokenizer="char", chars=["\n", "a", "é", "€"])
+    assert nlq_eval.token_bytes(meta).tolist() == [1, 1, 2, 3]
+
+
+def test_token_bytes_gpt2(shared_data):
+    table = nlq_eval.token_bytes(dict(tokenizer="gpt2"), shared_data / "gpt2")
+    enc = prepare_data.gpt2_encoding(shared_data / "gpt2")
+    text = "Héllo wörld – 10 € each"
+    assert table[prepare_data.GPT2_EOT] == 0 and len(table) == 50257
+    assert table[enc.encode_ordinary(text)].sum() == len(text.encode("utf-8"))
+
+
+def test_shakespeare_end_to_end(shared_data, tmp_path):
+    """Prepare the real Tiny Shakespeare (char), train a few steps, sample from it, evaluate it."""
+    prepare_data.main(["shakespeare_char", "--input", str(shared_data / "tinyshakespeare" / "input.txt"),
+                       "--data_dir", str(tmp_path), "--num_proc", "1"])
+    out = tmp_path / "out"
+    train.train(small_cfg(tmp_path, out, dataset="shakespeare_char", block_size=32, max_iters=8, eval_interval=8,
+                          eval_iters=2))
+    meta = prepare_data.load_meta(tmp_path / "shakespeare_char")
+    text, = sample.main(["--out_dir", str(out), "--start", "ROMEO:", "--max_new_tokens", "30", "--top_k", "10"])
+    assert text.startswith("ROMEO:") and len(text) == 36 and set(text) <= set(meta["chars"])
+    r = nlq_eval.main(["--out_dir", str(out)])
+    last = json.loads((out / "metrics.jsonl").read_text().splitlines()[-1])
+    assert abs(r["loss"] - last["val_loss"]) < 1e-4 and r["bytes"] >= r["tokens"]

@@ -1,0 +1,96 @@
+"""sweep.py: a study killed mid-run and restarted completes, without rerunning finished runs."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+import sweep
+from conftest import ROOT
+
+
+@pytest.fixture
+def study_file(tmp_path):
+    """A tiny study: 2 arms x 2 learning rates at seed 1, then the best rate at seed 2 (6 runs)."""
+    data = tmp_path / "data" / "tiny"
+    data.mkdir(parents=True)
+    pattern = np.random.default_rng(0).integers(0, 64, 97)
+    np.tile(pattern, 60).astype(np.uint16).tofile(data / "train.bin")
+    np.tile(pattern, 8).astype(np.uint16).tofile(data / "val.bin")
+    (data / "meta.json").write_text(json.dumps(dict(vocab_size=64, dtype="uint16", tokenizer="char")))
+    config = tmp_path / "tiny_config.py"
+    config.write_text(f"data_dir = {str(tmp_path / 'data')!r}\ndataset = 'tiny'\nn_layer = 1\nn_head = 2\n"
+                      "n_embd = 32\nblock_size = 16\nbatch_size = 4\ngradient_accumulation_steps = 1\n"
+                      "max_iters = 20\nlr_decay_iters = 20\nwarmup_iters = 2\neval_interval = 5\neval_iters = 2\n"
+                      "log_interval = 5\ndevice = 'cpu'\ncompile = False\n")
+    study = tmp_path / "tiny_study.py"
+    study.write_text(f"name = 'tiny'\nconfig = {str(config)!r}\noverrides = {{}}\nout_root = {str(tmp_path / 'runs')!r}\n"
+                     "arms = {'linear': dict(query_mode='linear'), 'nonlinear': dict(query_mode='nonlinear')}\n"
+                     "learning_rates = [1e-2, 3e-3]\nseeds = [1, 2]\n")
+    return study
+
+
+def starts(log_path):
+    """How many times train.py started in this run directory (it prints this line once per start)."""
+    return open(log_path).read().count("tokens per iteration")
+
+
+def test_killed_sweep_restarts_without_rerunning_finished_runs(study_file):
+    study = sweep.load_study(str(study_file))
+    first = sweep.run_dir(study, "linear", 1e-2, 1)
+    second = sweep.run_dir(study, "linear", 3e-3, 1)
+    proc = subprocess.Popen([sys.executable, str(ROOT / "sweep.py"), str(study_file)], start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 120
+    try:  # kill once the first run is done and the second has a checkpoint but has not finished
+        while time.time() < deadline:
+            row = sweep.final_row(second)
+            if sweep.is_finished(study, "linear", 1e-2, 1) and row and 0 < row["iter"] < 20:
+                break
+            time.sleep(0.02)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    row = sweep.final_row(second)
+    assert row is not None and row["iter"] < 20, "the sweep was not caught mid-run"
+    first_mtime = os.path.getmtime(os.path.join(first, "metrics.jsonl"))
+
+    sweep.main([str(study_file)])
+    runs = [(a, lr, 1) for a in study["arms"] for lr in study["learning_rates"]]
+    runs += [(a, sweep.best_lr(study, a), 2) for a in study["arms"]]
+    assert all(sweep.is_finished(study, *run) for run in runs)
+    assert starts(os.path.join(first, "train.log")) == 1  # not rerun
+    assert os.path.getmtime(os.path.join(first, "metrics.jsonl")) == first_mtime
+    assert "resumed from" in open(os.path.join(second, "train.log")).read()
+    iters = [json.loads(line)["iter"] for line in open(os.path.join(second, "metrics.jsonl"))]
+    assert iters == sorted(set(iters)) and iters[-1] == 20  # no duplicated lines from the killed attempt
+
+
+def test_best_lr_and_print_mode(study_file, capsys):
+    study = sweep.load_study(str(study_file))
+    for lr, loss in ((1e-2, 2.0), (3e-3, 1.5)):
+        out = sweep.run_dir(study, "linear", lr, 1)
+        os.makedirs(out)
+        with open(os.path.join(out, "metrics.jsonl"), "w") as f:
+            f.write(json.dumps(dict(iter=40, val_loss=loss)) + "\n")
+    assert sweep.best_lr(study, "linear") == 3e-3
+    assert sweep.best_lr(study, "nonlinear") is None  # not swept yet
+    sweep.main([str(study_file), "--print", "8"])
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("torchrun --standalone --nproc_per_node=8 train.py ")
+    assert "--query_mode=linear --learning_rate=0.01 --min_lr=0.001 --seed=1" in lines[0]
+    assert lines[-1].startswith("# phase 2")
+
+
+def test_study_typos_fail_before_any_run(tmp_path, study_file):
+    bad = tmp_path / "bad_study.py"
+    bad.write_text(study_file.read_text().replace("query_mode='nonlinear'", "query_mod='nonlinear'"))
+    with pytest.raises(ValueError, match="unknown config key 'query_mod'"):
+        sweep.load_study(str(bad))
+    (tmp_path / "incomplete.py").write_text("name = 'x'\n")
+    with pytest.raises(ValueError, match="does not set config, overrides, arms, learning_rates, seeds"):
+        sweep.load_study(str(tmp_path / "incomplete.py"))
