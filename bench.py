@@ -184,7 +184,10 @@ def main(argv):
 
 
 if __name__ == "__main__":
+    if {"-h", "--help"} & set(sys.argv[1:]):
+        sys.exit(print(__doc__))
     try:
         main(sys.argv[1:])
     except (ValueError, FileNotFoundError) as e:
-        sys.exit(f"bench error: {e}")
+        hint = f" (bench's own options: --{', --'.join(BENCH_DEFAULTS)})" if "unknown config key" in str(e) else ""
+        sys.exit(f"bench error: {e}{hint}")

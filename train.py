@@ -296,7 +296,8 @@ def train(cfg):
         scaler.load_state_dict(ckpt["scaler"])
         restore_rng(ckpt["rng"][rank] if rank < len(ckpt["rng"]) else ckpt["rng"][0], train_gen, device_type)
         iter_num, best_val = ckpt["iter_num"], ckpt["best_val_loss"]
-        log(f"resumed from {ckpt_path} at iter {iter_num}")
+        log(f"resumed from {ckpt_path} at iter {iter_num}" + (f"; max_iters={cfg['max_iters']} is reached already, "
+            "nothing to train (raise max_iters to go on)" if iter_num >= cfg["max_iters"] else ""))
         del ckpt
 
     if master:
@@ -397,9 +398,20 @@ def train(cfg):
     return losses
 
 
+def usage():
+    """The module docstring and every config key with its default, for --help."""
+    keys = "\n".join(f"  --{k}={v!r}" for k, v in DEFAULTS.items())
+    return f"{__doc__}\nConfig keys and their defaults:\n{keys}"
+
+
 if __name__ == "__main__":
+    if {"-h", "--help"} & set(sys.argv[1:]):
+        sys.exit(print(usage()))
     try:
         config = parse_config(sys.argv[1:])
     except (ValueError, FileNotFoundError) as e:
         sys.exit(f"config error: {e}")
-    train(config)
+    try:
+        train(config)
+    except (ValueError, FileNotFoundError) as e:  # bad data, settings or paths: the message says what to do
+        sys.exit(f"error: {e}")
