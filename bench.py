@@ -42,11 +42,20 @@ def split_args(argv):
             opts[key] = arg.split("=", 1)[1] if "=" in arg else ""
         else:
             rest.append(arg)
-    for key in ("warmup", "steps", "rounds", "threads"):
+    for key, low in (("warmup", 0), ("steps", 1), ("rounds", 1), ("threads", 1)):
         if opts[key] is not None:
+            if not str(opts[key]).isdigit() or int(opts[key]) < low:
+                raise ValueError(f"--{key}={opts[key]}: needs an integer >= {low}")
             opts[key] = int(opts[key])
+    if opts["steps"] < opts["rounds"]:
+        raise ValueError(f"--steps={opts['steps']} is fewer than --rounds={opts['rounds']}; each round times >= 1 step")
+    modes = opts["query_modes"].split(",")
+    if len(set(modes)) != len(modes):
+        raise ValueError(f"--query_modes={opts['query_modes']} names a mode twice")
     if opts["data"] not in ("synthetic", "real"):
         raise ValueError(f"--data={opts['data']}: use synthetic or real")
+    if opts["json"] and os.path.isdir(opts["json"]):
+        raise ValueError(f"--json={opts['json']} is a folder; give a file path")
     return opts, rest
 
 
@@ -175,10 +184,11 @@ def device_name(device):
 def main(argv):
     opts, rest = split_args(argv)
     cfg = train.parse_config(rest)
+    if opts["json"]:  # make the folder first: a bad path fails now, not after the benchmark
+        os.makedirs(os.path.dirname(opts["json"]) or ".", exist_ok=True)
     rows, device = bench(cfg, opts)
     print(table(rows, device))
     if opts["json"]:
-        os.makedirs(os.path.dirname(opts["json"]) or ".", exist_ok=True)
         with open(opts["json"], "w") as f:
             json.dump(rows, f, indent=1)
 
@@ -188,6 +198,6 @@ if __name__ == "__main__":
         sys.exit(print(__doc__))
     try:
         main(sys.argv[1:])
-    except (ValueError, FileNotFoundError) as e:
+    except (ValueError, OSError) as e:
         hint = f" (bench's own options: --{', --'.join(BENCH_DEFAULTS)})" if "unknown config key" in str(e) else ""
         sys.exit(f"bench error: {e}{hint}")

@@ -127,6 +127,13 @@ def main(argv=None):
     args = p.parse_args(argv)
     if args.batch_size is not None and args.batch_size < 1:
         p.error("--batch_size must be >= 1")
+    if args.json:  # before the evaluation, so a bad path cannot lose its result
+        if os.path.isdir(args.json):
+            p.error(f"--json {args.json} is a folder; give a file path, e.g. {os.path.join(args.json, 'eval.json')}")
+        try:
+            os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
+        except OSError as e:
+            p.error(f"--json {args.json}: cannot create its folder ({e.strerror or e})")
     r = evaluate(args.out_dir, args.split, args.full, args.device, args.dtype, args.batch_size, args.data_dir,
                  args.bpe_dir)
     print(table(r))

@@ -52,15 +52,23 @@ class GPTConfig:
     flash: bool = True                # F.scaled_dot_product_attention; False = plain matmul-softmax (same maths)
 
     def __post_init__(self):
+        """Resolve aliases and defaults; ValueError naming the field for any invalid setting."""
         self.query_mode = QUERY_MODE_ALIASES.get(self.query_mode, self.query_mode)
         if self.query_mode not in QUERY_MODES:
             raise ValueError(f"unknown query_mode {self.query_mode!r}; valid modes: {', '.join(QUERY_MODES)} "
                              f"(aliases: {', '.join(QUERY_MODE_ALIASES)})")
+        self.mlp_hidden = 4 * self.n_embd if self.mlp_hidden is None else self.mlp_hidden
+        self.query_hidden = self.n_embd // 2 if self.query_hidden is None else self.query_hidden
+        for name in ("block_size", "vocab_size", "n_layer", "n_head", "n_embd", "mlp_hidden", "query_hidden"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name}={getattr(self, name)} must be a positive integer")
         if self.n_embd % self.n_head != 0:
             raise ValueError(f"n_embd={self.n_embd} is not divisible by n_head={self.n_head}; "
                              f"pick n_embd as a multiple of n_head")
-        self.mlp_hidden = self.mlp_hidden or 4 * self.n_embd
-        self.query_hidden = self.query_hidden or self.n_embd // 2
+        if not 0 <= self.dropout < 1:
+            raise ValueError(f"dropout={self.dropout} must be in [0, 1)")
+        if self.attn_scale is not None and not self.attn_scale > 0:
+            raise ValueError(f"attn_scale={self.attn_scale} must be positive (or None for the mode's default)")
         if self.attn_scale is None:
             halve = 1 if self.query_mode == "linear" else 2  # the paper's Q = (X + f(X)) / 2
             self.attn_scale = 1.0 / (halve * math.sqrt(self.n_embd // self.n_head))

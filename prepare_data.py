@@ -137,8 +137,14 @@ def read_file_docs(path):
     path = Path(path)
     if path.suffix == ".parquet":
         import pyarrow.parquet as pq
-        if "text" not in pq.read_schema(path).names:
+        import pyarrow as pa
+        schema = pq.read_schema(path)
+        if "text" not in schema.names:
             raise DataError(f"{path}: no 'text' column; the parquet file needs one string column named text")
+        kind = schema.field("text").type
+        if not (pa.types.is_string(kind) or pa.types.is_large_string(kind)):
+            raise DataError(f"{path}: column 'text' holds {kind}, not strings; store the documents as a string "
+                            "column named text")
         return [t for t in pq.read_table(path, columns=["text"]).column("text").to_pylist() if t]
     text = read_text(path)
     if path.suffix == ".jsonl":
@@ -181,6 +187,15 @@ def read_documents(path):
     return docs
 
 
+def read_input_file(path):
+    """read_text of --input, with a DataError if it is missing or not a file (shakespeare*: one text file)."""
+    path = Path(path)
+    if not path.is_file():
+        problem = "is a directory" if path.is_dir() else "does not exist" if not path.exists() else "is not a file"
+        raise DataError(f"--input {path} {problem}; pass the path of one text file (Tiny Shakespeare's input.txt)")
+    return read_text(path)
+
+
 def download_shakespeare():
     """Tiny Shakespeare from its public URL; DataError telling the user to pass --input when offline."""
     try:
@@ -214,16 +229,24 @@ def check_lengths(counts, source, val_fraction, min_tokens=MIN_VAL_TOKENS):
     """DataError unless both splits hold at least min_tokens tokens."""
     for split, n in counts.items():
         if n < min_tokens:
+            fix = "raise" if split == "val" else "lower"
             raise DataError(f"{source}: the {split} split has {n} tokens, shorter than one block of {min_tokens}; "
-                            f"raise --val_fraction (now {val_fraction}) or use a larger corpus")
+                            f"{fix} --val_fraction (now {val_fraction}) or use a larger corpus")
 
 
 def check_target(out_dir, overwrite):
-    """DataError if out_dir already holds a dataset and overwrite is False."""
+    """DataError if out_dir already holds a dataset (and overwrite is False) or cannot be created and written."""
     existing = [f for f in BIN_FILES if (Path(out_dir) / f).exists()]
     if existing and not overwrite:
         raise DataError(f"{out_dir} already holds a dataset ({', '.join(existing)}); pass --overwrite to replace "
                         "it or choose another --name")
+    try:  # before any work: a file in the way, a read-only disk or missing permissions fail here
+        Path(out_dir).mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=out_dir):
+            pass
+    except OSError as e:
+        raise DataError(f"cannot write the output folder {out_dir} ({e.strerror or e}); choose a writable "
+                        "--data_dir (a folder, not a file) and a --name that is not an existing file") from e
 
 
 def write_bin(path, chunks, dtype, total=None, desc=None):
@@ -371,12 +394,19 @@ def prepare_hf_dataset(ds, out_dir, *, bpe_dir=None, val_fraction=0.0005, seed=1
 def load_openwebtext(num_proc):
     """OpenWebText from the Hugging Face Hub (~54 GB download); falls back to its parquet export."""
     from datasets import load_dataset
+    from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError
     try:
-        return load_dataset(OPENWEBTEXT, split="train", num_proc=num_proc)
-    except RuntimeError as e:  # datasets >= 4 no longer runs loading scripts
-        if "script" not in str(e):
-            raise
-        return load_dataset(OPENWEBTEXT, split="train", num_proc=num_proc, revision="refs/convert/parquet")
+        try:
+            return load_dataset(OPENWEBTEXT, split="train", num_proc=num_proc)
+        except RuntimeError as e:  # datasets >= 4 no longer runs loading scripts
+            if "script" not in str(e):
+                raise
+            return load_dataset(OPENWEBTEXT, split="train", num_proc=num_proc, revision="refs/convert/parquet")
+    except (ConnectionError, TimeoutError, HfHubHTTPError, LocalEntryNotFoundError) as e:
+        raise DataError(f"could not reach the Hugging Face Hub for {OPENWEBTEXT} ({type(e).__name__}: {e}); "
+                        "check the network, or set HF_DATASETS_OFFLINE=1 with the dataset already in the datasets "
+                        "cache (HF_HOME), or download its files elsewhere and use: "
+                        "python prepare_data.py local --input FILES_DIR --name openwebtext") from e
 
 
 # ---------------------------------------------------------------- command line
@@ -400,6 +430,11 @@ def parse_args(argv=None):
         p.error("local needs --input PATH and --name NAME")
     if args.dataset == "openwebtext" and args.tokenizer not in (None, "gpt2"):
         p.error("openwebtext is prepared with --tokenizer gpt2 only")
+    if args.num_proc < 1:
+        p.error(f"--num_proc must be >= 1, got {args.num_proc}")
+    if args.name is not None and (args.name in ("", ".", "..") or Path(args.name).name != args.name):
+        p.error(f"--name {args.name!r} must be a plain folder name (no path separators, not '..'); "
+                "use --data_dir to choose where it goes")
     args.name = args.name or args.dataset
     args.tokenizer = args.tokenizer or ("char" if args.dataset == "shakespeare_char" else "gpt2")
     if args.val_fraction is None:
@@ -413,26 +448,34 @@ def run(args):
     common = dict(val_fraction=args.val_fraction, seed=args.seed, num_proc=args.num_proc,
                   bpe_dir=args.bpe_dir, overwrite=args.overwrite)
     check_target(out_dir, args.overwrite)  # fail before reading or downloading anything
-    if args.tokenizer == "gpt2":
+    if args.dataset == "openwebtext":  # ~54 GB to download: check the BPE first
         gpt2_encoding(args.bpe_dir)
-    if args.dataset == "openwebtext":
         return prepare_hf_dataset(load_openwebtext(args.num_proc), out_dir, **common)
     if args.dataset.startswith("shakespeare"):
-        text = read_text(args.input) if args.input else download_shakespeare()
+        text = read_input_file(args.input) if args.input else download_shakespeare()
         if not text:
             raise DataError(f"--input {args.input}: the file is empty; pass Tiny Shakespeare's input.txt")
-        return prepare_texts([text], out_dir, tokenizer=args.tokenizer, positional=True,
-                             source=args.input or SHAKESPEARE_URL, **common)
-    return prepare_texts(read_documents(args.input), out_dir, tokenizer=args.tokenizer,
-                         source=args.input, **common)
+        docs, kw = [text], dict(positional=True, source=args.input or SHAKESPEARE_URL)
+    else:
+        docs, kw = read_documents(args.input), dict(source=args.input)
+    if args.tokenizer == "gpt2":  # after the (cheap) input checks, before any tokenising
+        gpt2_encoding(args.bpe_dir)
+    return prepare_texts(docs, out_dir, tokenizer=args.tokenizer, **kw, **common)
 
 
 def main(argv=None):
     args = parse_args(argv)
+    out_dir = Path(args.data_dir) / args.name
+    fresh = not out_dir.exists()
     try:
         meta = run(args)
-    except DataError as e:
-        sys.exit(f"error: {e}")
+    except (DataError, KeyboardInterrupt) as e:  # write_bin/save_dataset have already removed partial files
+        if fresh and out_dir.is_dir() and not any(out_dir.iterdir()):
+            out_dir.rmdir()  # the empty folder check_target made for this run
+        if isinstance(e, DataError):
+            sys.exit(f"error: {e}")
+        print("interrupted; nothing was written (existing data kept)", file=sys.stderr)
+        sys.exit(130)
     print(f"{Path(args.data_dir) / args.name}: {meta['train_tokens']:,} train + {meta['val_tokens']:,} val tokens "
           f"({meta['tokenizer']}, vocab {meta['vocab_size']}, {meta['dtype']})")
 

@@ -9,13 +9,15 @@ The dataset is found from the checkpoint's config (data_dir/dataset); pass --dat
 An empty --start begins at the end-of-text token (gpt2) or at a newline (char, byte).
 """
 import argparse
+import math
 import os
 import sys
 
 import torch
 
+import train
 from model import GPT, GPTConfig
-from prepare_data import DataError, get_codec, load_meta
+from prepare_data import DataError, get_codec, load_meta, read_text
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -36,10 +38,23 @@ def dataset_dir(cfg, data_dir=None):
                             f"with DIR/{cfg['dataset']}/meta.json, or prepare it with prepare_data.py")
 
 
+def check_same_dataset(trained, meta, data):
+    """ValueError if the dataset's meta.json differs from the one at training time (tokenizer, vocab, hashes)."""
+    diffs = [f"{key}: {trained.get(key)!r} at training, {meta.get(key)!r} now"
+             for key in ("tokenizer", "vocab_size") if trained.get(key) != meta.get(key)]
+    old, new = trained.get("sha256") or {}, meta.get("sha256") or {}
+    diffs += [f"sha256 of {f} differs" for f in sorted(old.keys() | new.keys()) if old.get(f) != new.get(f)]
+    if diffs:
+        raise ValueError(f"dataset {data} is not the data this checkpoint was trained on ({'; '.join(diffs)}): "
+                         "the data changed since training; pass --data_dir pointing to the data it was trained on "
+                         "(or re-prepare it identically)")
+
+
 def load_checkpoint(out_dir, device="cpu", data_dir=None):
     """out_dir/ckpt.pt -> (model in eval mode on device, checkpoint dict, meta dict, dataset folder).
 
-    FileNotFoundError naming the path and how to make a checkpoint if there is none.
+    FileNotFoundError naming the path and how to make a checkpoint if there is none; ValueError if the
+    checkpoint records its dataset's meta.json (dataset_meta) and the dataset found now differs from it.
     """
     path = os.path.join(out_dir, "ckpt.pt")
     if not os.path.isfile(path):
@@ -50,14 +65,19 @@ def load_checkpoint(out_dir, device="cpu", data_dir=None):
     model.load_state_dict(ckpt["model"])  # train.py saves the unwrapped model: no _orig_mod./module. prefixes
     model.to(device).eval()
     data = dataset_dir(ckpt["config"], data_dir)
-    return model, ckpt, load_meta(data), data
+    meta = load_meta(data)
+    if "dataset_meta" in ckpt:  # older checkpoints lack it
+        check_same_dataset(ckpt["dataset_meta"], meta, data)
+    return model, ckpt, meta, data
 
 
 def prompt_ids(start, meta, encode):
     """Prompt token ids: the text of --start (FILE:path reads a file); empty -> eot (gpt2) or encoded newline."""
     if start.startswith("FILE:"):
-        with open(start[5:], encoding="utf-8") as f:
-            start = f.read()
+        if not os.path.isfile(start[5:]):
+            raise FileNotFoundError(f"--start {start}: {start[5:]!r} is not a file; FILE:path reads the prompt "
+                                    "from a UTF-8 text file")
+        start = read_text(start[5:])
     if start:
         return encode(start)
     return [meta["eot_token"]] if meta["tokenizer"] == "gpt2" else encode("\n")
@@ -89,14 +109,16 @@ def parse_args(argv=None):
     p.add_argument("--num_samples", type=int, default=1)
     p.add_argument("--max_new_tokens", type=int, default=200)
     p.add_argument("--temperature", type=float, default=0.8, help="0 = greedy (argmax) decoding")
-    p.add_argument("--top_k", type=int, default=None, help="sample from the k most likely tokens only")
+    p.add_argument("--top_k", type=int, default=None, help="sample from the k most likely tokens only "
+                   "(more than the vocabulary = no limit)")
     p.add_argument("--seed", type=int, default=1337)
-    p.add_argument("--device", default="cpu", help="cpu | cuda | cuda:N | mps")
+    p.add_argument("--device", default="cpu", help="cpu | cuda | cuda:N | mps | auto")
     p.add_argument("--data_dir", default=None, help="override the checkpoint's data_dir (parent of the dataset)")
     p.add_argument("--bpe_dir", default=None, help="GPT-2 encoder.json + vocab.bpe, for gpt2 data without network")
     args = p.parse_args(argv)
-    if args.temperature < 0 or args.num_samples < 1 or args.max_new_tokens < 0:
-        p.error("need --temperature >= 0, --num_samples >= 1 and --max_new_tokens >= 0")
+    if not (math.isfinite(args.temperature) and args.temperature >= 0) or args.num_samples < 1 \
+            or args.max_new_tokens < 0:
+        p.error("need a finite --temperature >= 0, --num_samples >= 1 and --max_new_tokens >= 0")
     if args.top_k is not None and args.top_k < 1:
         p.error("--top_k must be >= 1 (leave it out for no limit)")
     return args
@@ -105,10 +127,11 @@ def parse_args(argv=None):
 def main(argv=None):
     """Print the samples, separated by lines of dashes; returns them as a list of str."""
     args = parse_args(argv)
-    model, _, meta, _ = load_checkpoint(args.out_dir, args.device, args.data_dir)
+    device, _, _ = train.resolve_device({"device": args.device, "dtype": "float32"}, 0, 1)  # clear error if absent
+    model, _, meta, _ = load_checkpoint(args.out_dir, device, args.data_dir)
     encode, decode = get_codec(meta, args.bpe_dir)
     texts = generate(model, meta, encode, decode, args.start, args.num_samples, args.max_new_tokens,
-                     args.temperature, args.top_k, args.seed, args.device)
+                     args.temperature, args.top_k, args.seed, device)
     for text in texts:
         print(text, "-" * 40, sep="\n", flush=True)
     return texts
@@ -117,5 +140,5 @@ def main(argv=None):
 if __name__ == "__main__":
     try:
         main()
-    except (FileNotFoundError, ValueError, DataError) as e:
+    except (FileNotFoundError, ValueError, RuntimeError) as e:  # RuntimeError: DataError, resolve_device
         sys.exit(f"error: {e}")

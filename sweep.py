@@ -27,17 +27,23 @@ STUDY_KEYS = ("name", "config", "overrides", "arms", "learning_rates", "seeds")
 
 def load_study(path):
     """Study file -> dict. ValueError names a missing key, an unknown train.py key or a bad value."""
-    namespace = {}
-    with open(path) as f:
-        exec(compile(f.read(), path, "exec"), namespace)
+    namespace = train.read_config_file(path)  # plain Python, like a config file
     missing = [k for k in STUDY_KEYS if k not in namespace]
     if missing:
         raise ValueError(f"study file {path} does not set {', '.join(missing)}")
     study = {k: namespace[k] for k in STUDY_KEYS}
     study["out_root"] = namespace.get("out_root", "runs")
-    if not study["learning_rates"] or not study["seeds"]:
-        raise ValueError(f"study file {path}: learning_rates and seeds must be non-empty lists")
-    for arm in study["arms"]:  # resolve every arm now: a typo fails here, not hours into the sweep
+    checks = {"arms": isinstance(study["arms"], dict) and study["arms"],
+              "learning_rates": isinstance(study["learning_rates"], list) and study["learning_rates"]
+              and all(isinstance(lr, (int, float)) and lr > 0 for lr in study["learning_rates"]),
+              "seeds": isinstance(study["seeds"], list) and study["seeds"]
+              and all(isinstance(seed, int) for seed in study["seeds"])}
+    for key, ok in checks.items():
+        if not ok:
+            raise ValueError(f"study file {path}: {key} must be a non-empty "
+                             + {"arms": "dict", "learning_rates": "list of positive numbers",
+                                "seeds": "list of ints"}[key])
+    for arm in study["arms"]:  # resolve every arm now: a typo or a bad value fails here, not hours into the sweep
         run_config(study, arm, study["learning_rates"][0], study["seeds"][0])
     return study
 
@@ -55,6 +61,26 @@ def run_args(study, arm, lr, seed):
 
 def run_config(study, arm, lr, seed):
     return train.parse_config(run_args(study, arm, lr, seed))
+
+
+# Keys that do not change a run's results; any other difference means the run dir holds another experiment.
+NOT_EXPERIMENT = {"init_from", "log_interval", "wandb_log", "wandb_project", "wandb_run_name", "device", "dtype",
+                  "compile"}
+
+
+def check_settings(study, arm, lr, seed):
+    """ValueError if the run dir already holds a run whose saved config differs from what the study asks now
+    (e.g. the study file was edited): its results would be silently reused."""
+    path = os.path.join(run_dir(study, arm, lr, seed), "config.json")
+    if not os.path.exists(path):
+        return
+    with open(path) as f:
+        saved = json.load(f)
+    wanted = run_config(study, arm, lr, seed)
+    diff = {k: (saved.get(k), v) for k, v in wanted.items() if k not in NOT_EXPERIMENT and saved.get(k) != v}
+    if diff:
+        raise ValueError(f"{os.path.dirname(path)} holds a run with other settings (saved, study): {diff}; "
+                         f"delete it, or give the changed study a new name")
 
 
 def final_row(out_dir):
@@ -83,6 +109,7 @@ def best_lr(study, arm):
 
 def launch(study, arm, lr, seed, threads):
     """Run (or resume) one training run as a subprocess; its log goes to out_dir/train.log."""
+    check_settings(study, arm, lr, seed)
     if is_finished(study, arm, lr, seed):
         print(f"done already: {arm} lr={lr:g} seed={seed}", flush=True)
         return
@@ -93,8 +120,11 @@ def launch(study, arm, lr, seed, threads):
         args.append("--init_from=resume")
     env = {**os.environ, "OMP_NUM_THREADS": str(threads)} if threads else None
     print(f"running: {arm} lr={lr:g} seed={seed} -> {out_dir}", flush=True)
-    with open(os.path.join(out_dir, "train.log"), "a") as log:
-        subprocess.run([sys.executable, TRAIN_PY, *args], stdout=log, stderr=subprocess.STDOUT, env=env, check=True)
+    log_path = os.path.join(out_dir, "train.log")
+    with open(log_path, "a") as log:
+        code = subprocess.run([sys.executable, TRAIN_PY, *args], stdout=log, stderr=subprocess.STDOUT, env=env).returncode
+    if code != 0:
+        raise RuntimeError(f"run {out_dir} failed (exit code {code}); see {log_path}")
 
 
 def phases(study):
@@ -112,6 +142,8 @@ def main(argv=None):
     parser.add_argument("--print", type=int, metavar="NPROC", dest="nproc",
                         help="print torchrun commands with this many processes per run instead of running")
     args = parser.parse_args(argv)
+    if args.jobs < 1:
+        parser.error("--jobs must be >= 1")
     study = load_study(args.study)
     sweep, rerun = phases(study)
     if args.nproc:
@@ -129,4 +161,9 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except (ValueError, FileNotFoundError, RuntimeError) as e:
+        sys.exit(f"error: {e}")
+    except KeyboardInterrupt:
+        sys.exit("interrupted; run the same command again to resume (finished runs are kept)")

@@ -82,23 +82,53 @@ def parse_override(arg):
     return key, value
 
 
+def read_config_file(path):
+    """The settings a config file assigns (plain Python; names starting with _ and imported modules skipped)."""
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"config file {path} not found")
+    namespace = {}
+    try:
+        with open(path) as f:
+            exec(compile(f.read(), path, "exec"), namespace)
+    except Exception as e:  # a syntax error or a failing line: say which file, not a traceback
+        raise ValueError(f"config file {path} failed: {type(e).__name__}: {e}") from e
+    return {k: v for k, v in namespace.items()
+            if not k.startswith("_") and not callable(v) and type(v).__name__ != "module"}
+
+
 def parse_config(argv):
-    """DEFAULTS, then an optional config file (first argument ending in .py), then --key=value overrides."""
+    """DEFAULTS, then an optional config file (the first argument, ending in .py), then --key=value overrides.
+
+    Returns the resolved config dict; ValueError for an unknown key, a wrong type or an invalid setting.
+    """
     cfg = dict(DEFAULTS)
-    for arg in argv:
+    for i, arg in enumerate(argv):
         if arg.endswith(".py") and not arg.startswith("--"):
-            if not os.path.isfile(arg):
-                raise FileNotFoundError(f"config file {arg} not found")
-            namespace = {}
-            with open(arg) as f:
-                exec(compile(f.read(), arg, "exec"), namespace)
-            updates = {k: v for k, v in namespace.items() if not k.startswith("_") and not callable(v)
-                       and type(v).__name__ != "module"}
+            if i > 0:
+                raise ValueError(f"config file {arg} must be the first argument, before the --key=value overrides "
+                                 f"(which apply on top of it)")
+            updates = read_config_file(arg)
         else:
             updates = dict([parse_override(arg)])
         for key, value in updates.items():
             cfg[key] = check_value(key, value)
+    validate(cfg)
     return cfg
+
+
+POSITIVE = ("batch_size", "block_size", "gradient_accumulation_steps", "eval_iters", "eval_interval",
+            "log_interval", "learning_rate", "lr_decay_iters")
+NON_NEGATIVE = ("max_iters", "warmup_iters", "min_lr", "weight_decay", "grad_clip", "beta1", "beta2")
+
+
+def validate(cfg):
+    """ValueError naming the first setting out of range, including the model's (via GPTConfig)."""
+    for key in POSITIVE + NON_NEGATIVE:
+        if cfg[key] is not None and not (cfg[key] > 0 if key in POSITIVE else cfg[key] >= 0):
+            raise ValueError(f"config key {key!r} = {cfg[key]} must be {'> 0' if key in POSITIVE else '>= 0'}")
+    if cfg["init_from"] not in ("scratch", "resume"):
+        raise ValueError(f"init_from={cfg['init_from']!r}; use scratch or resume")
+    GPTConfig(**{**{k: cfg[k] for k in MODEL_KEYS}, "vocab_size": cfg["vocab_size"] or 1})
 
 
 # ----------------------------------------------------------------------------------------------------- system
@@ -119,8 +149,12 @@ def resolve_device(cfg, local_rank, world_size):
     device = cfg["device"]
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "mps" if torch.backends.mps.is_available() else "cpu"
+    if device.split(":")[0] not in ("cpu", "cuda", "mps"):
+        raise ValueError(f"device={device!r}; use auto, cpu, cuda, cuda:N or mps")
     if device.startswith("cuda") and not torch.cuda.is_available():
-        raise RuntimeError(f"device={device} but CUDA is not available here; use --device=cpu (or auto)")
+        raise ValueError(f"device={device} but CUDA is not available here; use --device=cpu (or auto)")
+    if device == "mps" and not torch.backends.mps.is_available():
+        raise ValueError("device=mps but MPS is not available here; use --device=cpu (or auto)")
     if device == "cuda" and world_size > 1:
         device = f"cuda:{local_rank}"
     device_type = device.split(":")[0]
@@ -200,6 +234,19 @@ def estimate_loss(model, splits, ctx, rank, world_size, device):
     return out
 
 
+def load_checkpoint(path):
+    """A train.py checkpoint, loaded onto the CPU; ValueError if it is missing keys or cannot be read."""
+    try:
+        ckpt = torch.load(path, map_location="cpu")  # CPU first: resume peaks at a fresh start's memory
+    except Exception as e:
+        raise ValueError(f"{path} is corrupt or not a train.py checkpoint ({type(e).__name__}); "
+                         f"restore a copy, or delete it to start again") from e
+    missing = {"model", "optimizer", "iter_num", "config", "model_args", "rng"} - set(ckpt)
+    if missing:
+        raise ValueError(f"{path} is not a train.py checkpoint (no {', '.join(sorted(missing))})")
+    return ckpt
+
+
 def save_checkpoint(path, state):
     """torch.save to a temp file, then rename: an interrupted save never leaves a broken ckpt.pt."""
     tmp = path + ".tmp"
@@ -237,7 +284,11 @@ def append_metrics(out_dir, row, truncate_after=None):
 
 
 def train(cfg):
-    """Run one training job from a resolved config dict (see DEFAULTS). Returns the last eval's losses."""
+    """Run one training job from a resolved config dict (see DEFAULTS). Returns the last eval's losses.
+
+    Raises ValueError / FileNotFoundError for invalid settings, data or checkpoints, before anything is written.
+    """
+    validate(cfg)
     rank, local_rank, world_size = setup_distributed(cfg)
     master = rank == 0
     log = print if master else (lambda *a, **k: None)
@@ -264,21 +315,29 @@ def train(cfg):
     n_train = len(np.memmap(splits["train"][0], dtype=meta["dtype"], mode="r"))
 
     ckpt_path = os.path.join(cfg["out_dir"], "ckpt.pt")
+    if os.path.exists(cfg["out_dir"]) and not os.path.isdir(cfg["out_dir"]):
+        raise ValueError(f"out_dir {cfg['out_dir']} is a file; choose a folder")
     model_args = {k: cfg[k] for k in MODEL_KEYS}
     model_args["vocab_size"] = cfg["vocab_size"] or -(-meta["vocab_size"] // 64) * 64
+    if meta["vocab_size"] > model_args["vocab_size"]:
+        raise ValueError(f"vocab_size={model_args['vocab_size']} is smaller than the dataset's vocabulary "
+                         f"({meta['vocab_size']}); leave vocab_size unset (None) to size it from the data")
     ckpt = None
     if cfg["init_from"] == "resume":
         if not os.path.isfile(ckpt_path):
             raise FileNotFoundError(f"init_from=resume but {ckpt_path} does not exist; use init_from=scratch")
-        ckpt = torch.load(ckpt_path, map_location="cpu")  # CPU first: resume peaks at a fresh start's memory
+        ckpt = load_checkpoint(ckpt_path)
         changed = {k: (v, ckpt["model_args"][k]) for k, v in model_args.items() if ckpt["model_args"][k] != v
                    and cfg[k] is not None}
+        if ckpt["config"]["dataset"] != cfg["dataset"]:
+            changed["dataset"] = (cfg["dataset"], ckpt["config"]["dataset"])
         if changed:
-            raise ValueError(f"model settings differ from the checkpoint's (yours, checkpoint's): {changed}; "
+            raise ValueError(f"settings differ from the checkpoint's (yours, checkpoint's): {changed}; "
                              f"resume with the checkpoint's settings or start a new out_dir")
         model_args = ckpt["model_args"]
-    elif cfg["init_from"] != "scratch":
-        raise ValueError(f"init_from={cfg['init_from']!r}; use scratch or resume")
+    elif os.path.exists(ckpt_path):  # never overwrite a trained model by accident
+        raise ValueError(f"{ckpt_path} exists; continue it with --init_from=resume, or pick a new out_dir "
+                         f"(or delete the old run) to start from scratch")
 
     torch.manual_seed(cfg["seed"])  # the same initial weights for every rank and every run with this seed
     model = GPT(GPTConfig(**model_args))
@@ -350,7 +409,7 @@ def train(cfg):
             best_val = min(best_val, losses["val"])
             save_checkpoint(ckpt_path, dict(model=raw_model.state_dict(), optimizer=optimizer.state_dict(),
                                             scaler=scaler.state_dict(), iter_num=iter_num, best_val_loss=best_val,
-                                            config=cfg, model_args=model_args, rng=rngs))
+                                            config=cfg, model_args=model_args, rng=rngs, dataset_meta=meta))
 
     if iter_num == 0:
         evaluate_and_save()
@@ -415,3 +474,6 @@ if __name__ == "__main__":
         train(config)
     except (ValueError, FileNotFoundError) as e:  # bad data, settings or paths: the message says what to do
         sys.exit(f"error: {e}")
+    except KeyboardInterrupt:
+        sys.exit(f"interrupted; the last checkpoint in {config['out_dir']} is intact: continue with "
+                 f"--init_from=resume")

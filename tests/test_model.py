@@ -154,6 +154,10 @@ def test_bad_config_and_input_errors():
         GPTConfig(query_mode="quadratic")
     with pytest.raises(ValueError, match="n_embd=100 is not divisible by n_head=12"):
         GPTConfig(n_embd=100, n_head=12)
+    with pytest.raises(ValueError, match="query_hidden=0 must be a positive integer"):
+        GPTConfig(query_mode="nonlinear", query_hidden=0)  # 0 must not silently become the default
+    with pytest.raises(ValueError, match="n_head=0 must be a positive integer"):
+        GPTConfig(n_head=0)
     with pytest.raises(ValueError, match="sequence length 33 exceeds block_size 32"):
         build()(torch.zeros(1, 33, dtype=torch.long))
 

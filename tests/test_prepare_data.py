@@ -1,4 +1,5 @@
 """prepare_data.py on real data (Tiny Shakespeare, enwiki2015, GPT-2 BPE files from shared/data), offline."""
+import errno
 import hashlib
 import json
 import os
@@ -198,21 +199,27 @@ def interrupt_val_write(monkeypatch):
     monkeypatch.setattr(P, "write_bin", flaky)
 
 
-def test_interrupted_run_leaves_no_bins(shared_data, tmp_path, monkeypatch):
+def interrupted(capsys, args):
+    """Run the CLI, which is interrupted (Ctrl-C): exit code 130 and a one-line message, no traceback."""
+    with pytest.raises(SystemExit) as e:
+        P.main(args)
+    assert e.value.code == 130
+    assert capsys.readouterr().err.splitlines()[-1] == "interrupted; nothing was written (existing data kept)"
+
+
+def test_interrupted_run_leaves_no_bins(shared_data, tmp_path, monkeypatch, capsys):
     interrupt_val_write(monkeypatch)
-    with pytest.raises(KeyboardInterrupt):
-        P.main(["shakespeare_char", "--input", str(shared_data / "tinyshakespeare" / "input.txt"),
-                "--data_dir", str(tmp_path)])
-    assert list((tmp_path / "shakespeare_char").iterdir()) == []  # no bins, no meta, no temp files
+    interrupted(capsys, ["shakespeare_char", "--input", str(shared_data / "tinyshakespeare" / "input.txt"),
+                         "--data_dir", str(tmp_path)])
+    assert list(tmp_path.iterdir()) == []  # no bins, no meta, no temp files, not even the new empty folder
 
 
-def test_interrupted_overwrite_keeps_old_dataset(shared_data, tmp_path, monkeypatch):
+def test_interrupted_overwrite_keeps_old_dataset(shared_data, tmp_path, monkeypatch, capsys):
     args = ["shakespeare_char", "--input", str(shared_data / "tinyshakespeare" / "input.txt")]
     prepare(tmp_path, *args)
     before = {p.name: p.read_bytes() for p in (tmp_path / "shakespeare_char").iterdir()}
     interrupt_val_write(monkeypatch)
-    with pytest.raises(KeyboardInterrupt):
-        P.main([*args, "--val_fraction", "0.2", "--overwrite", "--data_dir", str(tmp_path)])
+    interrupted(capsys, [*args, "--val_fraction", "0.2", "--overwrite", "--data_dir", str(tmp_path)])
     assert {p.name: p.read_bytes() for p in (tmp_path / "shakespeare_char").iterdir()} == before
 
 
@@ -239,7 +246,10 @@ BAD_INPUTS = {  # case: (files to create {name: bytes}, --input, extra args, exp
     "jsonl without text": ({"j.jsonl": b'{"text": "a"}\n{"body": "b"}\n'}, "j.jsonl", [], ["j.jsonl:2", "'text' field"]),
     "one document": ({"one.txt": b"x" * 5000}, "one.txt", [], ["1 document(s)", "no training documents"]),
     "val too short": ({"s.jsonl": b"".join(b'{"text": "short doc %d"}\n' % i for i in range(200))}, "s.jsonl",
-                      ["--tokenizer", "byte"], ["val split has", "shorter than one block of 1024", "--val_fraction"]),
+                      ["--tokenizer", "byte"], ["val split has", "shorter than one block of 1024", "raise --val_fraction"]),
+    "train too short": ({"s.jsonl": b"".join(b'{"text": "short doc %d"}\n' % i for i in range(200))}, "s.jsonl",
+                        ["--tokenizer", "byte", "--val_fraction", "0.99"],
+                        ["train split has", "shorter than one block", "lower --val_fraction (now 0.99)"]),
     "bad val_fraction": ({"s.jsonl": b'{"text": "a"}\n{"text": "b"}\n'}, "s.jsonl", ["--val_fraction", "0"],
                          ["--val_fraction must be between 0 and 1"]),
     "val_fraction 1": ({"s.jsonl": b'{"text": "a"}\n{"text": "b"}\n'}, "s.jsonl", ["--val_fraction", "1"],
@@ -277,12 +287,13 @@ def test_refuses_to_overwrite(shared_data, existing):
     assert "already holds a dataset" in message and "--overwrite" in message
 
 
+def tiktoken_offline(name):
+    raise ConnectionError("Failed to resolve 'openaipublic.blob.core.windows.net'")
+
+
 def test_offline_without_bpe_files_says_how_to_fix(existing, monkeypatch):
     import tiktoken
-
-    def offline(name):
-        raise ConnectionError("Failed to resolve 'openaipublic.blob.core.windows.net'")
-    monkeypatch.setattr(tiktoken, "get_encoding", offline)
+    monkeypatch.setattr(tiktoken, "get_encoding", tiktoken_offline)
     (existing / "c.txt").write_text("some text")
     message = fails(existing / "data", "local", "--input", str(existing / "c.txt"), "--name", "x", "--overwrite")
     for part in ("no network and no tiktoken cache", "--bpe_dir", "encoder.json", "vocab.bpe", "TIKTOKEN_CACHE_DIR",
@@ -290,10 +301,83 @@ def test_offline_without_bpe_files_says_how_to_fix(existing, monkeypatch):
         assert part in message
 
 
-def test_usage_errors(tmp_path):
+@pytest.mark.parametrize("src, expected", [("nope.txt", "nope.txt does not exist"), ("e.txt", "no text found")])
+def test_input_checked_before_bpe(src, expected, existing, monkeypatch):
+    """Offline with the default gpt2 tokenizer: a bad input is reported, not the (later) missing BPE."""
+    import tiktoken
+    monkeypatch.setattr(tiktoken, "get_encoding", tiktoken_offline)
+    (existing / "e.txt").write_text("")
+    monkeypatch.chdir(existing)
+    message = fails("data", "local", "--input", src, "--name", "x", "--overwrite")
+    assert expected in message and "tiktoken" not in message
+
+
+@pytest.mark.parametrize("src, problem", [("d", "is a directory"), ("nope.txt", "does not exist")])
+def test_shakespeare_input_not_a_file(src, problem, existing, monkeypatch):
+    (existing / "d").mkdir()
+    monkeypatch.chdir(existing)
+    message = fails("data", "shakespeare_char", "--input", src, "--name", "x", "--overwrite")
+    assert f"--input {src} {problem}; pass the path of one text file" in message
+
+
+@pytest.mark.parametrize("case", ["data_dir is a file", "name is a file", "read-only"])
+def test_unwritable_target_fails_before_any_work(case, tmp_path, monkeypatch):
+    monkeypatch.setattr(P, "read_documents", lambda path: pytest.fail("input read before the target was checked"))
+    data_dir = tmp_path / "data"
+    if case == "data_dir is a file":
+        data_dir.write_text("a file")
+    elif case == "name is a file":
+        data_dir.mkdir()
+        (data_dir / "x").write_text("a file")
+    else:
+        def read_only(*args, **kwargs):
+            raise OSError(errno.EROFS, "Read-only file system")
+        monkeypatch.setattr(P.tempfile, "TemporaryFile", read_only)
+    message = fails(data_dir, "local", "--input", "c.txt", "--name", "x", "--tokenizer", "byte")
+    assert f"cannot write the output folder {data_dir / 'x'}" in message and "--data_dir" in message
+    if case == "read-only":
+        assert list(data_dir.iterdir()) == []  # the folder made for the check is gone again
+    else:
+        assert (data_dir if case == "data_dir is a file" else data_dir / "x").read_text() == "a file"
+
+
+def test_parquet_text_must_be_strings(existing):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    pq.write_table(pa.table({"text": [1, 2, 3]}), existing / "n.parquet")
+    message = fails(existing / "data", "local", "--input", str(existing / "n.parquet"), "--name", "x", "--overwrite",
+                    "--tokenizer", "byte")
+    assert "n.parquet: column 'text' holds int64, not strings" in message
+
+
+def test_openwebtext_offline_says_how_to_fix(bpe_dir, tmp_path, monkeypatch):
+    import datasets
+
+    def offline(*args, **kwargs):
+        raise ConnectionError("Couldn't reach 'Skylion007/openwebtext' on the Hub (LocalEntryNotFoundError)")
+    monkeypatch.setattr(datasets, "load_dataset", offline)
+    message = fails(tmp_path, "openwebtext", "--bpe_dir", bpe_dir, "--num_proc", "1")
+    for part in ("could not reach the Hugging Face Hub", "Couldn't reach", "network", "HF_DATASETS_OFFLINE=1",
+                 "local --input"):
+        assert part in message
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("args, expected", [
+    (["local", "--name", "x"], "local needs --input PATH and --name NAME"),
+    (["shakespeare_char", "--num_proc", "0"], "--num_proc must be >= 1, got 0"),
+    (["shakespeare_char", "--num_proc", "-3"], "--num_proc must be >= 1, got -3"),
+    (["local", "--input", "c.txt", "--name", "../../escape"], "--name '../../escape' must be a plain folder name"),
+    (["local", "--input", "c.txt", "--name", "a/b"], "--name 'a/b' must be a plain folder name"),
+    (["shakespeare_char", "--name", ".."], "--name '..' must be a plain folder name"),
+])
+def test_usage_errors(args, expected, capsys):
     with pytest.raises(SystemExit) as e:
-        P.parse_args(["local", "--name", "x"])
-    assert e.value.code == 2  # argparse: "local needs --input PATH and --name NAME"
+        P.parse_args(args)
+    assert e.value.code == 2 and expected in capsys.readouterr().err
+
+
+def test_load_meta_missing(tmp_path):
     with pytest.raises(FileNotFoundError, match="not a prepared dataset"):
         P.load_meta(tmp_path)
 

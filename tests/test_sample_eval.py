@@ -1,7 +1,9 @@
 """sample.py and eval.py on a tiny checkpoint, plus an end-to-end run on the real Tiny Shakespeare."""
+import hashlib
 import json
 import math
 import os
+import shutil
 import subprocess
 import sys
 
@@ -61,6 +63,20 @@ def test_temperature_top_k_and_seed(run):
     hot = sample.main(common + ["--temperature", "1.5", "--seed", "4"])
     assert hot == sample.main(common + ["--temperature", "1.5", "--seed", "4"])  # same seed, same text
     assert hot != sample.main(common + ["--temperature", "1.5", "--seed", "5"])
+    assert hot == sample.main(common + ["--temperature", "1.5", "--seed", "4", "--top_k", "100000"])  # > vocab: no limit
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-1"])
+def test_temperature_must_be_finite(value, capsys):
+    with pytest.raises(SystemExit) as e:
+        sample.parse_args([f"--temperature={value}"])
+    assert e.value.code == 2 and "need a finite --temperature >= 0" in capsys.readouterr().err
+
+
+def test_unavailable_device_is_a_clear_error(run, monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises((ValueError, RuntimeError), match="CUDA is not available"):
+        sample.main(["--out_dir", str(run[1]), "--device", "cuda"])
 
 
 def test_samples_only_real_vocabulary(run):
@@ -81,23 +97,72 @@ def test_prompt_ids(tmp_path):
     assert sample.prompt_ids(f"FILE:{tmp_path / 'p.txt'}", byte, encode) == list("héllo".encode())
 
 
-def test_missing_checkpoint_is_a_clear_error(tmp_path):
-    result = subprocess.run([sys.executable, str(ROOT / "sample.py"), "--out_dir", str(tmp_path / "nothing")],
-                            capture_output=True, text=True, cwd=ROOT, env={**os.environ, "OMP_NUM_THREADS": "1"})
-    assert result.returncode != 0 and "Traceback" not in result.stderr
-    assert f"no checkpoint at {tmp_path / 'nothing' / 'ckpt.pt'}" in result.stderr and "train.py" in result.stderr
+@pytest.mark.parametrize("content, expected", [(None, "is not a file"), (b"\x00\xff\xfe binary", "not valid UTF-8")])
+def test_start_file_errors(content, expected, tmp_path):
+    path = tmp_path / "binary.dat"
+    if content is not None:
+        path.write_bytes(content)
+    byte = dict(tokenizer="byte", vocab_size=256, eot_token=None)
+    with pytest.raises((FileNotFoundError, prepare_data.DataError), match=expected) as e:
+        sample.prompt_ids(f"FILE:{path}", byte, prepare_data.get_codec(byte)[0])
+    assert str(path) in str(e.value)
+
+
+@pytest.mark.parametrize("extra, expected", [([], "no checkpoint at {ckpt}"),
+                                             (["--device", "cuda"], "CUDA is not available")])
+def test_cli_errors_are_clear(extra, expected, tmp_path):
+    result = subprocess.run([sys.executable, str(ROOT / "sample.py"), "--out_dir", str(tmp_path / "nothing"), *extra],
+                            capture_output=True, text=True, cwd=ROOT,
+                            env={**os.environ, "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": ""})
+    assert result.returncode == 1 and "Traceback" not in result.stderr and result.stderr.startswith("error: ")
+    assert expected.format(ckpt=tmp_path / "nothing" / "ckpt.pt") in result.stderr
+
+
+def test_changed_dataset_is_refused(run, tmp_path):
+    """A checkpoint records its dataset's meta.json; sample/eval refuse data that changed since training."""
+    root, out = run
+    meta = json.loads((root / "tiny" / "meta.json").read_text())
+    meta["sha256"] = {f: hashlib.sha256((root / "tiny" / f).read_bytes()).hexdigest() for f in ("train.bin", "val.bin")}
+    shutil.copytree(root / "tiny", tmp_path / "tiny")
+    (tmp_path / "tiny" / "meta.json").write_text(json.dumps(meta))
+    ckpt = torch.load(out / "ckpt.pt", map_location="cpu")  # train.py records dataset_meta itself from now on
+    ckpt["dataset_meta"] = meta
+    (tmp_path / "out").mkdir()
+    torch.save(ckpt, tmp_path / "out" / "ckpt.pt")
+    args = ["--out_dir", str(tmp_path / "out"), "--data_dir", str(tmp_path)]
+    assert sample.main(args + ["--max_new_tokens", "2"])  # same data: fine
+    changes = {"sha256 of val.bin differs": {"sha256": {**meta["sha256"], "val.bin": "0" * 64}},
+               "tokenizer: 'byte' at training, 'char' now": {"tokenizer": "char", "chars": ["a"]},
+               "vocab_size: 256 at training, 300 now": {"vocab_size": 300}}
+    for expected, change in changes.items():
+        (tmp_path / "tiny" / "meta.json").write_text(json.dumps({**meta, **change}))
+        for main in (sample.main, nlq_eval.main):
+            with pytest.raises(ValueError) as e:
+                main(args)
+            for part in (f"dataset {tmp_path / 'tiny'} is not the data", expected, "changed since training",
+                         "--data_dir"):
+                assert part in str(e.value)
 
 
 def test_eval_reproduces_metrics_and_bits_per_byte(run, tmp_path):
     _, out = run
-    r = nlq_eval.main(["--out_dir", str(out), "--json", str(tmp_path / "r.json")])
+    r = nlq_eval.main(["--out_dir", str(out), "--json", str(tmp_path / "new" / "r.json")])  # folder is created
     rows = {row["iter"]: row for row in map(json.loads, (out / "metrics.jsonl").read_text().splitlines())}
     assert r["iter"] == 6 and abs(r["loss"] - rows[6]["val_loss"]) < 1e-4
     assert r["tokens"] == r["bytes"] == 3 * 4 * 16  # eval_iters x batch_size x block_size; byte data
     assert r["bits_per_byte"] == pytest.approx(r["loss"] / math.log(2), rel=1e-12)
     assert r["ppl"] == pytest.approx(math.exp(r["loss"]))
-    assert json.loads((tmp_path / "r.json").read_text())["loss"] == r["loss"]
+    assert json.loads((tmp_path / "new" / "r.json").read_text())["loss"] == r["loss"]
     assert abs(nlq_eval.main(["--out_dir", str(out), "--split", "train"])["loss"] - rows[6]["train_loss"]) < 1e-4
+
+
+@pytest.mark.parametrize("target, expected", [("", "is a folder"), ("file/r.json", "cannot create its folder")])
+def test_eval_bad_json_path_fails_before_evaluating(target, expected, tmp_path, monkeypatch, capsys):
+    (tmp_path / "file").write_text("")
+    monkeypatch.setattr(nlq_eval, "evaluate", lambda *a: pytest.fail("evaluated before checking --json"))
+    with pytest.raises(SystemExit) as e:
+        nlq_eval.main(["--out_dir", str(tmp_path), "--json", str(tmp_path / target)])
+    assert e.value.code == 2 and expected in capsys.readouterr().err
 
 
 def test_eval_full_predicts_every_val_token_once(run):

@@ -94,3 +94,31 @@ def test_study_typos_fail_before_any_run(tmp_path, study_file):
     (tmp_path / "incomplete.py").write_text("name = 'x'\n")
     with pytest.raises(ValueError, match="does not set config, overrides, arms, learning_rates, seeds"):
         sweep.load_study(str(tmp_path / "incomplete.py"))
+
+
+def test_edited_study_does_not_reuse_old_runs(study_file, tmp_path):
+    study = sweep.load_study(str(study_file))
+    out = sweep.run_dir(study, "linear", 1e-2, 1)
+    os.makedirs(out)
+    saved = {**sweep.run_config(study, "linear", 1e-2, 1), "n_embd": 64, "device": "cuda"}
+    with open(os.path.join(out, "config.json"), "w") as f:
+        json.dump(saved, f)
+    with pytest.raises(ValueError, match="holds a run with other settings.*'n_embd': \\(64, 32\\)"):
+        sweep.check_settings(study, "linear", 1e-2, 1)
+    saved["n_embd"] = 32  # device, dtype, compile, logging: not part of the experiment
+    with open(os.path.join(out, "config.json"), "w") as f:
+        json.dump(saved, f)
+    sweep.check_settings(study, "linear", 1e-2, 1)
+
+
+@pytest.mark.parametrize("edit,message", [
+    (("arms = {", "arms = {}\n_unused = {"), "arms must be a non-empty dict"),
+    (("learning_rates = [1e-2, 3e-3]", "learning_rates = 1e-3"), "learning_rates must be a non-empty list"),
+    (("seeds = [1, 2]", "seeds = ['1']"), "seeds must be a non-empty list of ints"),
+    (("query_mode='nonlinear'", "query_mode='nonlinaer'"), "unknown query_mode 'nonlinaer'"),
+])
+def test_bad_study_values(study_file, tmp_path, edit, message):
+    bad = tmp_path / "bad.py"
+    bad.write_text(study_file.read_text().replace(*edit))
+    with pytest.raises(ValueError, match=message):
+        sweep.load_study(str(bad))

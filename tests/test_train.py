@@ -167,7 +167,7 @@ def test_every_query_mode_sees_the_same_batches(data_dir, tmp_path, monkeypatch)
 
 def test_resume_rejects_changed_model(data_dir, tmp_path):
     train.train(tiny_cfg(data_dir, tmp_path, max_iters=1, eval_interval=1))
-    with pytest.raises(ValueError, match="model settings differ from the checkpoint's.*query_mode"):
+    with pytest.raises(ValueError, match="settings differ from the checkpoint's.*query_mode"):
         train.train(tiny_cfg(data_dir, tmp_path, max_iters=2, init_from="resume", query_mode="nonlinear"))
 
 
@@ -192,3 +192,52 @@ def test_paper_configs_build_and_compare():
     assert counts["nlq_small"]["non_embedding_matrix"] == base
     assert counts["nlq_small"]["non_embedding"] / counts["baseline_small"]["non_embedding"] == pytest.approx(1, abs=1e-3)
     assert counts["identity_small"]["non_embedding"] == counts["baseline_small"]["non_embedding"] - 12 * 768 ** 2
+
+
+def test_scratch_never_overwrites_a_checkpoint(data_dir, tmp_path):
+    train.train(tiny_cfg(data_dir, tmp_path, max_iters=1, eval_interval=1))
+    before = (tmp_path / "ckpt.pt").read_bytes()
+    with pytest.raises(ValueError, match="ckpt.pt exists; continue it with --init_from=resume"):
+        train.train(tiny_cfg(data_dir, tmp_path, max_iters=1, eval_interval=1))
+    assert (tmp_path / "ckpt.pt").read_bytes() == before
+
+
+def test_bad_checkpoints_and_mismatched_resume(data_dir, tmp_path):
+    train.train(tiny_cfg(data_dir, tmp_path, max_iters=1, eval_interval=1))
+    other = data_dir / "other"
+    other.mkdir(exist_ok=True)
+    for split in ("train", "val"):
+        np.arange(500, dtype=np.uint16).tofile(other / f"{split}.bin")
+    (other / "meta.json").write_text(json.dumps(dict(vocab_size=64, dtype="uint16")))
+    with pytest.raises(ValueError, match="settings differ from the checkpoint's.*'dataset': \\('other', 'tiny'\\)"):
+        train.train(tiny_cfg(data_dir, tmp_path, max_iters=2, init_from="resume", dataset="other"))
+    assert torch.load(tmp_path / "ckpt.pt")["dataset_meta"]["vocab_size"] == 64
+    (tmp_path / "ckpt.pt").write_bytes(b"not a checkpoint")
+    with pytest.raises(ValueError, match="ckpt.pt is corrupt or not a train.py checkpoint"):
+        train.train(tiny_cfg(data_dir, tmp_path, max_iters=2, init_from="resume"))
+    with pytest.raises(ValueError, match="vocab_size=32 is smaller than the dataset's vocabulary \\(64\\)"):
+        train.train(tiny_cfg(data_dir, tmp_path / "small_vocab", vocab_size=32))
+
+
+@pytest.mark.parametrize("override,message", [
+    ("--batch_size=0", "'batch_size' = 0 must be > 0"),
+    ("--eval_interval=0", "'eval_interval' = 0 must be > 0"),
+    ("--gradient_accumulation_steps=-1", "'gradient_accumulation_steps' = -1 must be > 0"),
+    ("--max_iters=-5", "'max_iters' = -5 must be >= 0"),
+    ("--n_head=0", "n_head=0 must be a positive integer"),
+    ("--mlp_hidden=0", "mlp_hidden=0 must be a positive integer"),
+    ("--dropout=1.5", "dropout=1.5 must be in"),
+    ("--init_from=gpt2", "init_from='gpt2'; use scratch or resume"),
+])
+def test_out_of_range_settings_fail_before_any_run(override, message):
+    with pytest.raises(ValueError, match=message.replace("(", "\\(").replace(")", "\\)")):
+        train.parse_config([override])
+
+
+def test_config_file_must_come_first_and_must_parse(tmp_path):
+    (tmp_path / "c.py").write_text("n_layer = 3\n")
+    with pytest.raises(ValueError, match="must be the first argument"):
+        train.parse_config(["--n_layer=1", str(tmp_path / "c.py")])
+    (tmp_path / "broken.py").write_text("n_layer = = 3\n")
+    with pytest.raises(ValueError, match="config file .*broken.py failed: SyntaxError"):
+        train.parse_config([str(tmp_path / "broken.py")])
