@@ -60,7 +60,7 @@ def load_checkpoint(out_dir, device="cpu", data_dir=None):
     if not os.path.isfile(path):
         raise FileNotFoundError(f"no checkpoint at {path}; train one first, e.g. "
                                 f"python train.py config/shakespeare_char.py --out_dir={out_dir}")
-    ckpt = torch.load(path, map_location="cpu")  # CPU first: works for a checkpoint written on any device
+    ckpt = train.load_checkpoint(path)  # onto the CPU first: works for a checkpoint written on any device
     model = GPT(GPTConfig(**ckpt["model_args"]))
     model.load_state_dict(ckpt["model"])  # train.py saves the unwrapped model: no _orig_mod./module. prefixes
     model.to(device).eval()
