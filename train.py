@@ -283,6 +283,37 @@ def append_metrics(out_dir, row, truncate_after=None):
             f.write(json.dumps(row) + "\n")
 
 
+def model_args_and_checkpoint(cfg, meta, ckpt_path):
+    """GPTConfig arguments for this run, and the checkpoint to resume from (None for init_from=scratch).
+
+    ValueError if out_dir is a file, vocab_size is too small for the data, a scratch run would overwrite a
+    checkpoint, or a resumed run asks for other model settings or another dataset than its checkpoint's.
+    """
+    if os.path.exists(cfg["out_dir"]) and not os.path.isdir(cfg["out_dir"]):
+        raise ValueError(f"out_dir {cfg['out_dir']} is a file; choose a folder")
+    model_args = {k: cfg[k] for k in MODEL_KEYS}
+    model_args["vocab_size"] = cfg["vocab_size"] or -(-meta["vocab_size"] // 64) * 64
+    if meta["vocab_size"] > model_args["vocab_size"]:
+        raise ValueError(f"vocab_size={model_args['vocab_size']} is smaller than the dataset's vocabulary "
+                         f"({meta['vocab_size']}); leave vocab_size unset (None) to size it from the data")
+    if cfg["init_from"] == "scratch":
+        if os.path.exists(ckpt_path):  # never overwrite a trained model by accident
+            raise ValueError(f"{ckpt_path} exists; continue it with --init_from=resume, or pick a new out_dir "
+                             f"(or delete the old run) to start from scratch")
+        return model_args, None
+    if not os.path.isfile(ckpt_path):
+        raise FileNotFoundError(f"init_from=resume but {ckpt_path} does not exist; use init_from=scratch")
+    ckpt = load_checkpoint(ckpt_path)
+    changed = {k: (v, ckpt["model_args"][k]) for k, v in model_args.items()
+               if ckpt["model_args"][k] != v and cfg[k] is not None}
+    if ckpt["config"]["dataset"] != cfg["dataset"]:
+        changed["dataset"] = (cfg["dataset"], ckpt["config"]["dataset"])
+    if changed:
+        raise ValueError(f"settings differ from the checkpoint's (yours, checkpoint's): {changed}; "
+                         f"resume with the checkpoint's settings or start a new out_dir")
+    return ckpt["model_args"], ckpt
+
+
 def train(cfg):
     """Run one training job from a resolved config dict (see DEFAULTS). Returns the last eval's losses.
 
@@ -315,29 +346,7 @@ def train(cfg):
     n_train = len(np.memmap(splits["train"][0], dtype=meta["dtype"], mode="r"))
 
     ckpt_path = os.path.join(cfg["out_dir"], "ckpt.pt")
-    if os.path.exists(cfg["out_dir"]) and not os.path.isdir(cfg["out_dir"]):
-        raise ValueError(f"out_dir {cfg['out_dir']} is a file; choose a folder")
-    model_args = {k: cfg[k] for k in MODEL_KEYS}
-    model_args["vocab_size"] = cfg["vocab_size"] or -(-meta["vocab_size"] // 64) * 64
-    if meta["vocab_size"] > model_args["vocab_size"]:
-        raise ValueError(f"vocab_size={model_args['vocab_size']} is smaller than the dataset's vocabulary "
-                         f"({meta['vocab_size']}); leave vocab_size unset (None) to size it from the data")
-    ckpt = None
-    if cfg["init_from"] == "resume":
-        if not os.path.isfile(ckpt_path):
-            raise FileNotFoundError(f"init_from=resume but {ckpt_path} does not exist; use init_from=scratch")
-        ckpt = load_checkpoint(ckpt_path)
-        changed = {k: (v, ckpt["model_args"][k]) for k, v in model_args.items() if ckpt["model_args"][k] != v
-                   and cfg[k] is not None}
-        if ckpt["config"]["dataset"] != cfg["dataset"]:
-            changed["dataset"] = (cfg["dataset"], ckpt["config"]["dataset"])
-        if changed:
-            raise ValueError(f"settings differ from the checkpoint's (yours, checkpoint's): {changed}; "
-                             f"resume with the checkpoint's settings or start a new out_dir")
-        model_args = ckpt["model_args"]
-    elif os.path.exists(ckpt_path):  # never overwrite a trained model by accident
-        raise ValueError(f"{ckpt_path} exists; continue it with --init_from=resume, or pick a new out_dir "
-                         f"(or delete the old run) to start from scratch")
+    model_args, ckpt = model_args_and_checkpoint(cfg, meta, ckpt_path)
 
     torch.manual_seed(cfg["seed"])  # the same initial weights for every rank and every run with this seed
     model = GPT(GPTConfig(**model_args))

@@ -9,6 +9,10 @@ from pathlib import Path
 
 import pytest
 
+# The test models are tiny: one thread per process is faster than several and keeps torchrun's two
+# processes from oversubscribing a 2-core machine. Set before torch is imported by the test modules.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # import model, train, prepare_data as top-level modules
 
