@@ -3,8 +3,9 @@ The whole GPT in one file: a GPT-2-style decoder whose attention query can be no
 
 Paper: Karbevski, "Beyond Linearity in Attention Projections: The Case for Nonlinear Queries", arXiv 2603.13381.
 Attention sees its input X only through XW_Q, XW_K, XW_V. The layers around it can absorb any invertible basis
-change Θ of X (XΘ with Θ⁻¹W), so W_Q can be fixed to the identity at no loss of expressivity (§2). The paper spends
-the freed d² parameters on a nonlinear residual instead (§3, eq. for Q):
+change Θ of X (XΘ with Θ⁻¹W), so W_Q can be fixed to the identity at no loss of expressivity (the paper's
+introduction, after Karbevski & Mijoski 2024). The paper spends the freed d² parameters on a nonlinear residual
+instead (its method, the definition of Q):
 
     Q(X) = (X + f(X)) / 2,    f(X) = LayerNorm(W2 · GELU(W1 · RMSNorm(X))),    W1: d×d/2, W2: d/2×d
 
@@ -75,7 +76,7 @@ class GPTConfig:
 
 
 class NonlinearQuery(nn.Module):
-    """f(x) = LayerNorm(W2 · GELU(W1 · RMSNorm(x))), the paper's nonlinear query residual (§3).
+    """f(x) = LayerNorm(W2 · GELU(W1 · RMSNorm(x))), the paper's nonlinear query residual (its method).
 
     (B, T, C) -> (B, T, C). Parameters: 2·C·r + 2·C with r = query_hidden and bias=False (d² + 2d for r = d/2).
     """

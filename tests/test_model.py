@@ -216,7 +216,7 @@ def attention(X, Wq, Wk, Wv, scale):
 
 
 def test_basis_change_invariance_the_paper_builds_on():
-    """Attention sees X only through XW_Q, XW_K, XW_V (paper §2).
+    """Attention sees X only through XW_Q, XW_K, XW_V (the paper's introduction; Karbevski & Mijoski 2024).
 
     1. For any invertible Θ (d×d): (XΘ)(Θ⁻¹W) = X(ΘΘ⁻¹)W = XW for each of W_Q, W_K, W_V, so one attention layer fed
        XΘ with projections Θ⁻¹W_Q, Θ⁻¹W_K, Θ⁻¹W_V gives exactly the output of X with W_Q, W_K, W_V.
