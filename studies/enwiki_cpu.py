@@ -14,5 +14,5 @@ arms = {
     "wide": dict(query_mode="linear", mlp_hidden=608),  # 4.75 x 128: +12.5% non-embedding matrix parameters
     "linear_qknorm": dict(query_mode="linear", qk_norm=True),
 }
-learning_rates = [1e-3, 2e-3, 4e-3]
+learning_rates = [2e-3, 4e-3, 8e-3]
 seeds = [1337, 1338, 1339]
