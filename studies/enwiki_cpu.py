@@ -1,6 +1,6 @@
 # The paper's comparison at CPU scale on byte-level English Wikipedia (config/enwiki_bytes.py):
 # linear vs identity vs nonlinear query, the +12.5% wider linear baseline, and linear + QK-norm.
-# Every arm: the same 3-point learning-rate sweep (min_lr = lr / 10) at seed 1337, then its best rate with
+# Every arm: the same 4-point learning-rate sweep (min_lr = lr / 10) at seed 1337, then its best rate with
 # seeds 1338 and 1339. Same data order and eval windows for all (train.py draws them from the seed alone).
 #   python sweep.py studies/enwiki_cpu.py --jobs 2 --threads 1
 #   python report.py studies/enwiki_cpu.py
@@ -14,5 +14,5 @@ arms = {
     "wide": dict(query_mode="linear", mlp_hidden=608),  # 4.75 x 128: +12.5% non-embedding matrix parameters
     "linear_qknorm": dict(query_mode="linear", qk_norm=True),
 }
-learning_rates = [2e-3, 4e-3, 8e-3]
+learning_rates = [2e-3, 4e-3, 8e-3, 1.6e-2]
 seeds = [1337, 1338, 1339]
