@@ -11,5 +11,5 @@ arms = {
     "wide": dict(query_mode="linear", mlp_hidden=1824),  # 4.75 x 384: +12.5% non-embedding matrix parameters
     "linear_qknorm": dict(query_mode="linear", qk_norm=True),
 }
-learning_rates = [6e-4, 1.2e-3, 2.4e-3]
+learning_rates = [1e-3, 2e-3, 4e-3]  # the CPU study found small models prefer high rates
 seeds = [1337, 1338, 1339]
