@@ -1,7 +1,8 @@
 # The paper's comparison at CPU scale on byte-level English Wikipedia (config/enwiki_bytes.py):
 # linear vs identity vs nonlinear query, the +12.5% wider linear baseline, and linear + QK-norm.
 # Every arm: the same 4-point learning-rate sweep (min_lr = lr / 10) at seed 1337, then its best rate with
-# seeds 1338 and 1339. Same data order and eval windows for all (train.py draws them from the seed alone).
+# seeds 1338 and 1339. A seed fixes the initial weights, the order of training windows and the eval windows
+# (train.py draws them from the seed alone): at one seed every arm sees the same batches.
 #   python sweep.py studies/enwiki_cpu.py --jobs 2 --threads 1
 #   python report.py studies/enwiki_cpu.py
 name = "enwiki_cpu"
