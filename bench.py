@@ -157,14 +157,16 @@ def bench(cfg, opts):
                          ms_p10=1000 * float(np.percentile(times[mode], 10)),
                          ms_p90=1000 * float(np.percentile(times[mode], 90)),
                          tokens_per_s=cfg["batch_size"] * cfg["block_size"] / dt, mfu=mfu,
-                         peak_mem_mb=mems[mode], params=model.param_breakdown()["total"]))
+                         peak_mem_mb=mems[mode], params=model.param_breakdown()["total"],
+                         vocab_size=model.config.vocab_size))
     return rows, device
 
 
 def table(rows, device):
     """Rows as a markdown table, with each mode's tokens/s relative to the first mode."""
     ref = rows[0]["tokens_per_s"]
-    lines = [f"device: {device_name(device)}, torch {torch.__version__}, {time.strftime('%Y-%m-%d')}",
+    lines = [f"device: {device_name(device)}, torch {torch.__version__}, {time.strftime('%Y-%m-%d')}, "
+             f"vocab {rows[0]['vocab_size']}, {rows[0]['params']:,} parameters ({rows[0]['query_mode']})",
              "| query_mode | compile | dtype | batch x block | ms/iter (median) | p10-p90 ms | tokens/s | "
              f"vs {rows[0]['query_mode']} | MFU | peak mem MB |", "|---|---|---|---|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
