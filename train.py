@@ -338,12 +338,11 @@ def train(cfg):
     data_dir = os.path.join(cfg["data_dir"], cfg["dataset"])
     meta = load_meta(data_dir)
     bs, T = cfg["batch_size"], cfg["block_size"]
-    splits = {}
+    splits, n_tokens = {}, {}
     for split in ("train", "val"):
-        data = open_split(data_dir, split, meta["dtype"], T)
-        windows = eval_windows(len(data), T, bs, cfg["eval_iters"], cfg["seed"])
+        n_tokens[split] = len(open_split(data_dir, split, meta["dtype"], T))
+        windows = eval_windows(n_tokens[split], T, bs, cfg["eval_iters"], cfg["seed"])
         splits[split] = (os.path.join(data_dir, f"{split}.bin"), meta["dtype"], windows, T)
-    n_train = len(np.memmap(splits["train"][0], dtype=meta["dtype"], mode="r"))
 
     ckpt_path = os.path.join(cfg["out_dir"], "ckpt.pt")
     model_args, ckpt = model_args_and_checkpoint(cfg, meta, ckpt_path)
@@ -428,7 +427,7 @@ def train(cfg):
         for group in optimizer.param_groups:
             group["lr"] = lr
         # every rank draws the whole step's windows, then takes its own micro-batches
-        starts = window_starts(n_train, T, (accum, bs), train_gen)[rank * local_accum:(rank + 1) * local_accum]
+        starts = window_starts(n_tokens["train"], T, (accum, bs), train_gen)[rank * local_accum:(rank + 1) * local_accum]
         loss_sum = torch.zeros((), device=device)
         for micro in range(local_accum):
             x, y = get_batch(splits["train"][0], meta["dtype"], starts[micro], T, device)
