@@ -21,7 +21,6 @@ import resource
 import statistics
 import sys
 import time
-from contextlib import nullcontext
 
 import numpy as np
 import torch
@@ -80,7 +79,7 @@ def vocab_size(cfg):
         return cfg["vocab_size"]
     meta_dir = os.path.join(cfg["data_dir"], cfg["dataset"])
     if os.path.exists(os.path.join(meta_dir, "meta.json")):
-        return -(-train.load_meta(meta_dir)["vocab_size"] // 64) * 64
+        return train.padded_vocab(train.load_meta(meta_dir)["vocab_size"])
     return 50304
 
 
@@ -122,10 +121,7 @@ def bench(cfg, opts):
     if opts["threads"]:
         torch.set_num_threads(opts["threads"])
     device, device_type, ptdtype = train.resolve_device(cfg, 0, 1)
-    if device_type == "cuda":
-        torch.backends.cuda.matmul.allow_tf32 = True
-        torch.backends.cudnn.allow_tf32 = True
-    ctx = nullcontext() if ptdtype == torch.float32 else torch.autocast(device_type=device_type, dtype=ptdtype)
+    ctx = train.autocast(device_type, ptdtype)
     modes = opts["query_modes"].split(",")
     get_batch = batch_source(cfg, opts, vocab_size(cfg), device)
     runners, times, mems = {}, {m: [] for m in modes}, {}

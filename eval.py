@@ -17,7 +17,6 @@ import json
 import math
 import os
 import sys
-from contextlib import nullcontext
 
 import numpy as np
 import torch
@@ -91,7 +90,7 @@ def evaluate(out_dir, split="val", full=False, device="cpu", dtype=None, batch_s
     cfg = ckpt["config"]
     device, device_type, ptdtype = train.resolve_device({"device": device, "dtype": dtype or cfg["dtype"]}, 0, 1)
     model.to(device)
-    ctx = nullcontext() if ptdtype == torch.float32 else torch.autocast(device_type=device_type, dtype=ptdtype)
+    ctx = train.autocast(device_type, ptdtype)
     nbytes = token_bytes(meta, bpe_dir)
     if full:
         res = full_split(model, ctx, cfg, data, meta, split, device, nbytes, batch_size or cfg["batch_size"])

@@ -74,8 +74,7 @@ def read_run(study, arm, lr, seed):
     """One run dir -> dict(status 'done' | 'unfinished' | 'missing', iter, max_iters, val_loss, rows, config)."""
     sweep.check_settings(study, arm, lr, seed)  # never report a run made with other settings
     out_dir = sweep.run_dir(study, arm, lr, seed)
-    path, cfg_path = os.path.join(out_dir, "metrics.jsonl"), os.path.join(out_dir, "config.json")
-    rows = [json.loads(line) for line in read_text(path).splitlines() if line.strip()]
+    rows, cfg_path = sweep.read_metrics(out_dir), os.path.join(out_dir, "config.json")
     config = json.loads(read_text(cfg_path) or "null")
     max_iters = sweep.run_config(study, arm, lr, seed)["max_iters"]
     last = rows[-1] if rows else {}

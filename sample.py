@@ -140,5 +140,5 @@ def main(argv=None):
 if __name__ == "__main__":
     try:
         main()
-    except (FileNotFoundError, ValueError, RuntimeError) as e:  # RuntimeError: DataError, resolve_device
+    except (FileNotFoundError, ValueError, DataError) as e:
         sys.exit(f"error: {e}")

@@ -83,14 +83,19 @@ def check_settings(study, arm, lr, seed):
                          f"delete it, or give the changed study a new name")
 
 
-def final_row(out_dir):
-    """The last line of out_dir/metrics.jsonl as a dict, or None."""
+def read_metrics(out_dir):
+    """The rows of out_dir/metrics.jsonl as dicts; [] for a run not started yet."""
     path = os.path.join(out_dir, "metrics.jsonl")
     if not os.path.exists(path):
-        return None
+        return []
     with open(path) as f:
-        lines = [line for line in f if line.strip()]
-    return json.loads(lines[-1]) if lines else None
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def final_row(out_dir):
+    """The last row of out_dir/metrics.jsonl, or None."""
+    rows = read_metrics(out_dir)
+    return rows[-1] if rows else None
 
 
 def is_finished(study, arm, lr, seed):

@@ -145,7 +145,8 @@ def setup_distributed(cfg):
 
 
 def resolve_device(cfg, local_rank, world_size):
-    """-> (device str, device_type, torch dtype). Never touches CUDA on a machine without it."""
+    """-> (device str, device_type, torch dtype); turns TF32 on for CUDA. Never touches CUDA on a machine
+    without it. ValueError for an unknown or unavailable device or dtype."""
     device = cfg["device"]
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "mps" if torch.backends.mps.is_available() else "cpu"
@@ -165,7 +166,15 @@ def resolve_device(cfg, local_rank, world_size):
         raise ValueError(f"dtype {dtype!r} is not one of auto, float32, bfloat16, float16")
     if dtype == "float16" and device_type != "cuda":
         raise ValueError("dtype float16 needs CUDA (its GradScaler); use bfloat16 or float32 on this device")
+    if device_type == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
     return device, device_type, getattr(torch, dtype)
+
+
+def autocast(device_type, ptdtype):
+    """The mixed-precision context for forward passes: none for float32."""
+    return nullcontext() if ptdtype == torch.float32 else torch.autocast(device_type=device_type, dtype=ptdtype)
 
 
 # ------------------------------------------------------------------------------------------------------- data
@@ -177,6 +186,11 @@ def open_split(data_dir, split, dtype, block_size):
         raise ValueError(f"{path} holds {len(data)} tokens, fewer than block_size + 1 = {block_size + 1}; "
                          f"use a smaller block_size or a larger {split} split (prepare_data.py --val_fraction)")
     return data
+
+
+def padded_vocab(vocab_size):
+    """A dataset's vocabulary size rounded up to a multiple of 64 (faster matmuls; the extra rows go unused)."""
+    return -(-vocab_size // 64) * 64
 
 
 def window_starts(n_tokens, block_size, shape, generator):
@@ -194,8 +208,8 @@ def get_batch(data_path, dtype, starts, block_size, device):
     """Windows at the given offsets (B,) -> x, y (B, block_size) int64 on device; y is x shifted by one.
     The memmap is re-opened per batch so pages do not pile up in the process's memory."""
     data = np.memmap(data_path, dtype=dtype, mode="r")
-    x = torch.stack([torch.from_numpy(data[i:i + block_size].astype(np.int64)) for i in starts.tolist()])
-    y = torch.stack([torch.from_numpy(data[i + 1:i + 1 + block_size].astype(np.int64)) for i in starts.tolist()])
+    windows = np.stack([data[i:i + block_size + 1] for i in starts.tolist()]).astype(np.int64)
+    x, y = torch.from_numpy(windows[:, :-1].copy()), torch.from_numpy(windows[:, 1:].copy())
     if device.startswith("cuda"):
         return x.pin_memory().to(device, non_blocking=True), y.pin_memory().to(device, non_blocking=True)
     return x.to(device), y.to(device)
@@ -292,7 +306,7 @@ def model_args_and_checkpoint(cfg, meta, ckpt_path):
     if os.path.exists(cfg["out_dir"]) and not os.path.isdir(cfg["out_dir"]):
         raise ValueError(f"out_dir {cfg['out_dir']} is a file; choose a folder")
     model_args = {k: cfg[k] for k in MODEL_KEYS}
-    model_args["vocab_size"] = cfg["vocab_size"] or -(-meta["vocab_size"] // 64) * 64
+    model_args["vocab_size"] = cfg["vocab_size"] or padded_vocab(meta["vocab_size"])
     if meta["vocab_size"] > model_args["vocab_size"]:
         raise ValueError(f"vocab_size={model_args['vocab_size']} is smaller than the dataset's vocabulary "
                          f"({meta['vocab_size']}); leave vocab_size unset (None) to size it from the data")
@@ -329,10 +343,7 @@ def train(cfg):
                          f"make it a multiple of {world_size}")
     local_accum = accum // world_size
     device, device_type, ptdtype = resolve_device(cfg, local_rank, world_size)
-    if device_type == "cuda":
-        torch.backends.cuda.matmul.allow_tf32 = True
-        torch.backends.cudnn.allow_tf32 = True
-    ctx = nullcontext() if ptdtype == torch.float32 else torch.autocast(device_type=device_type, dtype=ptdtype)
+    ctx = autocast(device_type, ptdtype)
     tokens_per_iter = accum * cfg["batch_size"] * cfg["block_size"]
 
     data_dir = os.path.join(cfg["data_dir"], cfg["dataset"])
