@@ -59,6 +59,23 @@ def run_args(study, arm, lr, seed):
     return [study["config"]] + [f"--{k}={v}" for k, v in overrides.items()]
 
 
+def torchrun_command(study, arm, lr, seed, nproc):
+    """The torchrun line of one run on nproc processes, with the same global batch and the same windows.
+
+    gradient_accumulation_steps must divide among the processes; if it does not, the micro-batch is split
+    instead (batch_size / nproc, accumulation x nproc): train.py draws the step's windows as one flat
+    sequence, so the runs see the same data. ValueError if neither divides.
+    """
+    args, cfg = run_args(study, arm, lr, seed), run_config(study, arm, lr, seed)
+    accum, batch = cfg["gradient_accumulation_steps"], cfg["batch_size"]
+    if accum % nproc:
+        if batch % nproc:
+            raise ValueError(f"neither gradient_accumulation_steps={accum} nor batch_size={batch} divides "
+                             f"among {nproc} processes; pick another --print count")
+        args += [f"--batch_size={batch // nproc}", f"--gradient_accumulation_steps={accum * nproc}"]
+    return f"torchrun --standalone --nproc_per_node={nproc} train.py " + " ".join(args)
+
+
 def run_config(study, arm, lr, seed):
     return train.parse_config(run_args(study, arm, lr, seed))
 
@@ -152,12 +169,11 @@ def main(argv=None):
     study = load_study(args.study)
     sweep, rerun = phases(study)
     if args.nproc:
-        torchrun = f"torchrun --standalone --nproc_per_node={args.nproc} train.py "
-        print("\n".join(torchrun + " ".join(run_args(study, *run)) for run in sweep))
+        print("\n".join(torchrun_command(study, *run, args.nproc) for run in sweep))
         if any(lr is None for _, lr, _ in rerun()):
             print("# phase 2 (best learning rate x other seeds): run this again once the runs above have finished")
         else:
-            print("\n".join(torchrun + " ".join(run_args(study, *run)) for run in rerun()))
+            print("\n".join(torchrun_command(study, *run, args.nproc) for run in rerun()))
         return
     with ThreadPoolExecutor(args.jobs) as pool:
         list(pool.map(lambda run: launch(study, *run, args.threads), sweep))

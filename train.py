@@ -471,6 +471,7 @@ def train(cfg):
             evaluate_and_save()
             t0 = time.time()  # eval time is not step time
 
+    log(f"done: {iter_num} iterations; checkpoint {ckpt_path}, metrics {cfg['out_dir']}/metrics.jsonl")
     if world_size > 1:
         dist.destroy_process_group()
     return losses

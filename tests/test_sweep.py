@@ -79,11 +79,15 @@ def test_best_lr_and_print_mode(study_file, capsys):
             f.write(json.dumps(dict(iter=40, val_loss=loss)) + "\n")
     assert sweep.best_lr(study, "linear") == 3e-3
     assert sweep.best_lr(study, "nonlinear") is None  # not swept yet
-    sweep.main([str(study_file), "--print", "8"])
+    sweep.main([str(study_file), "--print", "2"])
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0].startswith("torchrun --standalone --nproc_per_node=8 train.py ")
+    assert lines[0].startswith("torchrun --standalone --nproc_per_node=2 train.py ")
     assert "--query_mode=linear --learning_rate=0.01 --min_lr=0.001 --seed=1" in lines[0]
+    # the study's 1 micro-batch of 4 cannot be shared by 2 processes: 2 micro-batches of 2, same global batch
+    assert lines[0].endswith("--batch_size=2 --gradient_accumulation_steps=2")
     assert lines[-1].startswith("# phase 2")
+    with pytest.raises(ValueError, match="neither gradient_accumulation_steps=1 nor batch_size=4 divides among 3"):
+        sweep.main([str(study_file), "--print", "3"])
 
 
 def test_study_typos_fail_before_any_run(tmp_path, study_file):
