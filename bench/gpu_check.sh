@@ -14,10 +14,10 @@ export PYTHONUNBUFFERED=1
 { date -u; nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv;
   python3 -c "import torch; print('torch', torch.__version__, torch.cuda.get_device_name())"; } | tee "$OUT/env.txt"
 
-timeout 60 python3 bench/gpu_sanity.py 2>&1 | tee "$OUT/gpu_sanity.md"
+timeout 120 python3 bench/gpu_sanity.py 2>&1 | tee "$OUT/gpu_sanity.md"
 
 timeout 200 python3 bench.py config/nlq_small.py --compile=True --warmup=8 --steps=40 --rounds=4 \
     --json="$OUT/bench_nlq_small.json" 2>&1 | tee "$OUT/bench_nlq_small.md"
 
-timeout 280 python3 sweep.py studies/enwiki_gpu.py --jobs 4 2>&1 | tee "$OUT/sweep.log"
+timeout 220 python3 sweep.py studies/enwiki_gpu.py --jobs 4 2>&1 | tee "$OUT/sweep.log"
 python3 report.py studies/enwiki_gpu.py --out "$OUT/study" 2>&1 | tail -n 30

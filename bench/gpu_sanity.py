@@ -26,7 +26,10 @@ def logits(model, idx, dtype, device_type):
 def main():
     device = "cuda" if torch.cuda.is_available() else "cpu"
     torch.backends.cuda.matmul.allow_tf32 = False  # compare float32 maths, not TF32 rounding
-    rows, failed = [], 0
+    name = torch.cuda.get_device_name() if device == "cuda" else "CPU"
+    print(f"device: {name}, torch {torch.__version__}\n\n| query_mode | dtype | check | max abs diff | tolerance | "
+          f"result |\n|---|---|---|---:|---:|---|", flush=True)  # rows print as they finish: a timeout keeps them
+    failed = 0
     idx = torch.randint(0, 512, (4, 256), device=device)
     for mode in QUERY_MODES:
         cfg = dict(block_size=256, vocab_size=512, n_layer=4, n_head=4, n_embd=256, query_mode=mode)
@@ -37,15 +40,12 @@ def main():
         compiled = torch.compile(fast)
         for dtype in (torch.float32, torch.bfloat16):
             ref = logits(plain, idx, dtype, device)
-            for name, model in (("sdpa vs plain", fast), ("compile vs plain", compiled)):
+            for check, model in (("sdpa vs plain", fast), ("compile vs plain", compiled)):
                 diff = (logits(model, idx, dtype, device) - ref).abs().max().item()
                 ok = diff < TOLERANCE[dtype]
                 failed += not ok
-                rows.append(f"| {mode} | {str(dtype)[6:]} | {name} | {diff:.2e} | {TOLERANCE[dtype]:.0e} | "
-                            f"{'ok' if ok else 'FAIL'} |")
-    name = torch.cuda.get_device_name() if device == "cuda" else "CPU"
-    print(f"device: {name}, torch {torch.__version__}\n\n| query_mode | dtype | check | max abs diff | tolerance | "
-          f"result |\n|---|---|---|---:|---:|---|\n" + "\n".join(rows))
+                print(f"| {mode} | {str(dtype)[6:]} | {check} | {diff:.2e} | {TOLERANCE[dtype]:.0e} | "
+                      f"{'ok' if ok else 'FAIL'} |", flush=True)
     sys.exit(1 if failed else 0)
 
 
