@@ -25,8 +25,9 @@ import time
 import numpy as np
 import torch
 
-import train
-from model import GPT, GPTConfig
+from common import (autocast, get_batch, load_meta, model_config, parse_config, resolve_device, use_compile,
+                    window_starts)
+from model import GPT, QUERY_MODES
 
 BENCH_DEFAULTS = dict(query_modes="linear,identity,nonlinear", warmup=10, steps=50, rounds=5, data="synthetic",
                       threads=None, json=None)
@@ -49,6 +50,9 @@ def split_args(argv):
     if opts["steps"] < opts["rounds"]:
         raise ValueError(f"--steps={opts['steps']} is fewer than --rounds={opts['rounds']}; each round times >= 1 step")
     modes = opts["query_modes"].split(",")
+    unknown = [m for m in modes if m not in QUERY_MODES]
+    if unknown:
+        raise ValueError(f"--query_modes: unknown mode {unknown[0]!r}; registered: {', '.join(QUERY_MODES)}")
     if len(set(modes)) != len(modes):
         raise ValueError(f"--query_modes={opts['query_modes']} names a mode twice")
     if opts["data"] not in ("synthetic", "real"):
@@ -68,31 +72,25 @@ def batch_source(cfg, opts, vocab_size, device):
             return ids[:, :-1].to(device), ids[:, 1:].to(device)
         return synthetic
     path = os.path.join(cfg["data_dir"], cfg["dataset"], "train.bin")
-    dtype = train.load_meta(os.path.dirname(path))["dtype"]
+    dtype = load_meta(os.path.dirname(path))["dtype"]
     n = len(np.memmap(path, dtype=dtype, mode="r"))
-    return lambda: train.get_batch(path, dtype, train.window_starts(n, T, (B,), gen), T, device)
+    return lambda: get_batch(path, dtype, window_starts(n, T, (B,), gen), T, device)
 
 
-def vocab_size(cfg):
-    """As train.py: the config's, else the dataset's rounded up to a multiple of 64, else GPT-2's 50304."""
-    if cfg["vocab_size"]:
-        return cfg["vocab_size"]
+def data_vocab_size(cfg):
+    """The dataset's vocabulary if it is prepared here, else None (GPT-2's, in common.model_config)."""
     meta_dir = os.path.join(cfg["data_dir"], cfg["dataset"])
-    if os.path.exists(os.path.join(meta_dir, "meta.json")):
-        return train.padded_vocab(train.load_meta(meta_dir)["vocab_size"])
-    return 50304
+    return load_meta(meta_dir)["vocab_size"] if os.path.exists(os.path.join(meta_dir, "meta.json")) else None
 
 
 def make_runner(cfg, mode, device, device_type, ctx):
     """Build model + AdamW for one query mode; returns (raw model, step function, compiled?)."""
-    args = {k: cfg[k] for k in train.MODEL_KEYS}
-    args.update(query_mode=mode, vocab_size=vocab_size(cfg))
     torch.manual_seed(cfg["seed"])
-    model = GPT(GPTConfig(**args)).to(device)
+    model = GPT(model_config({**cfg, "query_mode": mode}, data_vocab_size(cfg))).to(device)
     opt = model.configure_optimizers(cfg["weight_decay"], cfg["learning_rate"], (cfg["beta1"], cfg["beta2"]),
                                      device_type)
-    use_compile = cfg["compile"] if cfg["compile"] is not None else device_type == "cuda"
-    fwd = torch.compile(model) if use_compile else model
+    compiled = use_compile(cfg, device_type)
+    fwd = torch.compile(model) if compiled else model
 
     def step(x, y):
         with ctx:
@@ -101,7 +99,7 @@ def make_runner(cfg, mode, device, device_type, ctx):
         torch.nn.utils.clip_grad_norm_(model.parameters(), cfg["grad_clip"])
         opt.step()
         opt.zero_grad(set_to_none=True)
-    return model, step, use_compile
+    return model, step, compiled
 
 
 def sync(device_type):
@@ -120,24 +118,24 @@ def bench(cfg, opts):
     """Time every query mode; returns one row (dict) per mode."""
     if opts["threads"]:
         torch.set_num_threads(opts["threads"])
-    device, device_type, ptdtype = train.resolve_device(cfg, 0, 1)
-    ctx = train.autocast(device_type, ptdtype)
+    device, device_type, ptdtype = resolve_device(cfg)
+    ctx = autocast(device_type, ptdtype)
     modes = opts["query_modes"].split(",")
-    get_batch = batch_source(cfg, opts, vocab_size(cfg), device)
+    next_batch = batch_source(cfg, opts, model_config(cfg, data_vocab_size(cfg)).vocab_size, device)
     runners, times, mems = {}, {m: [] for m in modes}, {}
     for mode in modes:
         if device_type == "cuda":
             torch.cuda.reset_peak_memory_stats()
         runners[mode] = make_runner(cfg, mode, device, device_type, ctx)
         for _ in range(opts["warmup"]):  # includes torch.compile's first-call compilation
-            runners[mode][1](*get_batch())
+            runners[mode][1](*next_batch())
         sync(device_type)
         mems[mode] = peak_mem_mb(device_type)
     per_round = max(1, opts["steps"] // opts["rounds"])
     for _ in range(opts["rounds"]):
         for mode in modes:
             for _ in range(per_round):
-                x, y = get_batch()
+                x, y = next_batch()
                 sync(device_type)
                 t0 = time.perf_counter()
                 runners[mode][1](x, y)
@@ -181,7 +179,7 @@ def device_name(device):
 
 def main(argv):
     opts, rest = split_args(argv)
-    cfg = train.parse_config(rest)
+    cfg = parse_config(rest)
     if opts["json"]:  # make the folder first: a bad path fails now, not after the benchmark
         os.makedirs(os.path.dirname(opts["json"]) or ".", exist_ok=True)
     rows, device = bench(cfg, opts)

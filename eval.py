@@ -19,9 +19,9 @@ import os
 import sys
 
 import numpy as np
-import torch
 
-import train
+from common import (autocast, estimate_loss, eval_windows, full_split_loss, get_batch, open_split, resolve_device,
+                    safe_exp)
 from prepare_data import GPT2_EOT, gpt2_encoding
 from sample import load_checkpoint
 
@@ -47,39 +47,28 @@ def token_bytes(meta, bpe_dir=None):
 def fixed_windows(model, ctx, cfg, data, meta, split, device, nbytes):
     """train.py's eval on its fixed windows -> (total nats, tokens, bytes, windows)."""
     T, dtype, path = cfg["block_size"], meta["dtype"], os.path.join(data, f"{split}.bin")
-    n = len(train.open_split(data, split, dtype, T))
-    windows = train.eval_windows(n, T, cfg["batch_size"], cfg["eval_iters"], cfg["seed"])
-    loss = train.estimate_loss(model, {split: (path, dtype, windows, T)}, ctx, 0, 1, device)[split]
-    model.eval()  # estimate_loss leaves the model in train mode
-    n_bytes = sum(int(nbytes[train.get_batch(path, dtype, w, T, "cpu")[1].numpy()].sum()) for w in windows)
+    n = len(open_split(data, split, dtype, T))
+    windows = eval_windows(n, T, cfg["batch_size"], cfg["eval_iters"], cfg["seed"])
+    loss = estimate_loss(model, {split: (path, dtype, windows, T)}, ctx, 0, 1, device)[split]
+    n_bytes = sum(int(nbytes[get_batch(path, dtype, w, T, "cpu")[1].numpy()].sum()) for w in windows)
     return loss * windows.numel() * T, windows.numel() * T, n_bytes, windows.numel()
 
 
-@torch.no_grad()
 def full_split(model, ctx, cfg, data, meta, split, device, nbytes, batch_size):
     """Every target of the split once: windows at 0, T, 2T, ... -> (total nats, tokens, bytes, windows)."""
-    T, dtype, path = cfg["block_size"], meta["dtype"], os.path.join(data, f"{split}.bin")
-    n = len(train.open_split(data, split, dtype, 1))
-    starts = torch.arange(0, n - 1, T)
-    full = starts[starts + T <= n - 1]  # y = data[s + 1 : s + T + 1] needs s + T + 1 <= n
-    batches = [(full[i:i + batch_size], T) for i in range(0, len(full), batch_size)]
-    if len(full) < len(starts):  # the last, shorter window: targets up to the split's last token
-        batches.append((starts[len(full):], n - 1 - int(starts[-1])))
-    nats, tokens, n_bytes = 0.0, 0, 0
-    for s, length in batches:
-        x, y = train.get_batch(path, dtype, s, length, device)
-        with ctx:
-            _, loss = model(x, y)
-        nats += loss.item() * y.numel()
-        tokens += y.numel()
-        n_bytes += int(nbytes[y.cpu().numpy()].sum())
-    return nats, tokens, n_bytes, len(starts)
+    path = os.path.join(data, f"{split}.bin")
+    open_split(data, split, meta["dtype"], 1)  # a clear error for a split of < 2 tokens
+    n_bytes = []
+    nats, tokens, windows = full_split_loss(model, ctx, path, meta["dtype"], cfg["block_size"], batch_size, device,
+                                            on_batch=lambda y: n_bytes.append(int(nbytes[y.numpy()].sum())))
+    return nats, tokens, sum(n_bytes), windows
 
 
 def metrics(nats, tokens, n_bytes):
-    """Total nats over tokens and bytes -> loss (nats/token), ppl, bits_per_token, bits_per_byte."""
+    """Total nats over tokens and bytes -> loss (nats/token), ppl, bits_per_token, bits_per_byte.
+    Never raises: a diverged model's nan/inf loss gives nan/inf figures."""
     loss = nats / tokens
-    return dict(loss=loss, ppl=math.exp(loss), bits_per_token=loss / math.log(2),
+    return dict(loss=loss, ppl=safe_exp(loss), bits_per_token=loss / math.log(2),
                 bits_per_byte=nats / math.log(2) / n_bytes if n_bytes else None)
 
 
@@ -88,9 +77,9 @@ def evaluate(out_dir, split="val", full=False, device="cpu", dtype=None, batch_s
     """Evaluate out_dir/ckpt.pt; returns a dict of the numbers (see metrics) and what was evaluated."""
     model, ckpt, meta, data = load_checkpoint(out_dir, "cpu", data_dir)
     cfg = ckpt["config"]
-    device, device_type, ptdtype = train.resolve_device({"device": device, "dtype": dtype or cfg["dtype"]}, 0, 1)
+    device, device_type, ptdtype = resolve_device({"device": device, "dtype": dtype or cfg["dtype"]})
     model.to(device)
-    ctx = train.autocast(device_type, ptdtype)
+    ctx = autocast(device_type, ptdtype)
     nbytes = token_bytes(meta, bpe_dir)
     if full:
         res = full_split(model, ctx, cfg, data, meta, split, device, nbytes, batch_size or cfg["batch_size"])

@@ -10,7 +10,7 @@ instead (its method, the definition of Q):
     Q(X) = (X + f(X)) / 2,    f(X) = LayerNorm(W2 · GELU(W1 · RMSNorm(X))),    W1: d×d/2, W2: d/2×d
 
 The halving is folded into the attention scale, 1/(2·sqrt(head_dim)). Keys and values stay linear.
-`GPTConfig.query_mode` picks the arm:
+`GPTConfig.query_mode` picks the arm from QUERY_MODES, one small class per mode (below GPTConfig):
 
     linear     q = x W_Q                 (standard GPT; scale 1/sqrt(hd))
     identity   q = x                     (no W_Q; scale 1/(2 sqrt(hd)))
@@ -27,9 +27,6 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-QUERY_MODES = ("linear", "identity", "residual", "nonlinear")
-QUERY_MODE_ALIASES = {"original": "linear", "residual_gelu": "nonlinear"}  # names used by the official code
-
 # Dense bf16 peak FLOP/s by device-name substring, most specific first. Unknown devices get no MFU at all.
 PEAK_FLOPS = (("H100 PCIe", 756e12), ("H100", 989e12), ("H200", 989e12), ("H800", 989e12),
               ("A100", 312e12), ("A800", 312e12))
@@ -43,14 +40,18 @@ class GPTConfig:
     n_head: int = 12
     n_embd: int = 768
     mlp_hidden: Optional[int] = None  # None -> 4 * n_embd; 3648 for n_embd 768 = the paper's +12.5% baseline
-    query_mode: str = "linear"        # linear | identity | residual | nonlinear (aliases: original, residual_gelu)
+    query_mode: str = "linear"        # a key of QUERY_MODES (aliases: original, residual_gelu)
     query_hidden: Optional[int] = None  # width r of f's hidden layer; None -> n_embd // 2 (f then has d² + 2d params)
-    attn_scale: Optional[float] = None  # None -> 1/sqrt(hd) for linear, 1/(2 sqrt(hd)) for the other modes
+    query_norm_in: bool = True        # nonlinear: f's input RMSNorm (False: f(x) = LN(W2 GELU(W1 x)))
+    query_norm_out: bool = True       # nonlinear: f's output LayerNorm (False: f(x) = W2 GELU(W1 RMSNorm(x)))
+    attn_scale: Optional[float] = None  # None -> the query mode's default: scale_factor / sqrt(head_dim)
     qk_norm: bool = False             # RMS-normalise per-head q and k before the dot product
     dropout: float = 0.0
     bias: bool = False                # biases in Linear and LayerNorm layers
     tie_weights: bool = True          # share the token embedding with the LM head
     flash: bool = True                # F.scaled_dot_product_attention; False = plain matmul-softmax (same maths)
+    data_vocab_size: Optional[int] = None  # the tokenizer's vocabulary; generate() never returns ids >= it
+    #                                        (the padding rows of vocab_size); None -> vocab_size
 
     def __post_init__(self):
         """Resolve aliases and defaults; ValueError naming the field for any invalid setting."""
@@ -60,50 +61,120 @@ class GPTConfig:
                              f"(aliases: {', '.join(QUERY_MODE_ALIASES)})")
         self.mlp_hidden = 4 * self.n_embd if self.mlp_hidden is None else self.mlp_hidden
         self.query_hidden = self.n_embd // 2 if self.query_hidden is None else self.query_hidden
-        for name in ("block_size", "vocab_size", "n_layer", "n_head", "n_embd", "mlp_hidden", "query_hidden"):
+        self.data_vocab_size = self.vocab_size if self.data_vocab_size is None else self.data_vocab_size
+        for name in ("block_size", "vocab_size", "n_layer", "n_head", "n_embd", "mlp_hidden", "query_hidden",
+                     "data_vocab_size"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name}={getattr(self, name)} must be a positive integer")
+        if self.data_vocab_size > self.vocab_size:
+            raise ValueError(f"data_vocab_size={self.data_vocab_size} exceeds vocab_size={self.vocab_size}; "
+                             f"the embedding needs a row for every token id")
         if self.n_embd % self.n_head != 0:
             raise ValueError(f"n_embd={self.n_embd} is not divisible by n_head={self.n_head}; "
                              f"pick n_embd as a multiple of n_head")
         if not 0 <= self.dropout < 1:
             raise ValueError(f"dropout={self.dropout} must be in [0, 1)")
-        if self.attn_scale is not None and not self.attn_scale > 0:
+        if self.attn_scale is not None and not (self.attn_scale > 0 and math.isfinite(self.attn_scale)):
             raise ValueError(f"attn_scale={self.attn_scale} must be positive (or None for the mode's default)")
         if self.attn_scale is None:
-            halve = 1 if self.query_mode == "linear" else 2  # the paper's Q = (X + f(X)) / 2
-            self.attn_scale = 1.0 / (halve * math.sqrt(self.n_embd // self.n_head))
+            self.attn_scale = QUERY_MODES[self.query_mode].scale_factor / math.sqrt(self.n_embd // self.n_head)
 
 
-class NonlinearQuery(nn.Module):
-    """f(x) = LayerNorm(W2 · GELU(W1 · RMSNorm(x))), the paper's nonlinear query residual (its method).
+# ------------------------------------------------------------------------------------------ the query modes
+# A query mode is one nn.Module class: it owns its parameters, computes q from the attention input x, and says
+# which attention scale it wants by default. Adding a mode = writing a class and adding it to QUERY_MODES.
+# Every mode-generic test (causality, SDPA = plain attention, resume, parameter accounting) and bench.py then
+# pick it up.
 
-    (B, T, C) -> (B, T, C). Parameters: 2·C·r + 2·C with r = query_hidden and bias=False (d² + 2d for r = d/2).
+class QueryMode(nn.Module):
+    """Base class of the query modes: forward(x, xw) -> q, each (B, T, C).
+
+    x is the attention input LN1(h). xw is x·W_Q computed inside the attention's fused c_attn matmul when the
+    class sets fuse_w_q = True (one matmul for Q, K and V), else None.
+    scale_factor: the default attention scale is scale_factor / sqrt(head_dim); 0.5 folds the paper's
+    Q = (X + f(X)) / 2 into the scale (its method), 1.0 is the standard GPT.
+    """
+    fuse_w_q = False
+    scale_factor = 0.5
+
+    def __init__(self, cfg: GPTConfig):
+        super().__init__()
+
+    def forward(self, x, xw):
+        raise NotImplementedError
+
+
+class LinearQuery(QueryMode):
+    """q = x·W_Q, the standard GPT query; W_Q is the first C outputs of the attention's c_attn."""
+    fuse_w_q = True
+    scale_factor = 1.0
+
+    def forward(self, x, xw):
+        """(B, T, C), (B, T, C) -> (B, T, C)."""
+        return xw
+
+
+class IdentityQuery(QueryMode):
+    """q = x: W_Q fixed to the identity (the paper's basis-change argument: no loss of expressivity)."""
+
+    def forward(self, x, xw):
+        """(B, T, C) -> (B, T, C), x itself."""
+        return x
+
+
+class ResidualQuery(QueryMode):
+    """q = x + x·W_Q, a linear residual query (an ablation in the official code). C² (+ C) parameters."""
+
+    def __init__(self, cfg: GPTConfig):
+        super().__init__(cfg)
+        self.w_q = nn.Linear(cfg.n_embd, cfg.n_embd, bias=cfg.bias)
+
+    def forward(self, x, xw):
+        """(B, T, C) -> (B, T, C)."""
+        return x + self.w_q(x)
+
+
+class NonlinearQuery(QueryMode):
+    """q = x + f(x), f(x) = LayerNorm(W2 · GELU(W1 · RMSNorm(x))): the paper's nonlinear query (its method).
+
+    With scale_factor 0.5 the attention computes softmax(((x + f(x)) / 2) kᵀ / sqrt(hd)), the paper's Q.
+    W1: C -> r, W2: r -> C with r = query_hidden (C/2 in the paper). Parameters: 2·C·r + 2·C with bias=False
+    (d² + 2d for r = d/2). query_norm_in / query_norm_out = False drop the RMSNorm / LayerNorm (ablations).
     """
 
     def __init__(self, cfg: GPTConfig):
-        super().__init__()
-        self.norm_in = nn.RMSNorm(cfg.n_embd, eps=1e-5)
+        super().__init__(cfg)
+        self.norm_in = nn.RMSNorm(cfg.n_embd, eps=1e-5) if cfg.query_norm_in else nn.Identity()
         self.w1 = nn.Linear(cfg.n_embd, cfg.query_hidden, bias=cfg.bias)
         self.w2 = nn.Linear(cfg.query_hidden, cfg.n_embd, bias=cfg.bias)
-        self.norm_out = nn.LayerNorm(cfg.n_embd, eps=1e-5, bias=cfg.bias)
+        self.norm_out = nn.LayerNorm(cfg.n_embd, eps=1e-5, bias=cfg.bias) if cfg.query_norm_out else nn.Identity()
 
-    def forward(self, x):
+    def f(self, x):
+        """The residual f: (B, T, C) -> (B, T, C)."""
         return self.norm_out(self.w2(F.gelu(self.w1(self.norm_in(x)))))
 
+    def forward(self, x, xw):
+        """(B, T, C) -> (B, T, C)."""
+        return x + self.f(x)
 
+
+QUERY_MODES = {"linear": LinearQuery, "identity": IdentityQuery, "residual": ResidualQuery,
+               "nonlinear": NonlinearQuery}
+QUERY_MODE_ALIASES = {"original": "linear", "residual_gelu": "nonlinear"}  # names used by the official code
+
+
+# ------------------------------------------------------------------------------------------------ the GPT
 class CausalSelfAttention(nn.Module):
-    """Multi-head causal self-attention with the query chosen by `query_mode`. (B, T, C) -> (B, T, C)."""
+    """Multi-head causal self-attention whose query comes from the config's query mode. (B, T, C) -> (B, T, C)."""
 
     def __init__(self, cfg: GPTConfig):
         super().__init__()
-        C, self.n_head, self.mode = cfg.n_embd, cfg.n_head, cfg.query_mode
-        # linear: W_Q, W_K, W_V in one matmul; other modes: W_K, W_V only (the query needs no d×d matrix).
-        self.c_attn = nn.Linear(C, (3 if self.mode == "linear" else 2) * C, bias=cfg.bias)
-        if self.mode == "residual":
-            self.q_proj = nn.Linear(C, C, bias=cfg.bias)
-        elif self.mode == "nonlinear":
-            self.q_proj = NonlinearQuery(cfg)
+        C, self.n_head = cfg.n_embd, cfg.n_head
+        Query = QUERY_MODES[cfg.query_mode]
+        # K and V (and W_Q, for a mode that fuses it) in one matmul: x -> [x·W_Q,] x·W_K, x·W_V
+        self.q_width = C if Query.fuse_w_q else 0
+        self.c_attn = nn.Linear(C, self.q_width + 2 * C, bias=cfg.bias)
+        self.query = Query(cfg)
         self.c_proj = nn.Linear(C, C, bias=cfg.bias)
         self.qk_norm = cfg.qk_norm
         if cfg.qk_norm:
@@ -112,18 +183,12 @@ class CausalSelfAttention(nn.Module):
         self.scale, self.flash, self.dropout = cfg.attn_scale, cfg.flash, cfg.dropout
         self.resid_dropout = nn.Dropout(cfg.dropout)
 
-    def query_key_value(self, x):
-        """(B, T, C) -> q, k, v, each (B, T, C), before the split into heads."""
-        C = x.size(-1)
-        if self.mode == "linear":
-            return self.c_attn(x).split(C, dim=-1)
-        k, v = self.c_attn(x).split(C, dim=-1)
-        q = x if self.mode == "identity" else x + self.q_proj(x)
-        return q, k, v
-
     def forward(self, x):
+        """x: (B, T, C), the block's LN1 output -> (B, T, C), before the residual add."""
         B, T, C = x.shape
-        q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in self.query_key_value(x))
+        xw, k, v = self.c_attn(x).split([self.q_width, C, C], dim=-1)
+        q = self.query(x, xw if self.q_width else None)
+        q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))  # (B, nh, T, hd)
         if self.qk_norm:
             q, k = self.q_norm(q), self.k_norm(k)
         p_drop = self.dropout if self.training else 0.0
@@ -148,6 +213,7 @@ class MLP(nn.Module):
         self.dropout = nn.Dropout(cfg.dropout)
 
     def forward(self, x):
+        """(B, T, C) -> (B, T, C)."""
         return self.dropout(self.c_proj(F.gelu(self.c_fc(x))))
 
 
@@ -162,11 +228,14 @@ class Block(nn.Module):
         self.mlp = MLP(cfg)
 
     def forward(self, h):
+        """The residual stream h: (B, T, C) -> (B, T, C)."""
         h = h + self.attn(self.ln_1(h))
         return h + self.mlp(self.ln_2(h))
 
 
 class GPT(nn.Module):
+    """Token + position embeddings, n_layer Blocks, a final LayerNorm and the LM head (tied to wte by default)."""
+
     def __init__(self, cfg: GPTConfig):
         super().__init__()
         self.config = cfg
@@ -217,21 +286,37 @@ class GPT(nn.Module):
 
     @torch.no_grad()
     def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None, vocab_size=None):
-        """Autoregressive sampling. idx: (B, T) prompt ids -> (B, T + max_new_tokens).
+        """Autoregressive sampling. idx: (B, T) prompt ids -> (B, T + max_new_tokens) ids.
 
-        The context is cropped to the last block_size tokens. temperature 0 means greedy decoding.
-        top_k keeps only the k most likely tokens. vocab_size, if given, samples only ids < vocab_size
-        (the real vocabulary when the embedding table is padded).
+        The context is cropped to the last block_size tokens. temperature 0 means greedy decoding; a
+        temperature so small that logits / temperature overflows gives the greedy token too. top_k keeps only
+        the k most likely tokens. Only ids < vocab_size are sampled; vocab_size defaults to the tokenizer's
+        vocabulary (config.data_vocab_size), so the padding rows of the embedding are never returned.
+        ValueError for max_new_tokens < 0, a negative or non-finite temperature, top_k < 1, a vocab_size
+        outside 1..config.vocab_size, or non-finite logits (the weights diverged).
         """
+        vocab_size = self.config.data_vocab_size if vocab_size is None else vocab_size
+        if not isinstance(max_new_tokens, int) or max_new_tokens < 0:
+            raise ValueError(f"max_new_tokens={max_new_tokens!r} must be an integer >= 0")
+        if not (math.isfinite(temperature) and temperature >= 0):
+            raise ValueError(f"temperature={temperature} must be finite and >= 0 (0 = greedy)")
+        if top_k is not None and top_k < 1:
+            raise ValueError(f"top_k={top_k} must be >= 1 (None = no limit)")
+        if not 1 <= vocab_size <= self.config.vocab_size:
+            raise ValueError(f"vocab_size={vocab_size} must be in 1..{self.config.vocab_size}")
         for _ in range(max_new_tokens):
             logits, _ = self(idx[:, -self.config.block_size:])
-            logits = logits[:, -1, :vocab_size]
+            logits = logits[:, -1, :vocab_size].float()  # (B, vocab_size)
+            if not torch.isfinite(logits).all():
+                raise ValueError("the model's logits are not finite: its weights diverged (NaN/inf)")
             if temperature == 0:
                 next_id = logits.argmax(dim=-1, keepdim=True)
             else:
-                logits = logits / temperature
-                if top_k is not None:
-                    kth = torch.topk(logits, min(top_k, logits.size(-1))).values[:, [-1]]
+                # subtract the max first: the best token's logit becomes exactly 0 and the rest ≤ 0, so a tiny
+                # temperature sends them to -inf (greedy) instead of overflowing to inf - inf = NaN
+                logits = (logits - logits.amax(dim=-1, keepdim=True)) / temperature
+                if top_k is not None and top_k < logits.size(-1):
+                    kth = torch.topk(logits, top_k).values[:, [-1]]
                     logits = logits.masked_fill(logits < kth, float("-inf"))
                 next_id = torch.multinomial(logits.softmax(dim=-1), num_samples=1)
             idx = torch.cat((idx, next_id), dim=1)
@@ -243,8 +328,9 @@ class GPT(nn.Module):
         Keys: embedding (wte + wpe), lm_head (0 when tied), attn_q, attn_kv, attn_out, mlp, norms, total,
         non_embedding (total minus embeddings and an untied LM head, Kaplan et al.'s convention) and
         non_embedding_matrix (weights of the Linear layers inside the blocks only). The paper's "+12.5%" for
-        mlp_hidden = 4.75·d is in non_embedding_matrix: 13.5d² vs 12d² per block. attn_q includes the whole of
-        f in nonlinear mode (d² + 2d per block); identity has attn_q = 0.
+        mlp_hidden = 4.75·d is in non_embedding_matrix: 13.5d² vs 12d² per block. attn_q is everything the query
+        mode owns, plus W_Q where it is fused into c_attn: the whole of f in nonlinear mode (d² + 2d per block);
+        identity has attn_q = 0.
         """
         n = lambda m: sum(p.numel() for p in m.parameters()) if m is not None else 0
         C = self.config.n_embd
@@ -255,7 +341,7 @@ class GPT(nn.Module):
             a = block.attn
             kv = 2 * C * C + (2 * C if self.config.bias else 0)
             c["attn_kv"] += kv
-            c["attn_q"] += n(a.c_attn) - kv + n(getattr(a, "q_proj", None))
+            c["attn_q"] += n(a.c_attn) - kv + n(a.query)
             c["attn_out"] += n(a.c_proj)
             c["mlp"] += n(block.mlp)
             c["norms"] += n(block.ln_1) + n(block.ln_2) + n(getattr(a, "q_norm", None)) + n(getattr(a, "k_norm", None))

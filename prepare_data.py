@@ -26,7 +26,6 @@ import uuid
 from pathlib import Path
 
 import numpy as np
-import tiktoken
 from tqdm import tqdm
 
 SHAKESPEARE_URL = "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt"
@@ -52,6 +51,7 @@ class DataError(RuntimeError):
 
 def gpt2_encoding(bpe_dir=None):
     """GPT-2 BPE as a tiktoken Encoding; from bpe_dir's encoder.json + vocab.bpe, else tiktoken's cache/download."""
+    import tiktoken  # imported only where a GPT-2 tokenizer is used
     if bpe_dir is None:
         try:
             return tiktoken.get_encoding("gpt2")
@@ -67,6 +67,7 @@ def gpt2_encoding(bpe_dir=None):
 
 @functools.lru_cache(maxsize=None)  # ~1 s to build; datasets.map calls this once per batch
 def _encoding_from_files(bpe_dir):
+    import tiktoken
     from tiktoken.load import data_gym_to_mergeable_bpe_ranks
     d = Path(bpe_dir)
     missing = [f for f in BPE_SHA256 if not (d / f).is_file()]

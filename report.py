@@ -22,8 +22,9 @@ import matplotlib.pyplot as plt
 import torch
 
 import sweep
-import train
-from model import GPT, GPTConfig
+from common import model_config
+from model import GPT
+from sweep import pick_best_lr
 from prepare_data import load_meta
 
 BASELINE = "linear"
@@ -54,13 +55,6 @@ def exceeds_spread(a_values, b_values):
     return abs(ma - mb) > 2 * math.sqrt(sa ** 2 / na + sb ** 2 / nb)
 
 
-def pick_best_lr(final_losses):
-    """{lr: final val loss or None (not finished)} -> the lr with the lowest loss, or None if none finished.
-    A NaN loss (a diverged run) is never the best."""
-    done = {lr: loss for lr, loss in final_losses.items() if loss is not None and not math.isnan(loss)}
-    return min(done, key=done.get) if done else None
-
-
 # ------------------------------------------------------------------------------------------- the runs
 def read_text(path):
     """A file's text, or "" if it does not exist (a run not started yet)."""
@@ -71,16 +65,18 @@ def read_text(path):
 
 
 def read_run(study, arm, lr, seed):
-    """One run dir -> dict(status 'done' | 'unfinished' | 'missing', iter, max_iters, val_loss, rows, config)."""
+    """One run dir -> dict(status 'done' | 'diverged' | 'unfinished' | 'missing', iter, max_iters, val_loss,
+    rows, config). val_loss: sweep.final_val_loss of a finished run (whole-split loss where recorded)."""
     sweep.check_settings(study, arm, lr, seed)  # never report a run made with other settings
     out_dir = sweep.run_dir(study, arm, lr, seed)
     rows, cfg_path = sweep.read_metrics(out_dir), os.path.join(out_dir, "config.json")
     config = json.loads(read_text(cfg_path) or "null")
     max_iters = sweep.run_config(study, arm, lr, seed)["max_iters"]
     last = rows[-1] if rows else {}
-    status = "missing" if not rows else "done" if last["iter"] >= max_iters else "unfinished"
+    status = ("missing" if not rows else "diverged" if sweep.is_diverged(last) else
+              "done" if last["iter"] >= max_iters else "unfinished")
     return dict(arm=arm, lr=lr, seed=seed, out_dir=out_dir, status=status, iter=last.get("iter"),
-                max_iters=max_iters, val_loss=last.get("val_loss") if status == "done" else None, rows=rows,
+                max_iters=max_iters, val_loss=sweep.final_val_loss(last) if status == "done" else None, rows=rows,
                 config=config)
 
 
@@ -93,19 +89,16 @@ def collect(study):
         seeds = {s: swept[best] if s == study["seeds"][0] else read_run(study, arm, best, s)
                  for s in study["seeds"]} if best is not None else {}
         out[arm] = dict(sweep=swept, best_lr=best, seeds=seeds,
-                        provisional=any(r["status"] != "done" for r in swept.values()))
+                        provisional=any(r["status"] not in ("done", "diverged") for r in swept.values()))
     return out
 
 
 def param_counts(study, arm, runs):
     """(non_embedding, non_embedding_matrix) of the arm's model, built on the meta device (no memory, no data).
-    From a run's config.json model_args; without one, from the study config (vocab does not enter either count)."""
-    args = next((r["config"]["model_args"] for r in runs if r["config"]), None)
-    if args is None:
-        cfg = sweep.run_config(study, arm, study["learning_rates"][0], study["seeds"][0])
-        args = {k: cfg[k] for k in train.MODEL_KEYS} | {"vocab_size": cfg["vocab_size"] or 64}
+    From the study's config of the arm (the vocabulary enters neither count)."""
+    cfg = sweep.run_config(study, arm, study["learning_rates"][0], study["seeds"][0])
     with torch.device("meta"):
-        counts = GPT(GPTConfig(**args)).param_breakdown()
+        counts = GPT(model_config(cfg)).param_breakdown()
     return counts["non_embedding"], counts["non_embedding_matrix"]
 
 
@@ -134,14 +127,17 @@ def header(study_path, study, out):
 
 
 def fmt_loss(run):
+    if run["status"] == "diverged":
+        return f"diverged (iter {run['iter']})"
     if run["status"] == "done":
-        return "nan (diverged)" if math.isnan(run["val_loss"]) else f"{run['val_loss']:.4f}"
+        return "not finite" if run["val_loss"] is None else f"{run['val_loss']:.4f}"
     return "missing" if run["status"] == "missing" else f"unfinished ({run['iter']}/{run['max_iters']})"
 
 
 def results_table(study, data, tokenizer):
     """One row per arm: parameters, best lr, mean ± std over seeds, perplexity, bits/byte, change vs linear."""
-    finals = {arm: [r["val_loss"] for r in d["seeds"].values() if r["status"] == "done"] for arm, d in data.items()}
+    finals = {arm: [r["val_loss"] for r in d["seeds"].values() if r["status"] == "done" and r["val_loss"] is not None]
+              for arm, d in data.items()}
     base = finals.get(BASELINE, [])
     byte = tokenizer == "byte"
     cols = ["arm", "non-embedding params", "non-embedding matrix", "best lr", "val loss (nats/token), mean ± std (n)",
@@ -181,7 +177,7 @@ def plot(data, path):
         by_x = {}
         for run in d["seeds"].values():
             for row in run["rows"]:
-                if row["iter"] > 0:  # iter 0 is the untrained model's loss, ~ln(vocab) for every arm
+                if row["iter"] > 0 and row.get("val_loss") is not None:  # iter 0: the untrained model, ~ln(vocab)
                     by_x.setdefault(row["tokens"], []).append(row["val_loss"])
         if by_x:
             xs = sorted(by_x)

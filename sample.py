@@ -15,8 +15,7 @@ import sys
 
 import torch
 
-import train
-from model import GPT, GPTConfig
+from common import load_checkpoint as read_checkpoint, model_from_checkpoint, resolve_device
 from prepare_data import DataError, get_codec, load_meta, read_text
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -53,17 +52,16 @@ def check_same_dataset(trained, meta, data):
 def load_checkpoint(out_dir, device="cpu", data_dir=None):
     """out_dir/ckpt.pt -> (model in eval mode on device, checkpoint dict, meta dict, dataset folder).
 
-    FileNotFoundError naming the path and how to make a checkpoint if there is none; ValueError if the
-    checkpoint records its dataset's meta.json (dataset_meta) and the dataset found now differs from it.
+    FileNotFoundError naming the path and how to make a checkpoint if there is none; ValueError if the weights
+    are not finite (a diverged run), or if the checkpoint records its dataset's meta.json (dataset_meta) and
+    the dataset found now differs from it.
     """
     path = os.path.join(out_dir, "ckpt.pt")
     if not os.path.isfile(path):
         raise FileNotFoundError(f"no checkpoint at {path}; train one first, e.g. "
                                 f"python train.py config/shakespeare_char.py --out_dir={out_dir}")
-    ckpt = train.load_checkpoint(path)  # onto the CPU first: works for a checkpoint written on any device
-    model = GPT(GPTConfig(**ckpt["model_args"]))
-    model.load_state_dict(ckpt["model"])  # train.py saves the unwrapped model: no _orig_mod./module. prefixes
-    model.to(device).eval()
+    ckpt = read_checkpoint(path)  # onto the CPU first: works for a checkpoint written on any device
+    model = model_from_checkpoint(ckpt, path).to(device)
     data = dataset_dir(ckpt["config"], data_dir)
     meta = load_meta(data)
     if "dataset_meta" in ckpt:  # older checkpoints lack it
@@ -127,7 +125,7 @@ def parse_args(argv=None):
 def main(argv=None):
     """Print the samples, separated by lines of dashes; returns them as a list of str."""
     args = parse_args(argv)
-    device, _, _ = train.resolve_device({"device": args.device, "dtype": "float32"}, 0, 1)  # clear error if absent
+    device, _, _ = resolve_device({"device": args.device, "dtype": "float32"})  # clear error if absent
     model, _, meta, _ = load_checkpoint(args.out_dir, device, args.data_dir)
     encode, decode = get_codec(meta, args.bpe_dir)
     texts = generate(model, meta, encode, decode, args.start, args.num_samples, args.max_new_tokens,

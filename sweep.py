@@ -19,7 +19,7 @@ import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
 
-import train
+from common import EXIT_DIVERGED, parse_config, read_config_file, read_metrics
 
 TRAIN_PY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "train.py")
 STUDY_KEYS = ("name", "config", "overrides", "arms", "learning_rates", "seeds")
@@ -27,7 +27,7 @@ STUDY_KEYS = ("name", "config", "overrides", "arms", "learning_rates", "seeds")
 
 def load_study(path):
     """Study file -> dict. ValueError names a missing key, an unknown train.py key or a bad value."""
-    namespace = train.read_config_file(path)  # plain Python, like a config file
+    namespace = read_config_file(path)  # plain Python, like a config file
     missing = [k for k in STUDY_KEYS if k not in namespace]
     if missing:
         raise ValueError(f"study file {path} does not set {', '.join(missing)}")
@@ -77,7 +77,7 @@ def torchrun_command(study, arm, lr, seed, nproc):
 
 
 def run_config(study, arm, lr, seed):
-    return train.parse_config(run_args(study, arm, lr, seed))
+    return parse_config(run_args(study, arm, lr, seed))
 
 
 # Keys that do not change a run's results; any other difference means the run dir holds another experiment.
@@ -100,41 +100,61 @@ def check_settings(study, arm, lr, seed):
                          f"delete it, or give the changed study a new name")
 
 
-def read_metrics(out_dir):
-    """The rows of out_dir/metrics.jsonl as dicts; [] for a run not started yet."""
-    path = os.path.join(out_dir, "metrics.jsonl")
-    if not os.path.exists(path):
-        return []
-    with open(path) as f:
-        return [json.loads(line) for line in f if line.strip()]
-
-
 def final_row(out_dir):
     """The last row of out_dir/metrics.jsonl, or None."""
     rows = read_metrics(out_dir)
     return rows[-1] if rows else None
 
 
+def is_diverged(row):
+    """A metrics row written by a run that train.py stopped because its loss went NaN/inf."""
+    return bool(row and row.get("diverged"))
+
+
+def final_val_loss(row):
+    """The comparison figure of a finished run's last row: val_loss_full (every val token once) where the run
+    has it, else val_loss on the fixed windows; None for a diverged run or a non-finite loss."""
+    if row is None or is_diverged(row):
+        return None
+    loss = row.get("val_loss_full", row.get("val_loss"))
+    return loss if loss is not None and math.isfinite(loss) else None
+
+
 def is_finished(study, arm, lr, seed):
+    """True for a run that reached max_iters, or that diverged (a final state: rerunning gives the same)."""
     row = final_row(run_dir(study, arm, lr, seed))
-    return row is not None and row["iter"] >= run_config(study, arm, lr, seed)["max_iters"]
+    return row is not None and (is_diverged(row) or row["iter"] >= run_config(study, arm, lr, seed)["max_iters"])
+
+
+def pick_best_lr(final_losses):
+    """{lr: final val loss, or None (unfinished or diverged)} -> the lr with the lowest loss, or None if there
+    is none. The one best-learning-rate rule of sweep.py and report.py."""
+    done = {lr: loss for lr, loss in final_losses.items() if loss is not None and math.isfinite(loss)}
+    return min(done, key=done.get) if done else None
 
 
 def best_lr(study, arm):
-    """The swept learning rate with the lowest final val loss for this arm (seeds[0]); None if unfinished."""
+    """The swept learning rate with the lowest final val loss for this arm (seeds[0]); None while unfinished."""
     seed = study["seeds"][0]
     if not all(is_finished(study, arm, lr, seed) for lr in study["learning_rates"]):
         return None
-    loss = lambda lr: final_row(run_dir(study, arm, lr, seed))["val_loss"]
-    return min(study["learning_rates"], key=lambda lr: math.inf if math.isnan(loss(lr)) else loss(lr))  # NaN: diverged
+    return pick_best_lr({lr: final_val_loss(final_row(run_dir(study, arm, lr, seed)))
+                         for lr in study["learning_rates"]})
 
 
 def launch(study, arm, lr, seed, threads):
-    """Run (or resume) one training run as a subprocess; its log goes to out_dir/train.log."""
+    """Run (or resume) one training run as a subprocess; its log goes to out_dir/train.log.
+
+    Returns None when the run finished or diverged (both recorded in its metrics.jsonl), else a line saying
+    that it failed and where its log is: one failed run never stops the others.
+    """
+    if lr is None:  # phase 2 of an arm whose every swept rate diverged
+        print(f"skipped: {arm} seed={seed} (no learning rate of its sweep finished without diverging)", flush=True)
+        return None
     check_settings(study, arm, lr, seed)
     if is_finished(study, arm, lr, seed):
         print(f"done already: {arm} lr={lr:g} seed={seed}", flush=True)
-        return
+        return None
     out_dir = run_dir(study, arm, lr, seed)
     os.makedirs(out_dir, exist_ok=True)
     args = run_args(study, arm, lr, seed)
@@ -145,8 +165,12 @@ def launch(study, arm, lr, seed, threads):
     log_path = os.path.join(out_dir, "train.log")
     with open(log_path, "a") as log:
         code = subprocess.run([sys.executable, TRAIN_PY, *args], stdout=log, stderr=subprocess.STDOUT, env=env).returncode
-    if code != 0:
-        raise RuntimeError(f"run {out_dir} failed (exit code {code}); see {log_path}")
+    if code == EXIT_DIVERGED and is_diverged(final_row(out_dir)):
+        print(f"diverged: {arm} lr={lr:g} seed={seed} (recorded; the sweep goes on)", flush=True)
+    elif code != 0:
+        print(f"FAILED: {arm} lr={lr:g} seed={seed} (exit code {code}); see {log_path}", flush=True)
+        return f"{out_dir} failed (exit code {code}); see {log_path}"
+    return None
 
 
 def phases(study):
@@ -176,9 +200,11 @@ def main(argv=None):
             print("\n".join(torchrun_command(study, *run, args.nproc) for run in rerun()))
         return
     with ThreadPoolExecutor(args.jobs) as pool:
-        list(pool.map(lambda run: launch(study, *run, args.threads), sweep))
-        list(pool.map(lambda run: launch(study, *run, args.threads), rerun()))  # needs phase 1's results
+        failed = [f for f in pool.map(lambda run: launch(study, *run, args.threads), sweep) if f]
+        failed += [f for f in pool.map(lambda run: launch(study, *run, args.threads), rerun()) if f]  # phase 1's
     print(json.dumps({arm: best_lr(study, arm) for arm in study["arms"]}))
+    if failed:
+        raise RuntimeError(f"{len(failed)} run(s) failed; the others finished:\n" + "\n".join(failed))
 
 
 if __name__ == "__main__":

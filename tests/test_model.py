@@ -45,7 +45,7 @@ def test_identity_equals_linear_with_identity_wq():
     assert diff < 1e-5
 
 
-@pytest.mark.parametrize("mode,zeroed", [("nonlinear", "q_proj.w2.weight"), ("residual", "q_proj.weight")])
+@pytest.mark.parametrize("mode,zeroed", [("nonlinear", "query.w2.weight"), ("residual", "query.w_q.weight")])
 def test_zeroed_query_residual_equals_identity(mode, zeroed):
     """nonlinear with W2 = 0: f(x) = LayerNorm(0) = 0; residual with W_Q = 0: x + 0. Both leave q = x."""
     model = build(query_mode=mode)
@@ -191,10 +191,10 @@ def test_init_statistics():
     model = GPT(GPTConfig(block_size=64, vocab_size=512, n_layer=8, n_head=4, n_embd=256, query_mode="nonlinear"))
     h0 = model.transformer.h[0]
     assert h0.attn.c_attn.weight.std().item() == pytest.approx(0.02, rel=0.05)
-    assert h0.attn.q_proj.w1.weight.std().item() == pytest.approx(0.02, rel=0.05)
+    assert h0.attn.query.w1.weight.std().item() == pytest.approx(0.02, rel=0.05)
     for proj in (h0.attn.c_proj, h0.mlp.c_proj):
         assert proj.weight.std().item() == pytest.approx(0.02 / math.sqrt(16), rel=0.05)
-    assert torch.equal(h0.attn.q_proj.norm_out.weight, torch.ones(256))
+    assert torch.equal(h0.attn.query.norm_out.weight, torch.ones(256))
     assert model.lm_head.weight is model.transformer.wte.weight
 
 

@@ -5,9 +5,9 @@ import os
 
 import pytest
 
+import common
 import report
 import sweep
-import train
 
 # final val loss per (arm, lr, seed); "unfinished" stops at iter 50 of 100, absent keys are missing runs
 FINALS = {("linear", 1e-3, 1): 2.0, ("linear", 2e-3, 1): 1.9, ("linear", 2e-3, 2): 1.8, ("linear", 2e-3, 3): 2.0,
@@ -33,11 +33,14 @@ def make_study(tmp_path, finals, header="# Toy study.\n#   python sweep.py STUDY
         os.makedirs(out)
         iters = [0, 50] if final == "unfinished" else [0, 50, 100]
         losses = [5.5, 2.5, 2.2] if final == "unfinished" else [5.5, final + 0.3, final]
+        rows = [dict(iter=i, tokens=64 * i, val_loss=v) for i, v in zip(iters, losses)]
+        if isinstance(final, float) and math.isnan(final):  # as train.py logs a run it stopped at iter 50
+            rows = [rows[0], dict(iter=50, tokens=64 * 50, train_loss=None, diverged=True)]
         with open(os.path.join(out, "metrics.jsonl"), "w") as f:
-            f.writelines(json.dumps(dict(iter=i, tokens=64 * i, val_loss=v)) + "\n" for i, v in zip(iters, losses))
+            f.writelines(json.dumps(row) + "\n" for row in rows)
         if arm == "linear":  # the other arms' parameter counts come from the study config instead
             cfg = sweep.run_config(study, arm, lr, seed)
-            model_args = {k: cfg[k] for k in train.MODEL_KEYS} | {"vocab_size": 256}
+            model_args = vars(common.model_config(cfg, 256))
             with open(os.path.join(out, "config.json"), "w") as f:
                 json.dump({**cfg, "model_args": model_args}, f)
     return str(study_path)
@@ -73,7 +76,7 @@ def test_report_files_and_numbers(tmp_path, capsys):
     assert "| 3,152 | 3,072 | 0.001 | 1.7000 ± 0.0200 (n=3) | 5.474 | 2.4526 | -10.53% | yes |" in rows["nonlinear"]
     assert "| 2,864 | 2,816 | 0.001 (provisional) | 1.9400 ± 0.0141 (n=2) |" in rows["identity"]
     assert rows["identity"].endswith("| +2.11% | no |")
-    assert "| 0.002 | **1.9000** | unfinished (50/100) | nan (diverged) |" in text  # sweep table: linear, identity, nonlinear
+    assert "| 0.002 | **1.9000** | unfinished (50/100) | diverged (iter 50) |" in text  # sweep table: linear, identity, nonlinear
     assert f"- {sweep.run_dir(sweep.load_study(str(tmp_path / 'toy_study.py')), 'identity', 1e-3, 2)}: missing" in text
     assert "python sweep.py STUDY --jobs 2" in text and f"python report.py {tmp_path / 'toy_study.py'}" in text
     assert "2·sqrt(s_arm²/n_arm + s_linear²/n_linear)" in text and "torch " in text

@@ -14,6 +14,7 @@ import torch.nn.functional as F
 
 import eval as nlq_eval  # eval.py: the module name shadows the builtin only inside this namespace
 import prepare_data
+import common
 import sample
 import train
 from conftest import ROOT
@@ -22,7 +23,7 @@ TEXT = b"the quick brown fox jumps over the lazy dog; pack my box with five doze
 
 
 def small_cfg(data_dir, out_dir, **kw):
-    cfg = dict(train.DEFAULTS)
+    cfg = dict(common.DEFAULTS)
     cfg.update(data_dir=str(data_dir), dataset="tiny", out_dir=str(out_dir), n_layer=2, n_head=2, n_embd=32,
                block_size=16, batch_size=4, gradient_accumulation_steps=1, max_iters=6, eval_interval=3,
                eval_iters=3, log_interval=100, warmup_iters=2, learning_rate=1e-2, min_lr=1e-3, dropout=0.0,

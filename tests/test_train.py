@@ -8,9 +8,10 @@ import numpy as np
 import pytest
 import torch
 
+import common
 import train
 from conftest import ROOT
-from model import GPT, GPTConfig, QUERY_MODES
+from model import GPT, QUERY_MODES
 
 
 @pytest.fixture(scope="module")
@@ -27,7 +28,7 @@ def data_dir(tmp_path_factory):
 
 
 def tiny_cfg(data_dir, out_dir, **kw):
-    cfg = dict(train.DEFAULTS)
+    cfg = dict(common.DEFAULTS)
     cfg.update(data_dir=str(data_dir), dataset="tiny", out_dir=str(out_dir), n_layer=2, n_head=2, n_embd=32,
                block_size=16, batch_size=4, gradient_accumulation_steps=2, max_iters=6, eval_interval=3,
                eval_iters=2, log_interval=1, warmup_iters=2, lr_decay_iters=10, learning_rate=1e-2, min_lr=1e-3,
@@ -87,14 +88,23 @@ def run_torchrun(args, nproc=2):
     return subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env, cwd=ROOT)
 
 
-def test_ddp_matches_single_process(data_dir, tmp_path):
-    """torchrun with 2 gloo processes (1 micro-batch each) == one process with 2 micro-batches, first step."""
-    cfg = tiny_cfg(data_dir, tmp_path / "single", max_iters=1, eval_interval=1, dropout=0.0)
+def logged_losses(stdout):
+    """The per-iteration 'iter N: loss X' values a run printed."""
+    return [float(line.split("loss ")[1].split(",")[0]) for line in stdout.splitlines() if line.startswith("iter ")]
+
+
+def test_ddp_matches_single_process(data_dir, tmp_path, capsys):
+    """torchrun with 2 gloo processes (1 micro-batch each) == one process with 2 micro-batches, first steps; the
+    logged loss is the mean over both ranks (not rank 0's share), as one process logs it."""
+    cfg = tiny_cfg(data_dir, tmp_path / "single", max_iters=2, eval_interval=1, dropout=0.0)
+    capsys.readouterr()
     train.train(cfg)
-    overrides = [f"--{k}={v}" for k, v in cfg.items() if v != train.DEFAULTS[k] and k != "out_dir"]
+    single_log = logged_losses(capsys.readouterr().out)
+    overrides = [f"--{k}={v}" for k, v in cfg.items() if v != common.DEFAULTS[k] and k != "out_dir"]
     result = run_torchrun(overrides + [f"--out_dir={tmp_path / 'ddp'}"])
     assert result.returncode == 0, result.stderr[-3000:]
     assert max_abs_diff(load_weights(tmp_path / "single"), load_weights(tmp_path / "ddp")) < 1e-6
+    assert len(single_log) == 2 and logged_losses(result.stdout) == pytest.approx(single_log, abs=1e-4)
 
 
 def test_ddp_rejects_indivisible_accumulation(data_dir, tmp_path):
@@ -107,20 +117,20 @@ def test_ddp_rejects_indivisible_accumulation(data_dir, tmp_path):
 def test_config_layers_and_errors(tmp_path):
     cfg_file = tmp_path / "my.py"
     cfg_file.write_text("n_layer = 3\nlearning_rate = 1\nimport math\n_private = 5\n")
-    cfg = train.parse_config([str(cfg_file), "--n_layer=5", "--query_mode=nonlinear", "--compile=false"])
+    cfg = common.parse_config([str(cfg_file), "--n_layer=5", "--query_mode=nonlinear", "--compile=false"])
     assert cfg["n_layer"] == 5 and cfg["learning_rate"] == 1.0 and isinstance(cfg["learning_rate"], float)
     assert cfg["query_mode"] == "nonlinear" and cfg["compile"] is False
     with pytest.raises(ValueError, match="unknown config key 'n_layers'"):
-        train.parse_config(["--n_layers=4"])
+        common.parse_config(["--n_layers=4"])
     with pytest.raises(ValueError, match="config key 'batch_size' needs a int, got 'big'"):
-        train.parse_config(["--batch_size=big"])
+        common.parse_config(["--batch_size=big"])
     with pytest.raises(ValueError, match="config key 'bias' needs a bool"):
-        train.parse_config(["--bias=1"])
+        common.parse_config(["--bias=1"])
     (tmp_path / "bad.py").write_text("lerning_rate = 1e-3\n")
     with pytest.raises(ValueError, match="unknown config key 'lerning_rate'"):
-        train.parse_config([str(tmp_path / "bad.py")])
+        common.parse_config([str(tmp_path / "bad.py")])
     with pytest.raises(ValueError, match="write overrides as --key=value"):
-        train.parse_config(["--n_layer", "4"])
+        common.parse_config(["--n_layer", "4"])
 
 
 def test_cli_reports_config_errors_cleanly():
@@ -130,7 +140,7 @@ def test_cli_reports_config_errors_cleanly():
 
 
 def test_lr_schedule():
-    cfg = dict(train.DEFAULTS, learning_rate=1e-3, min_lr=1e-4, warmup_iters=10, lr_decay_iters=110)
+    cfg = dict(common.DEFAULTS, learning_rate=1e-3, min_lr=1e-4, warmup_iters=10, lr_decay_iters=110)
     lrs = [train.get_lr(i, cfg) for i in range(130)]
     assert lrs[0] > 0 and lrs[9] < lrs[10] == pytest.approx(1e-3)
     assert lrs[60] == pytest.approx(0.55e-3)  # half way down the cosine
@@ -139,9 +149,9 @@ def test_lr_schedule():
 
 
 def test_eval_windows_are_fixed_and_short_val_fails(data_dir, tmp_path):
-    w1 = train.eval_windows(1000, 16, 4, 3, seed=7)
-    assert torch.equal(w1, train.eval_windows(1000, 16, 4, 3, seed=7)) and w1.shape == (3, 4)
-    assert not torch.equal(w1, train.eval_windows(1000, 16, 4, 3, seed=8))
+    w1 = common.eval_windows(1000, 16, 4, 3, seed=7)
+    assert torch.equal(w1, common.eval_windows(1000, 16, 4, 3, seed=7)) and w1.shape == (3, 4)
+    assert not torch.equal(w1, common.eval_windows(1000, 16, 4, 3, seed=8))
     short = tmp_path / "short"
     short.mkdir()
     np.arange(2000, dtype=np.uint16).tofile(short / "train.bin")
@@ -156,12 +166,14 @@ def test_eval_windows_are_fixed_and_short_val_fails(data_dir, tmp_path):
 def test_every_query_mode_sees_the_same_batches(data_dir, tmp_path, monkeypatch):
     """Same seed -> the same training windows and eval windows, whatever the query mode."""
     seen = {}
-    real_get_batch = train.get_batch
+    real_get_batch = common.get_batch
     for mode in ("linear", "nonlinear"):
         calls = seen[mode] = []
-        monkeypatch.setattr(train, "get_batch", lambda path, *a, calls=calls: calls.append(
-            (os.path.basename(path), a[1].tolist())) or real_get_batch(path, *a))
-        train.train(tiny_cfg(data_dir, tmp_path / mode, query_mode=mode, max_iters=2, eval_interval=1))
+        spy = lambda path, *a, calls=calls: calls.append((os.path.basename(path), a[1].tolist())) or real_get_batch(path, *a)
+        monkeypatch.setattr(train, "get_batch", spy)  # training batches
+        monkeypatch.setattr(common, "get_batch", spy)  # eval batches (common.estimate_loss)
+        train.train(tiny_cfg(data_dir, tmp_path / mode, query_mode=mode, max_iters=2, eval_interval=1,
+                             eval_full_at_end=False))
     assert seen["linear"] == seen["nonlinear"] and len(seen["linear"]) == 3 * 2 * 2 + 2 * 2
 
 
@@ -172,9 +184,9 @@ def test_resume_rejects_changed_model(data_dir, tmp_path):
 
 
 def paper_model(name):
-    cfg = train.parse_config([str(ROOT / "config" / f"{name}.py")])
+    cfg = common.parse_config([str(ROOT / "config" / f"{name}.py")])
     with torch.device("meta"):
-        return cfg, GPT(GPTConfig(**{k: cfg[k] for k in train.MODEL_KEYS}))
+        return cfg, GPT(common.model_config(cfg))
 
 
 def test_paper_configs_build_and_compare():
@@ -231,13 +243,38 @@ def test_bad_checkpoints_and_mismatched_resume(data_dir, tmp_path):
 ])
 def test_out_of_range_settings_fail_before_any_run(override, message):
     with pytest.raises(ValueError, match=message.replace("(", "\\(").replace(")", "\\)")):
-        train.parse_config([override])
+        common.parse_config([override])
 
 
 def test_config_file_must_come_first_and_must_parse(tmp_path):
     (tmp_path / "c.py").write_text("n_layer = 3\n")
     with pytest.raises(ValueError, match="must be the first argument"):
-        train.parse_config(["--n_layer=1", str(tmp_path / "c.py")])
+        common.parse_config(["--n_layer=1", str(tmp_path / "c.py")])
     (tmp_path / "broken.py").write_text("n_layer = = 3\n")
     with pytest.raises(ValueError, match="config file .*broken.py failed: SyntaxError"):
-        train.parse_config([str(tmp_path / "broken.py")])
+        common.parse_config([str(tmp_path / "broken.py")])
+
+
+@pytest.mark.parametrize("mode", ["nonlinear", "residual"])
+def test_checkpoint_from_before_the_query_module_refactor_loads_and_resumes(mode, tmp_path):
+    """tests/fixtures/legacy_*_ckpt.pt were written by nlq at commit 3d8c1eb (f in attn.q_proj); they load with the
+    same val loss and resume."""
+    import eval as nlq_eval
+    data = tmp_path / "data" / "tiny"
+    data.mkdir(parents=True)
+    pattern = np.random.default_rng(0).integers(0, 64, 97)
+    np.tile(pattern, 60).astype(np.uint16).tofile(data / "train.bin")
+    np.tile(pattern, 8).astype(np.uint16).tofile(data / "val.bin")
+    (data / "meta.json").write_text(json.dumps(dict(name="tiny", vocab_size=64, dtype="uint16", tokenizer="char",
+                                                    chars=[chr(48 + i) for i in range(64)], eot_token=None)))
+    out = tmp_path / "out"
+    out.mkdir()
+    legacy = torch.load(ROOT / "tests" / "fixtures" / f"legacy_{mode}_ckpt.pt", weights_only=True)
+    assert any(".attn.q_proj." in k for k in legacy["model"])
+    torch.save(legacy, out / "ckpt.pt")
+    r = nlq_eval.evaluate(str(out), data_dir=str(tmp_path / "data"))
+    assert r["iter"] == 3 and r["loss"] == pytest.approx(legacy["best_val_loss"], abs=1e-6)
+    cfg = {**legacy["config"], "data_dir": str(tmp_path / "data"), "out_dir": str(out), "init_from": "resume",
+           "max_iters": 5, "eval_interval": 5}
+    losses = train.train({**common.DEFAULTS, **cfg})
+    assert losses["val"] < legacy["best_val_loss"]

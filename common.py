@@ -1,0 +1,402 @@
+"""
+What nlq's scripts share, and nothing else: settings, devices, data windows, losses and checkpoints.
+
+train.py trains; sample.py, eval.py, bench.py, sweep.py, report.py and convert.py read the same config keys,
+the same data windows and the same checkpoints through the functions here, so a change made here changes all of
+them alike. Everything else lives in the script that uses it.
+
+    settings     DEFAULTS, parse_config, validate, model_config    (the model's keys come from GPTConfig)
+    devices      resolve_device, autocast, use_compile
+    data         load_meta, open_split, window_starts, eval_windows, get_batch
+    losses       estimate_loss (fixed windows), full_split_loss (every token once), safe_exp
+    checkpoints  load_checkpoint, model_from_checkpoint, save_checkpoint, atomic_write_text, read_metrics
+"""
+import ast
+import dataclasses
+import json
+import math
+import os
+import typing
+from contextlib import nullcontext
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from model import GPT, GPTConfig
+from prepare_data import GPT2_VOCAB, load_meta  # noqa: F401  (load_meta is part of this module's interface)
+
+# ----------------------------------------------------------------------------------------------- settings
+# The model's keys and defaults are GPTConfig's fields (model.py); data_vocab_size is set from the dataset.
+DERIVED_MODEL_FIELDS = ("data_vocab_size",)
+MODEL_KEYS = tuple(f.name for f in dataclasses.fields(GPTConfig) if f.name not in DERIVED_MODEL_FIELDS)
+MODEL_DEFAULTS = {f.name: f.default for f in dataclasses.fields(GPTConfig) if f.name in MODEL_KEYS}
+MODEL_DEFAULTS["vocab_size"] = None  # None = the dataset's vocabulary rounded up to a multiple of 64
+
+DEFAULTS = dict(
+    # I/O
+    out_dir="out", eval_interval=1000, log_interval=10, eval_iters=200, always_save_checkpoint=True,
+    eval_full_at_end=True,  # after the last step, the val loss over every val token once (val_loss_full)
+    init_from="scratch",  # scratch | resume (from out_dir/ckpt.pt)
+    wandb_log=False, wandb_project="nlq", wandb_run_name="run",
+    # data: <data_dir>/<dataset>/{train,val}.bin and meta.json, written by prepare_data.py
+    data_dir="data", dataset="openwebtext", batch_size=12, gradient_accumulation_steps=40,
+    # model: every GPTConfig field (block_size, n_layer, ..., query_mode, ...), defaults from model.py
+    **MODEL_DEFAULTS,
+    # AdamW and the learning-rate schedule: linear warmup, then cosine (or linear) decay to min_lr
+    learning_rate=6e-4, max_iters=60000, weight_decay=0.1, beta1=0.9, beta2=0.95, grad_clip=1.0,
+    decay_lr=True, lr_schedule="cosine", warmup_iters=2000, lr_decay_iters=None, min_lr=6e-5,
+    # divergence: stop after this many consecutive steps with a non-finite training loss
+    max_nonfinite_steps=10,
+    # system
+    device="auto",  # auto | cpu | cuda | cuda:N | mps
+    dtype="auto",   # auto (bfloat16 on CUDA if supported, else float16; float32 elsewhere) | float32 | bfloat16 | float16
+    compile=None,   # None = on for CUDA, off elsewhere
+    seed=1337,
+)
+
+
+def _optional_types():
+    """{key: type} for the keys whose default is None: GPTConfig's Optional[...] hints, and train.py's own."""
+    hints = typing.get_type_hints(GPTConfig)
+    out = {k: typing.get_args(hints[k])[0] for k in MODEL_KEYS if typing.get_origin(hints[k]) is typing.Union}
+    return {**out, "vocab_size": int, "lr_decay_iters": int, "compile": bool}
+
+
+OPTIONAL_TYPES = _optional_types()
+CHOICES = dict(init_from=("scratch", "resume"), lr_schedule=("cosine", "linear"))
+POSITIVE = ("batch_size", "block_size", "gradient_accumulation_steps", "eval_iters", "eval_interval",
+            "log_interval", "learning_rate", "lr_decay_iters", "max_nonfinite_steps")
+NON_NEGATIVE = ("max_iters", "warmup_iters", "min_lr", "weight_decay", "grad_clip", "beta1", "beta2")
+
+
+def check_value(key, value):
+    """Return value if it fits key's type (ints are accepted for floats); raise ValueError naming the key."""
+    if key not in DEFAULTS:
+        raise ValueError(f"unknown config key {key!r}; valid keys: {', '.join(sorted(DEFAULTS))}")
+    want = OPTIONAL_TYPES.get(key, type(DEFAULTS[key]))
+    if value is None and key in OPTIONAL_TYPES:
+        return None
+    if want is float and type(value) is int:
+        return float(value)
+    if type(value) is not want:
+        raise ValueError(f"config key {key!r} needs a {want.__name__}, got {value!r} ({type(value).__name__})")
+    return value
+
+
+def parse_override(arg):
+    """'--key=value' -> (key, value). Values are Python literals; anything else is taken as a string."""
+    if not arg.startswith("--") or "=" not in arg:
+        raise ValueError(f"cannot parse argument {arg!r}; write overrides as --key=value")
+    key, text = arg[2:].split("=", 1)
+    text = {"true": "True", "false": "False", "none": "None"}.get(text, text)
+    try:
+        value = ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        value = text
+    if isinstance(DEFAULTS.get(key), str) and not isinstance(value, str):
+        value = text  # e.g. --wandb_run_name=123 stays a string
+    return key, value
+
+
+def read_config_file(path):
+    """The settings a config file assigns (plain Python; names starting with _ and imported modules skipped)."""
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"config file {path} not found")
+    namespace = {}
+    try:
+        with open(path) as f:
+            exec(compile(f.read(), path, "exec"), namespace)
+    except Exception as e:  # a syntax error or a failing line: say which file, not a traceback
+        raise ValueError(f"config file {path} failed: {type(e).__name__}: {e}") from e
+    return {k: v for k, v in namespace.items()
+            if not k.startswith("_") and not callable(v) and type(v).__name__ != "module"}
+
+
+def parse_config(argv):
+    """DEFAULTS, then an optional config file (the first argument, ending in .py), then --key=value overrides.
+
+    Returns the resolved config dict; ValueError for an unknown key, a wrong type or an invalid setting.
+    """
+    cfg = dict(DEFAULTS)
+    for i, arg in enumerate(argv):
+        if arg.endswith(".py") and not arg.startswith("--"):
+            if i > 0:
+                raise ValueError(f"config file {arg} must be the first argument, before the --key=value overrides "
+                                 f"(which apply on top of it)")
+            updates = read_config_file(arg)
+        else:
+            updates = dict([parse_override(arg)])
+        for key, value in updates.items():
+            cfg[key] = check_value(key, value)
+    validate(cfg)
+    return cfg
+
+
+def validate(cfg):
+    """ValueError naming the first setting out of range, including the model's (via GPTConfig)."""
+    for key in POSITIVE + NON_NEGATIVE:
+        value = cfg[key]
+        if value is not None and not (math.isfinite(value) and (value > 0 if key in POSITIVE else value >= 0)):
+            raise ValueError(f"config key {key!r} = {value} must be {'> 0' if key in POSITIVE else '>= 0'}")
+    for key, choices in CHOICES.items():
+        if cfg[key] not in choices:
+            raise ValueError(f"{key}={cfg[key]!r}; use {' or '.join(choices)}")
+    for key in ("out_dir", "data_dir", "dataset"):
+        if not cfg[key].strip():
+            raise ValueError(f"config key {key!r} is empty; give a folder name, e.g. --{key}={DEFAULTS[key]}")
+    model_config(cfg, data_vocab_size=cfg["vocab_size"] or 1)
+
+
+def padded_vocab(vocab_size):
+    """A dataset's vocabulary size rounded up to a multiple of 64 (faster matmuls; the extra rows go unused)."""
+    return -(-vocab_size // 64) * 64
+
+
+def model_config(cfg, data_vocab_size=None):
+    """The GPTConfig of a config dict: its model keys, with the embedding sized for the data.
+
+    data_vocab_size: the tokenizer's vocabulary (meta.json's vocab_size); None when no dataset is at hand
+    (parameter counts, benchmarks on random ids), which means the config's vocab_size, else GPT-2's 50257.
+    vocab_size = the config's, else data_vocab_size rounded up to a multiple of 64. ValueError if the config's
+    vocab_size is smaller than the data's vocabulary.
+    """
+    data_vocab_size = data_vocab_size or cfg["vocab_size"] or GPT2_VOCAB
+    vocab_size = cfg["vocab_size"] or padded_vocab(data_vocab_size)
+    if data_vocab_size > vocab_size:
+        raise ValueError(f"vocab_size={vocab_size} is smaller than the dataset's vocabulary ({data_vocab_size}); "
+                         f"leave vocab_size unset (None) to size it from the data")
+    return GPTConfig(**{**{k: cfg[k] for k in MODEL_KEYS}, "vocab_size": vocab_size,
+                        "data_vocab_size": data_vocab_size})
+
+
+# ------------------------------------------------------------------------------------------------ devices
+def resolve_device(cfg, local_rank=0, world_size=1):
+    """-> (device str, device_type, torch dtype) from cfg's device and dtype; turns TF32 on for CUDA.
+
+    Never touches CUDA on a machine without it. ValueError for an unknown or unavailable device or dtype.
+    """
+    device = cfg["device"]
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "mps" if torch.backends.mps.is_available() else "cpu"
+    if device.split(":")[0] not in ("cpu", "cuda", "mps"):
+        raise ValueError(f"device={device!r}; use auto, cpu, cuda, cuda:N or mps")
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise ValueError(f"device={device} but CUDA is not available here; use --device=cpu (or auto)")
+    if device == "mps" and not torch.backends.mps.is_available():
+        raise ValueError("device=mps but MPS is not available here; use --device=cpu (or auto)")
+    if device == "cuda" and world_size > 1:
+        device = f"cuda:{local_rank}"
+    device_type = device.split(":")[0]
+    dtype = cfg["dtype"]
+    if dtype == "auto":
+        dtype = "float32" if device_type != "cuda" else "bfloat16" if torch.cuda.is_bf16_supported() else "float16"
+    if dtype not in ("float32", "bfloat16", "float16"):
+        raise ValueError(f"dtype {dtype!r} is not one of auto, float32, bfloat16, float16")
+    if dtype == "float16" and device_type != "cuda":
+        raise ValueError("dtype float16 needs CUDA (its GradScaler); use bfloat16 or float32 on this device")
+    if device_type == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
+    return device, device_type, getattr(torch, dtype)
+
+
+def autocast(device_type, ptdtype):
+    """The mixed-precision context for forward passes: none for float32."""
+    return nullcontext() if ptdtype == torch.float32 else torch.autocast(device_type=device_type, dtype=ptdtype)
+
+
+def use_compile(cfg, device_type):
+    """Whether to torch.compile: the config's compile, or None = on for CUDA only."""
+    return cfg["compile"] if cfg["compile"] is not None else device_type == "cuda"
+
+
+# --------------------------------------------------------------------------------------------------- data
+def open_split(data_dir, split, dtype, block_size):
+    """A read-only np.memmap of <split>.bin; ValueError if it holds fewer than block_size + 1 tokens."""
+    path = os.path.join(data_dir, f"{split}.bin")
+    data = np.memmap(path, dtype=dtype, mode="r")
+    if len(data) < block_size + 1:
+        raise ValueError(f"{path} holds {len(data)} tokens, fewer than block_size + 1 = {block_size + 1}; "
+                         f"use a smaller block_size or a larger {split} split (prepare_data.py --val_fraction)")
+    return data
+
+
+def window_starts(n_tokens, block_size, shape, generator):
+    """Random window offsets in [0, n_tokens - block_size), as an int64 tensor of the given shape."""
+    return torch.randint(n_tokens - block_size, shape, generator=generator)
+
+
+def eval_windows(n_tokens, block_size, batch_size, eval_iters, seed):
+    """The fixed eval windows, (eval_iters, batch_size) offsets: the same for every run with the same seed,
+    data, batch_size and block_size, so all query modes are evaluated on identical batches."""
+    return window_starts(n_tokens, block_size, (eval_iters, batch_size), torch.Generator().manual_seed(seed))
+
+
+def get_batch(data_path, dtype, starts, block_size, device):
+    """Windows at the given offsets (B,) -> x, y (B, block_size) int64 on device; y is x shifted by one.
+    The memmap is re-opened per batch so pages do not pile up in the process's memory."""
+    data = np.memmap(data_path, dtype=dtype, mode="r")
+    windows = np.stack([data[i:i + block_size + 1] for i in starts.tolist()]).astype(np.int64)  # (B, T + 1)
+    x, y = torch.from_numpy(windows[:, :-1].copy()), torch.from_numpy(windows[:, 1:].copy())
+    if device.startswith("cuda"):
+        return x.pin_memory().to(device, non_blocking=True), y.pin_memory().to(device, non_blocking=True)
+    return x.to(device), y.to(device)
+
+
+# ------------------------------------------------------------------------------------------------- losses
+def safe_exp(x):
+    """exp(x) for a loss in nats -> perplexity; inf instead of OverflowError, nan for nan."""
+    try:
+        return math.exp(x)
+    except OverflowError:
+        return math.inf
+
+
+@torch.no_grad()
+def estimate_loss(model, splits, ctx, rank=0, world_size=1, device="cpu"):
+    """Mean cross-entropy (nats/token) per split over its fixed eval windows, sharded over ranks.
+
+    splits: {name: (bin path, dtype, windows (eval_iters, batch_size), block_size)}. Returns {name: float};
+    a diverged model gives nan or inf, never an error. The model's train/eval mode is restored.
+    """
+    was_training = model.training
+    model.eval()
+    out = {}
+    for split, (path, dtype, windows, block_size) in splits.items():
+        total = torch.zeros(2, device=device)  # loss sum, batch count
+        for k in range(rank, len(windows), world_size):
+            x, y = get_batch(path, dtype, windows[k], block_size, device)
+            with ctx:
+                _, loss = model(x, y)
+            total += torch.stack([loss.float(), torch.ones((), device=device)])
+        if world_size > 1:
+            dist.all_reduce(total)
+        out[split] = (total[0] / total[1]).item()
+    model.train(was_training)
+    return out
+
+
+def full_split_windows(n_tokens, block_size, batch_size):
+    """Consecutive windows covering every target of a split of n_tokens once: [(starts (B,), length), ...].
+
+    Windows start at 0, T, 2T, ...; the last one is shorter, so targets 1..n_tokens-1 are each predicted once.
+    """
+    starts = torch.arange(0, n_tokens - 1, block_size)
+    full = starts[starts + block_size <= n_tokens - 1]  # y = data[s + 1 : s + T + 1] needs s + T + 1 <= n
+    batches = [(full[i:i + batch_size], block_size) for i in range(0, len(full), batch_size)]
+    if len(full) < len(starts):  # the last, shorter window: targets up to the split's last token
+        batches.append((starts[len(full):], n_tokens - 1 - int(starts[-1])))
+    return batches
+
+
+@torch.no_grad()
+def full_split_loss(model, ctx, path, dtype, block_size, batch_size, device, rank=0, world_size=1, on_batch=None):
+    """Summed cross-entropy over every target of a split once -> (total nats, tokens, windows).
+
+    Batches are sharded over ranks and the sums all-reduced. on_batch(y) is called with each batch's targets
+    (B, T) on the CPU (eval.py counts bytes with it). The model's train/eval mode is restored.
+    """
+    was_training = model.training
+    model.eval()
+    n = len(np.memmap(path, dtype=dtype, mode="r"))
+    batches = full_split_windows(n, block_size, batch_size)
+    total = torch.zeros(2, dtype=torch.float64, device=device)  # nats, tokens
+    for starts, length in batches[rank::world_size]:
+        x, y = get_batch(path, dtype, starts, length, device)
+        with ctx:
+            _, loss = model(x, y)
+        total += torch.stack([loss.double() * y.numel(), torch.tensor(y.numel(), dtype=torch.float64,
+                                                                      device=device)])
+        if on_batch is not None:
+            on_batch(y.cpu())
+    if world_size > 1:
+        dist.all_reduce(total)
+    model.train(was_training)
+    return total[0].item(), int(total[1].item()), sum(len(s) for s, _ in batches)
+
+
+# -------------------------------------------------------------------------------------------- checkpoints
+EXIT_DIVERGED = 3  # train.py's exit status for a run stopped because its loss went NaN/inf (sweep.py reads it)
+CHECKPOINT_KEYS = {"model", "optimizer", "iter_num", "config", "model_args", "rng"}
+
+
+def upgrade_state_dict(state_dict):
+    """Parameter names of checkpoints written before the query modes became modules (nlq before 2026-11-30):
+    attn.q_proj.* held f (nonlinear) or W_Q (residual); now attn.query.* and attn.query.w_q.* do."""
+    renamed = {}
+    for k, v in state_dict.items():
+        if ".attn.q_proj." in k:
+            residual = k.endswith((".attn.q_proj.weight", ".attn.q_proj.bias"))
+            k = k.replace(".attn.q_proj.", ".attn.query.w_q." if residual else ".attn.query.")
+        renamed[k] = v
+    return renamed
+
+
+def load_checkpoint(path):
+    """A train.py checkpoint, loaded onto the CPU with weights_only=True.
+
+    ValueError if it cannot be read (corrupt, truncated, or another program's format) or lacks train.py's keys.
+    """
+    try:
+        ckpt = torch.load(path, map_location="cpu", weights_only=True)  # CPU first: resume peaks lower
+    except Exception as e:
+        raise ValueError(f"{path} is corrupt or not a train.py checkpoint ({type(e).__name__}); "
+                         f"restore a copy, or delete it to start again") from e
+    if not isinstance(ckpt, dict) or CHECKPOINT_KEYS - set(ckpt):
+        missing = CHECKPOINT_KEYS - set(ckpt) if isinstance(ckpt, dict) else CHECKPOINT_KEYS
+        hint = (" (it looks like the paper's official format: convert it with python convert.py official "
+                f"{path} --out_dir=...)" if isinstance(ckpt, dict) and "model" in ckpt and "model_args" in ckpt
+                and "num_heads" in ckpt["model_args"] else "")
+        raise ValueError(f"{path} is not a train.py checkpoint (no {', '.join(sorted(missing))}){hint}")
+    ckpt["model"] = upgrade_state_dict(ckpt["model"])
+    return ckpt
+
+
+def check_finite_weights(ckpt, path):
+    """ValueError if a checkpoint's model weights hold NaN or inf (written by a run that diverged)."""
+    bad = [k for k, v in ckpt["model"].items() if v.is_floating_point() and not torch.isfinite(v).all()]
+    if bad:
+        raise ValueError(f"checkpoint weights are not finite (training diverged at iter {ckpt['iter_num']}): "
+                         f"{path}, e.g. {bad[0]}; retrain with a lower learning_rate, or use an earlier checkpoint")
+
+
+def model_from_checkpoint(ckpt, path):
+    """The GPT of a loaded checkpoint (on the CPU, eval mode). ValueError if its weights are not finite."""
+    check_finite_weights(ckpt, path)
+    model = GPT(GPTConfig(**ckpt["model_args"]))
+    model.load_state_dict(ckpt["model"])  # train.py saves the unwrapped model: no _orig_mod./module. prefixes
+    return model.eval()
+
+
+def save_checkpoint(path, state):
+    """torch.save to a temp file, then rename: an interrupted save never leaves a broken ckpt.pt."""
+    tmp = path + ".tmp"
+    torch.save(state, tmp)
+    os.replace(tmp, path)
+
+
+def atomic_write_text(path, text):
+    """Write a small text file (config.json, a metrics log) via a temp file and a rename."""
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+def read_metrics(out_dir):
+    """The rows of out_dir/metrics.jsonl as dicts; [] for a run not started yet. A last line cut short by a
+    killed process is ignored (it is rewritten when the run resumes)."""
+    path = os.path.join(out_dir, "metrics.jsonl")
+    if not os.path.exists(path):
+        return []
+    rows = []
+    with open(path) as f:
+        lines = [line for line in f if line.strip()]
+    for i, line in enumerate(lines):
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            if i < len(lines) - 1:
+                raise ValueError(f"{path}: line {i + 1} is not JSON; the log is damaged") from None
+    return rows

@@ -1,0 +1,86 @@
+"""A query mode added the way the README shows passes every mode-generic test, registered from this file alone.
+
+The mode's code is read from README.md ("Add your own query mode"), so the documented example is what is tested.
+"""
+import re
+
+import pytest
+import torch
+import torch.nn as nn
+
+import bench
+import common
+import model
+import test_model
+import test_train
+from conftest import ROOT
+from test_train import data_dir  # noqa: F401  (a fixture used by test_train.test_exact_resume)
+
+MODE = "lowrank"
+
+
+def readme_example():
+    """The python block of the README's 'Add your own query mode' section."""
+    text = (ROOT / "README.md").read_text()
+    section = text.split("## Add your own query mode", 1)[1].split("\n## ", 1)[0]
+    return re.search(r"```python\n(.*?)```", section, re.S).group(1)
+
+
+@pytest.fixture(autouse=True)
+def registered_mode(monkeypatch):
+    """Run the README's code in model.py's namespace (as pasting it there would), for one test at a time."""
+    namespace = {**vars(model), "QUERY_MODES": {}}
+    exec(readme_example(), namespace)
+    monkeypatch.setitem(model.QUERY_MODES, MODE, namespace["QUERY_MODES"][MODE])  # removed after the test
+    yield model.QUERY_MODES[MODE]
+
+
+def test_the_example_is_short_and_default_scale_is_its_own():
+    assert len([line for line in readme_example().splitlines() if line.strip()]) <= 15
+    cfg = model.GPTConfig(n_embd=64, n_head=4, query_mode=MODE)
+    assert cfg.attn_scale == pytest.approx(0.5 / 4)  # scale_factor 0.5 / sqrt(16)
+
+
+@pytest.mark.parametrize("flash", [True, False])
+def test_causality(flash):
+    test_model.test_causality(MODE, flash)
+
+
+@pytest.mark.parametrize("scale", [None, 0.37])
+@pytest.mark.parametrize("qk_norm", [False, True])
+def test_sdpa_matches_plain_attention(qk_norm, scale):
+    test_model.test_sdpa_matches_plain_attention(MODE, qk_norm, scale)
+
+
+def test_overfits_a_batch():
+    test_model.test_each_mode_overfits_a_batch(MODE)
+
+
+def test_parameter_accounting():
+    d, r, L = 64, 32, 2
+    counts = test_model.build(query_mode=MODE).param_breakdown()
+    identity = test_model.build(query_mode="identity").param_breakdown()
+    assert counts["attn_q"] == L * 2 * d * r  # A and B
+    assert counts["total"] - identity["total"] == L * 2 * d * r
+    parts = ("embedding", "lm_head", "attn_q", "attn_kv", "attn_out", "mlp", "norms")
+    assert sum(counts[k] for k in parts) == counts["total"]
+
+
+def test_exact_resume(data_dir, tmp_path):  # noqa: F811
+    test_train.test_exact_resume(MODE, data_dir, tmp_path)
+
+
+def test_bench_runs_it(capsys):
+    opts, rest = bench.split_args([f"--query_modes=linear,{MODE}", "--warmup=1", "--steps=2", "--rounds=1"])
+    cfg = common.parse_config(rest + ["--n_layer=1", "--n_head=2", "--n_embd=32", "--block_size=16",
+                                      "--batch_size=2", "--device=cpu", "--vocab_size=64", "--compile=False"])
+    rows, _ = bench.bench(cfg, opts)
+    assert [r["query_mode"] for r in rows] == ["linear", MODE] and all(r["ms_per_iter"] > 0 for r in rows)
+
+
+def test_a_checkpoint_of_the_mode_names_its_modules(tmp_path):
+    m = test_model.build(query_mode=MODE)
+    names = [k for k in m.state_dict() if ".attn.query." in k]
+    assert names == ["transformer.h.0.attn.query.down.weight", "transformer.h.0.attn.query.up.weight",
+                     "transformer.h.1.attn.query.down.weight", "transformer.h.1.attn.query.up.weight"]
+    assert isinstance(m.transformer.h[0].attn.query, nn.Module) and torch.is_grad_enabled()
