@@ -1,12 +1,18 @@
 """
-Markdown report and validation-loss plot of a sweep.py study.
+The report of a sweep.py study: paired statistics over seeds, the learning-rate search, plots.
 
-    python report.py studies/enwiki_cpu.py                   # -> results/enwiki_cpu/README.md and val_loss.png
+    python report.py studies/enwiki_cpu.py                   # -> results/enwiki_cpu/README.md and plots
     python report.py studies/enwiki_cpu.py --out /tmp/rep    # elsewhere
 
-Run it from the folder the sweep ran in: the study's config file and out_root are relative paths.
-Missing and unfinished runs are listed in the report, never fatal. An arm's best learning rate is the one with
-the lowest final val loss at seeds[0] (sweep.py's rule); while its sweep is incomplete it is marked provisional.
+Everything is rebuilt from the runs' metrics.jsonl and config.json alone (results/<study>/runs/ is committed), so
+anyone can recompute the tables. Run it from the repository root: the study's paths are relative.
+
+Statistics (per arm, against the reference arm, default linear): the final loss of a run is its val loss over
+the whole val split (val_loss_full), in nats/token. At one seed every arm sees the same training windows and the
+same val tokens, so arms are compared *paired*: per-seed differences d_i = arm_i - ref_i over the final seeds
+both finished, their mean, a 95% confidence interval from Student's t with n - 1 degrees of freedom, and the
+paired t-test's p-value (scipy.stats). Welch's unpaired test is a secondary column. A difference is called only
+when its 95% CI excludes 0. Missing and unfinished runs are listed, never fatal.
 """
 import argparse
 import datetime
@@ -19,102 +25,128 @@ import sys
 import matplotlib
 matplotlib.use("Agg")  # files only, no display needed
 import matplotlib.pyplot as plt
+import numpy as np
 import torch
+from scipy import stats
 
 import sweep
 from common import model_config
 from model import GPT
-from sweep import pick_best_lr
-from prepare_data import load_meta
-
-BASELINE = "linear"
-SPREAD_RULE = ("an arm's difference to linear exceeds the seed-to-seed spread when |mean_arm - mean_linear| > "
-               "2·sqrt(s_arm²/n_arm + s_linear²/n_linear), i.e. twice the standard error of the difference of the "
-               "means, with s the sample std over seeds (ddof=1); n/a with fewer than 2 finished seeds in either arm")
 
 
 # ------------------------------------------------------------------------------------------- the numbers
 def summarize(values):
-    """Final losses (nats/token) -> (mean, sample std with ddof=1, n); std is nan for n < 2, mean for n = 0."""
+    """Final losses -> (mean, sample std with ddof=1, n); std is nan for n < 2, mean nan for n = 0."""
     n = len(values)
     mean = sum(values) / n if n else math.nan
     std = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1)) if n > 1 else math.nan
     return mean, std, n
 
 
-def relative_change(a, b):
-    """(a - b) / b in % (the paper's convention: negative = a has the lower loss)."""
-    return (a - b) / b * 100
+def paired_difference(arm, ref, confidence=0.95):
+    """Paired comparison of two arms over the seeds both finished.
+
+    arm, ref: {seed: final loss}. Returns dict(n, seeds, mean: mean of arm_i - ref_i, sd, ci: (lo, hi) from
+    Student's t with n - 1 df, p: two-sided paired t-test p-value, rel: mean / mean(ref) in %). ci and p are
+    None for n < 2, and when all differences are equal the CI has zero width (p is then 0 or nan).
+    """
+    seeds = sorted(set(arm) & set(ref))
+    d = np.array([arm[s] - ref[s] for s in seeds])
+    n = len(d)
+    out = dict(n=n, seeds=seeds, mean=float(d.mean()) if n else math.nan, sd=math.nan, ci=None, p=None,
+               rel=float(d.mean() / np.mean([ref[s] for s in seeds]) * 100) if n else math.nan)
+    if n >= 2:
+        sd = float(d.std(ddof=1))
+        half = stats.t.ppf(0.5 + confidence / 2, n - 1) * sd / math.sqrt(n)
+        out.update(sd=sd, ci=(out["mean"] - half, out["mean"] + half),
+                   p=float(stats.ttest_rel([arm[s] for s in seeds], [ref[s] for s in seeds]).pvalue))
+    return out
 
 
-def exceeds_spread(a_values, b_values):
-    """SPREAD_RULE: True/False, or None if either arm has fewer than 2 values."""
-    (ma, sa, na), (mb, sb, nb) = summarize(a_values), summarize(b_values)
-    if na < 2 or nb < 2:
+def welch_p(arm_values, ref_values):
+    """Two-sided p-value of Welch's unpaired t-test (scipy.stats.ttest_ind, equal_var=False); None if n < 2."""
+    if len(arm_values) < 2 or len(ref_values) < 2:
         return None
-    return abs(ma - mb) > 2 * math.sqrt(sa ** 2 / na + sb ** 2 / nb)
+    return float(stats.ttest_ind(arm_values, ref_values, equal_var=False).pvalue)
+
+
+def verdict(ci):
+    """'lower' / 'higher' when the 95% CI of arm - ref excludes 0, else 'no call' (or 'n < 2')."""
+    if ci is None:
+        return "n < 2"
+    return "lower" if ci[1] < 0 else "higher" if ci[0] > 0 else "no call"
 
 
 # ------------------------------------------------------------------------------------------- the runs
-def read_text(path):
-    """A file's text, or "" if it does not exist (a run not started yet)."""
-    if not os.path.isfile(path):
-        return ""
-    with open(path) as f:
-        return f.read()
-
-
 def read_run(study, arm, lr, seed):
-    """One run dir -> dict(status 'done' | 'diverged' | 'unfinished' | 'missing', iter, max_iters, val_loss,
-    rows, config). val_loss: sweep.final_val_loss of a finished run (whole-split loss where recorded)."""
+    """One run dir -> dict(status 'done' | 'diverged' | 'unfinished' | 'missing', iter, max_iters, final loss,
+    rows, config). final: sweep.final_val_loss of a finished run."""
     sweep.check_settings(study, arm, lr, seed)  # never report a run made with other settings
     out_dir = sweep.run_dir(study, arm, lr, seed)
     rows, cfg_path = sweep.read_metrics(out_dir), os.path.join(out_dir, "config.json")
-    config = json.loads(read_text(cfg_path) or "null")
+    config = None
+    if os.path.isfile(cfg_path):
+        with open(cfg_path) as f:
+            config = json.load(f)
     max_iters = sweep.run_config(study, arm, lr, seed)["max_iters"]
     last = rows[-1] if rows else {}
     status = ("missing" if not rows else "diverged" if sweep.is_diverged(last) else
               "done" if last["iter"] >= max_iters else "unfinished")
     return dict(arm=arm, lr=lr, seed=seed, out_dir=out_dir, status=status, iter=last.get("iter"),
-                max_iters=max_iters, val_loss=sweep.final_val_loss(last) if status == "done" else None, rows=rows,
+                max_iters=max_iters, final=sweep.final_val_loss(last) if status == "done" else None, rows=rows,
                 config=config)
 
 
 def collect(study):
-    """{arm: dict(sweep={lr: run at seeds[0]}, best_lr, provisional, seeds={seed: run at best_lr})}."""
-    out = {}
+    """{arm: dict(plan=sweep.plan(...), search={(lr, seed): run}, finals={seed: run at the chosen lr})}."""
+    data = {}
     for arm in study["arms"]:
-        swept = {lr: read_run(study, arm, lr, study["seeds"][0]) for lr in study["learning_rates"]}
-        best = pick_best_lr({lr: r["val_loss"] for lr, r in swept.items()})
-        seeds = {s: swept[best] if s == study["seeds"][0] else read_run(study, arm, best, s)
-                 for s in study["seeds"]} if best is not None else {}
-        out[arm] = dict(sweep=swept, best_lr=best, seeds=seeds,
-                        provisional=any(r["status"] not in ("done", "diverged") for r in swept.values()))
-    return out
+        p = sweep.plan(study, arm)
+        search = {(lr, s): read_run(study, arm, lr, s) for lr in p["swept"] for s in study["selection_seeds"]}
+        finals = ({s: read_run(study, arm, p["chosen"], s) for s in sweep.final_seeds(study, arm)}
+                  if p["chosen"] is not None else {})
+        data[arm] = dict(plan=p, search=search, finals=finals)
+    return data
 
 
-def param_counts(study, arm, runs):
-    """(non_embedding, non_embedding_matrix) of the arm's model, built on the meta device (no memory, no data).
-    From the study's config of the arm (the vocabulary enters neither count)."""
+def final_losses(d):
+    """{seed: final loss} of an arm's finished final runs."""
+    return {s: r["final"] for s, r in d["finals"].items() if r["final"] is not None}
+
+
+def param_counts(study, arm):
+    """(non_embedding, non_embedding_matrix) of the arm's model, built on the meta device (no memory, no data)."""
     cfg = sweep.run_config(study, arm, study["learning_rates"][0], study["seeds"][0])
     with torch.device("meta"):
         counts = GPT(model_config(cfg)).param_breakdown()
     return counts["non_embedding"], counts["non_embedding_matrix"]
 
 
-def tokenizer_of(study):
-    """The study dataset's tokenizer (gpt2 | char | byte), or None if its meta.json is not here."""
-    cfg = sweep.run_config(study, next(iter(study["arms"])), study["learning_rates"][0], study["seeds"][0])
-    try:
-        return load_meta(os.path.join(cfg["data_dir"], cfg["dataset"]))["tokenizer"]
-    except FileNotFoundError:
-        return None
+def tokenizer_of(data):
+    """The dataset's tokenizer (gpt2 | char | byte) from any run's config.json, or None."""
+    for d in data.values():
+        for run in [*d["search"].values(), *d["finals"].values()]:
+            if run["config"] and "dataset_meta" in run["config"]:
+                return run["config"]["dataset_meta"].get("tokenizer")
+    return None
+
+
+def elapsed_seconds(rows):
+    """Training seconds at each eval row (evals excluded): the running sum of ms_per_iter x iterations since the
+    previous row. The first step after each (re)start, which pays for warm-up, is counted at the average rate."""
+    t, out, prev = 0.0, [], 0
+    for row in rows:
+        t += (row.get("ms_per_iter") or 0.0) / 1000 * (row["iter"] - prev)
+        out.append(t)
+        prev = row["iter"]
+    return out
 
 
 # ------------------------------------------------------------------------------------------- the report
 def header(study_path, study, out):
     """Title, the study file's comment, the commands that produce the report, date and machine."""
-    comment = [line[1:].strip() for line in read_text(study_path).splitlines() if line.startswith("#")]
+    with open(study_path) as f:
+        comment = [line[1:].strip() for line in f.read().splitlines() if line.startswith("#")]
     cmds = [c for c in comment if c.startswith("python ")] or [f"python sweep.py {study_path}"]
     report_cmd = f"python report.py {study_path}" + ("" if out == default_out(study) else f" --out {out}")
     cmds += [] if any(c.startswith("python report.py") for c in cmds) else [report_cmd]
@@ -123,88 +155,155 @@ def header(study_path, study, out):
     machine = f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs"
     return (f"# Study {study['name']}\n\n{about}\n\nProduced by (from the repository root):\n\n```\n"
             + "\n".join(cmds) + f"\n```\n\nGenerated {now} on {machine}; Python {platform.python_version()}, "
-            f"torch {torch.__version__}.")
+            f"torch {torch.__version__}. Raw runs (each run's metrics.jsonl and config.json): "
+            f"`{study['runs_dir']}/`.")
 
 
-def fmt_loss(run):
-    if run["status"] == "diverged":
-        return f"diverged (iter {run['iter']})"
-    if run["status"] == "done":
-        return "not finite" if run["val_loss"] is None else f"{run['val_loss']:.4f}"
-    return "missing" if run["status"] == "missing" else f"unfinished ({run['iter']}/{run['max_iters']})"
+def method(study, tokenizer):
+    ref = study["reference"]
+    bpb = (" Bits per byte = loss / ln 2 (byte-level data: one token per byte)." if tokenizer == "byte" else "")
+    return (f"**Method.** Each arm's learning rate is chosen on selection seeds {study['selection_seeds']} (the "
+            f"mean final loss over them): the base grid {[f'{lr:g}' for lr in study['learning_rates']]}, one "
+            f"more grid step while the best rate is at an edge (at most {study['max_extensions']}), then half "
+            f"steps (×/÷ √2) around the best{'' if study['half_steps'] else ' (off in this study)'}. The chosen "
+            f"rate is then run on the final seeds {study['seeds']} (disjoint from the selection seeds; "
+            f"arms with fewer: {study['seeds_per_arm'] or 'none'}), and only these enter the statistics. A run's "
+            f"final loss is its val loss over the whole val split, every val token once (`val_loss_full`; the "
+            f"same tokens for every arm and seed), in nats/token.{bpb} Each arm is compared with `{ref}` "
+            f"*paired* by seed (at one seed both see the same training windows): Δ = mean over shared seeds of "
+            f"(arm − {ref}), its 95% CI from Student's t with n − 1 degrees of freedom, and the paired t-test's "
+            f"p-value; Welch's unpaired p-value is a secondary column. **A difference is called only when its 95% "
+            f"CI excludes 0**; otherwise the column says 'no call'. 'rel' = Δ / mean({ref}) in %.")
 
 
 def results_table(study, data, tokenizer):
-    """One row per arm: parameters, best lr, mean ± std over seeds, perplexity, bits/byte, change vs linear."""
-    finals = {arm: [r["val_loss"] for r in d["seeds"].values() if r["status"] == "done" and r["val_loss"] is not None]
-              for arm, d in data.items()}
-    base = finals.get(BASELINE, [])
+    ref = study["reference"]
+    ref_losses = final_losses(data[ref])
     byte = tokenizer == "byte"
-    cols = ["arm", "non-embedding params", "non-embedding matrix", "best lr", "val loss (nats/token), mean ± std (n)",
-            "perplexity"] + (["bits/byte"] if byte else []) + [f"vs {BASELINE}", "exceeds seed spread"]
-    lines = ["| " + " | ".join(cols) + " |", "|---|" + "---:|" * (len(cols) - 1)]
+    cols = ["arm", "non-embedding params", "non-embedding matrix", "chosen lr", "final loss, mean ± std (n)"]
+    cols += ["bits/byte"] if byte else []
+    cols += [f"Δ vs {ref} (paired, nats)", "95% CI", "rel", "paired p", "Welch p", "call"]
+    lines = ["| " + " | ".join(cols) + " |", "|---|" + "---:|" * (len(cols) - 2) + "---|"]
     for arm, d in data.items():
-        ne, nem = param_counts(study, arm, list(d["sweep"].values()) + list(d["seeds"].values()))
-        mean, std, n = summarize(finals[arm])
-        lr = "—" if d["best_lr"] is None else f"{d['best_lr']:g}" + (" (provisional)" if d["provisional"] else "")
-        loss = "—" if not n else f"{mean:.4f} ± {std:.4f} (n={n})" if n > 1 else f"{mean:.4f} (n=1)"
-        cells = [arm, f"{ne:,}", f"{nem:,}", lr, loss, f"{math.exp(mean):.3f}" if n else "—"]
+        ne, nem = param_counts(study, arm)
+        losses = final_losses(d)
+        mean, std, n = summarize(list(losses.values()))
+        chosen = d["plan"]["chosen"]
+        cells = [arm, f"{ne:,}", f"{nem:,}", "—" if chosen is None else f"{chosen:g}",
+                 "—" if not n else f"{mean:.4f} ± {std:.4f} ({n})" if n > 1 else f"{mean:.4f} (1)"]
         cells += [f"{mean / math.log(2):.4f}" if n else "—"] if byte else []
-        if arm == BASELINE or not (n and base):
-            cells += ["—", "—"]
+        if arm == ref or not (losses and ref_losses):
+            cells += ["—"] * 6
         else:
-            spread = exceeds_spread(finals[arm], base)
-            cells += [f"{relative_change(mean, summarize(base)[0]):+.2f}%",
-                      "n/a" if spread is None else "yes" if spread else "no"]
+            pd = paired_difference(losses, ref_losses)
+            wp = welch_p(list(losses.values()), list(ref_losses.values()))
+            cells += [f"{pd['mean']:+.4f} (n={pd['n']})",
+                      "—" if pd["ci"] is None else f"[{pd['ci'][0]:+.4f}, {pd['ci'][1]:+.4f}]",
+                      f"{pd['rel']:+.2f}%", "—" if pd["p"] is None else f"{pd['p']:.3g}",
+                      "—" if wp is None else f"{wp:.3g}", verdict(pd["ci"])]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
-def sweep_table(study, data):
-    """Final val loss (nats/token) at seeds[0] for every learning rate x arm; the best per arm in bold."""
+def fmt_run(run):
+    if run["status"] == "diverged":
+        return f"diverged (iter {run['iter']})"
+    if run["status"] == "done":
+        return "not finite" if run["final"] is None else f"{run['final']:.4f}"
+    return "missing" if run["status"] == "missing" else f"unfinished ({run['iter']}/{run['max_iters']})"
+
+
+def search_table(study, data):
+    """Selection loss of every swept rate (rows) per arm (columns); the chosen rate in bold, '·' = not swept."""
+    lrs = sorted({lr for d in data.values() for lr in d["plan"]["swept"]})
+    seeds = study["selection_seeds"]
     lines = ["| learning rate | " + " | ".join(data) + " |", "|---:|" + "---:|" * len(data)]
-    for lr in study["learning_rates"]:
-        cells = [f"**{fmt_loss(d['sweep'][lr])}**" if lr == d["best_lr"] else fmt_loss(d["sweep"][lr])
-                 for d in data.values()]
+    for lr in lrs:
+        cells = []
+        for d in data.values():
+            if lr not in d["plan"]["swept"]:
+                cells.append("·")
+                continue
+            runs = [d["search"][(lr, s)] for s in seeds]
+            if not runs:  # a study without a search
+                cells.append("given")
+                continue
+            text = (fmt_run(runs[0]) if len(runs) == 1 or any(r["status"] != "done" for r in runs)
+                    else f"{d['plan']['losses'][lr]:.4f}")
+            cells.append(f"**{text}**" if lr == d["plan"]["chosen"] else text)
         lines.append(f"| {lr:g} | " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+    notes = [f"- {arm}: {note}" for arm, d in data.items() for note in d["plan"]["notes"]]
+    return "\n".join(lines) + ("\n\n" + "\n".join(notes) if notes else "")
 
 
-def plot(data, path):
-    """val loss vs training tokens per arm at its best lr: mean over seeds (line), min-max over seeds (band)."""
-    fig, ax = plt.subplots(figsize=(7, 4.5))
+def plot_curves(data, path):
+    """val loss (fixed windows) vs training tokens and vs training seconds, per arm at its chosen lr: mean over
+    the final seeds (line) and min–max (band)."""
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
     for arm, d in data.items():
-        by_x = {}
-        for run in d["seeds"].values():
-            for row in run["rows"]:
-                if row["iter"] > 0 and row.get("val_loss") is not None:  # iter 0: the untrained model, ~ln(vocab)
-                    by_x.setdefault(row["tokens"], []).append(row["val_loss"])
-        if by_x:
-            xs = sorted(by_x)
-            line, = ax.plot(xs, [sum(by_x[x]) / len(by_x[x]) for x in xs], marker="o", ms=3,
-                            label=f"{arm} (lr {d['best_lr']:g})")
-            ax.fill_between(xs, [min(by_x[x]) for x in xs], [max(by_x[x]) for x in xs], alpha=0.2,
-                            color=line.get_color())
-    ax.set(xlabel="training tokens", ylabel="val loss (nats/token)", title="val loss at each arm's best lr")
-    if ax.lines:
-        ax.legend()
-    else:
-        ax.text(0.5, 0.5, "no runs with evaluations yet", ha="center", transform=ax.transAxes)
-    ax.grid(alpha=0.3)
+        by_tokens, by_time = {}, {}
+        for run in d["finals"].values():
+            rows = [r for r in run["rows"] if r.get("val_loss") is not None]
+            for row, t in zip(rows, elapsed_seconds(rows)):
+                if row["iter"] > 0:  # iter 0: the untrained model, ~ln(vocab) for every arm
+                    by_tokens.setdefault(row["tokens"], []).append(row["val_loss"])
+                    by_time.setdefault(row["tokens"], []).append(t)
+        if not by_tokens:
+            continue
+        xs = sorted(by_tokens)
+        mean = [np.mean(by_tokens[x]) for x in xs]
+        line, = axes[0].plot(xs, mean, marker="o", ms=3, label=f"{arm} (lr {d['plan']['chosen']:g})")
+        axes[0].fill_between(xs, [min(by_tokens[x]) for x in xs], [max(by_tokens[x]) for x in xs], alpha=0.15,
+                             color=line.get_color())
+        axes[1].plot([np.mean(by_time[x]) for x in xs], mean, marker="o", ms=3, color=line.get_color(), label=arm)
+    axes[0].set(xlabel="training tokens", ylabel="val loss (nats/token, fixed windows)")
+    axes[1].set(xlabel="training seconds (mean over seeds; evals excluded)", ylabel="val loss (nats/token)")
+    for ax in axes:
+        ax.grid(alpha=0.3)
+        if ax.lines:
+            ax.legend(fontsize=8)
+        else:
+            ax.text(0.5, 0.5, "no final runs with evaluations yet", ha="center", transform=ax.transAxes)
+    fig.suptitle("val loss at each arm's chosen learning rate")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def plot_forest(study, data, path):
+    """Each arm's paired mean Δ vs the reference with its 95% CI (a forest plot)."""
+    ref = study["reference"]
+    rows = []
+    for arm, d in data.items():
+        if arm != ref and final_losses(d) and final_losses(data[ref]):
+            rows.append((arm, paired_difference(final_losses(d), final_losses(data[ref]))))
+    fig, ax = plt.subplots(figsize=(7, 0.45 * max(len(rows), 2) + 1.2))
+    for y, (arm, pd) in enumerate(reversed(rows)):
+        lo, hi = pd["ci"] if pd["ci"] is not None else (pd["mean"], pd["mean"])
+        color = "tab:green" if hi < 0 else "tab:red" if lo > 0 else "tab:gray"
+        ax.errorbar(pd["mean"], y, xerr=[[pd["mean"] - lo], [hi - pd["mean"]]], fmt="o", color=color, capsize=3)
+    ax.set_yticks(range(len(rows)), [f"{arm} (n={pd['n']})" for arm, pd in reversed(rows)])
+    ax.axvline(0, color="black", lw=0.8)
+    ax.set(xlabel=f"Δ final loss vs {ref} (nats/token; paired mean, 95% CI)",
+           title="lower is better; green/red: the CI excludes 0")
+    if not rows:
+        ax.text(0.5, 0.5, "no paired results yet", ha="center", transform=ax.transAxes)
+    ax.grid(alpha=0.3, axis="x")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
 
 
 def status_section(data):
-    runs = {r["out_dir"]: r for d in data.values() for r in [*d["sweep"].values(), *d["seeds"].values()]}
-    todo = [r for r in runs.values() if r["status"] != "done"]
-    note = ("" if all(d["best_lr"] is not None for d in data.values()) else
-            " (an arm's other seeds are listed once one of its learning rates has finished)")
+    runs = {r["out_dir"]: r for d in data.values() for r in [*d["search"].values(), *d["finals"].values()]}
+    todo = [r for r in runs.values() if r["status"] not in ("done", "diverged")]
+    pending = [arm for arm, d in data.items() if d["plan"]["chosen"] is None]
+    note = (f" Arms whose search is not complete yet (their next runs are not listed): {', '.join(pending)}."
+            if pending else "")
     if not todo:
-        return f"All {len(runs)} runs finished{note}."
-    return f"{len(runs) - len(todo)} of {len(runs)} runs finished{note}. Not finished:\n\n" + "\n".join(
-        f"- {r['out_dir']}: {fmt_loss(r)}" for r in todo)
+        return f"All {len(runs)} runs so far finished.{note}"
+    return f"{len(runs) - len(todo)} of {len(runs)} runs finished.{note} Not finished:\n\n" + "\n".join(
+        f"- {r['out_dir']}: {fmt_run(r)}" for r in todo)
 
 
 def default_out(study):
@@ -212,7 +311,7 @@ def default_out(study):
 
 
 def main(argv=None):
-    """Write <out>/README.md and <out>/val_loss.png; returns the report's markdown."""
+    """Write <out>/README.md, <out>/forest.png and <out>/val_loss.png; returns the report's markdown."""
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("study", help="study file, e.g. studies/enwiki_cpu.py")
     p.add_argument("--out", default=None, help="output folder (default: results/<study name>)")
@@ -220,21 +319,18 @@ def main(argv=None):
     study = sweep.load_study(args.study)
     out = args.out or default_out(study)
     os.makedirs(out, exist_ok=True)
-    data, tokenizer = collect(study), tokenizer_of(study)
-    plot(data, os.path.join(out, "val_loss.png"))
-    bpb = ("Bits per byte = loss / ln 2 (byte-level data: one token per byte)." if tokenizer == "byte" else
-           f"No bits/byte column: the tokenizer is {tokenizer or 'unknown (dataset not found)'}; use eval.py.")
+    data = collect(study)
+    tokenizer = tokenizer_of(data)
+    plot_curves(data, os.path.join(out, "val_loss.png"))
+    plot_forest(study, data, os.path.join(out, "forest.png"))
     text = "\n\n".join([
-        header(args.study, study, out), "## Results",
-        f"Final val loss: train.py's last evaluation (iter max_iters) on its fixed val windows, in nats/token; "
-        f"mean ± sample std over seeds {study['seeds']} at each arm's best learning rate. Perplexity = exp(mean). "
-        f"{bpb} 'vs {BASELINE}' = (arm − {BASELINE}) / {BASELINE} × 100 on the means. Spread rule: {SPREAD_RULE}.",
-        results_table(study, data, tokenizer), "![val loss](val_loss.png)",
-        f"## Learning-rate sweep (seed {study['seeds'][0]}, final val loss in nats/token)",
-        sweep_table(study, data), "## Runs", status_section(data)]) + "\n"
+        header(args.study, study, out), "## Results", method(study, tokenizer),
+        results_table(study, data, tokenizer), "![forest plot](forest.png)", "![val loss](val_loss.png)",
+        f"## Learning-rate search (mean final loss over selection seeds {study['selection_seeds']})",
+        search_table(study, data), "## Runs", status_section(data)]) + "\n"
     with open(os.path.join(out, "README.md"), "w") as f:
         f.write(text)
-    print(f"wrote {os.path.join(out, 'README.md')} and val_loss.png")
+    print(f"wrote {os.path.join(out, 'README.md')}, forest.png and val_loss.png")
     return text
 
 

@@ -1,15 +1,32 @@
 """
-Run a study: every arm gets the same learning-rate sweep, then its best learning rate is rerun with more seeds.
+Run a study: every arm gets the same learning-rate search on selection seeds, then its chosen rate is run on
+the final seeds, which are never the seeds the rate was chosen on (no winner's curse).
 
-    python sweep.py studies/enwiki_cpu.py               # run it here, one run after another (or --jobs 2)
-    python sweep.py studies/enwiki_cpu.py --print 8     # print the torchrun commands for a cluster instead
-    python report.py studies/enwiki_cpu.py              # the markdown table and the plot
+    python sweep.py studies/enwiki_cpu.py --jobs 2 --threads 1   # run it here (2 runs at a time, 1 thread each)
+    python sweep.py studies/enwiki_cpu.py --print 8              # the torchrun commands of the runs due now
+    python report.py studies/enwiki_cpu.py                       # tables, paired statistics, plots
 
-A study file is plain Python that sets: name, config (a train.py config file), overrides (dict, for all arms),
-arms (dict: arm name -> dict of overrides), learning_rates (list), seeds (list; the sweep uses seeds[0]),
-and optionally out_root (default "runs"). Each run gets its own out_dir, out_root/<name>/<arm>/lr<lr>_seed<seed>.
-A run whose metrics.jsonl already reaches max_iters is skipped; one with a checkpoint resumes from it (exact
-resume, so the result is the same as an uninterrupted run). Stop the sweep at any time and start it again.
+A study file is plain Python that sets:
+    name, config          the study's name and a train.py config file
+    overrides             dict of train.py keys for every arm
+    arms                  dict: arm name -> dict of train.py keys (an arm may set min_lr, e.g. 0.0)
+    learning_rates        the base grid, e.g. [4e-3, 8e-3, 1.6e-2] (min_lr = lr / 10 unless the arm sets it)
+    selection_seeds       seeds the learning rate is chosen on (the mean final loss over them); [] with a
+                          single learning rate means: no search, that rate is the chosen one
+    seeds                 final seeds, disjoint from selection_seeds; the statistics use these alone
+and optionally seeds_per_arm (dict arm -> how many of seeds it runs; default all), reference (the arm others are
+compared with; default "linear"), max_extensions (default 2), half_steps (default True), and runs_dir (default
+results/<name>/runs; two studies that name the same runs_dir share the runs of their identical arms).
+
+Per arm: (1) the base grid on the selection seeds; (2) while the best rate is the smallest or the largest swept,
+one more grid step in that direction (at most max_extensions); (3) half steps (x/√2, x·√2) around the best;
+(4) the best of all swept rates on the final seeds. The "final loss" of a run is its val loss over the whole
+val split (val_loss_full), else its last fixed-window val loss; a diverged run counts as +inf.
+
+Each run has its own out_dir, <runs_dir>/<arm>/lr<lr>_seed<seed>. A run whose metrics.jsonl reaches max_iters
+(or records divergence) is finished and never rerun, also when only its committed metrics.jsonl and
+config.json are there (a study started on one machine finishes on another); one with a checkpoint resumes
+exactly. Stop the sweep at any time and start it again.
 """
 import argparse
 import json
@@ -19,44 +36,74 @@ import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
 
-from common import EXIT_DIVERGED, parse_config, read_config_file, read_metrics
+from common import DEFAULTS, EXIT_DIVERGED, parse_config, read_config_file, read_metrics
 
 TRAIN_PY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "train.py")
-STUDY_KEYS = ("name", "config", "overrides", "arms", "learning_rates", "seeds")
+STUDY_KEYS = ("name", "config", "overrides", "arms", "learning_rates", "selection_seeds", "seeds")
+OPTIONAL_KEYS = dict(seeds_per_arm={}, reference="linear", max_extensions=2, half_steps=True, runs_dir=None)
 
 
+# ------------------------------------------------------------------------------------------- the study file
 def load_study(path):
     """Study file -> dict. ValueError names a missing key, an unknown train.py key or a bad value."""
     namespace = read_config_file(path)  # plain Python, like a config file
     missing = [k for k in STUDY_KEYS if k not in namespace]
     if missing:
-        raise ValueError(f"study file {path} does not set {', '.join(missing)}")
-    study = {k: namespace[k] for k in STUDY_KEYS}
-    study["out_root"] = namespace.get("out_root", "runs")
-    checks = {"arms": isinstance(study["arms"], dict) and study["arms"],
-              "learning_rates": isinstance(study["learning_rates"], list) and study["learning_rates"]
-              and all(isinstance(lr, (int, float)) and lr > 0 for lr in study["learning_rates"]),
-              "seeds": isinstance(study["seeds"], list) and study["seeds"]
-              and all(isinstance(seed, int) for seed in study["seeds"])}
-    for key, ok in checks.items():
+        hint = (" (selection_seeds: the seeds the learning rate is chosen on, disjoint from the final seeds)"
+                if "selection_seeds" in missing else "")
+        raise ValueError(f"study file {path} does not set {', '.join(missing)}{hint}")
+    unknown = set(namespace) - set(STUDY_KEYS) - set(OPTIONAL_KEYS)
+    if unknown:
+        raise ValueError(f"study file {path} sets unknown keys {sorted(unknown)}; study keys: "
+                         f"{', '.join(STUDY_KEYS + tuple(OPTIONAL_KEYS))}")
+    study = {**OPTIONAL_KEYS, **{k: namespace[k] for k in STUDY_KEYS + tuple(OPTIONAL_KEYS) if k in namespace}}
+    study["runs_dir"] = study["runs_dir"] or os.path.join("results", study["name"], "runs")
+    ints = lambda xs: isinstance(xs, list) and xs and all(isinstance(x, int) for x in xs)
+    checks = {"arms": (isinstance(study["arms"], dict) and study["arms"], "a non-empty dict"),
+              "learning_rates": (isinstance(study["learning_rates"], list) and study["learning_rates"]
+                                 and all(isinstance(lr, (int, float)) and lr > 0 for lr in study["learning_rates"]),
+                                 "a non-empty list of positive numbers"),
+              "selection_seeds": (ints(study["selection_seeds"]) or study["selection_seeds"] == []
+                                  and len(study["learning_rates"]) == 1,
+                                  "a non-empty list of ints (empty only with a single learning rate)"),
+              "seeds": (ints(study["seeds"]), "a non-empty list of ints"),
+              "reference": (study["reference"] in study["arms"], "one of the arms"),
+              "seeds_per_arm": (isinstance(study["seeds_per_arm"], dict) and all(
+                  a in study["arms"] and isinstance(n, int) and 1 <= n <= len(study["seeds"])
+                  for a, n in study["seeds_per_arm"].items()), f"a dict arm -> 1..{len(study['seeds'])}")}
+    for key, (ok, want) in checks.items():
         if not ok:
-            raise ValueError(f"study file {path}: {key} must be a non-empty "
-                             + {"arms": "dict", "learning_rates": "list of positive numbers",
-                                "seeds": "list of ints"}[key])
+            raise ValueError(f"study file {path}: {key} must be {want}")
+    overlap = set(study["selection_seeds"]) & set(study["seeds"])
+    if overlap:
+        raise ValueError(f"study file {path}: seeds {sorted(overlap)} are both selection and final seeds; the "
+                         "final statistics must not use the seeds the learning rate was chosen on")
+    study["learning_rates"] = sorted(study["learning_rates"])
     for arm in study["arms"]:  # resolve every arm now: a typo or a bad value fails here, not hours into the sweep
         run_config(study, arm, study["learning_rates"][0], study["seeds"][0])
     return study
 
 
 def run_dir(study, arm, lr, seed):
-    return os.path.join(study["out_root"], study["name"], arm, f"lr{lr:g}_seed{seed}")
+    return os.path.join(study["runs_dir"], arm, f"lr{lr:g}_seed{seed}")
 
 
 def run_args(study, arm, lr, seed):
-    """The train.py arguments of one run: config file, then shared overrides, then the arm's, lr, seed, out_dir."""
-    overrides = {**study["overrides"], **study["arms"][arm], "learning_rate": lr, "min_lr": lr / 10,
-                 "seed": seed, "out_dir": run_dir(study, arm, lr, seed)}
+    """The train.py arguments of one run: config file, then shared overrides, min_lr = lr / 10, the arm's keys,
+    then lr, seed and out_dir."""
+    min_lr = float(f"{lr / 10:.6g}")  # 0.0003, not 0.00030000000000000003
+    overrides = {**study["overrides"], "min_lr": min_lr, **study["arms"][arm], "learning_rate": lr, "seed": seed,
+                 "out_dir": run_dir(study, arm, lr, seed)}
     return [study["config"]] + [f"--{k}={v}" for k, v in overrides.items()]
+
+
+def run_config(study, arm, lr, seed):
+    return parse_config(run_args(study, arm, lr, seed))
+
+
+def final_seeds(study, arm):
+    """The final seeds an arm runs: the first seeds_per_arm[arm] of seeds (all by default)."""
+    return study["seeds"][:study["seeds_per_arm"].get(arm, len(study["seeds"]))]
 
 
 def torchrun_command(study, arm, lr, seed, nproc):
@@ -76,10 +123,6 @@ def torchrun_command(study, arm, lr, seed, nproc):
     return f"torchrun --standalone --nproc_per_node={nproc} train.py " + " ".join(args)
 
 
-def run_config(study, arm, lr, seed):
-    return parse_config(run_args(study, arm, lr, seed))
-
-
 # Keys that do not change a run's results; any other difference means the run dir holds another experiment.
 NOT_EXPERIMENT = {"init_from", "log_interval", "wandb_log", "wandb_project", "wandb_run_name", "device", "dtype",
                   "compile"}
@@ -94,12 +137,15 @@ def check_settings(study, arm, lr, seed):
     with open(path) as f:
         saved = json.load(f)
     wanted = run_config(study, arm, lr, seed)
-    diff = {k: (saved.get(k), v) for k, v in wanted.items() if k not in NOT_EXPERIMENT and saved.get(k) != v}
+    # a key added to nlq after the run was made counts as its default (committed runs stay valid)
+    diff = {k: (saved.get(k, DEFAULTS[k]), v) for k, v in wanted.items()
+            if k not in NOT_EXPERIMENT and saved.get(k, DEFAULTS[k]) != v}
     if diff:
         raise ValueError(f"{os.path.dirname(path)} holds a run with other settings (saved, study): {diff}; "
                          f"delete it, or give the changed study a new name")
 
 
+# ----------------------------------------------------------------------------------------------- the runs
 def final_row(out_dir):
     """The last row of out_dir/metrics.jsonl, or None."""
     rows = read_metrics(out_dir)
@@ -126,31 +172,84 @@ def is_finished(study, arm, lr, seed):
     return row is not None and (is_diverged(row) or row["iter"] >= run_config(study, arm, lr, seed)["max_iters"])
 
 
-def pick_best_lr(final_losses):
-    """{lr: final val loss, or None (unfinished or diverged)} -> the lr with the lowest loss, or None if there
-    is none. The one best-learning-rate rule of sweep.py and report.py."""
-    done = {lr: loss for lr, loss in final_losses.items() if loss is not None and math.isfinite(loss)}
-    return min(done, key=done.get) if done else None
+def selection_loss(study, arm, lr):
+    """Mean final loss over the selection seeds; inf if any diverged; None while any is unfinished."""
+    losses = []
+    for seed in study["selection_seeds"]:
+        if not is_finished(study, arm, lr, seed):
+            return None
+        loss = final_val_loss(final_row(run_dir(study, arm, lr, seed)))
+        losses.append(math.inf if loss is None else loss)
+    return sum(losses) / len(losses)
 
 
-def best_lr(study, arm):
-    """The swept learning rate with the lowest final val loss for this arm (seeds[0]); None while unfinished."""
-    seed = study["seeds"][0]
-    if not all(is_finished(study, arm, lr, seed) for lr in study["learning_rates"]):
-        return None
-    return pick_best_lr({lr: final_val_loss(final_row(run_dir(study, arm, lr, seed)))
-                         for lr in study["learning_rates"]})
+def pick_best_lr(losses):
+    """{lr: loss, or None/inf/nan (unfinished or diverged)} -> the lr with the lowest finite loss (the smaller
+    lr on a tie), or None if there is none. The one best-learning-rate rule of sweep.py and report.py."""
+    done = {lr: loss for lr, loss in losses.items() if loss is not None and math.isfinite(loss)}
+    return min(done, key=lambda lr: (done[lr], lr)) if done else None
 
 
+def round_lr(lr):
+    """Learning rates made by extension or half steps, to 3 significant digits (readable run names)."""
+    return float(f"{lr:.3g}")
+
+
+def plan(study, arm):
+    """Where an arm's learning-rate search stands, replayed from the finished runs (deterministic).
+
+    Returns dict(due=[(arm, lr, seed), ...] runs to run next, swept=[lrs], chosen=lr or None,
+    notes=[str], losses={lr: selection loss}). chosen is set once the search is complete; due then lists the
+    unfinished final runs. If every swept rate diverged, chosen stays None and a note says so.
+    """
+    sel = study["selection_seeds"]
+    swept, notes = list(study["learning_rates"]), []
+    if not sel:  # one given learning rate, nothing to choose: straight to the final seeds
+        chosen = swept[0]
+        due = [(arm, chosen, s) for s in final_seeds(study, arm) if not is_finished(study, arm, chosen, s)]
+        return dict(due=due, swept=swept, chosen=chosen, notes=["learning rate given, not searched"], losses={})
+    runs = lambda lrs: [(arm, lr, s) for lr in lrs for s in sel if not is_finished(study, arm, lr, s)]
+    out = lambda due, chosen=None: dict(due=due, swept=sorted(swept), chosen=chosen, notes=notes,
+                                        losses={lr: selection_loss(study, arm, lr) for lr in sorted(swept)})
+    if runs(swept):
+        return out(runs(swept))
+    ratio = swept[1] / swept[0] if len(swept) > 1 else 2.0  # the base grid's step
+    extensions = 0
+    while True:  # (2) extend while the best is the smallest or the largest rate swept
+        best = pick_best_lr({lr: selection_loss(study, arm, lr) for lr in swept})
+        if best is None:
+            notes.append("every swept learning rate diverged")
+            return out([])
+        lo, hi = min(swept), max(swept)
+        if best not in (lo, hi) or lo == hi:
+            break
+        if extensions == study["max_extensions"]:
+            notes.append(f"best rate {best:g} is still at the edge after {extensions} extensions")
+            break
+        new = round_lr(best / ratio if best == lo else best * ratio)
+        notes.append(f"best rate {best:g} was at the {'lower' if best == lo else 'upper'} edge: added {new:g}")
+        swept.append(new)
+        extensions += 1
+        if runs([new]):
+            return out(runs([new]))
+    best = pick_best_lr({lr: selection_loss(study, arm, lr) for lr in swept})
+    if study["half_steps"]:  # (3) half steps around the best
+        halves = [h for h in (round_lr(best / math.sqrt(2)), round_lr(best * math.sqrt(2))) if h not in swept]
+        swept += halves
+        if runs(halves):
+            return out(runs(halves))
+        best = pick_best_lr({lr: selection_loss(study, arm, lr) for lr in swept})
+    due = [(arm, best, s) for s in final_seeds(study, arm) if not is_finished(study, arm, best, s)]
+    return out(due, chosen=best)
+
+
+# ------------------------------------------------------------------------------------------------ running
 def launch(study, arm, lr, seed, threads):
     """Run (or resume) one training run as a subprocess; its log goes to out_dir/train.log.
 
     Returns None when the run finished or diverged (both recorded in its metrics.jsonl), else a line saying
     that it failed and where its log is: one failed run never stops the others.
     """
-    if lr is None:  # phase 2 of an arm whose every swept rate diverged
-        print(f"skipped: {arm} seed={seed} (no learning rate of its sweep finished without diverging)", flush=True)
-        return None
     check_settings(study, arm, lr, seed)
     if is_finished(study, arm, lr, seed):
         print(f"done already: {arm} lr={lr:g} seed={seed}", flush=True)
@@ -164,7 +263,8 @@ def launch(study, arm, lr, seed, threads):
     print(f"running: {arm} lr={lr:g} seed={seed} -> {out_dir}", flush=True)
     log_path = os.path.join(out_dir, "train.log")
     with open(log_path, "a") as log:
-        code = subprocess.run([sys.executable, TRAIN_PY, *args], stdout=log, stderr=subprocess.STDOUT, env=env).returncode
+        code = subprocess.run([sys.executable, TRAIN_PY, *args], stdout=log, stderr=subprocess.STDOUT,
+                              env=env).returncode
     if code == EXIT_DIVERGED and is_diverged(final_row(out_dir)):
         print(f"diverged: {arm} lr={lr:g} seed={seed} (recorded; the sweep goes on)", flush=True)
     elif code != 0:
@@ -173,11 +273,9 @@ def launch(study, arm, lr, seed, threads):
     return None
 
 
-def phases(study):
-    """Phase 1: each arm x each learning rate at seeds[0]. Phase 2: each arm's best rate x the other seeds."""
-    sweep = [(arm, lr, study["seeds"][0]) for arm in study["arms"] for lr in study["learning_rates"]]
-    rerun = lambda: [(arm, best_lr(study, arm), seed) for arm in study["arms"] for seed in study["seeds"][1:]]
-    return sweep, rerun
+def due_runs(study):
+    """Every run that is due now, over all arms (arms advance through their phases independently)."""
+    return [run for arm in study["arms"] for run in plan(study, arm)["due"]]
 
 
 def main(argv=None):
@@ -186,25 +284,29 @@ def main(argv=None):
     parser.add_argument("--jobs", type=int, default=1, help="runs at a time on this machine")
     parser.add_argument("--threads", type=int, default=None, help="OMP_NUM_THREADS per run (default: torch's)")
     parser.add_argument("--print", type=int, metavar="NPROC", dest="nproc",
-                        help="print torchrun commands with this many processes per run instead of running")
+                        help="print the torchrun commands of the runs due now, with this many processes each")
     args = parser.parse_args(argv)
     if args.jobs < 1:
         parser.error("--jobs must be >= 1")
     study = load_study(args.study)
-    sweep, rerun = phases(study)
     if args.nproc:
-        print("\n".join(torchrun_command(study, *run, args.nproc) for run in sweep))
-        if any(lr is None for _, lr, _ in rerun()):
-            print("# phase 2 (best learning rate x other seeds): run this again once the runs above have finished")
-        else:
-            print("\n".join(torchrun_command(study, *run, args.nproc) for run in rerun()))
+        due = due_runs(study)
+        print("\n".join(torchrun_command(study, *run, args.nproc) for run in due))
+        if any(plan(study, arm)["chosen"] is None for arm in study["arms"]):
+            print("# more runs follow (grid extensions, half steps, final seeds): run this again once these finish")
         return
+    failed = {}
     with ThreadPoolExecutor(args.jobs) as pool:
-        failed = [f for f in pool.map(lambda run: launch(study, *run, args.threads), sweep) if f]
-        failed += [f for f in pool.map(lambda run: launch(study, *run, args.threads), rerun()) if f]  # phase 1's
-    print(json.dumps({arm: best_lr(study, arm) for arm in study["arms"]}))
+        while True:  # each round runs what is due; finished runs then decide the next phase of each arm
+            due = [run for run in due_runs(study) if run not in failed]
+            if not due:
+                break
+            for run, failure in zip(due, pool.map(lambda run: launch(study, *run, args.threads), due)):
+                if failure:
+                    failed[run] = failure
+    print(json.dumps({arm: plan(study, arm)["chosen"] for arm in study["arms"]}))
     if failed:
-        raise RuntimeError(f"{len(failed)} run(s) failed; the others finished:\n" + "\n".join(failed))
+        raise RuntimeError(f"{len(failed)} run(s) failed; the others finished:\n" + "\n".join(failed.values()))
 
 
 if __name__ == "__main__":

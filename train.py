@@ -226,7 +226,7 @@ def train(cfg):
         atomic_write_text(os.path.join(cfg["out_dir"], "config.json"), json.dumps(
             {**cfg, "model_args": vars(model_cfg), "world_size": world_size, "resolved_device": device,
              "resolved_dtype": str(ptdtype), "tokens_per_iter": tokens_per_iter, "lr_decay_iters_resolved":
-             decay_iters}, indent=2))
+             decay_iters, "dataset_meta": meta}, indent=2))
         # a fresh run starts a fresh log; a resumed one drops lines written after its checkpoint
         append_metrics(cfg["out_dir"], None, truncate_after=-1 if resumed_at is None else resumed_at)
     log(json.dumps(cfg))

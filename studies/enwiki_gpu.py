@@ -1,6 +1,9 @@
 # The CPU study (studies/enwiki_cpu.py) at a larger scale for one GPU: config/enwiki_gpu.py (6 x 384, GPT-2 BPE
-# Wikipedia), the same five arms, the same 3-point learning-rate sweep, then the best rate with 2 more seeds.
-#   bash bench/gpu_check.sh        (runs: python sweep.py studies/enwiki_gpu.py --jobs 4; python report.py ...)
+# Wikipedia), the same five arms and the same protocol: a learning-rate search on selection seed 1337 (grid
+# 1e-3, 2e-3, 4e-3, extended at an edge, then half steps), then the chosen rate on final seeds 2001-2003.
+#   python prepare_data.py local --input ../shared/data/enwiki2015/AA --name enwiki_gpt2 --tokenizer gpt2
+#   python sweep.py studies/enwiki_gpu.py --jobs 4
+#   python report.py studies/enwiki_gpu.py
 name = "enwiki_gpu"
 config = "config/enwiki_gpu.py"
 overrides = {}
@@ -11,5 +14,6 @@ arms = {
     "wide": dict(query_mode="linear", mlp_hidden=1824),  # 4.75 x 384: +12.5% non-embedding matrix parameters
     "linear_qknorm": dict(query_mode="linear", qk_norm=True),
 }
-learning_rates = [1e-3, 2e-3, 4e-3]  # the CPU study found small models prefer high rates
-seeds = [1337, 1338, 1339]
+learning_rates = [1e-3, 2e-3, 4e-3]
+selection_seeds = [1337]
+seeds = [2001, 2002, 2003]

@@ -272,18 +272,19 @@ def test_sweep_with_a_diverging_learning_rate_finishes_the_rest(tmp_path):
                       "warmup_iters = 0\neval_interval = 4\neval_iters = 2\nlog_interval = 4\ndevice = 'cpu'\n"
                       "grad_clip = 0.0\nweight_decay = 0.0\n")
     study = tmp_path / "study.py"
-    study.write_text(f"name = 'div'\nconfig = {str(config)!r}\noverrides = {{}}\nout_root = {str(tmp_path / 'runs')!r}\n"
-                     "arms = {'linear': {}}\nlearning_rates = [1e-2, 1e6]\nseeds = [1, 2]\n")
+    study.write_text(f"name = 'div'\nconfig = {str(config)!r}\noverrides = {{}}\nruns_dir = {str(tmp_path / 'runs')!r}\n"
+                     "arms = {'linear': {}}\nlearning_rates = [1e-2, 1e6]\nselection_seeds = [1]\nseeds = [2]\n"
+                     "half_steps = False\n")
     result = subprocess.run([sys.executable, str(ROOT / "sweep.py"), str(study)], capture_output=True, text=True,
                             cwd=ROOT, env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert result.returncode == 0, result.stdout + result.stderr
     assert "diverged: linear lr=1e+06 seed=1 (recorded; the sweep goes on)" in result.stdout
     s = sweep.load_study(str(study))
     assert sweep.is_diverged(sweep.final_row(sweep.run_dir(s, "linear", 1e6, 1)))
-    assert sweep.best_lr(s, "linear") == 1e-2 and sweep.is_finished(s, "linear", 1e-2, 2)
+    assert sweep.plan(s, "linear")["chosen"] == 1e-2 and sweep.is_finished(s, "linear", 1e-2, 2)
     import report
     text = report.main([str(study), "--out", str(tmp_path / "report")])
-    assert "| 1e+06 | diverged (iter " in text and "| 0.01 | **" in text
+    assert "| 1e+06 | diverged (iter " in text and "| 0.01 | **" in text and "| linear | " in text
 
 
 # ------------------------------------------------------------------- the GPU code path, exercised on the CPU

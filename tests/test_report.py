@@ -1,91 +1,141 @@
-"""report.py: the report's arithmetic, best-lr choice, missing/unfinished runs, README.md and PNG output."""
+"""report.py: paired statistics checked by hand on made-up run files, the learning-rate search table, plots."""
 import json
 import math
 import os
 
 import pytest
 
-import common
 import report
 import sweep
 
-# final val loss per (arm, lr, seed); "unfinished" stops at iter 50 of 100, absent keys are missing runs
-FINALS = {("linear", 1e-3, 1): 2.0, ("linear", 2e-3, 1): 1.9, ("linear", 2e-3, 2): 1.8, ("linear", 2e-3, 3): 2.0,
-          ("nonlinear", 1e-3, 1): 1.7, ("nonlinear", 2e-3, 1): math.nan,  # diverged: never the best
-          ("nonlinear", 1e-3, 2): 1.72, ("nonlinear", 1e-3, 3): 1.68,
-          ("identity", 1e-3, 1): 1.95, ("identity", 2e-3, 1): "unfinished", ("identity", 1e-3, 3): 1.93}
+# Two made-up comparisons with the reference arm "linear", final seeds 11, 12, 13 (final losses, nats/token).
+LINEAR = {11: 2.00, 12: 2.10, 13: 2.20}
+# paired: d = (-0.02, -0.015, -0.03), a consistent small gain under a large shared seed effect
+PAIRED_WINS = {11: 1.98, 12: 2.085, 13: 2.17}
+# unpaired: arm means 1.97 vs 2.02 with tiny spreads, but per-seed differences (-0.01, -0.05, -0.09) scatter
+LINEAR_2 = {11: 2.00, 12: 2.02, 13: 2.04}
+WELCH_WINS = {11: 1.99, 12: 1.97, 13: 1.95}
 
 
-def make_study(tmp_path, finals, header="# Toy study.\n#   python sweep.py STUDY --jobs 2\n"):
-    """A study file with a 1-layer byte-level config, out_root in tmp_path, and hand-made run dirs."""
-    (tmp_path / "data" / "toy").mkdir(parents=True)
-    (tmp_path / "data" / "toy" / "meta.json").write_text(json.dumps(dict(tokenizer="byte", vocab_size=256)))
+def write_run(study, arm, lr, seed, final, max_iters=100, diverged=False):
+    """A finished (or diverged, or unfinished when final is None) run's metrics.jsonl and config.json."""
+    out = sweep.run_dir(study, arm, lr, seed)
+    os.makedirs(out, exist_ok=True)
+    rows = [dict(iter=0, tokens=0, val_loss=5.5, ms_per_iter=None)]
+    if diverged:
+        rows.append(dict(iter=50, tokens=50 * 64, train_loss=None, diverged=True))
+    elif final is None:
+        rows.append(dict(iter=50, tokens=50 * 64, val_loss=3.0, ms_per_iter=10.0))
+    else:
+        rows += [dict(iter=50, tokens=50 * 64, val_loss=final + 0.5, ms_per_iter=10.0),
+                 dict(iter=max_iters, tokens=max_iters * 64, val_loss=final + 0.01, val_loss_full=final,
+                      ms_per_iter=12.0)]
+    with open(os.path.join(out, "metrics.jsonl"), "w") as f:
+        f.writelines(json.dumps(r) + "\n" for r in rows)
+    with open(os.path.join(out, "config.json"), "w") as f:
+        json.dump({**sweep.run_config(study, arm, lr, seed), "dataset_meta": dict(tokenizer="byte")}, f)
+
+
+def make_study(tmp_path, ref=LINEAR, wins=PAIRED_WINS, welch=WELCH_WINS, header="# Toy study.\n"):
+    """A study of 3 arms; every arm's search (seed 1) picks 2e-3, an interior rate; final seeds 11-13."""
     (tmp_path / "cfg.py").write_text(f"data_dir = {str(tmp_path / 'data')!r}\ndataset = 'toy'\nn_layer = 1\n"
                                      "n_head = 2\nn_embd = 16\nblock_size = 8\nmax_iters = 100\ndevice = 'cpu'\n")
-    study_path = tmp_path / "toy_study.py"
-    study_path.write_text(header + f"name = 'toy'\nconfig = {str(tmp_path / 'cfg.py')!r}\noverrides = {{}}\n"
-                          "arms = {'linear': {}, 'identity': {'query_mode': 'identity'}, "
-                          "'nonlinear': {'query_mode': 'nonlinear'}}\nlearning_rates = [1e-3, 2e-3]\n"
-                          f"seeds = [1, 2, 3]\nout_root = {str(tmp_path / 'runs')!r}\n")
-    study = sweep.load_study(str(study_path))
-    for (arm, lr, seed), final in finals.items():
-        out = sweep.run_dir(study, arm, lr, seed)
-        os.makedirs(out)
-        iters = [0, 50] if final == "unfinished" else [0, 50, 100]
-        losses = [5.5, 2.5, 2.2] if final == "unfinished" else [5.5, final + 0.3, final]
-        rows = [dict(iter=i, tokens=64 * i, val_loss=v) for i, v in zip(iters, losses)]
-        if isinstance(final, float) and math.isnan(final):  # as train.py logs a run it stopped at iter 50
-            rows = [rows[0], dict(iter=50, tokens=64 * 50, train_loss=None, diverged=True)]
-        with open(os.path.join(out, "metrics.jsonl"), "w") as f:
-            f.writelines(json.dumps(row) + "\n" for row in rows)
-        if arm == "linear":  # the other arms' parameter counts come from the study config instead
-            cfg = sweep.run_config(study, arm, lr, seed)
-            model_args = vars(common.model_config(cfg, 256))
-            with open(os.path.join(out, "config.json"), "w") as f:
-                json.dump({**cfg, "model_args": model_args}, f)
-    return str(study_path)
+    path = tmp_path / "toy_study.py"
+    path.write_text(header + f"name = 'toy'\nconfig = {str(tmp_path / 'cfg.py')!r}\noverrides = {{}}\n"
+                    "arms = {'linear': {}, 'paired_wins': {'query_mode': 'nonlinear'}, "
+                    "'welch_wins': {'query_mode': 'identity'}}\nlearning_rates = [1e-3, 2e-3, 4e-3]\n"
+                    "selection_seeds = [1]\nseeds = [11, 12, 13]\nhalf_steps = False\n"
+                    f"runs_dir = {str(tmp_path / 'runs')!r}\n")
+    study = sweep.load_study(str(path))
+    for arm, finals in (("linear", ref), ("paired_wins", wins), ("welch_wins", welch)):
+        for lr, loss in ((1e-3, 2.5), (2e-3, 2.3), (4e-3, 2.4)):
+            write_run(study, arm, lr, 1, loss)
+        for seed, loss in finals.items():
+            write_run(study, arm, 2e-3, seed, loss)
+    return path, study
 
 
-def test_summary_arithmetic():
-    mean, std, n = report.summarize([1.9, 1.8, 2.0])
-    assert (mean, std, n) == (pytest.approx(1.9), pytest.approx(0.1), 3)  # sample std, ddof=1
-    assert report.summarize([2.0])[2] == 1 and math.isnan(report.summarize([2.0])[1])
-    assert math.isnan(report.summarize([])[0])
-    assert report.relative_change(1.7, 1.9) == pytest.approx(-10.526315789)
-    # |1.9 - 1.7| = 0.2 > 2 sqrt(0.1²/3 + 0.02²/3) = 0.118; |1.94 - 1.9| = 0.04 < 2 sqrt(0.1²/3 + 0.01414²/2) = 0.117
-    assert report.exceeds_spread([1.72, 1.7, 1.68], [1.9, 1.8, 2.0]) is True
-    assert report.exceeds_spread([1.95, 1.93], [1.9, 1.8, 2.0]) is False
-    assert report.exceeds_spread([1.5], [1.9, 1.8, 2.0]) is None  # one seed: no spread to compare with
+def test_paired_statistics_by_hand():
+    # case 1: d = (-0.02, -0.015, -0.03); mean -0.021667, sd 0.0076376 (ddof 1), t(0.975, df 2) = 4.302653
+    pd = report.paired_difference(PAIRED_WINS, LINEAR)
+    half = 4.302653 * 0.0076376 / math.sqrt(3)
+    assert pd["n"] == 3 and pd["mean"] == pytest.approx(-0.021667, abs=1e-6)
+    assert pd["sd"] == pytest.approx(0.0076376, abs=1e-7)
+    assert pd["ci"] == pytest.approx((-0.021667 - half, -0.021667 + half), abs=1e-5)  # [-0.04064, -0.00269]
+    t = -0.021667 / (0.0076376 / math.sqrt(3))  # -4.9135; for df = 2, p = 1 - |t| / sqrt(t^2 + 2)
+    assert pd["p"] == pytest.approx(1 - abs(t) / math.sqrt(t * t + 2), abs=1e-4)  # 0.0390
+    assert report.verdict(pd["ci"]) == "lower"
+    assert report.welch_p(list(PAIRED_WINS.values()), list(LINEAR.values())) > 0.7  # unpaired: nothing
+    # case 2: d = (-0.01, -0.05, -0.09); mean -0.05, sd 0.04 -> CI [-0.1494, 0.0494] includes 0
+    pd = report.paired_difference(WELCH_WINS, LINEAR_2)
+    assert pd["ci"] == pytest.approx((-0.05 - 4.302653 * 0.04 / math.sqrt(3), -0.05 + 4.302653 * 0.04 / math.sqrt(3)),
+                                     abs=1e-5)
+    assert report.verdict(pd["ci"]) == "no call"
+    # Welch: means 1.97 vs 2.02, both sd 0.02, n 3: t = 0.05 / sqrt(2 * 0.0004 / 3) = 3.0619, df = 4 exactly;
+    # for df = 4, two-sided p = 1 - x (3 - x^2) / 2 with x = |t| / sqrt(t^2 + 4)
+    t = 0.05 / math.sqrt(2 * 0.0004 / 3)
+    x = t / math.sqrt(t * t + 4)
+    p = report.welch_p(list(WELCH_WINS.values()), list(LINEAR_2.values()))
+    assert p == pytest.approx(1 - x * (3 - x * x) / 2, abs=1e-6) and p < 0.05  # 0.0376: the unpaired rule calls it
 
 
-def test_best_lr_choice():
-    assert report.pick_best_lr({1e-3: 2.0, 2e-3: 1.9, 4e-3: 2.1}) == 2e-3
-    assert report.pick_best_lr({1e-3: math.nan, 2e-3: 3.0}) == 2e-3
-    assert report.pick_best_lr({1e-3: None, 2e-3: 3.0}) == 2e-3
-    assert report.pick_best_lr({1e-3: None, 2e-3: None}) is None
+def test_paired_uses_only_shared_seeds_and_needs_two():
+    pd = report.paired_difference({11: 1.0, 12: 2.0, 14: 9.0}, {11: 1.5, 12: 2.25, 13: 0.0})
+    assert pd["seeds"] == [11, 12] and pd["mean"] == pytest.approx(-0.375)
+    one = report.paired_difference({11: 1.0}, {11: 1.5})
+    assert one["n"] == 1 and one["ci"] is None and one["p"] is None and report.verdict(one["ci"]) == "n < 2"
+    assert report.welch_p([1.0], [2.0, 3.0]) is None
 
 
-def test_report_files_and_numbers(tmp_path, capsys):
+def test_report_tables_from_run_files(tmp_path, capsys):
+    path, study = make_study(tmp_path)
     out = tmp_path / "results"
-    text = report.main([make_study(tmp_path, FINALS), "--out", str(out)])
+    text = report.main([str(path), "--out", str(out)])
     assert (out / "README.md").read_text() == text
-    png = (out / "val_loss.png").read_bytes()
-    assert len(png) > 1000 and png.startswith(b"\x89PNG\r\n\x1a\n")
+    for png in ("forest.png", "val_loss.png"):
+        assert (out / png).read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
     rows = {line.split(" | ")[0][2:]: line for line in text.splitlines() if line.startswith("| ")}
-    assert "| 3,120 | 3,072 | 0.002 | 1.9000 ± 0.1000 (n=3) | 6.686 | 2.7411 | — | — |" in rows["linear"]
-    assert "| 3,152 | 3,072 | 0.001 | 1.7000 ± 0.0200 (n=3) | 5.474 | 2.4526 | -10.53% | yes |" in rows["nonlinear"]
-    assert "| 2,864 | 2,816 | 0.001 (provisional) | 1.9400 ± 0.0141 (n=2) |" in rows["identity"]
-    assert rows["identity"].endswith("| +2.11% | no |")
-    assert "| 0.002 | **1.9000** | unfinished (50/100) | diverged (iter 50) |" in text  # sweep table: linear, identity, nonlinear
-    assert f"- {sweep.run_dir(sweep.load_study(str(tmp_path / 'toy_study.py')), 'identity', 1e-3, 2)}: missing" in text
-    assert "python sweep.py STUDY --jobs 2" in text and f"python report.py {tmp_path / 'toy_study.py'}" in text
-    assert "2·sqrt(s_arm²/n_arm + s_linear²/n_linear)" in text and "torch " in text
+    assert "| 0.002 | 2.1000 ± 0.1000 (3) | 3.0297 | — | — |" in rows["linear"]
+    assert "| -0.0217 (n=3) | [-0.0406, -0.0027] | -1.03% | 0.039 | 0.799 | lower |" in rows["paired_wins"]
+    # welch_wins against LINEAR (not LINEAR_2): d = (-0.01, -0.13, -0.25), CI includes 0
+    assert rows["welch_wins"].endswith("| no call |")
+    assert "**A difference is called only when its 95% CI excludes 0**" in text
+    assert "selection seeds [1]" in text and "final seeds [11, 12, 13]" in text
+    assert "| 0.002 | **2.3000** | **2.3000** | **2.3000** |" in text  # the search table, chosen rate in bold
+    assert "All 18 runs so far finished." in text
+
+
+def test_welch_only_case_is_not_called(tmp_path):
+    path, _ = make_study(tmp_path, ref=LINEAR_2)
+    text = report.main([str(path), "--out", str(tmp_path / "r")])
+    row = next(line for line in text.splitlines() if line.startswith("| welch_wins |"))
+    assert "| -0.0500 (n=3) | [-0.1494, +0.0494] |" in row and "| 0.163 | 0.0376 | no call |" in row
+
+
+def test_search_table_shows_extension_divergence_and_missing_runs(tmp_path):
+    path, study = make_study(tmp_path)
+    write_run(study, "linear", 4e-3, 1, None, diverged=True)  # the top rate diverged: 2e-3 stays interior
+    write_run(study, "paired_wins", 1e-3, 1, 2.0)  # now the lowest rate is best: one more step down is due
+    text = report.main([str(path), "--out", str(tmp_path / "r")])
+    assert "| 0.004 | diverged (iter 50) |" in text
+    assert "- paired_wins: best rate 0.001 was at the lower edge: added 0.0005" in text
+    assert "| 0.0005 | · | missing | · |" in text
+    assert "Arms whose search is not complete yet (their next runs are not listed): paired_wins." in text
+    row = next(line for line in text.splitlines() if line.startswith("| paired_wins |"))
+    assert "| — |" in row  # no chosen rate, no statistics yet
 
 
 def test_report_with_no_runs(tmp_path):
-    """A study that has not started: every run listed as missing, a placeholder plot, no crash."""
-    out = tmp_path / "results"
-    text = report.main([make_study(tmp_path, {}, header=""), "--out", str(out)])
-    assert "0 of 6 runs finished (an arm's other seeds are listed once" in text and text.count(": missing") == 6
-    assert "| linear | 3,120 | 3,072 | — | — |" in text
-    assert "python sweep.py" in text and (out / "val_loss.png").read_bytes().startswith(b"\x89PNG")
+    (tmp_path / "cfg.py").write_text("n_layer = 1\nn_head = 2\nn_embd = 16\nblock_size = 8\nmax_iters = 10\n")
+    path = tmp_path / "s.py"
+    path.write_text(f"name = 'empty'\nconfig = {str(tmp_path / 'cfg.py')!r}\noverrides = {{}}\n"
+                    "arms = {'linear': {}, 'nonlinear': {'query_mode': 'nonlinear'}}\nlearning_rates = [1e-3, 2e-3]\n"
+                    f"selection_seeds = [1]\nseeds = [2]\nruns_dir = {str(tmp_path / 'runs')!r}\n")
+    text = report.main([str(path), "--out", str(tmp_path / "r")])
+    assert "0 of 4 runs finished." in text and text.count(": missing") == 4
+    assert (tmp_path / "r" / "forest.png").read_bytes().startswith(b"\x89PNG")
+
+
+def test_elapsed_seconds_sums_step_times():
+    rows = [dict(iter=0, ms_per_iter=None), dict(iter=10, ms_per_iter=100.0), dict(iter=30, ms_per_iter=50.0)]
+    assert report.elapsed_seconds(rows) == pytest.approx([0.0, 1.0, 2.0])

@@ -1,5 +1,6 @@
 """sweep.py: a study killed mid-run and restarted completes, without rerunning finished runs."""
 import json
+import math
 import os
 import signal
 import subprocess
@@ -15,7 +16,7 @@ from conftest import ROOT
 
 @pytest.fixture
 def study_file(tmp_path):
-    """A tiny study: 2 arms x 2 learning rates at seed 1, then the best rate at seed 2 (6 runs)."""
+    """A tiny study: 2 arms x 2 learning rates at selection seed 1, then the chosen rate at seed 2 (6 runs)."""
     data = tmp_path / "data" / "tiny"
     data.mkdir(parents=True)
     pattern = np.random.default_rng(0).integers(0, 64, 97)
@@ -28,9 +29,10 @@ def study_file(tmp_path):
                       "max_iters = 20\nlr_decay_iters = 20\nwarmup_iters = 2\neval_interval = 5\neval_iters = 2\n"
                       "log_interval = 5\ndevice = 'cpu'\ncompile = False\n")
     study = tmp_path / "tiny_study.py"
-    study.write_text(f"name = 'tiny'\nconfig = {str(config)!r}\noverrides = {{}}\nout_root = {str(tmp_path / 'runs')!r}\n"
+    study.write_text(f"name = 'tiny'\nconfig = {str(config)!r}\noverrides = {{}}\nruns_dir = {str(tmp_path / 'runs')!r}\n"
                      "arms = {'linear': dict(query_mode='linear'), 'nonlinear': dict(query_mode='nonlinear')}\n"
-                     "learning_rates = [1e-2, 3e-3]\nseeds = [1, 2]\n")
+                     "learning_rates = [1e-2, 3e-3]\nselection_seeds = [1]\nseeds = [2]\nhalf_steps = False\n"
+                     "max_extensions = 0\n")
     return study
 
 
@@ -41,15 +43,15 @@ def starts(log_path):
 
 def test_killed_sweep_restarts_without_rerunning_finished_runs(study_file):
     study = sweep.load_study(str(study_file))
-    first = sweep.run_dir(study, "linear", 1e-2, 1)
-    second = sweep.run_dir(study, "linear", 3e-3, 1)
+    first = sweep.run_dir(study, "linear", 3e-3, 1)  # the search runs its grid in ascending order
+    second = sweep.run_dir(study, "linear", 1e-2, 1)
     proc = subprocess.Popen([sys.executable, str(ROOT / "sweep.py"), str(study_file)], start_new_session=True,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 120
     try:  # kill once the first run is done and the second has a checkpoint but has not finished
         while time.time() < deadline:
             row = sweep.final_row(second)
-            if sweep.is_finished(study, "linear", 1e-2, 1) and row and 0 < row["iter"] < 20:
+            if sweep.is_finished(study, "linear", 3e-3, 1) and row and 0 < row["iter"] < 20:
                 break
             time.sleep(0.02)
     finally:
@@ -61,7 +63,7 @@ def test_killed_sweep_restarts_without_rerunning_finished_runs(study_file):
 
     sweep.main([str(study_file)])
     runs = [(a, lr, 1) for a in study["arms"] for lr in study["learning_rates"]]
-    runs += [(a, sweep.best_lr(study, a), 2) for a in study["arms"]]
+    runs += [(a, sweep.plan(study, a)["chosen"], 2) for a in study["arms"]]
     assert all(sweep.is_finished(study, *run) for run in runs)
     assert starts(os.path.join(first, "train.log")) == 1  # not rerun
     assert os.path.getmtime(os.path.join(first, "metrics.jsonl")) == first_mtime
@@ -70,24 +72,96 @@ def test_killed_sweep_restarts_without_rerunning_finished_runs(study_file):
     assert iters == sorted(set(iters)) and iters[-1] == 20  # no duplicated lines from the killed attempt
 
 
-def test_best_lr_and_print_mode(study_file, capsys):
+def test_chosen_lr_and_print_mode(study_file, capsys):
     study = sweep.load_study(str(study_file))
     for lr, loss in ((1e-2, 2.0), (3e-3, 1.5)):
         out = sweep.run_dir(study, "linear", lr, 1)
         os.makedirs(out)
         with open(os.path.join(out, "metrics.jsonl"), "w") as f:
-            f.write(json.dumps(dict(iter=40, val_loss=loss)) + "\n")
-    assert sweep.best_lr(study, "linear") == 3e-3
-    assert sweep.best_lr(study, "nonlinear") is None  # not swept yet
+            f.write(json.dumps(dict(iter=20, val_loss=loss)) + "\n")
+    assert sweep.plan(study, "linear")["chosen"] == 3e-3
+    assert sweep.plan(study, "nonlinear")["chosen"] is None  # not swept yet
     sweep.main([str(study_file), "--print", "2"])
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].startswith("torchrun --standalone --nproc_per_node=2 train.py ")
-    assert "--query_mode=linear --learning_rate=0.01 --min_lr=0.001 --seed=1" in lines[0]
+    assert "--min_lr=0.0003 --query_mode=linear --learning_rate=0.003 --seed=2" in lines[0]  # linear's final run
     # the study's 1 micro-batch of 4 cannot be shared by 2 processes: 2 micro-batches of 2, same global batch
     assert lines[0].endswith("--batch_size=2 --gradient_accumulation_steps=2")
-    assert lines[-1].startswith("# phase 2")
+    assert "--query_mode=nonlinear --learning_rate=0.003 --seed=1" in lines[1]  # nonlinear: its search
+    assert lines[-1].startswith("# more runs follow")
     with pytest.raises(ValueError, match="neither gradient_accumulation_steps=1 nor batch_size=4 divides among 3"):
         sweep.main([str(study_file), "--print", "3"])
+
+
+def fake_run(study, arm, lr, seed, loss):
+    """A finished run's metrics.jsonl with the given final loss (no training)."""
+    out = sweep.run_dir(study, arm, lr, seed)
+    os.makedirs(out, exist_ok=True)
+    with open(os.path.join(out, "metrics.jsonl"), "w") as f:
+        f.write(json.dumps(dict(iter=20, val_loss=loss + 0.1, val_loss_full=loss)) + "\n")
+
+
+def test_search_extends_at_the_edge_then_takes_half_steps(study_file):
+    """Grid 1e-3, 2e-3, 4e-3: best at the top edge -> 8e-3 is due; 4e-3 then interior -> half steps 2.83e-3 and
+    5.66e-3; the best of all 6 is chosen and only then are the final seeds due."""
+    text = study_file.read_text().replace("learning_rates = [1e-2, 3e-3]", "learning_rates = [4e-3, 1e-3, 2e-3]")
+    study_file.write_text(text.replace("half_steps = False\nmax_extensions = 0\n", "seeds = [2, 3]\n"))
+    study = sweep.load_study(str(study_file))
+    assert study["learning_rates"] == [1e-3, 2e-3, 4e-3]
+    for lr, loss in ((1e-3, 2.5), (2e-3, 2.3), (4e-3, 2.2)):
+        fake_run(study, "linear", lr, 1, loss)
+    p = sweep.plan(study, "linear")
+    assert p["due"] == [("linear", 8e-3, 1)] and p["chosen"] is None
+    assert p["notes"] == ["best rate 0.004 was at the upper edge: added 0.008"]
+    fake_run(study, "linear", 8e-3, 1, 2.4)
+    p = sweep.plan(study, "linear")
+    assert p["due"] == [("linear", 0.00283, 1), ("linear", 0.00566, 1)]
+    fake_run(study, "linear", 0.00283, 1, 2.25)
+    fake_run(study, "linear", 0.00566, 1, 2.15)
+    p = sweep.plan(study, "linear")
+    assert p["chosen"] == 0.00566 and p["swept"] == [1e-3, 2e-3, 0.00283, 4e-3, 0.00566, 8e-3]
+    assert p["due"] == [("linear", 0.00566, 2), ("linear", 0.00566, 3)]  # never seed 1, the selection seed
+    assert p["losses"][0.00566] == pytest.approx(2.15)
+
+
+def test_search_stops_extending_after_max_extensions_and_skips_diverged(study_file):
+    text = study_file.read_text().replace("max_extensions = 0", "max_extensions = 1")
+    study_file.write_text(text)
+    study = sweep.load_study(str(study_file))
+    fake_run(study, "nonlinear", 3e-3, 1, 2.0)
+    out = sweep.run_dir(study, "nonlinear", 1e-2, 1)
+    os.makedirs(out)
+    with open(os.path.join(out, "metrics.jsonl"), "w") as f:  # a diverged run: +inf for the search
+        f.write(json.dumps(dict(iter=7, train_loss=None, diverged=True)) + "\n")
+    assert sweep.is_finished(study, "nonlinear", 1e-2, 1) and sweep.selection_loss(study, "nonlinear", 1e-2) == math.inf
+    p = sweep.plan(study, "nonlinear")
+    assert p["due"] == [("nonlinear", 0.0009, 1)]  # 3e-3 is the lower edge: one grid step (1e-2 / 3e-3) down
+    fake_run(study, "nonlinear", 0.0009, 1, 1.9)
+    p = sweep.plan(study, "nonlinear")
+    assert p["chosen"] == 0.0009 and p["notes"][-1] == "best rate 0.0009 is still at the edge after 1 extensions"
+
+
+def test_study_continues_on_a_fresh_clone_without_rerunning_finished_runs(study_file, tmp_path):
+    """Half a study runs in clone A; clone B gets what git holds (each run's metrics.jsonl and config.json, no
+    checkpoints, no logs) and finishes the study without rerunning any run that A finished."""
+    study = sweep.load_study(str(study_file))
+    first = sweep.due_runs(study)[:3]  # clone A runs 3 of the 4 search runs, then stops
+    for run in first:
+        assert sweep.launch(study, *run, threads=1) is None
+    clone = tmp_path / "clone_b"
+    for run in first:
+        src = sweep.run_dir(study, *run)
+        dst = clone / os.path.relpath(src, tmp_path / "runs")
+        dst.mkdir(parents=True)
+        for name in ("metrics.jsonl", "config.json"):
+            (dst / name).write_bytes(open(os.path.join(src, name), "rb").read())
+    study_b = study_file.parent / "study_b.py"
+    study_b.write_text(study_file.read_text().replace(repr(str(tmp_path / "runs")), repr(str(clone))))
+    sweep.main([str(study_b), "--threads", "1"])
+    b = sweep.load_study(str(study_b))
+    for run in first:
+        assert not os.path.exists(os.path.join(sweep.run_dir(b, *run), "train.log"))  # never launched in B
+    assert all(sweep.plan(b, arm)["chosen"] is not None and not sweep.plan(b, arm)["due"] for arm in b["arms"])
 
 
 def test_study_typos_fail_before_any_run(tmp_path, study_file):
@@ -96,7 +170,7 @@ def test_study_typos_fail_before_any_run(tmp_path, study_file):
     with pytest.raises(ValueError, match="unknown config key 'query_mod'"):
         sweep.load_study(str(bad))
     (tmp_path / "incomplete.py").write_text("name = 'x'\n")
-    with pytest.raises(ValueError, match="does not set config, overrides, arms, learning_rates, seeds"):
+    with pytest.raises(ValueError, match="does not set config, overrides, arms, learning_rates, selection_seeds, seeds"):
         sweep.load_study(str(tmp_path / "incomplete.py"))
 
 
@@ -118,7 +192,10 @@ def test_edited_study_does_not_reuse_old_runs(study_file, tmp_path):
 @pytest.mark.parametrize("edit,message", [
     (("arms = {", "arms = {}\n_unused = {"), "arms must be a non-empty dict"),
     (("learning_rates = [1e-2, 3e-3]", "learning_rates = 1e-3"), "learning_rates must be a non-empty list"),
-    (("seeds = [1, 2]", "seeds = ['1']"), "seeds must be a non-empty list of ints"),
+    (("seeds = [2]", "seeds = ['1']"), "seeds must be a non-empty list of ints"),
+    (("seeds = [2]", "seeds = [1, 2]"), r"seeds \[1\] are both selection and final seeds"),
+    (("selection_seeds = [1]\n", ""), "does not set selection_seeds"),
+    (("max_extensions = 0", "out_root = 'x'"), "sets unknown keys \\['out_root'\\]"),
     (("query_mode='nonlinear'", "query_mode='nonlinaer'"), "unknown query_mode 'nonlinaer'"),
 ])
 def test_bad_study_values(study_file, tmp_path, edit, message):
