@@ -345,9 +345,10 @@ def load_checkpoint(path):
                          f"restore a copy, or delete it to start again") from e
     if not isinstance(ckpt, dict) or CHECKPOINT_KEYS - set(ckpt):
         missing = CHECKPOINT_KEYS - set(ckpt) if isinstance(ckpt, dict) else CHECKPOINT_KEYS
-        hint = (" (it looks like the paper's official format: convert it with python convert.py official "
-                f"{path} --out_dir=...)" if isinstance(ckpt, dict) and "model" in ckpt and "model_args" in ckpt
-                and "num_heads" in ckpt["model_args"] else "")
+        args = ckpt.get("model_args") if isinstance(ckpt, dict) else None
+        official = isinstance(args, dict) and "num_heads" in args
+        hint = (" (it is in the paper's official format: convert it into a new run folder with python convert.py "
+                f"official {path} --out_dir=NEW_DIR --dataset=NAME)" if official else "")
         raise ValueError(f"{path} is not a train.py checkpoint (no {', '.join(sorted(missing))}){hint}")
     ckpt["model"] = upgrade_state_dict(ckpt["model"])
     return ckpt

@@ -1,0 +1,323 @@
+"""
+Turn a checkpoint of the paper's official code (MarkoKarbevski/beyond_query_linearity, saved by its
+train.py) into an nlq run folder, which sample.py, eval.py and train.py then use like one of nlq's own runs.
+
+    python convert.py official PATH/ckpt.pt --out_dir=out/paper_nlq --dataset=openwebtext
+    python sample.py --out_dir=out/paper_nlq --bpe_dir=../shared/data/gpt2
+    python train.py out/paper_nlq/train_config.py --max_iters=70000     # goes on training (a resume)
+
+The folder gets ckpt.pt (train.py's format) and train_config.py (every setting, init_from="resume"). The
+model computes the same function: on the shared test checkpoints the logits agree within 1e-6
+(tests/test_convert.py).
+
+    query_mode   original -> linear, identity -> identity, residual -> residual, residual_gelu -> nonlinear
+    model_args   num_heads -> n_head, mlp_hidden_size -> mlp_hidden, scale -> attn_scale; block_size,
+                 vocab_size, n_layer, n_embd, bias, tie_weights, dropout as they are. head_size is unused: the
+                 official model splits heads as n_embd // num_heads; head_size only fed its default scale.
+    weights      the "_orig_mod." prefix of torch.compile is dropped. residual mode: rows [0, C) of the
+                 official c_attn (its W_Q) become attn.query.w_q, rows [C, 3C) stay c_attn (K, V).
+                 residual_gelu: attn.residual_rmsnorm_input / residual_in / residual_out /
+                 residual_layernorm_output become attn.query.norm_in / w1 / w2 / norm_out.
+    optimizer    converted exactly: AdamW's state (step, exp_avg, exp_avg_sq) of each official parameter,
+                 found by its position in the official parameter order, goes to the nlq parameter made from it
+                 (split by rows like the weight, for W_Q); both param groups keep their settings (lr, betas,
+                 weight decay, eps). One resumed step equals the official step (a test checks this).
+    settings     the official config's batch size, accumulation and learning-rate schedule; weight_decay
+                 and the betas from the optimizer. Settings the checkpoint lacks get nlq's defaults, and the
+                 output names them.
+    not carried  the data order (the official run read precomputed index files; nlq draws windows from its
+                 seed) and the GradScaler (a fresh one). The dataset is yours to name (--dataset, --data_dir);
+                 its vocabulary must fit the checkpoint's embedding.
+
+Nothing is written unless the whole conversion succeeds; a file that is not an official checkpoint, or one
+with a query mode, field or parameter this script does not know, is an error that names it.
+"""
+import argparse
+import os
+import sys
+from datetime import datetime, timezone
+
+import torch
+
+from common import (DEFAULTS, MODEL_KEYS, atomic_write_text, check_value, model_config, save_checkpoint,
+                    validate)
+from model import GPT
+from prepare_data import load_meta
+
+# ------------------------------------------------------------------------------------- the official format
+OFFICIAL_KEYS = ("model", "optimizer", "model_args", "iter_num", "best_val_loss", "config")
+MODES = {"original": "linear", "identity": "identity", "residual": "residual", "residual_gelu": "nonlinear"}
+# model_args fields that define the network, and the nlq GPTConfig field each becomes
+MODEL_FIELDS = dict(block_size="block_size", vocab_size="vocab_size", n_layer="n_layer", num_heads="n_head",
+                    n_embd="n_embd", mlp_hidden_size="mlp_hidden", scale="attn_scale", bias="bias",
+                    tie_weights="tie_weights", dropout="dropout")
+# the official GPTConfig's other fields: query_mode (mapped above), head_size (unused, see the docstring) and
+# training settings, which its train.py reads from model_args or its own globals (the saved config) instead
+OTHER_FIELDS = ("query_mode", "head_size", "batch_size", "accumulation_size", "learning_rate", "weight_decay",
+                "beta1", "beta2", "grad_clip", "decay_lr", "warmup_iters", "lr_decay_iters", "min_lr",
+                "save_checkpoint_steps", "max_iters")
+# settings of the official train.py (its saved config) that mean the same in nlq
+CARRIED_SETTINGS = ("batch_size", "gradient_accumulation_steps", "learning_rate", "min_lr", "warmup_iters",
+                    "lr_decay_iters", "max_iters", "decay_lr", "grad_clip", "eval_interval", "eval_iters",
+                    "log_interval", "always_save_checkpoint")
+# f's parameters: official name -> nlq name (residual_gelu)
+F_NAMES = {"attn.residual_rmsnorm_input.": "attn.query.norm_in.", "attn.residual_in.": "attn.query.w1.",
+           "attn.residual_out.": "attn.query.w2.", "attn.residual_layernorm_output.": "attn.query.norm_out."}
+
+
+def read_official(path):
+    """Load an official checkpoint (weights_only=True, onto the CPU) and check its top-level layout.
+
+    Returns the dict with the "_orig_mod." prefix stripped from the model's keys. FileNotFoundError if path is
+    not a file; ValueError if it cannot be read (truncated, not torch.save) or is not the official format
+    (an nlq checkpoint, another dict): the message names what is missing.
+    """
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"{path} is not a file; give the path of the official ckpt.pt")
+    try:
+        ckpt = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:
+        msg = str(e).strip().splitlines()[0] if str(e).strip() else ""
+        raise ValueError(f"cannot read {path} with torch.load(weights_only=True) ({type(e).__name__}: "
+                         f"{msg}); it is truncated or not a torch checkpoint: download it again") from e
+    if not isinstance(ckpt, dict):
+        raise ValueError(f"{path} holds a {type(ckpt).__name__}, not a checkpoint dict; give the official "
+                         f"train.py's ckpt.pt")
+    if "rng" in ckpt and isinstance(ckpt.get("model_args"), dict) and "n_head" in ckpt["model_args"]:
+        raise ValueError(f"{path} is an nlq checkpoint (train.py's format) already: use its folder directly "
+                         f"with sample.py, eval.py or train.py --init_from=resume; no conversion needed")
+    missing = [k for k in OFFICIAL_KEYS if k not in ckpt]
+    if missing:
+        raise ValueError(f"{path} is not an official checkpoint: it lacks {', '.join(missing)} (the official "
+                         f"train.py saves {', '.join(OFFICIAL_KEYS)})")
+    wrong = [k for k in ("model", "optimizer", "model_args", "config") if not isinstance(ckpt[k], dict)]
+    if wrong:
+        raise ValueError(f"{path}: {', '.join(wrong)} must be dicts in the official format, not "
+                         f"{', '.join(type(ckpt[k]).__name__ for k in wrong)}")
+    ckpt["model"] = {k.removeprefix("_orig_mod."): v for k, v in ckpt["model"].items()}
+    return ckpt
+
+
+def nlq_model_config(model_args, data_vocab_size):
+    """The official model_args -> dict of nlq GPTConfig fields (data_vocab_size: the dataset's vocabulary).
+
+    ValueError naming an unknown query mode, an unknown or missing field, a value of the wrong type, or a
+    dataset vocabulary larger than the checkpoint's embedding.
+    """
+    unknown = sorted(set(model_args) - set(MODEL_FIELDS) - set(OTHER_FIELDS))
+    if unknown:
+        raise ValueError(f"model_args has fields this converter does not know: {', '.join(unknown)}; it "
+                         f"knows the official GPTConfig's ({', '.join([*MODEL_FIELDS, *OTHER_FIELDS])})")
+    missing = [k for k in ("query_mode", *MODEL_FIELDS) if k not in model_args]
+    if missing:
+        raise ValueError(f"model_args lacks {', '.join(missing)}, needed to build the model exactly")
+    mode = model_args["query_mode"]
+    if mode not in MODES:
+        raise ValueError(f"unknown official query_mode {mode!r}; known: {', '.join(MODES)}")
+    args = {nlq: check_value(nlq, model_args[official]) for official, nlq in MODEL_FIELDS.items()}
+    args.update(query_mode=MODES[mode], query_hidden=args["n_embd"] // 2,  # the official f is d -> d/2 -> d
+                query_norm_in=True, query_norm_out=True, qk_norm=False, flash=True)
+    if data_vocab_size > args["vocab_size"]:
+        raise ValueError(f"the dataset's vocabulary ({data_vocab_size} tokens) does not fit the checkpoint's "
+                         f"embedding ({args['vocab_size']} rows): it is not the tokenizer the model was "
+                         f"trained with; name a dataset prepared with that tokenizer (--dataset, --data_dir)")
+    return args
+
+
+# ------------------------------------------------------------------------------------------ the parameters
+def official_source(name, query_mode, C):
+    """Where the nlq tensor `name` comes from -> (official name, rows): rows is None (the whole tensor) or a
+    slice of its first dimension (the residual mode's W_Q, split out of the official c_attn)."""
+    if query_mode == "residual" and ".attn.query.w_q." in name:
+        return name.replace(".attn.query.w_q.", ".attn.c_attn."), slice(0, C)
+    if query_mode == "residual" and ".attn.c_attn." in name:
+        return name, slice(C, 3 * C)
+    for official, ours in F_NAMES.items():
+        name = name.replace(ours, official)
+    return name, None
+
+
+def map_tensors(official, targets, query_mode, C):
+    """Official tensors by name -> nlq tensors by name, for the nlq names and shapes in targets {name: shape}.
+
+    Differentiable (renames and row slices), so a test can take gradients through it. ValueError naming
+    official tensors that are missing, left over, or of the wrong shape.
+    """
+    sources = {name: official_source(name, query_mode, C) for name in targets}
+    used = {src for src, _ in sources.values()}
+    missing, extra = sorted(used - set(official)), sorted(set(official) - used)
+    if missing or extra:
+        raise ValueError(f"the official state dict does not match a {query_mode!r} model of its model_args: "
+                         + "; ".join(f"{what} {', '.join(keys[:4])}" + (" ..." if len(keys) > 4 else "")
+                                     for what, keys in (("missing", missing), ("unexpected", extra)) if keys))
+    out = {}
+    for name, (src, rows) in sources.items():
+        t = official[src] if rows is None else official[src][rows]
+        if tuple(t.shape) != tuple(targets[name]):
+            raise ValueError(f"{src}{'' if rows is None else f' rows {rows.start}:{rows.stop}'} has shape "
+                             f"{tuple(t.shape)}; the model_args give {name} the shape {tuple(targets[name])}")
+        out[name] = t if rows is None else t.clone()  # a clone: the two halves of c_attn are saved separately
+    return out
+
+
+def split_by_decay(named):
+    """[(name, shape)] in parameter order -> the names of AdamW's two groups, as both codes make them:
+    (≥2-D, decayed), (<2-D, not decayed)."""
+    return [n for n, s in named if len(s) >= 2], [n for n, s in named if len(s) < 2]
+
+
+def convert_optimizer(opt, official_params, nlq_params, query_mode, C):
+    """The official AdamW state dict -> nlq's, exactly.
+
+    official_params / nlq_params: [(name, shape)] in each model's named_parameters() order. AdamW numbers
+    parameters group by group, the groups being split_by_decay; each nlq parameter gets the state of its
+    official source (official_source), sliced by rows where the weight was. Group settings are kept.
+    ValueError if the optimizer does not have the official two groups, or its state does not fit the model.
+    """
+    groups = opt.get("param_groups") if isinstance(opt, dict) else None
+    if not isinstance(groups, list) or len(groups) != 2 or not isinstance(opt.get("state"), dict):
+        raise ValueError("the optimizer is not the official AdamW state dict (state, and 2 param_groups: "
+                         "decay and no decay)")
+    off_groups = split_by_decay(official_params)
+    for g, names, what in zip(groups, off_groups, ("decayed (≥2-D)", "not decayed (<2-D)")):
+        if len(g["params"]) != len(names):
+            raise ValueError(f"the optimizer's {what} group has {len(g['params'])} parameters; the model has "
+                             f"{len(names)}: the optimizer belongs to another model")
+    official_id = {name: i for g, names in zip(groups, off_groups) for name, i in zip(names, g["params"])}
+    shape = dict(official_params)
+    state, new_groups, j = {}, [], 0
+    for g, names in zip(groups, split_by_decay(nlq_params)):
+        new_groups.append({**{k: v for k, v in g.items() if k not in ("params", "param_names")},
+                           "params": list(range(j, j + len(names)))})
+        for name in names:
+            src, rows = official_source(name, query_mode, C)
+            if official_id[src] in opt["state"]:
+                state[j] = {}
+                for k, v in opt["state"][official_id[src]].items():
+                    if torch.is_tensor(v) and tuple(v.shape) == tuple(shape[src]):  # exp_avg, exp_avg_sq, ...
+                        state[j][k] = v.clone() if rows is None else v[rows].clone()
+                    elif not torch.is_tensor(v) or v.dim() == 0:  # step
+                        state[j][k] = v.clone() if torch.is_tensor(v) else v
+                    else:
+                        raise ValueError(f"optimizer state {k!r} of {src} has shape {tuple(v.shape)}, not "
+                                         f"the parameter's {tuple(shape[src])}")
+            j += 1
+    return dict(state=state, param_groups=new_groups)
+
+
+# ------------------------------------------------------------------------------------------- the run folder
+def convert(official, meta, dataset, data_dir, out_dir, source="?"):
+    """An official checkpoint (read_official) -> (nlq checkpoint dict, notes: list of str for the user).
+
+    meta: the meta.json of the dataset the converted run will use (dataset, data_dir). ValueError naming the
+    problem for anything that does not fit (see read_official, nlq_model_config, map_tensors,
+    convert_optimizer).
+    """
+    margs = nlq_model_config(official["model_args"], meta["vocab_size"])
+    cfg = dict(DEFAULTS, out_dir=out_dir, dataset=dataset, data_dir=data_dir, init_from="resume",
+               **{k: margs[k] for k in MODEL_KEYS})
+    settings = official["config"]
+    defaulted = [k for k in CARRIED_SETTINGS if k not in settings]
+    for k in CARRIED_SETTINGS:
+        if k in settings:
+            cfg[k] = check_value(k, settings[k])
+    group = (official["optimizer"].get("param_groups") or [{}])[0]
+    if "betas" in group and "weight_decay" in group:  # what AdamW used; a resume keeps the groups' settings
+        cfg.update(weight_decay=float(group["weight_decay"]), beta1=float(group["betas"][0]),
+                   beta2=float(group["betas"][1]))
+    validate(cfg)
+    model_cfg = model_config(cfg, meta["vocab_size"])
+    with torch.device("meta"):  # names and shapes only: no memory, no init
+        model = GPT(model_cfg)
+    C, mode = model_cfg.n_embd, model_cfg.query_mode
+
+    # the official model without flash attention keeps its causal mask as a buffer, attn.bias: not a weight
+    weights = {k: v for k, v in official["model"].items() if not k.endswith(".attn.bias")}
+    state_dict = map_tensors(weights, {k: v.shape for k, v in model.state_dict().items()}, mode, C)
+    wte, head = weights["transformer.wte.weight"], weights["lm_head.weight"]
+    if model_cfg.tie_weights and not torch.equal(wte, head):
+        raise ValueError("tie_weights is True but transformer.wte.weight and lm_head.weight differ")
+    # the official named_parameters() order: the state dict's order without the tied lm_head.weight
+    official_params = [(k, tuple(v.shape)) for k, v in weights.items()
+                       if not (model_cfg.tie_weights and k == "lm_head.weight")]
+    nlq_params = [(k, tuple(p.shape)) for k, p in model.named_parameters()]
+    optimizer = convert_optimizer(official["optimizer"], official_params, nlq_params, mode, C)
+
+    try:
+        iter_num, best_val = int(official["iter_num"]), float(official["best_val_loss"])
+    except (TypeError, ValueError) as e:
+        raise ValueError(f"iter_num and best_val_loss must be numbers ({e})") from e
+    seed = cfg["seed"]  # a fresh run's RNG streams: the official data order cannot be continued
+    rng = [dict(train=torch.Generator().manual_seed(seed + 1).get_state(),
+                torch=torch.Generator().manual_seed(seed).get_state())]
+    ckpt = dict(model=state_dict, optimizer=optimizer, scaler=torch.amp.GradScaler("cpu").state_dict(),
+                iter_num=iter_num, best_val_loss=best_val, config=cfg, model_args=vars(model_cfg), rng=rng,
+                dataset_meta=meta, lr_decay_iters=cfg["lr_decay_iters"] or cfg["max_iters"],
+                converted_from=dict(format="official", path=os.path.abspath(source),
+                                    query_mode=official["model_args"]["query_mode"]))
+    notes = [f"optimizer: AdamW state of {len(optimizer['state'])} tensors converted exactly; group settings "
+             f"kept (weight_decay {cfg['weight_decay']}, betas ({cfg['beta1']}, {cfg['beta2']}))",
+             f"not carried: the data order (nlq draws windows from seed {seed}), the GradScaler (fresh)"]
+    if defaulted:
+        notes.append("not in the checkpoint, nlq's defaults used: "
+                     + ", ".join(f"{k}={cfg[k]}" for k in defaulted))
+    return ckpt, notes
+
+
+def config_file(cfg, source):
+    """train_config.py: every setting of the converted run as a plain-Python config file for train.py."""
+    lines = [f"# nlq settings of {source}, converted by convert.py on "
+             f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC.",
+             f"# Continue training: python train.py {os.path.join(cfg['out_dir'], 'train_config.py')} "
+             f"[--max_iters=N ...]"]
+    return "\n".join(lines + [f"{k} = {v!r}" for k, v in cfg.items()]) + "\n"
+
+
+def main(argv=None):
+    """Parse the command line, convert, write out_dir/{train_config.py, ckpt.pt}; returns the checkpoint dict.
+
+    FileNotFoundError / ValueError (nothing written) for a bad input, a missing dataset or an out_dir that
+    holds a checkpoint already.
+    """
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("format", choices=["official"], help="official: the paper's train.py checkpoint")
+    p.add_argument("path", help="the checkpoint to convert (ckpt.pt)")
+    p.add_argument("--out_dir", required=True, help="the nlq run folder to create")
+    p.add_argument("--dataset", default=None, help="dataset the run uses: data_dir/dataset/meta.json, from "
+                   "prepare_data.py (default: the checkpoint's config's dataset)")
+    p.add_argument("--data_dir", default="data", help="parent folder of the dataset (default: data)")
+    args = p.parse_args(argv)
+
+    if os.path.exists(args.out_dir) and not os.path.isdir(args.out_dir):
+        raise ValueError(f"--out_dir {args.out_dir} is a file; choose a folder")
+    ckpt_path = os.path.join(args.out_dir, "ckpt.pt")
+    if os.path.exists(ckpt_path):
+        raise ValueError(f"{ckpt_path} exists; choose a new --out_dir (or delete the old run)")
+    official = read_official(args.path)
+    dataset = args.dataset or official["config"].get("dataset")
+    if not dataset:
+        raise ValueError("the checkpoint names no dataset; pass --dataset NAME (a prepare_data.py dataset)")
+    meta = load_meta(os.path.join(args.data_dir, dataset))
+    ckpt, notes = convert(official, meta, dataset, args.data_dir, args.out_dir, args.path)
+
+    os.makedirs(args.out_dir, exist_ok=True)
+    atomic_write_text(os.path.join(args.out_dir, "train_config.py"), config_file(ckpt["config"], args.path))
+    save_checkpoint(ckpt_path, ckpt)  # last, via a temp file: a ckpt.pt is only ever complete
+    m = ckpt["model_args"]
+    print(f"converted {args.path} (official {ckpt['converted_from']['query_mode']}, iter {ckpt['iter_num']}) "
+          f"-> {ckpt_path} (nlq {m['query_mode']}, {m['n_layer']} layers x {m['n_embd']}, {m['n_head']} "
+          f"heads, attn_scale {m['attn_scale']:.6g})")
+    print(f"dataset: {os.path.join(args.data_dir, dataset)} ({meta['tokenizer']}, vocab {meta['vocab_size']} "
+          f"in an embedding of {m['vocab_size']})")
+    print("\n".join(notes))
+    print(f"next: python sample.py --out_dir={args.out_dir}\n"
+          f"      python eval.py --out_dir={args.out_dir}\n"
+          f"      python train.py {os.path.join(args.out_dir, 'train_config.py')} --max_iters=N")
+    return ckpt
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    except (FileNotFoundError, ValueError) as e:
+        sys.exit(f"error: {e}; nothing was written")
