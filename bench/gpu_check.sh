@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
-# Every GPU check of this project in one prepared run (at most ~9.5 minutes on one H200: the timeouts below add up to 540 s; device run with timeout_s=600):
+# Every GPU check of nlq in one script, for one CUDA GPU (sized for an H200: about 9 minutes in all).
 #   0. bench/gpu_sanity.py: SDPA and torch.compile against plain attention, float32 and bf16, every query mode;
 #   1. bench.py at the paper's shapes (config/nlq_small.py: 12 x 768, block 1024, micro-batch 12, bf16, compile),
 #      linear, identity and nonlinear side by side: ms/iter, tokens/s, MFU, peak memory;
-#   2. the enwiki study at GPU scale (studies/enwiki_gpu.py) and its report.
-# Needs data/enwiki_gpt2 (13 MB; carry it):
+#   2. the enwiki study at GPU scale (studies/enwiki_gpu.py) for as long as its time limit allows, and its
+#      report. The study's finished runs are kept in results/enwiki_gpu/runs/, so a later call goes on from
+#      there (commit them: python sweep.py skips every run whose metrics are complete).
+# It needs the GPT-2-tokenised Wikipedia (13 MB):
 #   python prepare_data.py local --input ../shared/data/enwiki2015/AA --name enwiki_gpt2 --tokenizer gpt2
-# Run:  OUT=bench/results/h200 bash bench/gpu_check.sh        (results land in $OUT)
+# Run from the repository root; every output lands in $OUT (default bench/results/gpu_<date>):
+#   OUT=bench/results/h200 bash bench/gpu_check.sh
 set -uo pipefail
 OUT=${OUT:-bench/results/gpu_$(date +%F)}
 mkdir -p "$OUT/study"
@@ -21,3 +24,5 @@ timeout 200 python3 bench.py config/nlq_small.py --compile=True --warmup=8 --ste
 
 timeout 220 python3 sweep.py studies/enwiki_gpu.py --jobs 4 2>&1 | tee "$OUT/sweep.log"
 python3 report.py studies/enwiki_gpu.py --out "$OUT/study" 2>&1 | tail -n 30
+# the study's raw runs (metrics.jsonl and config.json of each run: what git keeps), to commit
+tar czf "$OUT/enwiki_gpu_runs.tgz" --exclude=ckpt.pt --exclude='*.tmp' --exclude=train.log results/enwiki_gpu/runs
