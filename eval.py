@@ -16,7 +16,7 @@ HellaSwag (Zellers et al. 2019, arXiv 1905.07830), instead of the loss:
 
     python eval.py --out_dir=out/owt --hellaswag=hellaswag_val.jsonl     # 10,042 examples
 
-Completion-style scoring, as for GPT-2/GPT-3: each of the 4 endings is appended to the context with a space;
+Zero-shot, completion-style scoring: each of the 4 endings is appended to the context with a space;
 its score is the summed log-probability of the ending's tokens given everything before them. acc counts the
 examples whose highest score is the labelled ending; acc_norm does the same with each score divided by its
 ending's token count (lm-evaluation-harness divides by the ending's characters instead). A context plus ending

@@ -1,9 +1,12 @@
 """prepare_data.py fineweb_edu and hf: the streamed path on in-memory `datasets` objects, offline."""
+import shlex
+
 import datasets
 import numpy as np
 import pytest
 
 import prepare_data as P
+from conftest import ROOT
 from test_prepare_data import decoded, fails, prepare
 
 
@@ -209,3 +212,13 @@ def test_usage_errors(args, expected, capsys):
     with pytest.raises(SystemExit) as e:
         P.parse_args(args)
     assert e.value.code == 2 and expected in capsys.readouterr().err
+
+
+def test_readme_commands_parse():
+    """The README's fineweb_edu and hf commands are valid command lines."""
+    lines = [line for line in (ROOT / "README.md").read_text().splitlines()
+             if line.startswith(("python prepare_data.py fineweb_edu", "python prepare_data.py hf"))]
+    assert len(lines) == 3
+    for line in lines:
+        args = P.parse_args(shlex.split(line.split("#")[0])[2:])
+        assert args.hf_dataset and args.name and (args.max_docs or args.max_tokens)
