@@ -11,6 +11,18 @@ the run's val_loss at the checkpoint's iteration (windows may overlap; tokens ar
 split's tokens 1..N-1 is predicted exactly once: N - 1 targets for a split of N tokens.
 Bits per byte = total nats / ln 2 / UTF-8 bytes of the target text; gpt2's end-of-text token counts 0 bytes.
 Deterministic: no sampling, fixed windows; float32 on CPU (the checkpoint's dtype setting elsewhere).
+
+HellaSwag (Zellers et al. 2019, arXiv 1905.07830), instead of the loss:
+
+    python eval.py --out_dir=out/owt --hellaswag=hellaswag_val.jsonl     # 10,042 examples
+
+Zero-shot, completion-style scoring: each of the 4 endings is appended to the context with a space;
+its score is the summed log-probability of the ending's tokens given everything before them. acc counts the
+examples whose highest score is the labelled ending; acc_norm does the same with each score divided by its
+ending's token count (lm-evaluation-harness divides by the ending's characters instead). A context plus ending
+longer than block_size + 1 tokens loses context tokens from the left; an ending longer than block_size is
+scored on its last block_size tokens. The file is the public hellaswag_val.jsonl (Zellers et al.'s
+https://raw.githubusercontent.com/rowanz/hellaswag/master/data/hellaswag_val.jsonl).
 """
 import argparse
 import json
@@ -19,11 +31,16 @@ import os
 import sys
 
 import numpy as np
+import torch
+import torch.nn.functional as F
+from tqdm import tqdm
 
 from common import (autocast, estimate_loss, eval_windows, full_split_loss, get_batch, open_split, resolve_device,
                     safe_exp)
-from prepare_data import GPT2_EOT, gpt2_encoding
+from prepare_data import GPT2_EOT, get_codec, gpt2_encoding
 from sample import load_checkpoint
+
+HELLASWAG_URL = "https://raw.githubusercontent.com/rowanz/hellaswag/master/data/hellaswag_val.jsonl"
 
 
 def token_bytes(meta, bpe_dir=None):
@@ -100,13 +117,137 @@ def table(r):
             f"{r['ppl']:.3f} | {r['bits_per_token']:.4f} | {bpb} |")
 
 
+# --------------------------------------------------------------------------------------------- HellaSwag
+def read_hellaswag(path, limit=None):
+    """The examples of a HellaSwag .jsonl file: fields ctx, endings and label (others are ignored).
+
+    Returns [(line number, ctx, [4 endings], label 0..3)], blank lines skipped, only the first `limit` if
+    given. label may be an int or a string of one ('2', as in the Hugging Face copy). FileNotFoundError (with
+    the download address) if the file is missing; ValueError naming the line for anything malformed, or for
+    a file of no examples.
+    """
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"HellaSwag file {path} not found; download hellaswag_val.jsonl from "
+                                f"{HELLASWAG_URL} and pass its path to --hellaswag")
+    examples = []
+    with open(path, encoding="utf-8") as f:
+        for n, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                ex = json.loads(line)
+                ctx, endings, label = ex["ctx"], ex["endings"], ex["label"]
+            except (ValueError, KeyError, TypeError) as e:
+                raise ValueError(f"{path}:{n}: expected a JSON object with fields ctx, endings and label "
+                                 f"({type(e).__name__}: {e})") from None
+            label = int(label) if isinstance(label, str) and label.isdigit() else label
+            if not (isinstance(ctx, str) and ctx.strip()):
+                raise ValueError(f"{path}:{n}: ctx must be a non-empty string, got {ctx!r}")
+            if not (isinstance(endings, list) and len(endings) == 4
+                    and all(isinstance(e, str) for e in endings)):
+                raise ValueError(f"{path}:{n}: endings must be a list of 4 strings, got {endings!r}")
+            if type(label) is not int or not 0 <= label < 4:
+                raise ValueError(f"{path}:{n}: label must be 0, 1, 2 or 3 (the correct ending), "
+                                 f"got {label!r}")
+            examples.append((n, ctx, endings, label))
+            if limit is not None and len(examples) == limit:
+                break
+    if not examples:
+        raise ValueError(f"{path} holds no examples; it should be hellaswag_val.jsonl from {HELLASWAG_URL}")
+    return examples
+
+
+def hellaswag_rows(examples, encode, block_size, path=""):
+    """Token rows of each example's 4 completions -> ([[(ids, n_scored) x 4], ...], number cropped).
+
+    ids = encode(ctx) + encode(" " + ending), cropped from the left to block_size + 1 tokens (counted as
+    cropped); the model reads ids[:-1] and is scored on its predictions of the last n_scored tokens, the
+    ending's (at most block_size). ValueError naming the line if the tokenizer cannot encode the text.
+    """
+    rows, cropped = [], 0
+    for n, ctx, endings, _ in examples:
+        try:
+            ctx_ids = list(encode(ctx))
+            ending_ids = [list(encode(" " + e)) for e in endings]
+        except ValueError as e:
+            raise ValueError(f"{path}:{n}: {e}; HellaSwag needs a tokenizer that encodes any text "
+                             f"(gpt2 or byte)") from None
+        full = [ctx_ids + e for e in ending_ids]
+        cropped += sum(len(ids) > block_size + 1 for ids in full)
+        rows.append([(ids[-(block_size + 1):], min(len(e), len(ids) - 1, block_size))
+                     for ids, e in zip(full, ending_ids)])
+    return rows, cropped
+
+
+@torch.no_grad()
+def score_hellaswag(model, ctx, rows, batch_size, device):
+    """Summed log-probabilities (nats) of each ending's scored tokens -> (N, 4) float64 array.
+
+    rows: hellaswag_rows' output. batch_size examples (4 completions each) per forward pass, padded on the
+    right (causal attention: padding never reaches the scored positions). Shows a tqdm bar.
+    """
+    scores = []
+    for i in tqdm(range(0, len(rows), batch_size), desc="hellaswag", unit="batch"):
+        batch = [completion for example in rows[i:i + batch_size] for completion in example]
+        T = max(len(ids) for ids, _ in batch) - 1
+        x = torch.zeros(len(batch), T, dtype=torch.long)
+        y = torch.full((len(batch), T), -1, dtype=torch.long)  # -1: not scored
+        for r, (ids, n_scored) in enumerate(batch):
+            x[r, :len(ids) - 1] = torch.tensor(ids[:-1])
+            y[r, len(ids) - 1 - n_scored:len(ids) - 1] = torch.tensor(ids[-n_scored:])
+        x, y = x.to(device), y.to(device)
+        with ctx:
+            logits, _ = model(x, targets=y)
+        logp = -F.cross_entropy(logits.flatten(0, 1).float(), y.flatten(), ignore_index=-1, reduction="none")
+        scores.append(logp.view(len(batch), T).double().sum(dim=1).view(-1, 4).cpu())  # 0 where y = -1
+    return torch.cat(scores).numpy()
+
+
+def hellaswag_metrics(scores, counts, labels):
+    """acc and acc_norm (scores / counts) with their standard errors, the sample std of the 0/1 outcomes over
+    sqrt(n) as lm-evaluation-harness reports it: sqrt(p (1 - p) / (n - 1)), nan for n = 1."""
+    n, out = len(labels), {"examples": len(labels)}
+    for name, s in (("acc", scores), ("acc_norm", scores / counts)):
+        p = float(np.mean(np.argmax(s, axis=1) == labels))
+        out[name], out[f"{name}_stderr"] = p, math.sqrt(p * (1 - p) / (n - 1)) if n > 1 else math.nan
+    return out
+
+
+def hellaswag(out_dir, path, device="cpu", dtype=None, batch_size=8, data_dir=None, bpe_dir=None, limit=None):
+    """HellaSwag accuracy of out_dir/ckpt.pt on the file at path: a dict with examples, acc, acc_norm, their
+    stderrs and `cropped` (completions that lost context tokens to block_size). The file is read and
+    tokenised completely before the model runs, so a bad line fails at once."""
+    examples = read_hellaswag(path, limit)
+    model, ckpt, meta, _ = load_checkpoint(out_dir, "cpu", data_dir)
+    encode, _ = get_codec(meta, bpe_dir)
+    rows, cropped = hellaswag_rows(examples, encode, model.config.block_size, path)
+    device, device_type, ptdtype = resolve_device({"device": device,
+                                                   "dtype": dtype or ckpt["config"]["dtype"]})
+    scores = score_hellaswag(model.to(device), autocast(device_type, ptdtype), rows, batch_size, device)
+    counts = np.array([[n for _, n in example] for example in rows], dtype=np.float64)
+    labels = np.array([label for *_, label in examples])
+    return dict(out_dir=out_dir, iter=ckpt["iter_num"], hellaswag=path, cropped=cropped,
+                **hellaswag_metrics(scores, counts, labels), dtype=str(ptdtype).replace("torch.", ""))
+
+
+def hellaswag_table(r):
+    """A small markdown table of a hellaswag() result."""
+    return (f"HellaSwag: {r['examples']:,} examples of {r['hellaswag']} (iter {r['iter']}; {r['cropped']} "
+            f"completions cropped to block_size)\n| metric | value | stderr |\n|---|---:|---:|\n"
+            f"| acc | {r['acc']:.4f} | {r['acc_stderr']:.4f} |\n"
+            f"| acc_norm | {r['acc_norm']:.4f} | {r['acc_norm_stderr']:.4f} |")
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out_dir", default="out", help="folder with ckpt.pt (a train.py out_dir)")
     p.add_argument("--split", choices=("train", "val"), default="val")
     p.add_argument("--full", action="store_true", help="the whole split in consecutive windows of block_size")
     p.add_argument("--batch_size", type=int, default=None, help="windows per forward pass with --full "
-                   "(default: the checkpoint's batch_size)")
+                   "(default: the checkpoint's batch_size); HellaSwag examples per forward pass (default 8)")
+    p.add_argument("--hellaswag", default=None, metavar="PATH", help="HellaSwag accuracy on this "
+                   "hellaswag_val.jsonl instead of the loss")
+    p.add_argument("--limit", type=int, default=None, help="HellaSwag: only the first N examples")
     p.add_argument("--device", default="cpu", help="cpu | cuda | cuda:N | mps")
     p.add_argument("--dtype", default=None, help="float32 | bfloat16 | float16 | auto (default: the checkpoint's)")
     p.add_argument("--data_dir", default=None, help="override the checkpoint's data_dir (parent of the dataset)")
@@ -115,6 +256,10 @@ def main(argv=None):
     args = p.parse_args(argv)
     if args.batch_size is not None and args.batch_size < 1:
         p.error("--batch_size must be >= 1")
+    if args.limit is not None and (args.limit < 1 or not args.hellaswag):
+        p.error("--limit N needs N >= 1 and --hellaswag PATH")
+    if args.hellaswag and (args.full or args.split != "val"):
+        p.error("--hellaswag scores HellaSwag instead of the loss: leave out --full and --split")
     if args.json:  # before the evaluation, so a bad path cannot lose its result
         if os.path.isdir(args.json):
             p.error(f"--json {args.json} is a folder; give a file path, e.g. {os.path.join(args.json, 'eval.json')}")
@@ -122,9 +267,14 @@ def main(argv=None):
             os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
         except OSError as e:
             p.error(f"--json {args.json}: cannot create its folder ({e.strerror or e})")
-    r = evaluate(args.out_dir, args.split, args.full, args.device, args.dtype, args.batch_size, args.data_dir,
-                 args.bpe_dir)
-    print(table(r))
+    if args.hellaswag:
+        r = hellaswag(args.out_dir, args.hellaswag, args.device, args.dtype, args.batch_size or 8,
+                      args.data_dir, args.bpe_dir, args.limit)
+        print(hellaswag_table(r))
+    else:
+        r = evaluate(args.out_dir, args.split, args.full, args.device, args.dtype, args.batch_size,
+                     args.data_dir, args.bpe_dir)
+        print(table(r))
     if args.json:
         with open(args.json, "w") as f:
             json.dump(r, f, indent=2)

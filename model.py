@@ -164,6 +164,33 @@ QUERY_MODE_ALIASES = {"original": "linear", "residual_gelu": "nonlinear"}  # nam
 
 
 # ------------------------------------------------------------------------------------------------ the GPT
+class KVCache:
+    """One attention layer's keys and values for positions 0..length-1 of a batch (GPT.generate's cache).
+
+    The buffers, (B, nh, size, hd) each, are allocated on the first append with the batch size, dtype and
+    device of the keys (bf16 under autocast). Positions are absolute (learned position embeddings), so a full
+    cache cannot slide: GPT.generate starts a new one and fills it again (see there).
+    """
+
+    def __init__(self, size):
+        self.size, self.length = size, 0
+        self.k = self.v = None
+
+    def append(self, k, v):
+        """Store k, v (B, nh, T, hd) at positions length..length+T-1 -> the keys and values of positions
+        0..L-1, (B, nh, L, hd) each, L = length + T. ValueError if they do not fit in size positions."""
+        start, end = self.length, self.length + k.size(2)
+        if end > self.size:
+            raise ValueError(f"the KV cache holds {self.size} positions, {start} of them filled: {k.size(2)} "
+                             f"more do not fit; start a new cache (GPT.new_kv_cache)")
+        if self.k is None:
+            self.k = k.new_empty(*k.shape[:2], self.size, k.size(3))  # only positions < length are read
+            self.v = torch.empty_like(self.k)
+        self.k[:, :, start:end], self.v[:, :, start:end] = k, v
+        self.length = end
+        return self.k[:, :, :end], self.v[:, :, :end]
+
+
 class CausalSelfAttention(nn.Module):
     """Multi-head causal self-attention whose query comes from the config's query mode. (B, T, C) -> (B, T, C)."""
 
@@ -183,22 +210,34 @@ class CausalSelfAttention(nn.Module):
         self.scale, self.flash, self.dropout = cfg.attn_scale, cfg.flash, cfg.dropout
         self.resid_dropout = nn.Dropout(cfg.dropout)
 
-    def forward(self, x):
-        """x: (B, T, C), the block's LN1 output -> (B, T, C), before the residual add."""
+    def forward(self, x, cache=None):
+        """x: (B, T, C), the block's LN1 output -> (B, T, C), before the residual add.
+
+        cache: a KVCache holding the keys and values of the L - T tokens before these T, or None (L = T). The
+        query is per token (any query mode), so only keys and values need a cache.
+        """
         B, T, C = x.shape
         xw, k, v = self.c_attn(x).split([self.q_width, C, C], dim=-1)
         q = self.query(x, xw if self.q_width else None)
         q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))  # (B, nh, T, hd)
         if self.qk_norm:
             q, k = self.q_norm(q), self.k_norm(k)
+        if cache is not None:
+            k, v = cache.append(k, v)  # (B, nh, L, hd)
+        L = k.size(2)  # the L - T cached keys, then these T
         p_drop = self.dropout if self.training else 0.0
-        if self.flash:
+        if self.flash and L == T:  # no cache: SDPA's own causal mask (its fastest kernels)
             y = F.scaled_dot_product_attention(q, k, v, dropout_p=p_drop, is_causal=True, scale=self.scale)
-        else:  # the same maths written out, with the same scale
-            att = (q @ k.transpose(-2, -1)) * self.scale
-            causal = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()
-            att = F.dropout(att.masked_fill(~causal, float("-inf")).softmax(dim=-1), p_drop)
-            y = att @ v
+        else:
+            # query i sits at position L - T + i and sees keys 0..L - T + i: the lower triangle, shifted right
+            causal = torch.ones(T, L, dtype=torch.bool, device=x.device).tril(L - T)
+            if self.flash:
+                y = F.scaled_dot_product_attention(q, k, v, attn_mask=causal, dropout_p=p_drop,
+                                                   scale=self.scale)
+            else:  # the same maths written out, with the same scale
+                att = (q @ k.transpose(-2, -1)) * self.scale
+                att = F.dropout(att.masked_fill(~causal, float("-inf")).softmax(dim=-1), p_drop)
+                y = att @ v
         y = y.transpose(1, 2).contiguous().view(B, T, C)
         return self.resid_dropout(self.c_proj(y))
 
@@ -227,9 +266,9 @@ class Block(nn.Module):
         self.ln_2 = nn.LayerNorm(cfg.n_embd, bias=cfg.bias)
         self.mlp = MLP(cfg)
 
-    def forward(self, h):
-        """The residual stream h: (B, T, C) -> (B, T, C)."""
-        h = h + self.attn(self.ln_1(h))
+    def forward(self, h, cache=None):
+        """The residual stream h: (B, T, C) -> (B, T, C); cache: this layer's KVCache or None."""
+        h = h + self.attn(self.ln_1(h), cache)
         return h + self.mlp(self.ln_2(h))
 
 
@@ -262,21 +301,26 @@ class GPT(nn.Module):
         if isinstance(module, nn.Linear) and module.bias is not None:
             nn.init.zeros_(module.bias)
 
-    def forward(self, idx, targets=None):
+    def forward(self, idx, targets=None, cache=None):
         """idx: (B, T) token ids, T ≤ block_size; targets: (B, T) ids or None (-1 = ignore).
 
         Returns (logits, loss): with targets, logits (B, T, vocab) and the mean cross-entropy in nats/token;
         without, logits of the last position only, (B, 1, vocab), and loss None.
-        Raises ValueError if T > block_size.
+        cache: None, or new_kv_cache()'s list holding the keys and values of the tokens before idx, which then
+        sit at positions cache[0].length onward; idx's keys and values are added to it.
+        Raises ValueError if the tokens end past position block_size.
         """
         B, T = idx.shape
-        if T > self.config.block_size:
-            raise ValueError(f"sequence length {T} exceeds block_size {self.config.block_size}; "
-                             f"crop the input to the last {self.config.block_size} tokens")
-        pos = torch.arange(T, device=idx.device)
+        start = cache[0].length if cache else 0
+        if start + T > self.config.block_size:
+            what = f"{start} cached + {T} new tokens exceed" if cache else f"sequence length {T} exceeds"
+            fix = "start a new cache (new_kv_cache) with" if cache else "crop the input to"
+            raise ValueError(f"{what} block_size {self.config.block_size}; {fix} the last "
+                             f"{self.config.block_size} tokens")
+        pos = torch.arange(start, start + T, device=idx.device)
         h = self.transformer.drop(self.transformer.wte(idx) + self.transformer.wpe(pos))
-        for block in self.transformer.h:
-            h = block(h)
+        for i, block in enumerate(self.transformer.h):
+            h = block(h, cache[i] if cache else None)
         h = self.transformer.ln_f(h)
         if targets is None:
             return self.lm_head(h[:, [-1], :]), None
@@ -284,14 +328,24 @@ class GPT(nn.Module):
         loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=-1)
         return logits, loss
 
+    def new_kv_cache(self):
+        """An empty KV cache for forward(..., cache=): one KVCache of block_size positions per layer."""
+        return [KVCache(self.config.block_size) for _ in range(self.config.n_layer)]
+
     @torch.no_grad()
-    def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None, vocab_size=None):
+    def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None, vocab_size=None, use_cache=True):
         """Autoregressive sampling. idx: (B, T) prompt ids -> (B, T + max_new_tokens) ids.
 
-        The context is cropped to the last block_size tokens. temperature 0 means greedy decoding; a
-        temperature so small that logits / temperature overflows gives the greedy token too. top_k keeps only
-        the k most likely tokens. Only ids < vocab_size are sampled; vocab_size defaults to the tokenizer's
-        vocabulary (config.data_vocab_size), so the padding rows of the embedding are never returned.
+        Each token is predicted from the last block_size tokens before it, at positions 0.. (a longer prompt
+        is cropped from the left). temperature 0 means greedy decoding; a temperature so small that
+        logits / temperature overflows gives the greedy token too. top_k keeps only the k most likely tokens.
+        Only ids < vocab_size are sampled; vocab_size defaults to the tokenizer's vocabulary
+        (config.data_vocab_size), so the padding rows of the embedding are never returned.
+        use_cache: keep the keys and values of past tokens (KVCache), so that each step runs the model on the
+        new token only; use_cache=False runs it on the whole context every step. Both give the same tokens.
+        Once the context fills block_size, the window slides by one token a step and every position changes,
+        so cached keys (of absolute positions) are stale: each such step fills a new cache with the last
+        block_size tokens, which costs what use_cache=False costs (bench/kv_cache.py measures both).
         ValueError for max_new_tokens < 0, a negative or non-finite temperature, top_k < 1, a vocab_size
         outside 1..config.vocab_size, or non-finite logits (the weights diverged).
         """
@@ -304,8 +358,15 @@ class GPT(nn.Module):
             raise ValueError(f"top_k={top_k} must be >= 1 (None = no limit)")
         if not 1 <= vocab_size <= self.config.vocab_size:
             raise ValueError(f"vocab_size={vocab_size} must be in 1..{self.config.vocab_size}")
+        block_size, cache = self.config.block_size, None
         for _ in range(max_new_tokens):
-            logits, _ = self(idx[:, -self.config.block_size:])
+            if not use_cache:
+                logits, _ = self(idx[:, -block_size:])
+            elif cache is None or cache[0].length == block_size:  # first step, or the window slid: (re)fill
+                cache = self.new_kv_cache()
+                logits, _ = self(idx[:, -block_size:], cache=cache)
+            else:  # the newest token only, after the cached ones
+                logits, _ = self(idx[:, -1:], cache=cache)
             logits = logits[:, -1, :vocab_size].float()  # (B, vocab_size)
             if not torch.isfinite(logits).all():
                 raise ValueError("the model's logits are not finite: its weights diverged (NaN/inf)")

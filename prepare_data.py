@@ -4,17 +4,23 @@
     python prepare_data.py shakespeare --input input.txt --bpe_dir gpt2_files/
     python prepare_data.py local --input corpus_dir/ --name wiki --tokenizer byte
     python prepare_data.py openwebtext --num_proc 8              # ~9B tokens, ~17 GB train.bin
+    python prepare_data.py fineweb_edu --subset sample-10BT --max_tokens 100_000_000     # streamed
+    python prepare_data.py hf --hf_dataset roneneldan/TinyStories --name tinystories --max_docs 100000
 
 Each .bin is a flat array of token ids (dtype in meta.json). Documents are split into train/val
 by a seeded draw (--val_fraction of the documents); the shakespeare sets split one text 90/10 by
 position. gpt2 appends the end-of-text token 50256 after every document; char/byte append
 DOC_SEPARATOR instead (no separator in the positional split, so decoding gives back the input).
+fineweb_edu and hf stream their records from the Hugging Face Hub (no full download), in order, up to
+--max_docs documents or --max_tokens tokens, and draw each document's split as it comes.
 Bins are staged in a hidden folder inside the target folder and renamed into place only when
 every file is complete, so an interrupted run leaves no train.bin/val.bin that looks valid.
 """
 import argparse
+import contextlib
 import functools
 import hashlib
+import itertools
 import json
 import os
 import re
@@ -30,7 +36,13 @@ from tqdm import tqdm
 
 SHAKESPEARE_URL = "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt"
 OPENWEBTEXT = "Skylion007/openwebtext"
-DATASETS = ("openwebtext", "shakespeare", "shakespeare_char", "local")
+FINEWEB_EDU = "HuggingFaceFW/fineweb-edu"
+FINEWEB_EDU_SUBSETS = ("sample-10BT", "sample-100BT", "sample-350BT")  # configs of ~10B, 100B, 350B tokens
+DATASETS = ("openwebtext", "fineweb_edu", "hf", "shakespeare", "shakespeare_char", "local")
+STREAMED = ("fineweb_edu", "hf")  # read through datasets' streaming, record by record
+STREAM_BATCH = 1024  # documents tokenised at a time when streaming
+OPTIONS_OF = dict(subset=("fineweb_edu",), hf_dataset=("hf",), hf_config=("hf",), hf_split=("hf",),
+                  text_column=("hf",), max_docs=STREAMED, max_tokens=STREAMED)  # options of some datasets only
 GPT2_EOT, GPT2_VOCAB = 50256, 50257
 DOC_SEPARATOR = "\n\n"  # char/byte corpora: written after every document, like gpt2's end-of-text token
 MIN_VAL_TOKENS = 1024  # a typical block size: a shorter val split cannot fill one evaluation window
@@ -250,6 +262,25 @@ def check_target(out_dir, overwrite):
                         "--data_dir (a folder, not a file) and a --name that is not an existing file") from e
 
 
+class TokenWriter:
+    """Appends arrays of token ids to an open binary file as dtype, counting them and hashing the bytes."""
+
+    def __init__(self, f, dtype, path):
+        self.f, self.dtype, self.path = f, np.dtype(dtype), path
+        self.count, self.digest = 0, hashlib.sha256()
+
+    def write(self, chunk):
+        """Append one array of ids; returns its size. ValueError if an id does not fit dtype."""
+        chunk = np.asarray(chunk)
+        if chunk.size and chunk.max() > np.iinfo(self.dtype).max:
+            raise ValueError(f"{self.path}: token id {chunk.max()} does not fit {self.dtype}")
+        data = np.ascontiguousarray(chunk, dtype=self.dtype)
+        self.f.write(data.data)
+        self.digest.update(data.data)
+        self.count += data.size
+        return data.size
+
+
 def write_bin(path, chunks, dtype, total=None, desc=None):
     """Stream arrays of token ids into path; returns (tokens written, sha256 hex).
 
@@ -257,48 +288,53 @@ def write_bin(path, chunks, dtype, total=None, desc=None):
     exception (KeyboardInterrupt included) the temp file is deleted and an existing path is untouched.
     Memory holds one chunk at a time. total (tokens) sizes the progress bar and must match if given.
     """
-    path, dtype = Path(path), np.dtype(dtype)
+    path = Path(path)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")  # not mkstemp: keep umask mode
-    digest, count = hashlib.sha256(), 0
     try:
         with open(tmp, "xb") as f, tqdm(total=total, unit="tok", unit_scale=True, desc=desc or path.name) as bar:
+            out = TokenWriter(f, dtype, path)
             for chunk in chunks:
-                chunk = np.asarray(chunk)
-                if chunk.size and chunk.max() > np.iinfo(dtype).max:
-                    raise ValueError(f"{path}: token id {chunk.max()} does not fit {dtype}")
-                data = np.ascontiguousarray(chunk, dtype=dtype)
-                f.write(data.data)
-                digest.update(data.data)
-                count += data.size
-                bar.update(data.size)
+                bar.update(out.write(chunk))
             f.flush()
             os.fsync(f.fileno())
-        if total is not None and count != total:
-            raise ValueError(f"{path}: wrote {count} tokens, expected {total}")
+        if total is not None and out.count != total:
+            raise ValueError(f"{path}: wrote {out.count} tokens, expected {total}")
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-    return count, digest.hexdigest()
+    return out.count, out.digest.hexdigest()
 
 
-def save_dataset(out_dir, splits, meta):
-    """Write {split: (chunks, total)} as <split>.bin plus meta.json; all files appear only if all succeed."""
+@contextlib.contextmanager
+def staging(out_dir):
+    """A hidden folder inside out_dir for the files being written; removed on exit, whatever happened."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     stage = Path(tempfile.mkdtemp(prefix=".partial-", dir=out_dir))
     try:
+        yield stage
+    finally:
+        shutil.rmtree(stage, ignore_errors=True)
+
+
+def publish(stage, out_dir, meta):
+    """Write meta.json into stage, then move train.bin, val.bin and meta.json (last) into out_dir."""
+    (stage / "meta.json").write_text(json.dumps(meta, indent=1) + "\n")
+    (Path(out_dir) / "meta.json").unlink(missing_ok=True)  # an old meta.json must never describe new bins
+    for f in BIN_FILES:
+        os.replace(stage / f, Path(out_dir) / f)
+    return meta
+
+
+def save_dataset(out_dir, splits, meta):
+    """Write {split: (chunks, total)} as <split>.bin plus meta.json; all files appear only if all succeed."""
+    with staging(out_dir) as stage:
         meta["sha256"] = {}
         for split, (chunks, total) in splits.items():
             n, meta["sha256"][f"{split}.bin"] = write_bin(stage / f"{split}.bin", chunks, meta["dtype"], total)
             meta[f"{split}_tokens"] = n
-        (stage / "meta.json").write_text(json.dumps(meta, indent=1) + "\n")
-        (out_dir / "meta.json").unlink(missing_ok=True)  # an old meta.json must never describe new bins
-        for f in BIN_FILES:
-            os.replace(stage / f, out_dir / f)
-    finally:
-        shutil.rmtree(stage, ignore_errors=True)
-    return meta
+        return publish(stage, out_dir, meta)
 
 
 def base_meta(name, source, tokenizer, vocab_size, **extra):
@@ -410,6 +446,109 @@ def load_openwebtext(num_proc):
                         "python prepare_data.py local --input FILES_DIR --name openwebtext") from e
 
 
+def stream_texts(ds, text_column, source, stats):
+    """The non-empty strings in the text_column of ds's records, in order; stats["skipped_docs"] counts the
+    empty and null ones read. ds: any iterable of dicts (a datasets.Dataset or IterableDataset).
+
+    DataError if a record lacks the column or holds another type there, naming the record (1-based), and for
+    a connection that fails mid-stream (after datasets' own retries).
+    """
+    n = 0
+    try:
+        for n, record in enumerate(ds, 1):
+            if text_column not in record:
+                raise DataError(f"{source}: record {n} has no column {text_column!r} (it has "
+                                f"{', '.join(record)}); pass the right --text_column")
+            text = record[text_column]
+            if text is not None and not isinstance(text, str):
+                raise DataError(f"{source}: record {n}: column {text_column!r} is of type "
+                                f"{type(text).__name__}, not a string; pass a --text_column of strings")
+            if text:
+                yield text
+            else:
+                stats["skipped_docs"] += 1
+    except OSError as e:  # ConnectionError, TimeoutError and the Hub's HTTP errors
+        raise DataError(f"{source}: streaming failed after {n} records ({type(e).__name__}: {e}); nothing "
+                        f"was written; run the command again (the stream starts from its beginning)") from e
+
+
+def tokenized(texts, tokenizer, enc=None, num_threads=1):
+    """Token arrays of texts (encode_docs: end-of-text or separator added), STREAM_BATCH texts at a time."""
+    texts = iter(texts)
+    for batch in iter(lambda: list(itertools.islice(texts, STREAM_BATCH)), []):
+        yield from encode_docs(batch, tokenizer, enc=enc, num_threads=num_threads)
+
+
+def prepare_stream(ds, out_dir, *, text_column="text", max_docs=None, max_tokens=None, tokenizer="gpt2",
+                   val_fraction=0.0005, seed=1234, num_proc=1, bpe_dir=None, source="", overwrite=False,
+                   min_val_tokens=MIN_VAL_TOKENS, **meta_extra):
+    """Tokenise the text_column of a dataset's records in one pass, in their order, and save it.
+
+    ds: any iterable of dicts, e.g. a streaming datasets.IterableDataset (records are fetched as they are
+    read, so a subset costs only its own download) or a datasets.Dataset. Documents are taken in order,
+    empty and null texts skipped, up to max_docs documents and up to max_tokens tokens: the first document
+    whose tokens (end-of-text or separator included) would pass max_tokens ends the stream (records are read
+    up to STREAM_BATCH documents ahead, so skipped_docs may count a few beyond it). Each document
+    goes to val with probability val_fraction (a seeded draw per document, in stream order), else to train.
+    tokenizer: gpt2 or byte (char needs the whole corpus for its vocabulary). Memory holds STREAM_BATCH
+    documents. meta_extra goes into meta.json. DataError for a bad record (stream_texts) or a split under
+    min_val_tokens; nothing is published then.
+    """
+    out_dir = Path(out_dir)
+    check_target(out_dir, overwrite)
+    check_fraction(val_fraction)
+    if tokenizer not in ("gpt2", "byte"):
+        raise DataError(f"a streamed dataset is tokenised with gpt2 or byte, not {tokenizer}: a character "
+                        "vocabulary needs the whole corpus first")
+    columns = getattr(ds, "column_names", None)  # None for a stream whose columns are unknown until read
+    if columns is not None and text_column not in columns:
+        raise DataError(f"{source}: no column {text_column!r} (columns: {', '.join(columns)}); "
+                        f"pass --text_column")
+    enc = gpt2_encoding(bpe_dir) if tokenizer == "gpt2" else None
+    meta = base_meta(out_dir.name, source, tokenizer, GPT2_VOCAB if enc else 256, split="documents",
+                     val_fraction=val_fraction, seed=seed, max_docs=max_docs, max_tokens=max_tokens,
+                     **meta_extra)
+    stats, rng = dict(train_docs=0, val_docs=0, skipped_docs=0), np.random.default_rng(seed)
+    texts = itertools.islice(stream_texts(ds, text_column, source, stats), max_docs)  # None: no limit
+    with staging(out_dir) as stage:
+        with contextlib.ExitStack() as files:
+            out = {s: TokenWriter(files.enter_context(open(stage / f"{s}.bin", "xb")), meta["dtype"], s)
+                   for s in ("train", "val")}
+            bar = files.enter_context(tqdm(total=max_tokens, unit="tok", unit_scale=True, desc=source))
+            for ids in tokenized(texts, tokenizer, enc, num_proc):
+                if max_tokens is not None and out["train"].count + out["val"].count + ids.size > max_tokens:
+                    break
+                split = "val" if rng.random() < val_fraction else "train"
+                bar.update(out[split].write(ids))
+                stats[f"{split}_docs"] += 1
+            for w in out.values():
+                w.f.flush()
+                os.fsync(w.f.fileno())
+        check_lengths({s: w.count for s, w in out.items()}, source, val_fraction, min_val_tokens)
+        meta.update(stats, train_tokens=out["train"].count, val_tokens=out["val"].count,
+                    sha256={f"{s}.bin": w.digest.hexdigest() for s, w in out.items()})
+        return publish(stage, out_dir, meta)
+
+
+def load_hf_stream(name, config=None, split="train"):
+    """A Hugging Face Hub dataset as a streaming datasets.IterableDataset: records download as they are read.
+
+    DataError with the fix when the Hub cannot be reached, or the dataset, config or split does not exist
+    (datasets' own message, which lists the valid configs or splits, is included).
+    """
+    from datasets import load_dataset
+    what = f"{name}" + (f" (config {config})" if config else "") + f", split {split}"
+    try:
+        return load_dataset(name, config, split=split, streaming=True)
+    except (FileNotFoundError, ValueError) as e:  # no such dataset (DatasetNotFoundError), config or split
+        raise DataError(f"cannot stream {what} from the Hugging Face Hub: {e}; check the dataset name, "
+                        f"--hf_config and --hf_split on its Hub page") from e
+    except OSError as e:  # ConnectionError, TimeoutError, HfHubHTTPError
+        raise DataError(f"could not reach the Hugging Face Hub for {what} ({type(e).__name__}: {e}); check "
+                        "the network, or download its files elsewhere and use: python prepare_data.py local "
+                        "--input FILES_DIR --name NAME") from e
+
+
 # ---------------------------------------------------------------- command line
 
 def parse_args(argv=None):
@@ -419,9 +558,20 @@ def parse_args(argv=None):
     p.add_argument("--name", help="output folder name (default: DATASET; required for local)")
     p.add_argument("--input", help=".txt/.jsonl/.parquet file or directory (shakespeare*: local copy of input.txt)")
     p.add_argument("--tokenizer", choices=("gpt2", "char", "byte"),
-                   help="default: char for shakespeare_char, else gpt2 (openwebtext: gpt2 only)")
+                   help="default: char for shakespeare_char, else gpt2 (openwebtext: gpt2 only; "
+                   "fineweb_edu, hf: gpt2 or byte)")
     p.add_argument("--val_fraction", type=float, help="held-out fraction of documents (default 0.0005 for "
-                   "openwebtext, else 0.1; shakespeare*: of characters, by position)")
+                   "openwebtext and fineweb_edu, 0.01 for hf, else 0.1; shakespeare*: of characters, by "
+                   "position)")
+    hub = p.add_argument_group("fineweb_edu and hf (streamed from the Hugging Face Hub)")
+    hub.add_argument("--subset", choices=FINEWEB_EDU_SUBSETS, help="fineweb_edu: its sample (default "
+                     "sample-10BT)")
+    hub.add_argument("--hf_dataset", help="hf: the dataset's Hub name, e.g. roneneldan/TinyStories")
+    hub.add_argument("--hf_config", help="hf: its config (subset), if it has several")
+    hub.add_argument("--hf_split", help="hf: the split to read (default train)")
+    hub.add_argument("--text_column", help="hf: the column holding the text (default text)")
+    hub.add_argument("--max_docs", type=int, help="take only the first N documents of the stream")
+    hub.add_argument("--max_tokens", type=int, help="take documents while their tokens total at most N")
     p.add_argument("--seed", type=int, default=1234, help="seed of the train/val document draw")
     p.add_argument("--num_proc", type=int, default=os.cpu_count() or 1, help="tokenising processes/threads")
     p.add_argument("--bpe_dir", help="folder with GPT-2's encoder.json + vocab.bpe, for use without network")
@@ -431,6 +581,17 @@ def parse_args(argv=None):
         p.error("local needs --input PATH and --name NAME")
     if args.dataset == "openwebtext" and args.tokenizer not in (None, "gpt2"):
         p.error("openwebtext is prepared with --tokenizer gpt2 only")
+    if args.dataset in STREAMED and args.tokenizer == "char":
+        p.error(f"{args.dataset} is streamed: use --tokenizer gpt2 or byte (a character vocabulary needs the "
+                "whole corpus first)")
+    if args.dataset == "hf" and not (args.hf_dataset and args.name):
+        p.error("hf needs --hf_dataset NAME (a Hugging Face Hub dataset) and --name NAME (the output folder)")
+    for option, allowed in OPTIONS_OF.items():
+        if getattr(args, option) is not None and args.dataset not in allowed:
+            p.error(f"--{option} is an option of {' and '.join(allowed)}, not of {args.dataset}")
+    for option in ("max_docs", "max_tokens"):
+        if getattr(args, option) is not None and getattr(args, option) < 1:
+            p.error(f"--{option} must be >= 1, got {getattr(args, option)}")
     if args.num_proc < 1:
         p.error(f"--num_proc must be >= 1, got {args.num_proc}")
     if args.name is not None and (args.name in ("", ".", "..") or Path(args.name).name != args.name):
@@ -439,7 +600,10 @@ def parse_args(argv=None):
     args.name = args.name or args.dataset
     args.tokenizer = args.tokenizer or ("char" if args.dataset == "shakespeare_char" else "gpt2")
     if args.val_fraction is None:
-        args.val_fraction = 0.0005 if args.dataset == "openwebtext" else 0.1
+        args.val_fraction = {"openwebtext": 0.0005, "fineweb_edu": 0.0005, "hf": 0.01}.get(args.dataset, 0.1)
+    if args.dataset == "fineweb_edu":
+        args.hf_dataset, args.hf_config = FINEWEB_EDU, args.subset or FINEWEB_EDU_SUBSETS[0]
+    args.hf_split, args.text_column = args.hf_split or "train", args.text_column or "text"
     return args
 
 
@@ -452,6 +616,15 @@ def run(args):
     if args.dataset == "openwebtext":  # ~54 GB to download: check the BPE first
         gpt2_encoding(args.bpe_dir)
         return prepare_hf_dataset(load_openwebtext(args.num_proc), out_dir, **common)
+    if args.dataset in STREAMED:
+        if args.tokenizer == "gpt2":  # before connecting
+            gpt2_encoding(args.bpe_dir)
+        hub = dict(dataset=args.hf_dataset, config=args.hf_config, split=args.hf_split,
+                   text_column=args.text_column)
+        ds = load_hf_stream(args.hf_dataset, args.hf_config, args.hf_split)
+        return prepare_stream(ds, out_dir, text_column=args.text_column, max_docs=args.max_docs,
+                              max_tokens=args.max_tokens, tokenizer=args.tokenizer, source=args.hf_dataset,
+                              hf=hub, **common)
     if args.dataset.startswith("shakespeare"):
         text = read_input_file(args.input) if args.input else download_shakespeare()
         if not text:

@@ -82,11 +82,12 @@ def prompt_ids(start, meta, encode):
 
 
 def generate(model, meta, encode, decode, start="", num_samples=1, max_new_tokens=200, temperature=0.8,
-             top_k=None, seed=1337, device="cpu"):
+             top_k=None, seed=1337, device="cpu", use_cache=True):
     """num_samples texts (prompt included), each max_new_tokens tokens longer than the prompt.
 
     The RNG is seeded once, so the same seed and arguments give the same texts. temperature 0 = greedy.
-    Only ids < meta["vocab_size"] are sampled (the padded embedding rows never are).
+    Only ids < meta["vocab_size"] are sampled (the padded embedding rows never are). use_cache: GPT.generate's
+    KV cache (the same texts either way, faster with it).
     """
     ids = prompt_ids(start, meta, encode)
     if not ids:
@@ -95,7 +96,8 @@ def generate(model, meta, encode, decode, start="", num_samples=1, max_new_token
     torch.manual_seed(seed)
     texts = []
     for _ in range(num_samples):
-        y = model.generate(x, max_new_tokens, temperature=temperature, top_k=top_k, vocab_size=meta["vocab_size"])
+        y = model.generate(x, max_new_tokens, temperature=temperature, top_k=top_k,
+                           vocab_size=meta["vocab_size"], use_cache=use_cache)
         texts.append(decode(y[0].tolist()))
     return texts
 
@@ -110,6 +112,8 @@ def parse_args(argv=None):
     p.add_argument("--top_k", type=int, default=None, help="sample from the k most likely tokens only "
                    "(more than the vocabulary = no limit)")
     p.add_argument("--seed", type=int, default=1337)
+    p.add_argument("--no_cache", action="store_true", help="run the model on the whole context for every "
+                   "token instead of keeping past keys and values (same text, slower)")
     p.add_argument("--device", default="cpu", help="cpu | cuda | cuda:N | mps | auto")
     p.add_argument("--data_dir", default=None, help="override the checkpoint's data_dir (parent of the dataset)")
     p.add_argument("--bpe_dir", default=None, help="GPT-2 encoder.json + vocab.bpe, for gpt2 data without network")
@@ -129,7 +133,7 @@ def main(argv=None):
     model, _, meta, _ = load_checkpoint(args.out_dir, device, args.data_dir)
     encode, decode = get_codec(meta, args.bpe_dir)
     texts = generate(model, meta, encode, decode, args.start, args.num_samples, args.max_new_tokens,
-                     args.temperature, args.top_k, args.seed, device)
+                     args.temperature, args.top_k, args.seed, device, not args.no_cache)
     for text in texts:
         print(text, "-" * 40, sep="\n", flush=True)
     return texts

@@ -11,6 +11,7 @@ import torch.nn as nn
 import bench
 import common
 import model
+import test_kv_cache
 import test_model
 import test_train
 from conftest import ROOT
@@ -84,3 +85,9 @@ def test_a_checkpoint_of_the_mode_names_its_modules(tmp_path):
     assert names == ["transformer.h.0.attn.query.down.weight", "transformer.h.0.attn.query.up.weight",
                      "transformer.h.1.attn.query.down.weight", "transformer.h.1.attn.query.up.weight"]
     assert isinstance(m.transformer.h[0].attn.query, nn.Module) and torch.is_grad_enabled()
+
+
+def test_kv_cache_gives_the_same_tokens():
+    """The mode needs no cache of its own: generate gives the same tokens with and without the KV cache."""
+    test_kv_cache.test_cached_forward_equals_full_forward(MODE, qk_norm=False, flash=True)
+    test_kv_cache.test_greedy_same_tokens_with_and_without_cache(MODE, qk_norm=True, flash=False)

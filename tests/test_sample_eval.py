@@ -65,6 +65,7 @@ def test_temperature_top_k_and_seed(run):
     assert hot == sample.main(common + ["--temperature", "1.5", "--seed", "4"])  # same seed, same text
     assert hot != sample.main(common + ["--temperature", "1.5", "--seed", "5"])
     assert hot == sample.main(common + ["--temperature", "1.5", "--seed", "4", "--top_k", "100000"])  # > vocab: no limit
+    assert hot == sample.main(common + ["--temperature", "1.5", "--seed", "4", "--no_cache"])  # same text
 
 
 @pytest.mark.parametrize("value", ["nan", "inf", "-1"])

@@ -1,0 +1,150 @@
+"""eval.py --hellaswag: scores vs a hand computation with the model; acc, acc_norm; bad files."""
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+
+import eval as nlq_eval
+import prepare_data
+import sample
+import train
+from test_sample_eval import TEXT, small_cfg
+
+EXAMPLES = [  # byte-level: short ones fit block_size 32, the long ones lose context (and ending) tokens
+    dict(ctx="the quick brown", endings=["fox", "dog", "jugs", "box"], label=0),
+    dict(ctx="pack my box with", endings=["five dozen", "liquor", "the lazy dog", "q"], label=0),
+    dict(ctx="the quick brown fox jumps over the lazy dog; pack my box with five",
+         endings=["dozen liquor jugs.", "foxes", "brown", "the quick brown fox jumps over"], label=0),
+    dict(ctx="jumps over the", endings=["lazy dog", "quick fox", "box", "five"], label=2, ind=7),
+    dict(ctx="a", endings=["b", "c", "d", "e"], label="3"),  # label as a string, as in the HF copy
+]
+
+
+@pytest.fixture(scope="module")
+def ckpt(tmp_path_factory):
+    """A byte-level model (block_size 32) trained 6 steps on a pangram, and a HellaSwag-format file."""
+    root = tmp_path_factory.mktemp("hs")
+    (root / "tiny").mkdir()
+    data = np.frombuffer(TEXT * 50, np.uint8).astype(np.uint16)
+    data[:3000].tofile(root / "tiny" / "train.bin")
+    data[3000:3700].tofile(root / "tiny" / "val.bin")
+    (root / "tiny" / "meta.json").write_text(json.dumps(
+        dict(name="tiny", tokenizer="byte", vocab_size=256, dtype="uint16", eot_token=None)))
+    train.train(small_cfg(root, root / "out", block_size=32))
+    path = root / "hellaswag_val.jsonl"
+    path.write_text("".join(json.dumps(ex) + "\n" for ex in EXAMPLES) + "\n")  # a blank last line is fine
+    return root / "out", path
+
+
+def by_hand(model, ctx, ending, block_size=32):
+    """Summed log-probability of the ending's bytes after ctx + ' ', and the number of bytes scored: the last
+    block_size + 1 bytes of the completion, log-softmax written out, each scored byte from the logits of the
+    position before it."""
+    ids = list(ctx.encode()) + list((" " + ending).encode())
+    n_ending = len((" " + ending).encode())
+    ids = ids[-(block_size + 1):]
+    n = min(n_ending, len(ids) - 1)
+    x = torch.tensor(ids[:-1])[None]
+    with torch.no_grad():
+        logits = model(x, targets=x)[0][0].double()  # (T, vocab): logits at every position
+    m = logits.max(dim=-1, keepdim=True).values
+    logp = logits - m - torch.log(torch.exp(logits - m).sum(dim=-1, keepdim=True))
+    total = sum(logp[t - 1, ids[t]].item() for t in range(len(ids) - n, len(ids)))
+    return total, n
+
+
+def test_scores_match_a_hand_computation(ckpt):
+    out, path = ckpt
+    model, *_ = sample.load_checkpoint(str(out))
+    examples = nlq_eval.read_hellaswag(str(path))
+    encode, _ = prepare_data.get_codec(dict(tokenizer="byte"))
+    rows, cropped = nlq_eval.hellaswag_rows(examples, encode, 32)
+    hand = [[by_hand(model, ex["ctx"], e) for e in ex["endings"]] for ex in EXAMPLES]
+    assert [[n for _, n in ex] for ex in rows] == [[n for _, n in ex] for ex in hand]
+    assert hand[2][0][1] == 19 and hand[2][3][1] == 31 and hand[0][0][1] == 4  # cropped / whole endings
+    assert cropped == 4  # example 3: 65 context bytes + each ending > 33
+    ctx = nlq_eval.autocast("cpu", torch.float32)
+    for batch_size in (1, 2, 8):
+        scores = nlq_eval.score_hellaswag(model, ctx, rows, batch_size, "cpu")
+        np.testing.assert_allclose(scores, [[s for s, _ in ex] for ex in hand], rtol=1e-5, atol=1e-5)
+
+
+def test_acc_and_acc_norm_with_standard_errors(ckpt, capsys):
+    out, path = ckpt
+    model, *_ = sample.load_checkpoint(str(out))
+    hand = np.array([[by_hand(model, ex["ctx"], e) for e in ex["endings"]] for ex in EXAMPLES])  # (5, 4, 2)
+    labels = np.array([0, 0, 0, 2, 3])
+    acc = np.mean(hand[:, :, 0].argmax(1) == labels)
+    acc_norm = np.mean((hand[:, :, 0] / hand[:, :, 1]).argmax(1) == labels)
+    r = nlq_eval.main(["--out_dir", str(out), "--hellaswag", str(path), "--batch_size", "2"])
+    assert (r["examples"], r["cropped"]) == (5, 4)
+    assert r["acc"] == pytest.approx(acc) and r["acc_norm"] == pytest.approx(acc_norm)
+    assert r["acc_stderr"] == pytest.approx(math.sqrt(acc * (1 - acc) / 4))
+    assert r["acc_norm_stderr"] == pytest.approx(math.sqrt(acc_norm * (1 - acc_norm) / 4))
+    printed = capsys.readouterr().out
+    assert f"| acc | {acc:.4f} | {r['acc_stderr']:.4f} |" in printed and "5 examples" in printed
+    assert f"| acc_norm | {acc_norm:.4f} | {r['acc_norm_stderr']:.4f} |" in printed
+    assert nlq_eval.main(["--out_dir", str(out), "--hellaswag", str(path), "--limit", "2"])["examples"] == 2
+
+
+def test_metrics_by_hand():
+    scores = np.array([[-1.0, -2.0, -3.0, -4.0], [-4.0, -3.0, -2.0, -6.0], [-9.0, -2.0, -1.0, -8.0]])
+    counts = np.array([[1, 1, 1, 1], [8, 1, 1, 8], [3, 1, 1, 4]])
+    r = nlq_eval.hellaswag_metrics(scores, counts, np.array([0, 0, 3]))
+    assert r["acc"] == pytest.approx(1 / 3) and r["acc_norm"] == pytest.approx(2 / 3)  # -4/8 beats -2/1
+    assert r["acc_stderr"] == pytest.approx(math.sqrt(1 / 3 * 2 / 3 / 2))
+
+
+def test_gpt2_endings_are_joined_with_a_space(shared_data):
+    enc = prepare_data.gpt2_encoding(shared_data / "gpt2")
+    ex = [(1, "A man is sitting on a roof.", ["he starts pulling up roofing.", "is using wrap.", "x", "y"],
+           0)]
+    rows, _ = nlq_eval.hellaswag_rows(ex, enc.encode_ordinary, 1024)
+    ids, n = rows[0][0]
+    ending = [339, 4940, 10427, 510, 9753, 278, 13]  # ' he' ' starts' ' pulling' ' up' ' roof' 'ing' '.'
+    assert ids == enc.encode_ordinary("A man is sitting on a roof.") + ending and n == 7
+    assert enc.decode(ending) == " he starts pulling up roofing."
+
+
+ENDINGS = '"endings": ["b", "c", "d", "e"]'
+BAD_FILES = {
+    "not json": (f'{{"ctx": "a", {ENDINGS}, "label": 0}}\n{{oops\n', ":2: expected a JSON object"),
+    "no label": (f'{{"ctx": "a", {ENDINGS}}}\n', ":1: expected a JSON object with fields ctx, endings and "
+                                               "label (KeyError"),
+    "3 endings": ('\n{"ctx": "a", "endings": ["b", "c", "d"], "label": 0}\n', ":2: endings must be a list"),
+    "label 4": (f'{{"ctx": "a", {ENDINGS}, "label": 4}}\n', ":1: label must be 0, 1, 2 or 3"),
+    "empty ctx": (f'{{"ctx": " ", {ENDINGS}, "label": 1}}\n', ":1: ctx must be a non-empty string"),
+    "empty file": ("\n", " holds no examples"),
+}
+
+
+@pytest.mark.parametrize("case", BAD_FILES)
+def test_bad_files_name_the_line(case, ckpt, tmp_path, monkeypatch):
+    text, expected = BAD_FILES[case]
+    path = tmp_path / "hs.jsonl"
+    path.write_text(text)
+    monkeypatch.setattr(nlq_eval, "score_hellaswag", lambda *a: pytest.fail("scored a bad file"))
+    with pytest.raises(ValueError) as e:
+        nlq_eval.main(["--out_dir", str(ckpt[0]), "--hellaswag", str(path)])
+    assert f"{path}{expected}" in str(e.value)
+
+
+def test_missing_file_and_char_vocabulary(ckpt, tmp_path):
+    with pytest.raises(FileNotFoundError, match="hellaswag_val.jsonl from https://raw.githubusercontent.com/"
+                                                "rowanz/hellaswag/master/data/hellaswag_val.jsonl"):
+        nlq_eval.main(["--out_dir", str(ckpt[0]), "--hellaswag", str(tmp_path / "nope.jsonl")])
+    meta = dict(tokenizer="char", chars=list("abc "), name="abc")
+    encode, _ = prepare_data.get_codec(meta)
+    with pytest.raises(ValueError, match=r"hs.jsonl:9: characters \['x'\] are not in the vocabulary.*gpt2 "
+                                         r"or byte"):
+        nlq_eval.hellaswag_rows([(9, "abc", ["a", "b", "x", "c"], 0)], encode, 32, "hs.jsonl")
+
+
+@pytest.mark.parametrize("args, expected", [(["--limit", "3"], "--limit N needs N >= 1 and --hellaswag"),
+                                            (["--hellaswag", "x", "--full"], "leave out --full and --split")])
+def test_usage_errors(args, expected, capsys):
+    with pytest.raises(SystemExit) as e:
+        nlq_eval.main(args)
+    assert e.value.code == 2 and expected in capsys.readouterr().err
