@@ -1,7 +1,7 @@
 """
 Validation loss (nats/token), perplexity, bits per token and bits per byte of a train.py checkpoint.
 
-    python eval.py --out_dir=out/enwiki_bytes                 # train.py's fixed eval windows (= metrics.jsonl)
+    python eval.py --out_dir=out/enwiki_bytes         # train.py's fixed eval windows (= metrics.jsonl)
     python eval.py --out_dir=out/enwiki_bytes --full --json val.json   # every token of the val split once
     python eval.py --out_dir=out/owt --split=train --bpe_dir=../shared/data/gpt2
 
@@ -35,8 +35,8 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
-from common import (autocast, estimate_loss, eval_windows, full_split_loss, get_batch, open_split, resolve_device,
-                    safe_exp)
+from common import (autocast, estimate_loss, eval_windows, full_split_loss, get_batch, open_split,
+                    resolve_device, safe_exp)
 from prepare_data import GPT2_EOT, get_codec, gpt2_encoding
 from sample import load_checkpoint
 
@@ -76,7 +76,8 @@ def full_split(model, ctx, cfg, data, meta, split, device, nbytes, batch_size):
     path = os.path.join(data, f"{split}.bin")
     open_split(data, split, meta["dtype"], 1)  # a clear error for a split of < 2 tokens
     n_bytes = []
-    nats, tokens, windows = full_split_loss(model, ctx, path, meta["dtype"], cfg["block_size"], batch_size, device,
+    nats, tokens, windows = full_split_loss(model, ctx, path, meta["dtype"], cfg["block_size"],
+                                            batch_size, device,
                                             on_batch=lambda y: n_bytes.append(int(nbytes[y.numpy()].sum())))
     return nats, tokens, sum(n_bytes), windows
 
@@ -111,10 +112,11 @@ def evaluate(out_dir, split="val", full=False, device="cpu", dtype=None, batch_s
 def table(r):
     """A small markdown table of an evaluate() result."""
     bpb = "n/a" if r["bits_per_byte"] is None else f"{r['bits_per_byte']:.4f}"
-    return ("| split | mode | iter | tokens | bytes | loss (nats/token) | perplexity | bits/token | bits/byte |\n"
+    return ("| split | mode | iter | tokens | bytes | loss (nats/token) | perplexity | bits/token "
+            "| bits/byte |\n"
             "|---|---|---:|---:|---:|---:|---:|---:|---:|\n"
-            f"| {r['split']} | {r['mode']} | {r['iter']} | {r['tokens']:,} | {r['bytes']:,} | {r['loss']:.4f} | "
-            f"{r['ppl']:.3f} | {r['bits_per_token']:.4f} | {bpb} |")
+            f"| {r['split']} | {r['mode']} | {r['iter']} | {r['tokens']:,} | {r['bytes']:,} "
+            f"| {r['loss']:.4f} | {r['ppl']:.3f} | {r['bits_per_token']:.4f} | {bpb} |")
 
 
 # --------------------------------------------------------------------------------------------- HellaSwag
@@ -249,9 +251,12 @@ def main(argv=None):
                    "hellaswag_val.jsonl instead of the loss")
     p.add_argument("--limit", type=int, default=None, help="HellaSwag: only the first N examples")
     p.add_argument("--device", default="cpu", help="cpu | cuda | cuda:N | mps")
-    p.add_argument("--dtype", default=None, help="float32 | bfloat16 | float16 | auto (default: the checkpoint's)")
-    p.add_argument("--data_dir", default=None, help="override the checkpoint's data_dir (parent of the dataset)")
-    p.add_argument("--bpe_dir", default=None, help="GPT-2 encoder.json + vocab.bpe (gpt2 data, bytes per token)")
+    p.add_argument("--dtype", default=None, help="float32 | bfloat16 | float16 | auto "
+                   "(default: the checkpoint's)")
+    p.add_argument("--data_dir", default=None, help="override the checkpoint's data_dir "
+                   "(parent of the dataset)")
+    p.add_argument("--bpe_dir", default=None, help="GPT-2 encoder.json + vocab.bpe "
+                   "(gpt2 data, bytes per token)")
     p.add_argument("--json", default=None, metavar="PATH", help="also write the numbers to this JSON file")
     args = p.parse_args(argv)
     if args.batch_size is not None and args.batch_size < 1:
@@ -262,7 +267,8 @@ def main(argv=None):
         p.error("--hellaswag scores HellaSwag instead of the loss: leave out --full and --split")
     if args.json:  # before the evaluation, so a bad path cannot lose its result
         if os.path.isdir(args.json):
-            p.error(f"--json {args.json} is a folder; give a file path, e.g. {os.path.join(args.json, 'eval.json')}")
+            p.error(f"--json {args.json} is a folder; give a file path, "
+                    f"e.g. {os.path.join(args.json, 'eval.json')}")
         try:
             os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
         except OSError as e:

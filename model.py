@@ -1,11 +1,11 @@
 """
 The whole GPT in one file: a GPT-2-style decoder whose attention query can be nonlinear.
 
-Paper: Karbevski, "Beyond Linearity in Attention Projections: The Case for Nonlinear Queries", arXiv 2603.13381.
-Attention sees its input X only through XW_Q, XW_K, XW_V. The layers around it can absorb any invertible basis
-change Θ of X (XΘ with Θ⁻¹W), so W_Q can be fixed to the identity at no loss of expressivity (the paper's
-introduction, after Karbevski & Mijoski 2024). The paper spends the freed d² parameters on a nonlinear residual
-instead (its method, the definition of Q):
+Paper: Karbevski, "Beyond Linearity in Attention Projections: The Case for Nonlinear Queries",
+arXiv 2603.13381. Attention sees its input X only through XW_Q, XW_K, XW_V. The layers around it can absorb
+any invertible basis change Θ of X (XΘ with Θ⁻¹W), so W_Q can be fixed to the identity at no loss of
+expressivity (the paper's introduction, after Karbevski & Mijoski 2024). The paper spends the freed d²
+parameters on a nonlinear residual instead (its method, the definition of Q):
 
     Q(X) = (X + f(X)) / 2,    f(X) = LayerNorm(W2 · GELU(W1 · RMSNorm(X))),    W1: d×d/2, W2: d/2×d
 
@@ -41,7 +41,8 @@ class GPTConfig:
     n_embd: int = 768
     mlp_hidden: Optional[int] = None  # None -> 4 * n_embd; 3648 for n_embd 768 = the paper's +12.5% baseline
     query_mode: str = "linear"        # a key of QUERY_MODES (aliases: original, residual_gelu)
-    query_hidden: Optional[int] = None  # width r of f's hidden layer; None -> n_embd // 2 (f then has d² + 2d params)
+    query_hidden: Optional[int] = None  # width r of f's hidden layer; None -> n_embd // 2
+    #                                     (f then has d² + 2d params)
     query_norm_in: bool = True        # nonlinear: f's input RMSNorm (False: f(x) = LN(W2 GELU(W1 x)))
     query_norm_out: bool = True       # nonlinear: f's output LayerNorm (False: f(x) = W2 GELU(W1 RMSNorm(x)))
     attn_scale: Optional[float] = None  # None -> the query mode's default: scale_factor / sqrt(head_dim)
@@ -49,7 +50,8 @@ class GPTConfig:
     dropout: float = 0.0
     bias: bool = False                # biases in Linear and LayerNorm layers
     tie_weights: bool = True          # share the token embedding with the LM head
-    flash: bool = True                # F.scaled_dot_product_attention; False = plain matmul-softmax (same maths)
+    flash: bool = True                # F.scaled_dot_product_attention; False = plain matmul-softmax
+    #                                   (same maths)
     data_vocab_size: Optional[int] = None  # the tokenizer's vocabulary; generate() never returns ids >= it
     #                                        (the padding rows of vocab_size); None -> vocab_size
 
@@ -75,9 +77,11 @@ class GPTConfig:
         if not 0 <= self.dropout < 1:
             raise ValueError(f"dropout={self.dropout} must be in [0, 1)")
         if self.attn_scale is not None and not (self.attn_scale > 0 and math.isfinite(self.attn_scale)):
-            raise ValueError(f"attn_scale={self.attn_scale} must be positive (or None for the mode's default)")
+            raise ValueError(f"attn_scale={self.attn_scale} must be positive "
+                             f"(or None for the mode's default)")
         if self.attn_scale is None:
-            self.attn_scale = QUERY_MODES[self.query_mode].scale_factor / math.sqrt(self.n_embd // self.n_head)
+            self.attn_scale = (QUERY_MODES[self.query_mode].scale_factor
+                               / math.sqrt(self.n_embd // self.n_head))
 
 
 # ------------------------------------------------------------------------------------------ the query modes
@@ -147,7 +151,8 @@ class NonlinearQuery(QueryMode):
         self.norm_in = nn.RMSNorm(cfg.n_embd, eps=1e-5) if cfg.query_norm_in else nn.Identity()
         self.w1 = nn.Linear(cfg.n_embd, cfg.query_hidden, bias=cfg.bias)
         self.w2 = nn.Linear(cfg.query_hidden, cfg.n_embd, bias=cfg.bias)
-        self.norm_out = nn.LayerNorm(cfg.n_embd, eps=1e-5, bias=cfg.bias) if cfg.query_norm_out else nn.Identity()
+        self.norm_out = (nn.LayerNorm(cfg.n_embd, eps=1e-5, bias=cfg.bias) if cfg.query_norm_out
+                         else nn.Identity())
 
     def f(self, x):
         """The residual f: (B, T, C) -> (B, T, C)."""
@@ -192,7 +197,8 @@ class KVCache:
 
 
 class CausalSelfAttention(nn.Module):
-    """Multi-head causal self-attention whose query comes from the config's query mode. (B, T, C) -> (B, T, C)."""
+    """Multi-head causal self-attention whose query comes from the config's query mode.
+    (B, T, C) -> (B, T, C)."""
 
     def __init__(self, cfg: GPTConfig):
         super().__init__()
@@ -219,7 +225,8 @@ class CausalSelfAttention(nn.Module):
         B, T, C = x.shape
         xw, k, v = self.c_attn(x).split([self.q_width, C, C], dim=-1)
         q = self.query(x, xw if self.q_width else None)
-        q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))  # (B, nh, T, hd)
+        q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
+                   for t in (q, k, v))  # (B, nh, T, hd)
         if self.qk_norm:
             q, k = self.q_norm(q), self.k_norm(k)
         if cache is not None:
@@ -273,7 +280,8 @@ class Block(nn.Module):
 
 
 class GPT(nn.Module):
-    """Token + position embeddings, n_layer Blocks, a final LayerNorm and the LM head (tied to wte by default)."""
+    """Token + position embeddings, n_layer Blocks, a final LayerNorm and the LM head
+    (tied to wte by default)."""
 
     def __init__(self, cfg: GPTConfig):
         super().__init__()
@@ -389,15 +397,16 @@ class GPT(nn.Module):
         Keys: embedding (wte + wpe), lm_head (0 when tied), attn_q, attn_kv, attn_out, mlp, norms, total,
         non_embedding (total minus embeddings and an untied LM head, Kaplan et al.'s convention) and
         non_embedding_matrix (weights of the Linear layers inside the blocks only). The paper's "+12.5%" for
-        mlp_hidden = 4.75·d is in non_embedding_matrix: 13.5d² vs 12d² per block. attn_q is everything the query
-        mode owns, plus W_Q where it is fused into c_attn: the whole of f in nonlinear mode (d² + 2d per block);
-        identity has attn_q = 0.
+        mlp_hidden = 4.75·d is in non_embedding_matrix: 13.5d² vs 12d² per block. attn_q is everything the
+        query mode owns, plus W_Q where it is fused into c_attn: the whole of f in nonlinear mode
+        (d² + 2d per block); identity has attn_q = 0.
         """
         n = lambda m: sum(p.numel() for p in m.parameters()) if m is not None else 0
         C = self.config.n_embd
         c = dict(embedding=n(self.transformer.wte) + n(self.transformer.wpe),
                  lm_head=0 if self.config.tie_weights else n(self.lm_head),
-                 attn_q=0, attn_kv=0, attn_out=0, mlp=0, norms=n(self.transformer.ln_f), non_embedding_matrix=0)
+                 attn_q=0, attn_kv=0, attn_out=0, mlp=0, norms=n(self.transformer.ln_f),
+                 non_embedding_matrix=0)
         for block in self.transformer.h:
             a = block.attn
             kv = 2 * C * C + (2 * C if self.config.bias else 0)
@@ -405,8 +414,10 @@ class GPT(nn.Module):
             c["attn_q"] += n(a.c_attn) - kv + n(a.query)
             c["attn_out"] += n(a.c_proj)
             c["mlp"] += n(block.mlp)
-            c["norms"] += n(block.ln_1) + n(block.ln_2) + n(getattr(a, "q_norm", None)) + n(getattr(a, "k_norm", None))
-            c["non_embedding_matrix"] += sum(m.weight.numel() for m in block.modules() if isinstance(m, nn.Linear))
+            c["norms"] += (n(block.ln_1) + n(block.ln_2) + n(getattr(a, "q_norm", None))
+                           + n(getattr(a, "k_norm", None)))
+            c["non_embedding_matrix"] += sum(m.weight.numel() for m in block.modules()
+                                             if isinstance(m, nn.Linear))
         c["total"] = sum(p.numel() for p in self.parameters())
         c["non_embedding"] = c["total"] - c["embedding"] - c["lm_head"]
         return c
@@ -417,7 +428,8 @@ class GPT(nn.Module):
         return f"| parameters ({self.config.query_mode}) | count |\n|---|---:|\n{rows}"
 
     def matmul_params(self):
-        """Number of weights that take part in a matmul for every token: all Linear weights, LM head included."""
+        """Number of weights that take part in a matmul for every token: all Linear weights,
+        LM head included."""
         return sum(m.weight.numel() for m in self.modules() if isinstance(m, nn.Linear))
 
     def configure_optimizers(self, weight_decay, learning_rate, betas, device_type):
@@ -428,7 +440,8 @@ class GPT(nn.Module):
         return torch.optim.AdamW(groups, lr=learning_rate, betas=betas, fused=(device_type == "cuda"))
 
     def flops_per_token(self, seq_len=None):
-        """Training FLOPs per token (forward + backward): 6·N + 12·L·H·Q·T (PaLM, Chowdhery et al. 2022, app. B).
+        """Training FLOPs per token (forward + backward): 6·N + 12·L·H·Q·T
+        (PaLM, Chowdhery et al. 2022, app. B).
 
         N = matmul_params() (f counts; identity has fewer), L layers, H heads, Q head dim, T sequence length.
         """

@@ -41,8 +41,9 @@ FINEWEB_EDU_SUBSETS = ("sample-10BT", "sample-100BT", "sample-350BT")  # configs
 DATASETS = ("openwebtext", "fineweb_edu", "hf", "shakespeare", "shakespeare_char", "local")
 STREAMED = ("fineweb_edu", "hf")  # read through datasets' streaming, record by record
 STREAM_BATCH = 1024  # documents tokenised at a time when streaming
+# options of some datasets only
 OPTIONS_OF = dict(subset=("fineweb_edu",), hf_dataset=("hf",), hf_config=("hf",), hf_split=("hf",),
-                  text_column=("hf",), max_docs=STREAMED, max_tokens=STREAMED)  # options of some datasets only
+                  text_column=("hf",), max_docs=STREAMED, max_tokens=STREAMED)
 GPT2_EOT, GPT2_VOCAB = 50256, 50257
 DOC_SEPARATOR = "\n\n"  # char/byte corpora: written after every document, like gpt2's end-of-text token
 MIN_VAL_TOKENS = 1024  # a typical block size: a shorter val split cannot fill one evaluation window
@@ -62,7 +63,8 @@ class DataError(RuntimeError):
 # ---------------------------------------------------------------- tokenizers
 
 def gpt2_encoding(bpe_dir=None):
-    """GPT-2 BPE as a tiktoken Encoding; from bpe_dir's encoder.json + vocab.bpe, else tiktoken's cache/download."""
+    """GPT-2 BPE as a tiktoken Encoding; from bpe_dir's encoder.json + vocab.bpe, else tiktoken's
+    cache/download."""
     import tiktoken  # imported only where a GPT-2 tokenizer is used
     if bpe_dir is None:
         try:
@@ -71,8 +73,8 @@ def gpt2_encoding(bpe_dir=None):
             raise DataError(
                 f"cannot load the GPT-2 BPE: no network and no tiktoken cache ({type(e).__name__}). "
                 "Pass --bpe_dir DIR with encoder.json + vocab.bpe (openaipublic.blob.core.windows.net/gpt-2/"
-                "encodings/main/), or set TIKTOKEN_CACHE_DIR to a populated cache (those files saved under the "
-                "sha1 of their URL: 6d1cbeee0f20b3d9449abfede4726ed8212e3aee = vocab.bpe, "
+                "encodings/main/), or set TIKTOKEN_CACHE_DIR to a populated cache (those files saved under "
+                "the sha1 of their URL: 6d1cbeee0f20b3d9449abfede4726ed8212e3aee = vocab.bpe, "
                 "6c7ea1a7e38e3a7f062df639a5b80947f075ffe6 = encoder.json); see README.") from e
     return _encoding_from_files(str(bpe_dir))
 
@@ -84,7 +86,8 @@ def _encoding_from_files(bpe_dir):
     d = Path(bpe_dir)
     missing = [f for f in BPE_SHA256 if not (d / f).is_file()]
     if missing:
-        raise DataError(f"--bpe_dir {d} lacks {' and '.join(missing)}: it must hold GPT-2's encoder.json and vocab.bpe")
+        raise DataError(f"--bpe_dir {d} lacks {' and '.join(missing)}: it must hold GPT-2's encoder.json "
+                        "and vocab.bpe")
     try:
         ranks = data_gym_to_mergeable_bpe_ranks(
             vocab_bpe_file=str(d / "vocab.bpe"), encoder_json_file=str(d / "encoder.json"),
@@ -115,7 +118,8 @@ def get_codec(meta, bpe_dir=None):
         def encode(s):
             unknown = sorted(set(s) - stoi.keys())
             if unknown:
-                raise ValueError(f"characters {unknown[:10]} are not in the vocabulary of dataset {meta['name']}")
+                raise ValueError(f"characters {unknown[:10]} are not in the vocabulary of dataset "
+                                 f"{meta['name']}")
             return [stoi[c] for c in s]
         return encode, lambda ids: "".join(chars[i] for i in ids)
     raise ValueError(f"unknown tokenizer {kind!r} in meta.json")
@@ -130,7 +134,8 @@ def encode_docs(texts, tokenizer, *, enc=None, chars=None, end=True, num_threads
     if tokenizer == "byte":
         return [np.frombuffer((t + sep).encode("utf-8"), np.uint8) for t in texts]
     codepoints = np.array([ord(c) for c in chars], np.uint32)  # sorted, so id = position of the code point
-    return [np.searchsorted(codepoints, np.frombuffer((t + sep).encode("utf-32-le"), np.uint32)) for t in texts]
+    return [np.searchsorted(codepoints, np.frombuffer((t + sep).encode("utf-32-le"), np.uint32))
+            for t in texts]
 
 
 # ---------------------------------------------------------------- reading inputs
@@ -142,11 +147,13 @@ def read_text(path):
         return data.decode("utf-8")
     except UnicodeDecodeError as e:
         raise DataError(f"{path}: not valid UTF-8 (byte {e.start}: {data[e.start:e.start + 4]!r}); "
-                        f"convert it, e.g. iconv -f latin1 -t utf-8 {path} > fixed.txt, or remove the file") from e
+                        f"convert it, e.g. iconv -f latin1 -t utf-8 {path} > fixed.txt, "
+                        "or remove the file") from e
 
 
 def read_file_docs(path):
-    """Documents in one file: WikiExtractor articles (tags stripped), .jsonl/.parquet records, else the file."""
+    """Documents in one file: WikiExtractor articles (tags stripped), .jsonl/.parquet records, else the
+    file."""
     path = Path(path)
     if path.suffix == ".parquet":
         import pyarrow.parquet as pq
@@ -156,8 +163,8 @@ def read_file_docs(path):
             raise DataError(f"{path}: no 'text' column; the parquet file needs one string column named text")
         kind = schema.field("text").type
         if not (pa.types.is_string(kind) or pa.types.is_large_string(kind)):
-            raise DataError(f"{path}: column 'text' holds {kind}, not strings; store the documents as a string "
-                            "column named text")
+            raise DataError(f"{path}: column 'text' holds {kind}, not strings; store the documents as a "
+                            "string column named text")
         return [t for t in pq.read_table(path, columns=["text"]).column("text").to_pylist() if t]
     text = read_text(path)
     if path.suffix == ".jsonl":
@@ -168,7 +175,8 @@ def read_file_docs(path):
                 if not isinstance(doc, str):
                     raise TypeError(f"text is a {type(doc).__name__}")
             except (ValueError, KeyError, TypeError) as e:
-                raise DataError(f"{path}:{n}: expected a JSON object with a 'text' field per line ({e!r})") from e
+                raise DataError(f"{path}:{n}: expected a JSON object with a 'text' field per line "
+                                f"({e!r})") from e
             docs.append(doc)
         return [d for d in docs if d]
     if text.startswith("<doc "):
@@ -182,7 +190,8 @@ def _starts_with(path, prefix):
 
 
 def read_documents(path):
-    """Documents of a file or a directory (recursively: .txt/.jsonl/.parquet and WikiExtractor files, sorted)."""
+    """Documents of a file or a directory (recursively: .txt/.jsonl/.parquet and WikiExtractor files,
+    sorted)."""
     path = Path(path)
     if not path.exists():
         raise DataError(f"--input {path} does not exist")
@@ -190,8 +199,9 @@ def read_documents(path):
         files = [f for f in sorted(path.rglob("*")) if f.is_file() and not f.name.startswith(".")
                  and (f.suffix in TEXT_SUFFIXES or (not f.suffix and _starts_with(f, b"<doc ")))]
         if not files:
-            raise DataError(f"--input {path}: directory holds no .txt, .jsonl or .parquet files (nor WikiExtractor "
-                            "output); point --input at a folder of such files or at one file")
+            raise DataError(f"--input {path}: directory holds no .txt, .jsonl or .parquet files "
+                            "(nor WikiExtractor output); point --input at a folder of such files "
+                            "or at one file")
     else:
         files = [path]
     docs = [d for f in files for d in read_file_docs(f)]
@@ -204,8 +214,10 @@ def read_input_file(path):
     """read_text of --input, with a DataError if it is missing or not a file (shakespeare*: one text file)."""
     path = Path(path)
     if not path.is_file():
-        problem = "is a directory" if path.is_dir() else "does not exist" if not path.exists() else "is not a file"
-        raise DataError(f"--input {path} {problem}; pass the path of one text file (Tiny Shakespeare's input.txt)")
+        problem = ("is a directory" if path.is_dir() else "does not exist" if not path.exists()
+                   else "is not a file")
+        raise DataError(f"--input {path} {problem}; pass the path of one text file "
+                        "(Tiny Shakespeare's input.txt)")
     return read_text(path)
 
 
@@ -227,7 +239,8 @@ def check_fraction(val_fraction):
 
 
 def split_indices(n_docs, val_fraction, seed, source):
-    """Sorted (train, val) document indices: a seeded draw of max(1, round(n * val_fraction)) val documents."""
+    """Sorted (train, val) document indices: a seeded draw of max(1, round(n * val_fraction)) val
+    documents."""
     check_fraction(val_fraction)
     n_val = max(1, round(n_docs * val_fraction))
     if n_val >= n_docs:
@@ -243,16 +256,17 @@ def check_lengths(counts, source, val_fraction, min_tokens=MIN_VAL_TOKENS):
     for split, n in counts.items():
         if n < min_tokens:
             fix = "raise" if split == "val" else "lower"
-            raise DataError(f"{source}: the {split} split has {n} tokens, shorter than one block of {min_tokens}; "
-                            f"{fix} --val_fraction (now {val_fraction}) or use a larger corpus")
+            raise DataError(f"{source}: the {split} split has {n} tokens, shorter than one block of "
+                            f"{min_tokens}; {fix} --val_fraction (now {val_fraction}) or use a larger corpus")
 
 
 def check_target(out_dir, overwrite):
-    """DataError if out_dir already holds a dataset (and overwrite is False) or cannot be created and written."""
+    """DataError if out_dir already holds a dataset (and overwrite is False) or cannot be created and
+    written."""
     existing = [f for f in BIN_FILES if (Path(out_dir) / f).exists()]
     if existing and not overwrite:
-        raise DataError(f"{out_dir} already holds a dataset ({', '.join(existing)}); pass --overwrite to replace "
-                        "it or choose another --name")
+        raise DataError(f"{out_dir} already holds a dataset ({', '.join(existing)}); pass --overwrite to "
+                        "replace it or choose another --name")
     try:  # before any work: a file in the way, a read-only disk or missing permissions fail here
         Path(out_dir).mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryFile(dir=out_dir):
@@ -289,9 +303,11 @@ def write_bin(path, chunks, dtype, total=None, desc=None):
     Memory holds one chunk at a time. total (tokens) sizes the progress bar and must match if given.
     """
     path = Path(path)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")  # not mkstemp: keep umask mode
+    # not mkstemp: keep umask mode
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
     try:
-        with open(tmp, "xb") as f, tqdm(total=total, unit="tok", unit_scale=True, desc=desc or path.name) as bar:
+        with open(tmp, "xb") as f, tqdm(total=total, unit="tok", unit_scale=True,
+                                        desc=desc or path.name) as bar:
             out = TokenWriter(f, dtype, path)
             for chunk in chunks:
                 bar.update(out.write(chunk))
@@ -332,7 +348,8 @@ def save_dataset(out_dir, splits, meta):
     with staging(out_dir) as stage:
         meta["sha256"] = {}
         for split, (chunks, total) in splits.items():
-            n, meta["sha256"][f"{split}.bin"] = write_bin(stage / f"{split}.bin", chunks, meta["dtype"], total)
+            n, meta["sha256"][f"{split}.bin"] = write_bin(stage / f"{split}.bin", chunks, meta["dtype"],
+                                                          total)
             meta[f"{split}_tokens"] = n
         return publish(stage, out_dir, meta)
 
@@ -348,8 +365,9 @@ def load_meta(dataset_dir):
     """meta.json of a prepared dataset as a dict; FileNotFoundError saying how to create it."""
     path = Path(dataset_dir) / "meta.json"
     if not path.is_file():
-        raise FileNotFoundError(f"{path} not found: {dataset_dir} is not a prepared dataset (or its preparation "
-                                "was interrupted); run python prepare_data.py DATASET [--overwrite]")
+        raise FileNotFoundError(f"{path} not found: {dataset_dir} is not a prepared dataset "
+                                "(or its preparation was interrupted); "
+                                "run python prepare_data.py DATASET [--overwrite]")
     return json.loads(path.read_text())
 
 
@@ -369,7 +387,8 @@ def prepare_texts(docs, out_dir, *, tokenizer="gpt2", positional=False, val_frac
     else:
         train_idx, val_idx = split_indices(len(docs), val_fraction, seed, source)
         parts = {"train": [docs[i] for i in train_idx], "val": [docs[i] for i in val_idx]}
-    chars = sorted(set("".join(docs)) | set("" if positional else DOC_SEPARATOR)) if tokenizer == "char" else None
+    chars = (sorted(set("".join(docs)) | set("" if positional else DOC_SEPARATOR)) if tokenizer == "char"
+             else None)
     vocab = {"gpt2": GPT2_VOCAB, "byte": 256, "char": len(chars or ())}[tokenizer]
     meta = base_meta(out_dir.name, source, tokenizer, vocab, train_docs=len(parts["train"]),
                      val_docs=len(parts["val"]), split="position" if positional else "documents",
@@ -409,7 +428,8 @@ def _arrow_chunks(tokenized, batch_size=1024):
 
 def prepare_hf_dataset(ds, out_dir, *, bpe_dir=None, val_fraction=0.0005, seed=1234, num_proc=1,
                        source=OPENWEBTEXT, overwrite=False, min_val_tokens=MIN_VAL_TOKENS):
-    """GPT-2 tokenise a datasets.Dataset with a text column (OpenWebText) with num_proc processes and save it."""
+    """GPT-2 tokenise a datasets.Dataset with a text column (OpenWebText) with num_proc processes and save
+    it."""
     out_dir = Path(out_dir)
     check_target(out_dir, overwrite)
     if "text" not in ds.column_names:
@@ -438,11 +458,12 @@ def load_openwebtext(num_proc):
         except RuntimeError as e:  # datasets >= 4 no longer runs loading scripts
             if "script" not in str(e):
                 raise
-            return load_dataset(OPENWEBTEXT, split="train", num_proc=num_proc, revision="refs/convert/parquet")
+            return load_dataset(OPENWEBTEXT, split="train", num_proc=num_proc,
+                                revision="refs/convert/parquet")
     except (ConnectionError, TimeoutError, HfHubHTTPError, LocalEntryNotFoundError) as e:
         raise DataError(f"could not reach the Hugging Face Hub for {OPENWEBTEXT} ({type(e).__name__}: {e}); "
-                        "check the network, or set HF_DATASETS_OFFLINE=1 with the dataset already in the datasets "
-                        "cache (HF_HOME), or download its files elsewhere and use: "
+                        "check the network, or set HF_DATASETS_OFFLINE=1 with the dataset already in the "
+                        "datasets cache (HF_HOME), or download its files elsewhere and use: "
                         "python prepare_data.py local --input FILES_DIR --name openwebtext") from e
 
 
@@ -556,7 +577,8 @@ def parse_args(argv=None):
     p.add_argument("dataset", choices=DATASETS)
     p.add_argument("--data_dir", default="data", help="output goes to DATA_DIR/NAME/")
     p.add_argument("--name", help="output folder name (default: DATASET; required for local)")
-    p.add_argument("--input", help=".txt/.jsonl/.parquet file or directory (shakespeare*: local copy of input.txt)")
+    p.add_argument("--input", help=".txt/.jsonl/.parquet file or directory "
+                   "(shakespeare*: local copy of input.txt)")
     p.add_argument("--tokenizer", choices=("gpt2", "char", "byte"),
                    help="default: char for shakespeare_char, else gpt2 (openwebtext: gpt2 only; "
                    "fineweb_edu, hf: gpt2 or byte)")
@@ -650,8 +672,8 @@ def main(argv=None):
             sys.exit(f"error: {e}")
         print("interrupted; nothing was written (existing data kept)", file=sys.stderr)
         sys.exit(130)
-    print(f"{Path(args.data_dir) / args.name}: {meta['train_tokens']:,} train + {meta['val_tokens']:,} val tokens "
-          f"({meta['tokenizer']}, vocab {meta['vocab_size']}, {meta['dtype']})")
+    print(f"{Path(args.data_dir) / args.name}: {meta['train_tokens']:,} train + {meta['val_tokens']:,} "
+          f"val tokens ({meta['tokenizer']}, vocab {meta['vocab_size']}, {meta['dtype']})")
 
 
 if __name__ == "__main__":  # required: datasets' num_proc workers re-import this module under spawn

@@ -4,15 +4,15 @@ The report of a sweep.py study: paired statistics over seeds, the learning-rate 
     python report.py studies/enwiki_cpu.py                   # -> results/enwiki_cpu/README.md and plots
     python report.py studies/enwiki_cpu.py --out /tmp/rep    # elsewhere
 
-Everything is rebuilt from the runs' metrics.jsonl and config.json alone (results/<study>/runs/ is committed), so
-anyone can recompute the tables. Run it from the repository root: the study's paths are relative.
+Everything is rebuilt from the runs' metrics.jsonl and config.json alone (results/<study>/runs/ is committed),
+so anyone can recompute the tables. Run it from the repository root: the study's paths are relative.
 
 Statistics (per arm, against the reference arm, default linear): the final loss of a run is its val loss over
-the whole val split (val_loss_full), in nats/token. At one seed every arm sees the same training windows and the
-same val tokens, so arms are compared *paired*: per-seed differences d_i = arm_i - ref_i over the final seeds
-both finished, their mean, a 95% confidence interval from Student's t with n - 1 degrees of freedom, and the
-paired t-test's p-value (scipy.stats). Welch's unpaired test is a secondary column. A difference is called only
-when its 95% CI excludes 0. Missing and unfinished runs are listed, never fatal.
+the whole val split (val_loss_full), in nats/token. At one seed every arm sees the same training windows and
+the same val tokens, so arms are compared *paired*: per-seed differences d_i = arm_i - ref_i over the final
+seeds both finished, their mean, a 95% confidence interval from Student's t with n - 1 degrees of freedom, and
+the paired t-test's p-value (scipy.stats). Welch's unpaired test is a secondary column. A difference is called
+only when its 95% CI excludes 0. Missing and unfinished runs are listed, never fatal.
 """
 import argparse
 import datetime
@@ -64,7 +64,8 @@ def paired_difference(arm, ref, confidence=0.95):
 
 
 def welch_p(arm_values, ref_values):
-    """Two-sided p-value of Welch's unpaired t-test (scipy.stats.ttest_ind, equal_var=False); None if n < 2."""
+    """Two-sided p-value of Welch's unpaired t-test (scipy.stats.ttest_ind, equal_var=False);
+    None if n < 2."""
     if len(arm_values) < 2 or len(ref_values) < 2:
         return None
     return float(stats.ttest_ind(arm_values, ref_values, equal_var=False).pvalue)
@@ -93,8 +94,8 @@ def read_run(study, arm, lr, seed):
     status = ("missing" if not rows else "diverged" if sweep.is_diverged(last) else
               "done" if last["iter"] >= max_iters else "unfinished")
     return dict(arm=arm, lr=lr, seed=seed, out_dir=out_dir, status=status, iter=last.get("iter"),
-                max_iters=max_iters, final=sweep.final_val_loss(last) if status == "done" else None, rows=rows,
-                config=config)
+                max_iters=max_iters, final=sweep.final_val_loss(last) if status == "done" else None,
+                rows=rows, config=config)
 
 
 def collect(study):
@@ -115,7 +116,8 @@ def final_losses(d):
 
 
 def param_counts(study, arm):
-    """(non_embedding, non_embedding_matrix) of the arm's model, built on the meta device (no memory, no data)."""
+    """(non_embedding, non_embedding_matrix) of the arm's model, built on the meta device
+    (no memory, no data)."""
     cfg = sweep.run_config(study, arm, study["learning_rates"][0], study["seeds"][0])
     with torch.device("meta"):
         counts = GPT(model_config(cfg)).param_breakdown()
@@ -132,8 +134,9 @@ def tokenizer_of(data):
 
 
 def elapsed_seconds(rows):
-    """Training seconds at each eval row (evals excluded): the running sum of ms_per_iter x iterations since the
-    previous row. The first step after each (re)start, which pays for warm-up, is counted at the average rate."""
+    """Training seconds at each eval row (evals excluded): the running sum of ms_per_iter x iterations since
+    the previous row. The first step after each (re)start, which pays for warm-up, is counted at the average
+    rate."""
     t, out, prev = 0.0, [], 0
     for row in rows:
         t += (row.get("ms_per_iter") or 0.0) / 1000 * (row["iter"] - prev)
@@ -161,19 +164,21 @@ def header(study_path, study, out):
 
 def method(study, tokenizer):
     ref = study["reference"]
-    bpb = (" Bits per byte = loss / ln 2 (byte-level data: one token per byte)." if tokenizer == "byte" else "")
-    return (f"**Method.** Each arm's learning rate is chosen on selection seeds {study['selection_seeds']} (the "
-            f"mean final loss over them): the base grid {[f'{lr:g}' for lr in study['learning_rates']]}, one "
-            f"more grid step while the best rate is at an edge (at most {study['max_extensions']}), then half "
-            f"steps (×/÷ √2) around the best{'' if study['half_steps'] else ' (off in this study)'}. The chosen "
-            f"rate is then run on the final seeds {study['seeds']} (disjoint from the selection seeds; "
-            f"arms with fewer: {study['seeds_per_arm'] or 'none'}), and only these enter the statistics. A run's "
-            f"final loss is its val loss over the whole val split, every val token once (`val_loss_full`; the "
-            f"same tokens for every arm and seed), in nats/token.{bpb} Each arm is compared with `{ref}` "
-            f"*paired* by seed (at one seed both see the same training windows): Δ = mean over shared seeds of "
-            f"(arm − {ref}), its 95% CI from Student's t with n − 1 degrees of freedom, and the paired t-test's "
-            f"p-value; Welch's unpaired p-value is a secondary column. **A difference is called only when its 95% "
-            f"CI excludes 0**; otherwise the column says 'no call'. 'rel' = Δ / mean({ref}) in %.")
+    bpb = (" Bits per byte = loss / ln 2 (byte-level data: one token per byte)." if tokenizer == "byte"
+           else "")
+    return (f"**Method.** Each arm's learning rate is chosen on selection seeds {study['selection_seeds']} "
+            f"(the mean final loss over them): the base grid "
+            f"{[f'{lr:g}' for lr in study['learning_rates']]}, one more grid step while the best rate is at "
+            f"an edge (at most {study['max_extensions']}), then half steps (×/÷ √2) around the "
+            f"best{'' if study['half_steps'] else ' (off in this study)'}. The chosen rate is then run on "
+            f"the final seeds {study['seeds']} (disjoint from the selection seeds; arms with fewer: "
+            f"{study['seeds_per_arm'] or 'none'}), and only these enter the statistics. A run's final loss "
+            f"is its val loss over the whole val split, every val token once (`val_loss_full`; the same "
+            f"tokens for every arm and seed), in nats/token.{bpb} Each arm is compared with `{ref}` *paired* "
+            f"by seed (at one seed both see the same training windows): Δ = mean over shared seeds of (arm − "
+            f"{ref}), its 95% CI from Student's t with n − 1 degrees of freedom, and the paired t-test's "
+            f"p-value; Welch's unpaired p-value is a secondary column. **A difference is called only when "
+            f"its 95% CI excludes 0**; otherwise the column says 'no call'. 'rel' = Δ / mean({ref}) in %.")
 
 
 def results_table(study, data, tokenizer):
@@ -214,7 +219,8 @@ def fmt_run(run):
 
 
 def search_table(study, data):
-    """Selection loss of every swept rate (rows) per arm (columns); the chosen rate in bold, '·' = not swept."""
+    """Selection loss of every swept rate (rows) per arm (columns); the chosen rate in bold,
+    '·' = not swept."""
     lrs = sorted({lr for d in data.values() for lr in d["plan"]["swept"]})
     seeds = study["selection_seeds"]
     lines = ["| learning rate | " + " | ".join(data) + " |", "|---:|" + "---:|" * len(data)]
@@ -237,8 +243,8 @@ def search_table(study, data):
 
 
 def plot_curves(data, path):
-    """val loss (fixed windows) vs training tokens and vs training seconds, per arm at its chosen lr: mean over
-    the final seeds (line) and min–max (band)."""
+    """val loss (fixed windows) vs training tokens and vs training seconds, per arm at its chosen lr: mean
+    over the final seeds (line) and min–max (band)."""
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
     for arm, d in data.items():
         by_tokens, by_time = {}, {}
@@ -255,7 +261,8 @@ def plot_curves(data, path):
         line, = axes[0].plot(xs, mean, marker="o", ms=3, label=f"{arm} (lr {d['plan']['chosen']:g})")
         axes[0].fill_between(xs, [min(by_tokens[x]) for x in xs], [max(by_tokens[x]) for x in xs], alpha=0.15,
                              color=line.get_color())
-        axes[1].plot([np.mean(by_time[x]) for x in xs], mean, marker="o", ms=3, color=line.get_color(), label=arm)
+        axes[1].plot([np.mean(by_time[x]) for x in xs], mean, marker="o", ms=3, color=line.get_color(),
+                     label=arm)
     axes[0].set(xlabel="training tokens", ylabel="val loss (nats/token, fixed windows)")
     axes[1].set(xlabel="training seconds (mean over seeds; evals excluded)", ylabel="val loss (nats/token)")
     for ax in axes:
@@ -281,7 +288,8 @@ def plot_forest(study, data, path):
     for y, (arm, pd) in enumerate(reversed(rows)):
         lo, hi = pd["ci"] if pd["ci"] is not None else (pd["mean"], pd["mean"])
         color = "tab:green" if hi < 0 else "tab:red" if lo > 0 else "tab:gray"
-        ax.errorbar(pd["mean"], y, xerr=[[pd["mean"] - lo], [hi - pd["mean"]]], fmt="o", color=color, capsize=3)
+        ax.errorbar(pd["mean"], y, xerr=[[pd["mean"] - lo], [hi - pd["mean"]]], fmt="o", color=color,
+                    capsize=3)
     ax.set_yticks(range(len(rows)), [f"{arm} (n={pd['n']})" for arm, pd in reversed(rows)])
     ax.axvline(0, color="black", lw=0.8)
     ax.set(xlabel=f"Δ final loss vs {ref} (nats/token; paired mean, 95% CI)",

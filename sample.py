@@ -33,19 +33,22 @@ def dataset_dir(cfg, data_dir=None):
         if os.path.isfile(os.path.join(path, "meta.json")):
             return path
     raise FileNotFoundError(f"dataset {cfg['dataset']!r} of the checkpoint not found (looked in "
-                            f"{', '.join(os.path.join(r, cfg['dataset']) for r in roots)}); pass --data_dir DIR "
-                            f"with DIR/{cfg['dataset']}/meta.json, or prepare it with prepare_data.py")
+                            f"{', '.join(os.path.join(r, cfg['dataset']) for r in roots)}); "
+                            f"pass --data_dir DIR with DIR/{cfg['dataset']}/meta.json, "
+                            f"or prepare it with prepare_data.py")
 
 
 def check_same_dataset(trained, meta, data):
-    """ValueError if the dataset's meta.json differs from the one at training time (tokenizer, vocab, hashes)."""
+    """ValueError if the dataset's meta.json differs from the one at training time
+    (tokenizer, vocab, hashes)."""
     diffs = [f"{key}: {trained.get(key)!r} at training, {meta.get(key)!r} now"
              for key in ("tokenizer", "vocab_size") if trained.get(key) != meta.get(key)]
     old, new = trained.get("sha256") or {}, meta.get("sha256") or {}
     diffs += [f"sha256 of {f} differs" for f in sorted(old.keys() | new.keys()) if old.get(f) != new.get(f)]
     if diffs:
-        raise ValueError(f"dataset {data} is not the data this checkpoint was trained on ({'; '.join(diffs)}): "
-                         "the data changed since training; pass --data_dir pointing to the data it was trained on "
+        raise ValueError(f"dataset {data} is not the data this checkpoint was trained on "
+                         f"({'; '.join(diffs)}): the data changed since training; "
+                         "pass --data_dir pointing to the data it was trained on "
                          "(or re-prepare it identically)")
 
 
@@ -70,11 +73,12 @@ def load_checkpoint(out_dir, device="cpu", data_dir=None):
 
 
 def prompt_ids(start, meta, encode):
-    """Prompt token ids: the text of --start (FILE:path reads a file); empty -> eot (gpt2) or encoded newline."""
+    """Prompt token ids: the text of --start (FILE:path reads a file); empty -> eot (gpt2) or encoded
+    newline."""
     if start.startswith("FILE:"):
         if not os.path.isfile(start[5:]):
-            raise FileNotFoundError(f"--start {start}: {start[5:]!r} is not a file; FILE:path reads the prompt "
-                                    "from a UTF-8 text file")
+            raise FileNotFoundError(f"--start {start}: {start[5:]!r} is not a file; "
+                                    "FILE:path reads the prompt from a UTF-8 text file")
         start = read_text(start[5:])
     if start:
         return encode(start)
@@ -115,8 +119,10 @@ def parse_args(argv=None):
     p.add_argument("--no_cache", action="store_true", help="run the model on the whole context for every "
                    "token instead of keeping past keys and values (same text, slower)")
     p.add_argument("--device", default="cpu", help="cpu | cuda | cuda:N | mps | auto")
-    p.add_argument("--data_dir", default=None, help="override the checkpoint's data_dir (parent of the dataset)")
-    p.add_argument("--bpe_dir", default=None, help="GPT-2 encoder.json + vocab.bpe, for gpt2 data without network")
+    p.add_argument("--data_dir", default=None, help="override the checkpoint's data_dir "
+                   "(parent of the dataset)")
+    p.add_argument("--bpe_dir", default=None, help="GPT-2 encoder.json + vocab.bpe, "
+                   "for gpt2 data without network")
     args = p.parse_args(argv)
     if not (math.isfinite(args.temperature) and args.temperature >= 0) or args.num_samples < 1 \
             or args.max_new_tokens < 0:

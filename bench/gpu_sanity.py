@@ -3,9 +3,10 @@ Numerical checks that only a GPU can run, printed as one markdown table (part of
 
     python bench/gpu_sanity.py            # on CUDA; on a CPU-only machine it runs the same checks on the CPU
 
-For every query mode on a 4-layer model: SDPA (flash/efficient kernels on CUDA) against the plain matmul-softmax
-path, and torch.compile against eager, in float32 and under bf16 autocast. Reports the max abs logit difference
-and the tolerance it is held to (float32 1e-4, TF32 off; bf16 5e-2, relative to logits of order 1).
+For every query mode on a 4-layer model: SDPA (flash/efficient kernels on CUDA) against the plain
+matmul-softmax path, and torch.compile against eager, in float32 and under bf16 autocast. Reports the max abs
+logit difference and the tolerance it is held to (float32 1e-4, TF32 off; bf16 5e-2, relative to logits of
+order 1).
 """
 import os
 import sys
@@ -27,8 +28,9 @@ def main():
     device = "cuda" if torch.cuda.is_available() else "cpu"
     torch.backends.cuda.matmul.allow_tf32 = False  # compare float32 maths, not TF32 rounding
     name = torch.cuda.get_device_name() if device == "cuda" else "CPU"
-    print(f"device: {name}, torch {torch.__version__}\n\n| query_mode | dtype | check | max abs diff | tolerance | "
-          f"result |\n|---|---|---|---:|---:|---|", flush=True)  # rows print as they finish: a timeout keeps them
+    # rows print as they finish: a timeout keeps them
+    print(f"device: {name}, torch {torch.__version__}\n\n| query_mode | dtype | check | max abs diff | "
+          f"tolerance | result |\n|---|---|---|---:|---:|---|", flush=True)
     failed = 0
     idx = torch.randint(0, 512, (4, 256), device=device)
     for mode in QUERY_MODES:

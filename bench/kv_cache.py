@@ -93,7 +93,8 @@ def main(argv=None):
     n_params = sum(p.numel() for p in next(iter(models.values())).parameters())
     print(f"{time.strftime('%Y-%m-%d')} · {where} · torch {torch.__version__} · {args.dtype} · "
           f"{args.n_layer} x {args.n_embd}, {args.n_head} heads, block {args.block_size}, vocab "
-          f"{args.vocab_size} ({n_params:,} parameters) · batch {args.batch_size} · median of {args.rounds} rounds")
+          f"{args.vocab_size} ({n_params:,} parameters) · batch {args.batch_size} · "
+          f"median of {args.rounds} rounds")
     print("\n| query_mode | case | prompt + new tokens | cache tok/s | no cache tok/s | speed-up | same |\n"
           "|---|---|---|---:|---:|---:|---|")
     for case, idx in prompts.items():

@@ -1,5 +1,5 @@
-# The paper's linear baseline (Karbevski, arXiv 2603.13381, experiments): GPT-3 small (12 layers, 12 heads, n_embd 768,
-# context 1024, GPT-2 BPE padded to 50304, tied embeddings, no biases, dropout 0) on OpenWebText,
+# The paper's linear baseline (Karbevski, arXiv 2603.13381, experiments): GPT-3 small (12 layers, 12 heads,
+# n_embd 768, context 1024, GPT-2 BPE padded to 50304, tied embeddings, no biases, dropout 0) on OpenWebText,
 # 12 x 40 x 1024 = 491,520 tokens per step for 60,000 steps (~29.5B tokens), standard W_Q, lr 6e-4 -> 6e-5.
 #   python prepare_data.py openwebtext
 #   torchrun --standalone --nproc_per_node=8 train.py config/baseline_small.py

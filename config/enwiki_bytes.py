@@ -1,6 +1,7 @@
 # CPU study scale (not a paper setting): a 4-layer, 128-wide byte-level GPT on ~28 MB of English Wikipedia
 # (enwik8 convention: UTF-8 bytes, vocab 256, loss reported in bits per byte). ~1200 steps of 16 x 128 bytes.
-# 3% of the articles are the val split (~0.9M bytes): enough for a stable whole-split eval at the end of each run.
+# 3% of the articles are the val split (~0.9M bytes): enough for a stable whole-split eval at the end of
+# each run.
 #   python prepare_data.py local --input ../shared/data/enwiki2015/AA --name enwiki_bytes --tokenizer byte --val_fraction 0.03
 #   python train.py config/enwiki_bytes.py --query_mode=nonlinear
 # studies/enwiki_cpu.py runs every arm of the paper's comparison at this scale.

@@ -1,8 +1,8 @@
 # Which part of f helps? Controls and ablations of the nonlinear query at the CPU study's scale
 # (config/enwiki_bytes.py: 4 x 128, byte-level English Wikipedia), with the CPU study's protocol: the same
 # learning-rate search on selection seed 1337 (grid 4e-3, 8e-3, 1.6e-2, extended at an edge, half steps around
-# the best; min_lr = lr / 10 unless the arm sets it), then the chosen rate on final seeds 2001-2005 (linear and
-# nonlinear) or 2001-2003 (the rest); paired statistics against linear on the whole val split.
+# the best; min_lr = lr / 10 unless the arm sets it), then the chosen rate on final seeds 2001-2005 (linear
+# and nonlinear) or 2001-2003 (the rest); paired statistics against linear on the whole val split.
 # The arms linear, nonlinear and linear_qknorm are the same experiments as in studies/enwiki_cpu.py, so both
 # studies share one folder of runs (runs_dir) and those runs are made once.
 #   python sweep.py studies/controls_cpu.py --jobs 2 --threads 1

@@ -1,6 +1,7 @@
-# The CPU study (studies/enwiki_cpu.py) at a larger scale for one GPU: config/enwiki_gpu.py (6 x 384, GPT-2 BPE
-# Wikipedia), the same five arms and the same protocol: a learning-rate search on selection seed 1337 (grid
-# 1e-3, 2e-3, 4e-3, extended at an edge, then half steps), then the chosen rate on final seeds 2001-2003.
+# The CPU study (studies/enwiki_cpu.py) at a larger scale for one GPU: config/enwiki_gpu.py (6 x 384, GPT-2
+# BPE Wikipedia), the same five arms and the same protocol: a learning-rate search on selection seed 1337
+# (grid 1e-3, 2e-3, 4e-3, extended at an edge, then half steps), then the chosen rate on final
+# seeds 2001-2003.
 #   python prepare_data.py local --input ../shared/data/enwiki2015/AA --name enwiki_gpt2 --tokenizer gpt2
 #   python sweep.py studies/enwiki_gpu.py --jobs 4
 #   python report.py studies/enwiki_gpu.py

@@ -1,4 +1,5 @@
-"""The controls of issue 15 as config keys: each changes exactly what it says, and a resume refuses a change."""
+"""The controls of issue 15 as config keys: each changes exactly what it says, and a resume refuses a
+change."""
 import math
 
 import pytest
@@ -54,8 +55,8 @@ def test_linear_schedule_reaches_min_lr_at_lr_decay_iters():
     assert all(s == pytest.approx(1e-5) for s in steps)  # straight: 1e-3 / 100 per step
     cosine = train.get_lr(60, {**cfg, "lr_schedule": "cosine"})
     assert cosine == pytest.approx(0.5e-3)  # both pass through the middle; in between they differ
-    assert train.get_lr(35, cfg) == pytest.approx(0.75e-3) != pytest.approx(train.get_lr(35, {**cfg, "lr_schedule":
-                                                                                               "cosine"}))
+    assert (train.get_lr(35, cfg) == pytest.approx(0.75e-3)
+            != pytest.approx(train.get_lr(35, {**cfg, "lr_schedule": "cosine"})))
     with pytest.raises(ValueError, match="lr_schedule='step'; use cosine or linear"):
         common.parse_config(["--lr_schedule=step"])
 

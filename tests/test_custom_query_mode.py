@@ -1,6 +1,8 @@
-"""A query mode added the way the README shows passes every mode-generic test, registered from this file alone.
+"""A query mode added the way the README shows passes every mode-generic test, registered from this file
+alone.
 
-The mode's code is read from README.md ("Add your own query mode"), so the documented example is what is tested.
+The mode's code is read from README.md ("Add your own query mode"), so the documented example is what is
+tested.
 """
 import re
 

@@ -1,5 +1,5 @@
-"""Numbers that go bad and callers off the CLI's path (issue 9): a diverged run is recorded and stopped, and it
-never replaces a finite checkpoint; sample.py/eval.py refuse non-finite weights; generate() validates its
+"""Numbers that go bad and callers off the CLI's path (issue 9): a diverged run is recorded and stopped, and
+it never replaces a finite checkpoint; sample.py/eval.py refuse non-finite weights; generate() validates its
 arguments; crashes (SIGKILL, at any moment) never leave a checkpoint that cannot be resumed."""
 import json
 import math
@@ -39,14 +39,15 @@ def char_data(tmp_path_factory):
     np.tile(pattern, 80).astype(np.uint16).tofile(root / "chars65" / "train.bin")
     np.tile(pattern, 10).astype(np.uint16).tofile(root / "chars65" / "val.bin")
     chars = ["\n"] + [chr(ord("!") + i) for i in range(64)]
-    (root / "chars65" / "meta.json").write_text(json.dumps(dict(name="chars65", tokenizer="char", vocab_size=65,
-                                                                dtype="uint16", chars=chars, eot_token=None)))
+    (root / "chars65" / "meta.json").write_text(json.dumps(dict(name="chars65", tokenizer="char",
+                                                                vocab_size=65, dtype="uint16", chars=chars,
+                                                                eot_token=None)))
     return root
 
 
 def cfg_for(data, out_dir, **kw):
-    return {**common.DEFAULTS, **T_SETTINGS, "data_dir": str(data), "dataset": "chars65", "out_dir": str(out_dir),
-            **kw}
+    return {**common.DEFAULTS, **T_SETTINGS, "data_dir": str(data), "dataset": "chars65",
+            "out_dir": str(out_dir), **kw}
 
 
 def rows_of(out_dir):
@@ -59,8 +60,9 @@ def test_diverging_run_stops_and_keeps_the_finite_checkpoint(char_data, tmp_path
     with pytest.raises(train.TrainingDiverged) as err:
         train.train(cfg_for(char_data, out, **BLOW_UP))
     message = str(err.value)
-    assert "training diverged at iter" in message and f"the last finite checkpoint is {out / 'ckpt.pt'} (iter 0)" \
-        in message and "lower learning_rate" in message
+    assert "training diverged at iter" in message \
+        and f"the last finite checkpoint is {out / 'ckpt.pt'} (iter 0)" in message \
+        and "lower learning_rate" in message
     ckpt = torch.load(out / "ckpt.pt", weights_only=True)
     assert ckpt["iter_num"] == 0  # the iteration-0 checkpoint, untouched
     assert all(torch.isfinite(v).all() for v in ckpt["model"].values())
@@ -78,8 +80,9 @@ def test_diverging_run_stops_and_keeps_the_finite_checkpoint(char_data, tmp_path
 def test_diverging_run_on_the_command_line_exits_3_and_sample_still_works(char_data, tmp_path):
     out = tmp_path / "nan"
     args = [f"--{k}={v}" for k, v in {**T_SETTINGS, **BLOW_UP}.items()]
-    result = subprocess.run([sys.executable, str(ROOT / "train.py"), f"--data_dir={char_data}", "--dataset=chars65",
-                             f"--out_dir={out}", *args], capture_output=True, text=True, cwd=ROOT)
+    result = subprocess.run([sys.executable, str(ROOT / "train.py"), f"--data_dir={char_data}",
+                             "--dataset=chars65", f"--out_dir={out}", *args],
+                            capture_output=True, text=True, cwd=ROOT)
     assert result.returncode == common.EXIT_DIVERGED, result.stderr[-2000:]
     assert "error: training diverged at iter" in result.stderr and "Traceback" not in result.stderr
     texts = sample.main(["--out_dir", str(out), "--max_new_tokens", "5", "--data_dir", str(char_data)])
@@ -133,7 +136,7 @@ def test_divergence_rule_is_a_config_key(char_data, tmp_path, monkeypatch):
         common.parse_config(["--max_nonfinite_steps=0"])
 
 
-# ------------------------------------------------------------------------- 2. generate() is safe to call directly
+# --------------------------------------------------------------------- 2. generate() is safe to call directly
 def padded_model(mode="nonlinear"):
     torch.manual_seed(0)
     return GPT(GPTConfig(block_size=32, vocab_size=128, data_vocab_size=65, n_layer=1, n_head=2, n_embd=32,
@@ -169,7 +172,8 @@ def test_generate_never_returns_padding_ids_by_default():
     out = model.generate(idx, 20, temperature=1.0)
     assert out[:, 1:].max() < 65
     assert model.generate(idx, 2, temperature=0)[:, 1:].max() < 65
-    asked = model.generate(idx, 2, temperature=0, vocab_size=128)  # a caller who asks for padded ids gets them
+    # a caller who asks for padded ids gets them
+    asked = model.generate(idx, 2, temperature=0, vocab_size=128)
     assert asked[:, 1:].min() >= 65
     assert model.config.data_vocab_size == 65
 
@@ -196,52 +200,58 @@ def test_generate_refuses_non_finite_logits():
 def test_empty_paths_are_named(key):
     with pytest.raises(ValueError, match=f"config key '{key}' is empty"):
         common.parse_config([f"--{key}="])
-    result = subprocess.run([sys.executable, str(ROOT / "train.py"), f"--{key}="], capture_output=True, text=True)
+    result = subprocess.run([sys.executable, str(ROOT / "train.py"), f"--{key}="], capture_output=True,
+                            text=True)
     assert result.returncode != 0 and f"config key '{key}' is empty; give a folder name" in result.stderr
 
 
-# ---------------------------------------------------------------------- 4. the schedule survives a longer resume
+# ------------------------------------------------------------------- 4. the schedule survives a longer resume
 def test_resume_with_larger_max_iters_keeps_the_schedule(char_data, tmp_path, capsys):
     out = tmp_path / "sched"
-    cfg = cfg_for(char_data, out, max_iters=10, eval_interval=10, learning_rate=2e-3, min_lr=2e-4, warmup_iters=2)
+    cfg = cfg_for(char_data, out, max_iters=10, eval_interval=10, learning_rate=2e-3, min_lr=2e-4,
+                  warmup_iters=2)
     train.train(cfg)
     capsys.readouterr()
     train.train({**cfg, "max_iters": 20, "init_from": "resume"})
     printed = capsys.readouterr().out
     assert "keeping the checkpoint's schedule (decay to min_lr at iter 10), not max_iters=20" in printed
-    lrs = [float(line.split("lr ")[1].split(",")[0]) for line in printed.splitlines() if line.startswith("iter ")]
+    lrs = [float(line.split("lr ")[1].split(",")[0]) for line in printed.splitlines()
+           if line.startswith("iter ")]
     assert lrs == [2e-4] * 10  # it stays at min_lr; it does not jump back up the cosine
     assert rows_of(out)[-1]["iter"] == 20 and rows_of(out)[-1]["lr"] == pytest.approx(2e-4)
 
 
 def test_resume_with_another_explicit_schedule_warns_with_both_values(char_data, tmp_path):
     out = tmp_path / "sched2"
-    cfg = cfg_for(char_data, out, max_iters=10, eval_interval=10, learning_rate=2e-3, min_lr=2e-4, warmup_iters=2)
+    cfg = cfg_for(char_data, out, max_iters=10, eval_interval=10, learning_rate=2e-3, min_lr=2e-4,
+                  warmup_iters=2)
     train.train(cfg)
-    # by hand: at iter 10 with warmup 2 and decay to iter 20, progress = 8/18, lr = 2e-4 + 0.5 (1 + cos(pi 8/18))
-    # (2e-3 - 2e-4) = 2e-4 + 0.5868 * 1.8e-3 = 1.256e-3; the checkpoint's schedule had reached min_lr = 2e-4
-    with pytest.warns(UserWarning, match=r"lr_decay_iters=20 differs from the checkpoint's 10: the learning rate "
-                                         r"at iter 10 changes from 2\.000e-04 to 1\.256e-03"):
+    # by hand: at iter 10 with warmup 2 and decay to iter 20, progress = 8/18,
+    # lr = 2e-4 + 0.5 (1 + cos(pi 8/18)) (2e-3 - 2e-4) = 2e-4 + 0.5868 * 1.8e-3 = 1.256e-3; the checkpoint's
+    # schedule had reached min_lr = 2e-4
+    with pytest.warns(UserWarning, match=r"lr_decay_iters=20 differs from the checkpoint's 10: the learning "
+                                         r"rate at iter 10 changes from 2\.000e-04 to 1\.256e-03"):
         train.train({**cfg, "max_iters": 12, "lr_decay_iters": 20, "init_from": "resume"})
     with pytest.raises(ValueError, match="settings differ from the checkpoint's.*lr_schedule"):
         train.train({**cfg, "max_iters": 14, "lr_schedule": "linear", "init_from": "resume"})
 
 
-# ----------------------------------------------------------------------------- crash safety: SIGKILL at random
+# ---------------------------------------------------------------------------- crash safety: SIGKILL at random
 def test_sigkill_at_random_moments_never_breaks_resume(char_data, tmp_path):
     """Kill a training process (SIGKILL) at random moments, many during checkpoint saves (eval_interval=1
     saves every step); after each kill ckpt.pt loads and --init_from=resume goes on, and the run completes."""
     out = tmp_path / "killed"
     args = [sys.executable, str(ROOT / "train.py"), f"--data_dir={char_data}", "--dataset=chars65",
-            f"--out_dir={out}", *(f"--{k}={v}" for k, v in {**T_SETTINGS, "max_iters": 400, "eval_interval": 1,
-                                                            "log_interval": 1000, "n_embd": 64}.items())]
+            f"--out_dir={out}", *(f"--{k}={v}" for k, v in {**T_SETTINGS, "max_iters": 400,
+                                                            "eval_interval": 1, "log_interval": 1000,
+                                                            "n_embd": 64}.items())]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     subprocess.run(args + ["--max_iters=1"], check=True, capture_output=True, env=env)  # a first checkpoint
     rng = random.Random(0)
     kills = 0
     for attempt in range(12):
-        proc = subprocess.Popen(args + ["--init_from=resume"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                env=env)
+        proc = subprocess.Popen(args + ["--init_from=resume"], stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL, env=env)
         time.sleep(rng.uniform(1.5, 3.5))  # start-up (imports) takes ~1.5 s; then it saves every few ms
         if proc.poll() is None:
             proc.send_signal(signal.SIGKILL)
@@ -259,7 +269,7 @@ def test_sigkill_at_random_moments_never_breaks_resume(char_data, tmp_path):
     assert torch.load(out / "ckpt.pt", weights_only=True)["iter_num"] == 400
 
 
-# --------------------------------------------------------------------------------- the sweep goes on past divergence
+# -------------------------------------------------------------------------- the sweep goes on past divergence
 def test_sweep_with_a_diverging_learning_rate_finishes_the_rest(tmp_path):
     data = tmp_path / "data" / "tiny"
     data.mkdir(parents=True)
@@ -268,15 +278,16 @@ def test_sweep_with_a_diverging_learning_rate_finishes_the_rest(tmp_path):
     (data / "meta.json").write_text(json.dumps(dict(vocab_size=64, dtype="uint16", tokenizer="char")))
     config = tmp_path / "cfg.py"
     config.write_text(f"data_dir = {str(tmp_path / 'data')!r}\ndataset = 'tiny'\nn_layer = 1\nn_head = 2\n"
-                      "n_embd = 32\nblock_size = 16\nbatch_size = 4\ngradient_accumulation_steps = 1\nmax_iters = 12\n"
-                      "warmup_iters = 0\neval_interval = 4\neval_iters = 2\nlog_interval = 4\ndevice = 'cpu'\n"
-                      "grad_clip = 0.0\nweight_decay = 0.0\n")
+                      "n_embd = 32\nblock_size = 16\nbatch_size = 4\ngradient_accumulation_steps = 1\n"
+                      "max_iters = 12\nwarmup_iters = 0\neval_interval = 4\neval_iters = 2\n"
+                      "log_interval = 4\ndevice = 'cpu'\ngrad_clip = 0.0\nweight_decay = 0.0\n")
     study = tmp_path / "study.py"
-    study.write_text(f"name = 'div'\nconfig = {str(config)!r}\noverrides = {{}}\nruns_dir = {str(tmp_path / 'runs')!r}\n"
-                     "arms = {'linear': {}}\nlearning_rates = [1e-2, 1e6]\nselection_seeds = [1]\nseeds = [2]\n"
-                     "half_steps = False\n")
-    result = subprocess.run([sys.executable, str(ROOT / "sweep.py"), str(study)], capture_output=True, text=True,
-                            cwd=ROOT, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    study.write_text(f"name = 'div'\nconfig = {str(config)!r}\noverrides = {{}}\n"
+                     f"runs_dir = {str(tmp_path / 'runs')!r}\n"
+                     "arms = {'linear': {}}\nlearning_rates = [1e-2, 1e6]\nselection_seeds = [1]\n"
+                     "seeds = [2]\nhalf_steps = False\n")
+    result = subprocess.run([sys.executable, str(ROOT / "sweep.py"), str(study)], capture_output=True,
+                            text=True, cwd=ROOT, env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert result.returncode == 0, result.stdout + result.stderr
     assert "diverged: linear lr=1e+06 seed=1 (recorded; the sweep goes on)" in result.stdout
     s = sweep.load_study(str(study))
@@ -289,17 +300,19 @@ def test_sweep_with_a_diverging_learning_rate_finishes_the_rest(tmp_path):
 
 # ------------------------------------------------------------------- the GPU code path, exercised on the CPU
 def test_compile_ddp_bf16_together_match_eager_fp32(char_data, tmp_path):
-    """torchrun, 2 gloo ranks, compile=True and bf16 autocast for 3 steps vs one eager fp32 process: the logged
-    losses agree within 0.03 nats (bf16 keeps 8 mantissa bits: ~0.4% relative error per op, on losses ~4.2)."""
+    """torchrun, 2 gloo ranks, compile=True and bf16 autocast for 3 steps vs one eager fp32 process: the
+    logged losses agree within 0.03 nats (bf16 keeps 8 mantissa bits: ~0.4% relative error per op, on losses
+    ~4.2)."""
     settings = {**T_SETTINGS, "max_iters": 3, "eval_interval": 3, "gradient_accumulation_steps": 2,
                 "query_mode": "nonlinear", "eval_full_at_end": False}
     eager = tmp_path / "eager"
     train.train(cfg_for(char_data, eager, **settings))
     args = [f"--{k}={v}" for k, v in settings.items()] + [f"--data_dir={char_data}", "--dataset=chars65",
-                                                           f"--out_dir={tmp_path / 'gpu_path'}", "--compile=True",
-                                                           "--dtype=bfloat16"]
-    result = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-                             str(ROOT / "train.py"), *args], capture_output=True, text=True, cwd=ROOT, timeout=600,
+                                                           f"--out_dir={tmp_path / 'gpu_path'}",
+                                                           "--compile=True", "--dtype=bfloat16"]
+    result = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
+                             "--nproc_per_node=2", str(ROOT / "train.py"), *args],
+                            capture_output=True, text=True, cwd=ROOT, timeout=600,
                             env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert result.returncode == 0, result.stderr[:6000]
     a, b = rows_of(eager), rows_of(tmp_path / "gpu_path")
@@ -308,7 +321,8 @@ def test_compile_ddp_bf16_together_match_eager_fp32(char_data, tmp_path):
         assert abs(ra["train_loss"] - rb["train_loss"]) < 0.03 and abs(ra["val_loss"] - rb["val_loss"]) < 0.03
     assert a[-1]["val_loss"] < a[0]["val_loss"]  # it trained
     config = json.loads((tmp_path / "gpu_path" / "config.json").read_text())
-    assert config["world_size"] == 2 and config["resolved_dtype"] == "torch.bfloat16" and config["compile"] is True
+    assert (config["world_size"] == 2 and config["resolved_dtype"] == "torch.bfloat16"
+            and config["compile"] is True)
 
 
 def test_every_query_mode_is_registered_for_the_generic_tests():

@@ -110,14 +110,16 @@ def test_param_counts():
     assert counts["nonlinear"]["attn_q"] == L * (d * d + 2 * d)
     assert counts["identity"]["attn_q"] == 0
     assert counts["linear"]["attn_q"] == L * d * d
-    # the 124M linear GPT by hand: embeddings (tied head) + per block 2 LayerNorms, 4d² attention, 8d² MLP + ln_f
+    # the 124M linear GPT by hand: embeddings (tied head) + per block 2 LayerNorms, 4d² attention,
+    # 8d² MLP + ln_f
     by_hand = V * d + T * d + L * (2 * d + 4 * d * d + 2 * d * 4 * d) + d
     assert by_hand == 124_373_760  # 38,633,472 + 786,432 + 12 × 7,079,424 + 768
     assert counts["linear"]["total"] == by_hand
     assert counts["linear"]["non_embedding"] == by_hand - V * d - T * d
     # the paper's larger baseline: mlp_hidden 3648 = 4.75 d -> +12.5% non-embedding matrix parameters
     wide = gpt3_small(query_mode="linear", mlp_hidden=3648).param_breakdown()
-    assert wide["non_embedding_matrix"] / counts["linear"]["non_embedding_matrix"] == pytest.approx(1.125, abs=1e-12)
+    assert (wide["non_embedding_matrix"] / counts["linear"]["non_embedding_matrix"]
+            == pytest.approx(1.125, abs=1e-12))
     # the nonlinear arm matches the linear one's matrix budget
     assert counts["nonlinear"]["non_embedding_matrix"] == counts["linear"]["non_embedding_matrix"]
     for c in counts.values():
@@ -137,7 +139,8 @@ def test_flops_and_mfu():
 @pytest.mark.parametrize("mode", QUERY_MODES)
 def test_each_mode_overfits_a_batch(mode):
     model = build(query_mode=mode).train()
-    opt = model.configure_optimizers(weight_decay=0.0, learning_rate=3e-3, betas=(0.9, 0.95), device_type="cpu")
+    opt = model.configure_optimizers(weight_decay=0.0, learning_rate=3e-3, betas=(0.9, 0.95),
+                                     device_type="cpu")
     x, y = random_idx(B=4, seed=2), random_idx(B=4, seed=3)
     losses = []
     for _ in range(50):
@@ -150,7 +153,8 @@ def test_each_mode_overfits_a_batch(mode):
 
 
 def test_bad_config_and_input_errors():
-    with pytest.raises(ValueError, match="unknown query_mode 'quadratic'.*linear, identity, residual, nonlinear"):
+    with pytest.raises(ValueError,
+                       match="unknown query_mode 'quadratic'.*linear, identity, residual, nonlinear"):
         GPTConfig(query_mode="quadratic")
     with pytest.raises(ValueError, match="n_embd=100 is not divisible by n_head=12"):
         GPTConfig(n_embd=100, n_head=12)
@@ -188,7 +192,8 @@ def test_generate_crops_context_and_respects_vocab():
 
 def test_init_statistics():
     torch.manual_seed(0)
-    model = GPT(GPTConfig(block_size=64, vocab_size=512, n_layer=8, n_head=4, n_embd=256, query_mode="nonlinear"))
+    model = GPT(GPTConfig(block_size=64, vocab_size=512, n_layer=8, n_head=4, n_embd=256,
+                          query_mode="nonlinear"))
     h0 = model.transformer.h[0]
     assert h0.attn.c_attn.weight.std().item() == pytest.approx(0.02, rel=0.05)
     assert h0.attn.query.w1.weight.std().item() == pytest.approx(0.02, rel=0.05)
@@ -218,8 +223,8 @@ def attention(X, Wq, Wk, Wv, scale):
 def test_basis_change_invariance_the_paper_builds_on():
     """Attention sees X only through XW_Q, XW_K, XW_V (the paper's introduction; Karbevski & Mijoski 2024).
 
-    1. For any invertible Θ (d×d): (XΘ)(Θ⁻¹W) = X(ΘΘ⁻¹)W = XW for each of W_Q, W_K, W_V, so one attention layer fed
-       XΘ with projections Θ⁻¹W_Q, Θ⁻¹W_K, Θ⁻¹W_V gives exactly the output of X with W_Q, W_K, W_V.
+    1. For any invertible Θ (d×d): (XΘ)(Θ⁻¹W) = X(ΘΘ⁻¹)W = XW for each of W_Q, W_K, W_V, so one attention
+       layer fed XΘ with projections Θ⁻¹W_Q, Θ⁻¹W_K, Θ⁻¹W_V gives exactly the output of X with W_Q, W_K, W_V.
     2. Hence W_Q is redundant when a linear map A precedes attention: with invertible W_Q, take A' = A·W_Q
        (fold W_Q into A) and W_K' = W_Q⁻¹W_K, W_V' = W_Q⁻¹W_V. Then
            q' = XA' = XAW_Q = q,   k' = XA'W_Q⁻¹W_K = XAW_K = k,   v' = XAW_V = v,
@@ -233,7 +238,8 @@ def test_basis_change_invariance_the_paper_builds_on():
     theta = torch.randn(d, d, dtype=torch.float64) + 3 * torch.eye(d, dtype=torch.float64)
     inv = torch.linalg.inv(theta)
     ref = attention(X, Wq, Wk, Wv, 0.25)
-    torch.testing.assert_close(attention(X @ theta, inv @ Wq, inv @ Wk, inv @ Wv, 0.25), ref, rtol=1e-9, atol=1e-9)
+    torch.testing.assert_close(attention(X @ theta, inv @ Wq, inv @ Wk, inv @ Wv, 0.25), ref,
+                               rtol=1e-9, atol=1e-9)
 
     # 2. with the real attention modules of model.py (4 heads): linear after A == identity after A·W_Q
     cfg = dict(block_size=T, n_head=4, n_embd=d)

@@ -70,7 +70,8 @@ def test_shakespeare_gpt2_offline_exact(shared_data, bpe_dir, tmp_path):
     meta = prepare(tmp_path, "shakespeare", "--input", str(src), "--bpe_dir", bpe_dir)
     assert (meta["train_tokens"], meta["val_tokens"]) == (301_966, 36_059)
     assert meta["train_tokens"] + meta["val_tokens"] == 338_025
-    assert (meta["tokenizer"], meta["vocab_size"], meta["eot_token"], meta["dtype"]) == ("gpt2", 50257, 50256, "uint16")
+    assert ((meta["tokenizer"], meta["vocab_size"], meta["eot_token"], meta["dtype"])
+            == ("gpt2", 50257, 50256, "uint16"))
     assert decoded(tmp_path / "shakespeare", meta, bpe_dir) == src.read_text(encoding="utf-8")
 
 
@@ -90,10 +91,12 @@ def test_enwiki_byte_counts_and_no_tags(shared_data, tmp_path):
     meta = prepare(tmp_path, "local", "--input", str(wiki), "--name", "wiki", "--tokenizer", "byte")
     bodies = wiki_articles(wiki)
     assert meta["train_docs"] + meta["val_docs"] == len(bodies) == 2006
-    assert meta["train_tokens"] + meta["val_tokens"] == sum(len(b.encode()) + len(P.DOC_SEPARATOR) for b in bodies)
+    assert meta["train_tokens"] + meta["val_tokens"] == sum(len(b.encode()) + len(P.DOC_SEPARATOR)
+                                                            for b in bodies)
     text = decoded(tmp_path / "wiki", meta)
     assert "<doc" not in text and "</doc>" not in text
-    assert sorted(text.split(P.DOC_SEPARATOR)[:-1]) == sorted(p for b in bodies for p in b.split(P.DOC_SEPARATOR))
+    assert sorted(text.split(P.DOC_SEPARATOR)[:-1]) == sorted(p for b in bodies
+                                                              for p in b.split(P.DOC_SEPARATOR))
 
 
 def test_enwiki_gpt2_counts_and_no_tags(shared_data, bpe_dir, enc, tmp_path):
@@ -102,7 +105,8 @@ def test_enwiki_gpt2_counts_and_no_tags(shared_data, bpe_dir, enc, tmp_path):
     bodies = wiki_articles(wiki)
     direct = sum(len(ids) + 1 for ids in enc.encode_ordinary_batch(bodies, num_threads=2))  # + 1 eot each
     assert meta["train_tokens"] + meta["val_tokens"] == direct
-    ids = np.concatenate([np.fromfile(tmp_path / "wiki" / f, dtype=meta["dtype"]) for f in ("train.bin", "val.bin")])
+    ids = np.concatenate([np.fromfile(tmp_path / "wiki" / f, dtype=meta["dtype"])
+                          for f in ("train.bin", "val.bin")])
     assert (ids == 50256).sum() == len(bodies) and ids[-1] == 50256
     text = decoded(tmp_path / "wiki", meta, bpe_dir)
     assert "<doc" not in text and "</doc>" not in text
@@ -154,7 +158,8 @@ def test_large_char_vocab_uses_uint32(tmp_path):
     meta = prepare(tmp_path, "local", "--input", str(src), "--name", "big", "--tokenizer", "char")
     assert (meta["vocab_size"], meta["dtype"]) == (70_001, "uint32")
     assert np.fromfile(tmp_path / "big" / "train.bin", dtype="uint32").max() > 65535
-    assert sorted(decoded(tmp_path / "big", meta).split("\n\n")[:-1]) == sorted(alphabet[i::10] for i in range(10))
+    assert (sorted(decoded(tmp_path / "big", meta).split("\n\n")[:-1])
+            == sorted(alphabet[i::10] for i in range(10)))
 
 
 def test_codecs_round_trip(bpe_dir):
@@ -223,7 +228,7 @@ def test_interrupted_overwrite_keeps_old_dataset(shared_data, tmp_path, monkeypa
     assert {p.name: p.read_bytes() for p in (tmp_path / "shakespeare_char").iterdir()} == before
 
 
-# ---------------------------------------------------------------- 5: bad inputs, clear errors, nothing destroyed
+# ------------------------------------------------------------- 5: bad inputs, clear errors, nothing destroyed
 
 @pytest.fixture
 def existing(tmp_path):
@@ -239,16 +244,21 @@ def existing(tmp_path):
 
 BAD_INPUTS = {  # case: (files to create {name: bytes}, --input, extra args, expected message parts)
     "empty file": ({"e.txt": b""}, "e.txt", [], ["e.txt", "no text found"]),
-    "undecodable": ({"l.txt": "caf\u00e9 ".encode("latin-1") * 500}, "l.txt", [], ["l.txt", "not valid UTF-8", "byte 3", "iconv"]),
-    "undecodable in dir": ({"d/a.txt": b"fine", "d/b.txt": b"\xff\xfe"}, "d", [], ["b.txt", "not valid UTF-8"]),
-    "no text files": ({"d/notes.md": b"# hi", "d/img.png": b"\x89PNG"}, "d", [], ["no .txt, .jsonl or .parquet"]),
+    "undecodable": ({"l.txt": "caf\u00e9 ".encode("latin-1") * 500}, "l.txt", [],
+                    ["l.txt", "not valid UTF-8", "byte 3", "iconv"]),
+    "undecodable in dir": ({"d/a.txt": b"fine", "d/b.txt": b"\xff\xfe"}, "d", [],
+                           ["b.txt", "not valid UTF-8"]),
+    "no text files": ({"d/notes.md": b"# hi", "d/img.png": b"\x89PNG"}, "d", [],
+                      ["no .txt, .jsonl or .parquet"]),
     "missing input": ({}, "nope.txt", [], ["nope.txt", "does not exist"]),
-    "jsonl without text": ({"j.jsonl": b'{"text": "a"}\n{"body": "b"}\n'}, "j.jsonl", [], ["j.jsonl:2", "'text' field"]),
+    "jsonl without text": ({"j.jsonl": b'{"text": "a"}\n{"body": "b"}\n'}, "j.jsonl", [],
+                           ["j.jsonl:2", "'text' field"]),
     "one document": ({"one.txt": b"x" * 5000}, "one.txt", [], ["1 document(s)", "no training documents"]),
-    "val too short": ({"s.jsonl": b"".join(b'{"text": "short doc %d"}\n' % i for i in range(200))}, "s.jsonl",
-                      ["--tokenizer", "byte"], ["val split has", "shorter than one block of 1024", "raise --val_fraction"]),
-    "train too short": ({"s.jsonl": b"".join(b'{"text": "short doc %d"}\n' % i for i in range(200))}, "s.jsonl",
-                        ["--tokenizer", "byte", "--val_fraction", "0.99"],
+    "val too short": ({"s.jsonl": b"".join(b'{"text": "short doc %d"}\n' % i for i in range(200))},
+                      "s.jsonl", ["--tokenizer", "byte"],
+                      ["val split has", "shorter than one block of 1024", "raise --val_fraction"]),
+    "train too short": ({"s.jsonl": b"".join(b'{"text": "short doc %d"}\n' % i for i in range(200))},
+                        "s.jsonl", ["--tokenizer", "byte", "--val_fraction", "0.99"],
                         ["train split has", "shorter than one block", "lower --val_fraction (now 0.99)"]),
     "bad val_fraction": ({"s.jsonl": b'{"text": "a"}\n{"text": "b"}\n'}, "s.jsonl", ["--val_fraction", "0"],
                          ["--val_fraction must be between 0 and 1"]),
@@ -295,13 +305,15 @@ def test_offline_without_bpe_files_says_how_to_fix(existing, monkeypatch):
     import tiktoken
     monkeypatch.setattr(tiktoken, "get_encoding", tiktoken_offline)
     (existing / "c.txt").write_text("some text")
-    message = fails(existing / "data", "local", "--input", str(existing / "c.txt"), "--name", "x", "--overwrite")
-    for part in ("no network and no tiktoken cache", "--bpe_dir", "encoder.json", "vocab.bpe", "TIKTOKEN_CACHE_DIR",
-                 "6d1cbeee0f20b3d9449abfede4726ed8212e3aee"):
+    message = fails(existing / "data", "local", "--input", str(existing / "c.txt"), "--name", "x",
+                    "--overwrite")
+    for part in ("no network and no tiktoken cache", "--bpe_dir", "encoder.json", "vocab.bpe",
+                 "TIKTOKEN_CACHE_DIR", "6d1cbeee0f20b3d9449abfede4726ed8212e3aee"):
         assert part in message
 
 
-@pytest.mark.parametrize("src, expected", [("nope.txt", "nope.txt does not exist"), ("e.txt", "no text found")])
+@pytest.mark.parametrize("src, expected", [("nope.txt", "nope.txt does not exist"),
+                                           ("e.txt", "no text found")])
 def test_input_checked_before_bpe(src, expected, existing, monkeypatch):
     """Offline with the default gpt2 tokenizer: a bad input is reported, not the (later) missing BPE."""
     import tiktoken
@@ -322,7 +334,8 @@ def test_shakespeare_input_not_a_file(src, problem, existing, monkeypatch):
 
 @pytest.mark.parametrize("case", ["data_dir is a file", "name is a file", "read-only"])
 def test_unwritable_target_fails_before_any_work(case, tmp_path, monkeypatch):
-    monkeypatch.setattr(P, "read_documents", lambda path: pytest.fail("input read before the target was checked"))
+    monkeypatch.setattr(P, "read_documents",
+                        lambda path: pytest.fail("input read before the target was checked"))
     data_dir = tmp_path / "data"
     if case == "data_dir is a file":
         data_dir.write_text("a file")
@@ -345,8 +358,8 @@ def test_parquet_text_must_be_strings(existing):
     import pyarrow as pa
     import pyarrow.parquet as pq
     pq.write_table(pa.table({"text": [1, 2, 3]}), existing / "n.parquet")
-    message = fails(existing / "data", "local", "--input", str(existing / "n.parquet"), "--name", "x", "--overwrite",
-                    "--tokenizer", "byte")
+    message = fails(existing / "data", "local", "--input", str(existing / "n.parquet"), "--name", "x",
+                    "--overwrite", "--tokenizer", "byte")
     assert "n.parquet: column 'text' holds int64, not strings" in message
 
 
@@ -367,7 +380,8 @@ def test_openwebtext_offline_says_how_to_fix(bpe_dir, tmp_path, monkeypatch):
     (["local", "--name", "x"], "local needs --input PATH and --name NAME"),
     (["shakespeare_char", "--num_proc", "0"], "--num_proc must be >= 1, got 0"),
     (["shakespeare_char", "--num_proc", "-3"], "--num_proc must be >= 1, got -3"),
-    (["local", "--input", "c.txt", "--name", "../../escape"], "--name '../../escape' must be a plain folder name"),
+    (["local", "--input", "c.txt", "--name", "../../escape"],
+     "--name '../../escape' must be a plain folder name"),
     (["local", "--input", "c.txt", "--name", "a/b"], "--name 'a/b' must be a plain folder name"),
     (["shakespeare_char", "--name", ".."], "--name '..' must be a plain folder name"),
 ])
@@ -382,15 +396,18 @@ def test_load_meta_missing(tmp_path):
         P.load_meta(tmp_path)
 
 
-# ---------------------------------------------------------------- 6: the OpenWebText code path, on a local Dataset
+# ----------------------------------------------------------- 6: the OpenWebText code path, on a local Dataset
 
 def test_hf_dataset_path(speeches, bpe_dir, enc, tmp_path):
     import datasets
     docs = speeches[:3000]
-    ds = datasets.Dataset.from_dict({"text": docs, "url": [f"u{i}" for i in range(len(docs))]})  # OWT-like schema
-    meta = P.prepare_hf_dataset(ds, tmp_path / "owt", bpe_dir=bpe_dir, val_fraction=0.05, num_proc=2, source="test")
+    # OWT-like schema
+    ds = datasets.Dataset.from_dict({"text": docs, "url": [f"u{i}" for i in range(len(docs))]})
+    meta = P.prepare_hf_dataset(ds, tmp_path / "owt", bpe_dir=bpe_dir, val_fraction=0.05, num_proc=2,
+                                source="test")
     assert (meta["train_docs"], meta["val_docs"], meta["eot_token"]) == (2850, 150, 50256)
-    assert meta["train_tokens"] + meta["val_tokens"] == sum(len(t) + 1 for t in enc.encode_ordinary_batch(docs))
+    assert meta["train_tokens"] + meta["val_tokens"] == sum(len(t) + 1
+                                                            for t in enc.encode_ordinary_batch(docs))
     assert sorted(decoded(tmp_path / "owt", meta, bpe_dir).split("<|endoftext|>")[:-1]) == sorted(docs)
     local = P.prepare_texts(docs, tmp_path / "same", val_fraction=0.05, bpe_dir=bpe_dir, source="test")
     assert local["sha256"] == meta["sha256"]  # both pipelines hold out the same documents, same bytes
@@ -412,7 +429,8 @@ if __name__ == "__main__":
 
 def test_hf_dataset_path_with_spawn_workers(speeches, bpe_dir, tmp_path):
     script = tmp_path / "spawn_run.py"
-    script.write_text(SPAWN_SCRIPT.format(root=str(ROOT), docs=speeches[:400], out=str(tmp_path / "o"), bpe=bpe_dir))
+    script.write_text(SPAWN_SCRIPT.format(root=str(ROOT), docs=speeches[:400], out=str(tmp_path / "o"),
+                                          bpe=bpe_dir))
     run = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr[-3000:]
     meta = json.loads(run.stdout.strip().splitlines()[-1])
@@ -434,9 +452,11 @@ def test_populated_tiktoken_cache_works_without_bpe_dir(shared_data, tmp_path):
     cache.mkdir()
     base = "https://openaipublic.blob.core.windows.net/gpt-2/encodings/main/"
     for name in ("vocab.bpe", "encoder.json"):
-        (cache / hashlib.sha1((base + name).encode()).hexdigest()).write_bytes((shared_data / "gpt2" / name).read_bytes())
+        (cache / hashlib.sha1((base + name).encode()).hexdigest()).write_bytes(
+            (shared_data / "gpt2" / name).read_bytes())
     cmd = [sys.executable, str(ROOT / "prepare_data.py"), "shakespeare", "--data_dir", str(tmp_path),
            "--input", str(shared_data / "tinyshakespeare" / "input.txt")]
-    run = subprocess.run(cmd, capture_output=True, text=True, timeout=60, env={**os.environ, "TIKTOKEN_CACHE_DIR": str(cache)})
+    run = subprocess.run(cmd, capture_output=True, text=True, timeout=60,
+                         env={**os.environ, "TIKTOKEN_CACHE_DIR": str(cache)})
     assert run.returncode == 0, run.stderr[-2000:]
     assert "301,966 train + 36,059 val tokens" in run.stdout

@@ -1,4 +1,5 @@
-"""report.py: paired statistics checked by hand on made-up run files, the learning-rate search table, plots."""
+"""report.py: paired statistics checked by hand on made-up run files, the learning-rate search table,
+plots."""
 import json
 import math
 import os
@@ -39,7 +40,8 @@ def write_run(study, arm, lr, seed, final, max_iters=100, diverged=False):
 def make_study(tmp_path, ref=LINEAR, wins=PAIRED_WINS, welch=WELCH_WINS, header="# Toy study.\n"):
     """A study of 3 arms; every arm's search (seed 1) picks 2e-3, an interior rate; final seeds 11-13."""
     (tmp_path / "cfg.py").write_text(f"data_dir = {str(tmp_path / 'data')!r}\ndataset = 'toy'\nn_layer = 1\n"
-                                     "n_head = 2\nn_embd = 16\nblock_size = 8\nmax_iters = 100\ndevice = 'cpu'\n")
+                                     "n_head = 2\nn_embd = 16\nblock_size = 8\nmax_iters = 100\n"
+                                     "device = 'cpu'\n")
     path = tmp_path / "toy_study.py"
     path.write_text(header + f"name = 'toy'\nconfig = {str(tmp_path / 'cfg.py')!r}\noverrides = {{}}\n"
                     "arms = {'linear': {}, 'paired_wins': {'query_mode': 'nonlinear'}, "
@@ -68,15 +70,16 @@ def test_paired_statistics_by_hand():
     assert report.welch_p(list(PAIRED_WINS.values()), list(LINEAR.values())) > 0.7  # unpaired: nothing
     # case 2: d = (-0.01, -0.05, -0.09); mean -0.05, sd 0.04 -> CI [-0.1494, 0.0494] includes 0
     pd = report.paired_difference(WELCH_WINS, LINEAR_2)
-    assert pd["ci"] == pytest.approx((-0.05 - 4.302653 * 0.04 / math.sqrt(3), -0.05 + 4.302653 * 0.04 / math.sqrt(3)),
-                                     abs=1e-5)
+    assert pd["ci"] == pytest.approx((-0.05 - 4.302653 * 0.04 / math.sqrt(3),
+                                      -0.05 + 4.302653 * 0.04 / math.sqrt(3)), abs=1e-5)
     assert report.verdict(pd["ci"]) == "no call"
     # Welch: means 1.97 vs 2.02, both sd 0.02, n 3: t = 0.05 / sqrt(2 * 0.0004 / 3) = 3.0619, df = 4 exactly;
     # for df = 4, two-sided p = 1 - x (3 - x^2) / 2 with x = |t| / sqrt(t^2 + 4)
     t = 0.05 / math.sqrt(2 * 0.0004 / 3)
     x = t / math.sqrt(t * t + 4)
     p = report.welch_p(list(WELCH_WINS.values()), list(LINEAR_2.values()))
-    assert p == pytest.approx(1 - x * (3 - x * x) / 2, abs=1e-6) and p < 0.05  # 0.0376: the unpaired rule calls it
+    # 0.0376: the unpaired rule calls it
+    assert p == pytest.approx(1 - x * (3 - x * x) / 2, abs=1e-6) and p < 0.05
 
 
 def test_paired_uses_only_shared_seeds_and_needs_two():
@@ -129,7 +132,8 @@ def test_report_with_no_runs(tmp_path):
     (tmp_path / "cfg.py").write_text("n_layer = 1\nn_head = 2\nn_embd = 16\nblock_size = 8\nmax_iters = 10\n")
     path = tmp_path / "s.py"
     path.write_text(f"name = 'empty'\nconfig = {str(tmp_path / 'cfg.py')!r}\noverrides = {{}}\n"
-                    "arms = {'linear': {}, 'nonlinear': {'query_mode': 'nonlinear'}}\nlearning_rates = [1e-3, 2e-3]\n"
+                    "arms = {'linear': {}, 'nonlinear': {'query_mode': 'nonlinear'}}\n"
+                    "learning_rates = [1e-3, 2e-3]\n"
                     f"selection_seeds = [1]\nseeds = [2]\nruns_dir = {str(tmp_path / 'runs')!r}\n")
     text = report.main([str(path), "--out", str(tmp_path / "r")])
     assert "0 of 4 runs finished." in text and text.count(": missing") == 4

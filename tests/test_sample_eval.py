@@ -49,7 +49,8 @@ def run(tmp_path_factory):
 
 def test_sample_prints_text(run, capsys):
     _, out = run
-    texts = sample.main(["--out_dir", str(out), "--start", "the ", "--num_samples", "2", "--max_new_tokens", "20"])
+    texts = sample.main(["--out_dir", str(out), "--start", "the ", "--num_samples", "2",
+                         "--max_new_tokens", "20"])
     printed = capsys.readouterr().out
     assert len(texts) == 2 and all(t.startswith("the ") and t in printed for t in texts)
     assert printed.count("-" * 40) == 2
@@ -60,11 +61,13 @@ def test_temperature_top_k_and_seed(run):
     common = ["--out_dir", str(out), "--start", "fox", "--max_new_tokens", "40"]
     greedy = sample.main(common + ["--temperature", "0", "--seed", "1"])
     assert greedy == sample.main(common + ["--temperature", "0", "--seed", "2"])  # greedy ignores the seed
-    assert greedy == sample.main(common + ["--temperature", "1", "--top_k", "1", "--seed", "3"])  # top-1 = argmax
+    # top-1 = argmax
+    assert greedy == sample.main(common + ["--temperature", "1", "--top_k", "1", "--seed", "3"])
     hot = sample.main(common + ["--temperature", "1.5", "--seed", "4"])
     assert hot == sample.main(common + ["--temperature", "1.5", "--seed", "4"])  # same seed, same text
     assert hot != sample.main(common + ["--temperature", "1.5", "--seed", "5"])
-    assert hot == sample.main(common + ["--temperature", "1.5", "--seed", "4", "--top_k", "100000"])  # > vocab: no limit
+    # > vocab: no limit
+    assert hot == sample.main(common + ["--temperature", "1.5", "--seed", "4", "--top_k", "100000"])
     assert hot == sample.main(common + ["--temperature", "1.5", "--seed", "4", "--no_cache"])  # same text
 
 
@@ -99,7 +102,8 @@ def test_prompt_ids(tmp_path):
     assert sample.prompt_ids(f"FILE:{tmp_path / 'p.txt'}", byte, encode) == list("héllo".encode())
 
 
-@pytest.mark.parametrize("content, expected", [(None, "is not a file"), (b"\x00\xff\xfe binary", "not valid UTF-8")])
+@pytest.mark.parametrize("content, expected", [(None, "is not a file"),
+                                               (b"\x00\xff\xfe binary", "not valid UTF-8")])
 def test_start_file_errors(content, expected, tmp_path):
     path = tmp_path / "binary.dat"
     if content is not None:
@@ -113,7 +117,8 @@ def test_start_file_errors(content, expected, tmp_path):
 @pytest.mark.parametrize("extra, expected", [([], "no checkpoint at {ckpt}"),
                                              (["--device", "cuda"], "CUDA is not available")])
 def test_cli_errors_are_clear(extra, expected, tmp_path):
-    result = subprocess.run([sys.executable, str(ROOT / "sample.py"), "--out_dir", str(tmp_path / "nothing"), *extra],
+    result = subprocess.run([sys.executable, str(ROOT / "sample.py"), "--out_dir", str(tmp_path / "nothing"),
+                             *extra],
                             capture_output=True, text=True, cwd=ROOT,
                             env={**os.environ, "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": ""})
     assert result.returncode == 1 and "Traceback" not in result.stderr and result.stderr.startswith("error: ")
@@ -124,7 +129,8 @@ def test_changed_dataset_is_refused(run, tmp_path):
     """A checkpoint records its dataset's meta.json; sample/eval refuse data that changed since training."""
     root, out = run
     meta = json.loads((root / "tiny" / "meta.json").read_text())
-    meta["sha256"] = {f: hashlib.sha256((root / "tiny" / f).read_bytes()).hexdigest() for f in ("train.bin", "val.bin")}
+    meta["sha256"] = {f: hashlib.sha256((root / "tiny" / f).read_bytes()).hexdigest()
+                      for f in ("train.bin", "val.bin")}
     shutil.copytree(root / "tiny", tmp_path / "tiny")
     (tmp_path / "tiny" / "meta.json").write_text(json.dumps(meta))
     ckpt = torch.load(out / "ckpt.pt", map_location="cpu")  # train.py records dataset_meta itself from now on
@@ -148,17 +154,20 @@ def test_changed_dataset_is_refused(run, tmp_path):
 
 def test_eval_reproduces_metrics_and_bits_per_byte(run, tmp_path):
     _, out = run
-    r = nlq_eval.main(["--out_dir", str(out), "--json", str(tmp_path / "new" / "r.json")])  # folder is created
+    # folder is created
+    r = nlq_eval.main(["--out_dir", str(out), "--json", str(tmp_path / "new" / "r.json")])
     rows = {row["iter"]: row for row in map(json.loads, (out / "metrics.jsonl").read_text().splitlines())}
     assert r["iter"] == 6 and abs(r["loss"] - rows[6]["val_loss"]) < 1e-4
     assert r["tokens"] == r["bytes"] == 3 * 4 * 16  # eval_iters x batch_size x block_size; byte data
     assert r["bits_per_byte"] == pytest.approx(r["loss"] / math.log(2), rel=1e-12)
     assert r["ppl"] == pytest.approx(math.exp(r["loss"]))
     assert json.loads((tmp_path / "new" / "r.json").read_text())["loss"] == r["loss"]
-    assert abs(nlq_eval.main(["--out_dir", str(out), "--split", "train"])["loss"] - rows[6]["train_loss"]) < 1e-4
+    assert abs(nlq_eval.main(["--out_dir", str(out), "--split", "train"])["loss"]
+               - rows[6]["train_loss"]) < 1e-4
 
 
-@pytest.mark.parametrize("target, expected", [("", "is a folder"), ("file/r.json", "cannot create its folder")])
+@pytest.mark.parametrize("target, expected", [("", "is a folder"),
+                                              ("file/r.json", "cannot create its folder")])
 def test_eval_bad_json_path_fails_before_evaluating(target, expected, tmp_path, monkeypatch, capsys):
     (tmp_path / "file").write_text("")
     monkeypatch.setattr(nlq_eval, "evaluate", lambda *a: pytest.fail("evaluated before checking --json"))
@@ -172,7 +181,8 @@ def test_eval_full_predicts_every_val_token_once(run):
     root, out = run
     r = nlq_eval.main(["--out_dir", str(out), "--full", "--batch_size", "5"])
     assert (r["tokens"], r["windows"], r["bytes"]) == (699, 44, 699)
-    assert nlq_eval.main(["--out_dir", str(out), "--full", "--batch_size", "64"])["loss"] == pytest.approx(r["loss"])
+    assert (nlq_eval.main(["--out_dir", str(out), "--full", "--batch_size", "64"])["loss"]
+            == pytest.approx(r["loss"]))
     model, *_ = sample.load_checkpoint(str(out))  # reference: one window at a time, straight from the file
     val = torch.from_numpy(np.fromfile(root / "tiny" / "val.bin", np.uint16).astype(np.int64))
     nats = 0.0
@@ -201,10 +211,11 @@ def test_shakespeare_end_to_end(shared_data, tmp_path):
     prepare_data.main(["shakespeare_char", "--input", str(shared_data / "tinyshakespeare" / "input.txt"),
                        "--data_dir", str(tmp_path), "--num_proc", "1"])
     out = tmp_path / "out"
-    train.train(small_cfg(tmp_path, out, dataset="shakespeare_char", block_size=32, max_iters=8, eval_interval=8,
-                          eval_iters=2))
+    train.train(small_cfg(tmp_path, out, dataset="shakespeare_char", block_size=32, max_iters=8,
+                          eval_interval=8, eval_iters=2))
     meta = prepare_data.load_meta(tmp_path / "shakespeare_char")
-    text, = sample.main(["--out_dir", str(out), "--start", "ROMEO:", "--max_new_tokens", "30", "--top_k", "10"])
+    text, = sample.main(["--out_dir", str(out), "--start", "ROMEO:", "--max_new_tokens", "30",
+                         "--top_k", "10"])
     assert text.startswith("ROMEO:") and len(text) == 36 and set(text) <= set(meta["chars"])
     r = nlq_eval.main(["--out_dir", str(out)])
     last = json.loads((out / "metrics.jsonl").read_text().splitlines()[-1])

@@ -16,7 +16,8 @@ from conftest import ROOT
 
 @pytest.fixture
 def study_file(tmp_path):
-    """A tiny study: 2 arms x 2 learning rates at selection seed 1, then the chosen rate at seed 2 (6 runs)."""
+    """A tiny study: 2 arms x 2 learning rates at selection seed 1, then the chosen rate at seed 2
+    (6 runs)."""
     data = tmp_path / "data" / "tiny"
     data.mkdir(parents=True)
     pattern = np.random.default_rng(0).integers(0, 64, 97)
@@ -26,11 +27,13 @@ def study_file(tmp_path):
     config = tmp_path / "tiny_config.py"
     config.write_text(f"data_dir = {str(tmp_path / 'data')!r}\ndataset = 'tiny'\nn_layer = 1\nn_head = 2\n"
                       "n_embd = 32\nblock_size = 16\nbatch_size = 4\ngradient_accumulation_steps = 1\n"
-                      "max_iters = 20\nlr_decay_iters = 20\nwarmup_iters = 2\neval_interval = 5\neval_iters = 2\n"
-                      "log_interval = 5\ndevice = 'cpu'\ncompile = False\n")
+                      "max_iters = 20\nlr_decay_iters = 20\nwarmup_iters = 2\neval_interval = 5\n"
+                      "eval_iters = 2\nlog_interval = 5\ndevice = 'cpu'\ncompile = False\n")
     study = tmp_path / "tiny_study.py"
-    study.write_text(f"name = 'tiny'\nconfig = {str(config)!r}\noverrides = {{}}\nruns_dir = {str(tmp_path / 'runs')!r}\n"
-                     "arms = {'linear': dict(query_mode='linear'), 'nonlinear': dict(query_mode='nonlinear')}\n"
+    study.write_text(f"name = 'tiny'\nconfig = {str(config)!r}\noverrides = {{}}\n"
+                     f"runs_dir = {str(tmp_path / 'runs')!r}\n"
+                     "arms = {'linear': dict(query_mode='linear'), "
+                     "'nonlinear': dict(query_mode='nonlinear')}\n"
                      "learning_rates = [1e-2, 3e-3]\nselection_seeds = [1]\nseeds = [2]\nhalf_steps = False\n"
                      "max_extensions = 0\n")
     return study
@@ -84,12 +87,14 @@ def test_chosen_lr_and_print_mode(study_file, capsys):
     sweep.main([str(study_file), "--print", "2"])
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].startswith("torchrun --standalone --nproc_per_node=2 train.py ")
-    assert "--min_lr=0.0003 --query_mode=linear --learning_rate=0.003 --seed=2" in lines[0]  # linear's final run
+    # linear's final run
+    assert "--min_lr=0.0003 --query_mode=linear --learning_rate=0.003 --seed=2" in lines[0]
     # the study's 1 micro-batch of 4 cannot be shared by 2 processes: 2 micro-batches of 2, same global batch
     assert lines[0].endswith("--batch_size=2 --gradient_accumulation_steps=2")
     assert "--query_mode=nonlinear --learning_rate=0.003 --seed=1" in lines[1]  # nonlinear: its search
     assert lines[-1].startswith("# more runs follow")
-    with pytest.raises(ValueError, match="neither gradient_accumulation_steps=1 nor batch_size=4 divides among 3"):
+    with pytest.raises(ValueError,
+                       match="neither gradient_accumulation_steps=1 nor batch_size=4 divides among 3"):
         sweep.main([str(study_file), "--print", "3"])
 
 
@@ -102,9 +107,10 @@ def fake_run(study, arm, lr, seed, loss):
 
 
 def test_search_extends_at_the_edge_then_takes_half_steps(study_file):
-    """Grid 1e-3, 2e-3, 4e-3: best at the top edge -> 8e-3 is due; 4e-3 then interior -> half steps 2.83e-3 and
-    5.66e-3; the best of all 6 is chosen and only then are the final seeds due."""
-    text = study_file.read_text().replace("learning_rates = [1e-2, 3e-3]", "learning_rates = [4e-3, 1e-3, 2e-3]")
+    """Grid 1e-3, 2e-3, 4e-3: best at the top edge -> 8e-3 is due; 4e-3 then interior -> half steps 2.83e-3
+    and 5.66e-3; the best of all 6 is chosen and only then are the final seeds due."""
+    text = study_file.read_text().replace("learning_rates = [1e-2, 3e-3]",
+                                          "learning_rates = [4e-3, 1e-3, 2e-3]")
     study_file.write_text(text.replace("half_steps = False\nmax_extensions = 0\n", "seeds = [2, 3]\n"))
     study = sweep.load_study(str(study_file))
     assert study["learning_rates"] == [1e-3, 2e-3, 4e-3]
@@ -133,12 +139,14 @@ def test_search_stops_extending_after_max_extensions_and_skips_diverged(study_fi
     os.makedirs(out)
     with open(os.path.join(out, "metrics.jsonl"), "w") as f:  # a diverged run: +inf for the search
         f.write(json.dumps(dict(iter=7, train_loss=None, diverged=True)) + "\n")
-    assert sweep.is_finished(study, "nonlinear", 1e-2, 1) and sweep.selection_loss(study, "nonlinear", 1e-2) == math.inf
+    assert (sweep.is_finished(study, "nonlinear", 1e-2, 1)
+            and sweep.selection_loss(study, "nonlinear", 1e-2) == math.inf)
     p = sweep.plan(study, "nonlinear")
     assert p["due"] == [("nonlinear", 0.0009, 1)]  # 3e-3 is the lower edge: one grid step (1e-2 / 3e-3) down
     fake_run(study, "nonlinear", 0.0009, 1, 1.9)
     p = sweep.plan(study, "nonlinear")
-    assert p["chosen"] == 0.0009 and p["notes"][-1] == "best rate 0.0009 is still at the edge after 1 extensions"
+    assert (p["chosen"] == 0.0009
+            and p["notes"][-1] == "best rate 0.0009 is still at the edge after 1 extensions")
 
 
 def test_study_continues_on_a_fresh_clone_without_rerunning_finished_runs(study_file, tmp_path):
@@ -161,7 +169,8 @@ def test_study_continues_on_a_fresh_clone_without_rerunning_finished_runs(study_
     b = sweep.load_study(str(study_b))
     for run in first:
         assert not os.path.exists(os.path.join(sweep.run_dir(b, *run), "train.log"))  # never launched in B
-    assert all(sweep.plan(b, arm)["chosen"] is not None and not sweep.plan(b, arm)["due"] for arm in b["arms"])
+    assert all(sweep.plan(b, arm)["chosen"] is not None and not sweep.plan(b, arm)["due"]
+               for arm in b["arms"])
 
 
 def test_study_typos_fail_before_any_run(tmp_path, study_file):
@@ -170,7 +179,8 @@ def test_study_typos_fail_before_any_run(tmp_path, study_file):
     with pytest.raises(ValueError, match="unknown config key 'query_mod'"):
         sweep.load_study(str(bad))
     (tmp_path / "incomplete.py").write_text("name = 'x'\n")
-    with pytest.raises(ValueError, match="does not set config, overrides, arms, learning_rates, selection_seeds, seeds"):
+    with pytest.raises(ValueError,
+                       match="does not set config, overrides, arms, learning_rates, selection_seeds, seeds"):
         sweep.load_study(str(tmp_path / "incomplete.py"))
 
 
