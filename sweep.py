@@ -82,7 +82,7 @@ def run_config(study, arm, lr, seed):
 
 # Keys that do not change a run's results; any other difference means the run dir holds another experiment.
 NOT_EXPERIMENT = {"init_from", "log_interval", "wandb_log", "wandb_project", "wandb_run_name", "device", "dtype",
-                  "compile"}
+                  "compile", "fsdp"}
 
 
 def check_settings(study, arm, lr, seed):
