@@ -253,3 +253,16 @@ def test_all_finite_checks_the_shards_of_fsdp_parameters(tmp_path):
     finally:
         dist.destroy_process_group()
 
+
+def test_large_config_is_gpt3_large_with_the_nonlinear_query_and_fsdp():
+    """config/nlq_large.py: the shape, the parameter counts of the README's table (meta device), and a global
+    batch that 8, 16 and 32 GPUs share evenly."""
+    cfg = common.parse_config([str(ROOT / "config" / "nlq_large.py")])
+    assert (cfg["n_layer"], cfg["n_head"], cfg["n_embd"], cfg["block_size"]) == (24, 16, 1536, 1024)
+    assert cfg["fsdp"] is True and cfg["query_mode"] == "nonlinear" and cfg["out_dir"] == "out/nlq_large"
+    assert cfg["batch_size"] * cfg["gradient_accumulation_steps"] * cfg["block_size"] == 491_520
+    assert all(cfg["gradient_accumulation_steps"] % gpus == 0 for gpus in (8, 16, 32))
+    with torch.device("meta"):
+        counts = GPT(common.model_config(cfg)).param_breakdown()
+    assert (counts["total"], counts["non_embedding"], counts["non_embedding_matrix"], counts["attn_q"]) == \
+        (758_466_048, 679_626_240, 679_477_248, 56_696_832)
