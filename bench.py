@@ -3,6 +3,12 @@ Training-step throughput, MFU and peak memory per query mode, side by side in on
 
     python bench.py config/shakespeare_char.py --query_modes=linear,identity,nonlinear
     python bench.py config/nlq_small.py --compile=True --json=bench/results/h200.json     # one GPU
+    torchrun --standalone --nproc_per_node=8 bench.py config/nlq_small.py --fsdp=True       # FSDP, 8 GPUs
+
+Under torchrun every rank runs the same steps: with fsdp=True the model is sharded as train.py shards it
+(common.shard_model), otherwise it is wrapped in DDP, even for one process (so DDP's gradient buckets are
+counted). DDP replicates everything, so its memory per rank is the same for any number of ranks; FSDP's falls
+with the number of ranks, so one process measures FSDP with nothing sharded (its overhead, not its saving).
 
 A config file and --key=value overrides as in train.py, plus the bench's own options:
     --query_modes=linear,identity,nonlinear   modes to compare (each gets its own model and optimizer)
@@ -12,7 +18,10 @@ A config file and --key=value overrides as in train.py, plus the bench's own opt
     --data=synthetic|real                     random token ids, or windows of <data_dir>/<dataset>/train.bin
     --threads=N                               torch CPU threads (default: torch's choice)
     --json=PATH                               also write the rows as a JSON list
-A step is one micro-batch (batch_size x block_size tokens): forward, backward, clip, AdamW step.
+A step is one micro-batch (batch_size x block_size tokens) per rank: forward, backward, clip, AdamW step.
+ms/iter, tokens/s and MFU are rank 0's (per rank); peak memory is each rank's own (the table: the largest).
+Peak memory on CUDA counts what the mode allocates (its model, optimizer, gradients, activations, buffers),
+not the models of the modes built before it; on the CPU it is the process's peak RSS so far.
 """
 import json
 import os
@@ -24,9 +33,11 @@ import time
 
 import numpy as np
 import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
 
-from common import (autocast, get_batch, load_meta, model_config, parse_config, resolve_device, use_compile,
-                    window_starts)
+from common import (autocast, check_fsdp_support, end_distributed, get_batch, load_meta, model_config,
+                    parse_config, resolve_device, setup_distributed, shard_model, use_compile, window_starts)
 from model import GPT, QUERY_MODES
 
 BENCH_DEFAULTS = dict(query_modes="linear,identity,nonlinear", warmup=10, steps=50, rounds=5, data="synthetic",
@@ -83,14 +94,21 @@ def data_vocab_size(cfg):
     return load_meta(meta_dir)["vocab_size"] if os.path.exists(os.path.join(meta_dir, "meta.json")) else None
 
 
-def make_runner(cfg, mode, device, device_type, ctx):
-    """Build model + AdamW for one query mode; returns (raw model, step function, compiled?)."""
+def make_runner(cfg, mode, device, device_type, ptdtype, ctx):
+    """Build model + AdamW for one query mode, as train.py does: sharded with fsdp=True, in DDP under torchrun
+    otherwise. Returns (raw model, step function, compiled?)."""
     torch.manual_seed(cfg["seed"])
-    model = GPT(model_config({**cfg, "query_mode": mode}, data_vocab_size(cfg))).to(device)
+    model = GPT(model_config({**cfg, "query_mode": mode}, data_vocab_size(cfg)))
+    if cfg["fsdp"]:
+        shard_model(model, device_type, ptdtype)
+    else:
+        model.to(device)
     opt = model.configure_optimizers(cfg["weight_decay"], cfg["learning_rate"], (cfg["beta1"], cfg["beta2"]),
                                      device_type)
     compiled = use_compile(cfg, device_type)
     fwd = torch.compile(model) if compiled else model
+    if dist.is_initialized() and not cfg["fsdp"]:
+        fwd = DDP(fwd, device_ids=[torch.cuda.current_device()] if device_type == "cuda" else None)
 
     def step(x, y):
         with ctx:
@@ -107,30 +125,46 @@ def sync(device_type):
         torch.cuda.synchronize()
 
 
-def peak_mem_mb(device_type):
-    """CUDA: max allocated since the last reset. CPU: the process's peak RSS so far (all modes up to now)."""
+def start_memory_count(device_type):
+    """CUDA: reset the peak counter and return the bytes allocated now (earlier modes' models); CPU: 0."""
+    if device_type != "cuda":
+        return 0
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    return torch.cuda.memory_allocated()
+
+
+def peak_mem_mb(device_type, allocated_before=0):
+    """CUDA: the peak allocation since start_memory_count, less what was allocated then, in MiB: what this
+    mode needs. CPU: the process's peak RSS so far (all modes up to now), in MiB."""
     if device_type == "cuda":
-        return torch.cuda.max_memory_allocated() / 2**20
+        return (torch.cuda.max_memory_allocated() - allocated_before) / 2**20
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux reports KiB
 
 
 def bench(cfg, opts):
-    """Time every query mode; returns one row (dict) per mode."""
+    """Time every query mode; returns (one row (dict) per mode, device), the same on every rank."""
     if opts["threads"]:
         torch.set_num_threads(opts["threads"])
-    device, device_type, ptdtype = resolve_device(cfg)
+    _, local_rank, world_size = setup_distributed(cfg)
+    device, device_type, ptdtype = resolve_device(cfg, local_rank, world_size)
+    if cfg["fsdp"]:
+        check_fsdp_support(device_type, ptdtype)
     ctx = autocast(device_type, ptdtype)
+    parallel = "fsdp" if cfg["fsdp"] else "ddp" if dist.is_initialized() else "single"
     modes = opts["query_modes"].split(",")
     next_batch = batch_source(cfg, opts, model_config(cfg, data_vocab_size(cfg)).vocab_size, device)
     runners, times, mems = {}, {m: [] for m in modes}, {}
     for mode in modes:
-        if device_type == "cuda":
-            torch.cuda.reset_peak_memory_stats()
-        runners[mode] = make_runner(cfg, mode, device, device_type, ctx)
+        allocated_before = start_memory_count(device_type)
+        runners[mode] = make_runner(cfg, mode, device, device_type, ptdtype, ctx)
         for _ in range(opts["warmup"]):  # includes torch.compile's first-call compilation
             runners[mode][1](*next_batch())
         sync(device_type)
-        mems[mode] = peak_mem_mb(device_type)
+        mems[mode] = [peak_mem_mb(device_type, allocated_before)]
+        if world_size > 1:  # every rank's own peak
+            mems[mode] = [None] * world_size
+            dist.all_gather_object(mems[mode], peak_mem_mb(device_type, allocated_before))
     per_round = max(1, opts["steps"] // opts["rounds"])
     for _ in range(opts["rounds"]):
         for mode in modes:
@@ -147,20 +181,26 @@ def bench(cfg, opts):
         dt = statistics.median(times[mode])
         mfu = model.estimate_mfu(cfg["batch_size"], dt)
         rows.append(dict(query_mode=mode, compile=compiled, dtype=str(ptdtype).replace("torch.", ""),
+                         parallel=parallel, world_size=world_size,
                          batch_size=cfg["batch_size"], block_size=cfg["block_size"], ms_per_iter=1000 * dt,
                          ms_p10=1000 * float(np.percentile(times[mode], 10)),
                          ms_p90=1000 * float(np.percentile(times[mode], 90)),
                          tokens_per_s=cfg["batch_size"] * cfg["block_size"] / dt, mfu=mfu,
-                         peak_mem_mb=mems[mode], params=model.param_breakdown()["total"],
-                         vocab_size=model.config.vocab_size))
+                         peak_mem_mb=max(mems[mode]), peak_mem_mb_per_rank=mems[mode],
+                         params=model.param_breakdown()["total"], vocab_size=model.config.vocab_size))
+    end_distributed()
     return rows, device
 
 
 def table(rows, device):
     """Rows as a markdown table, with each mode's tokens/s relative to the first mode."""
     ref = rows[0]["tokens_per_s"]
+    ranks = rows[0]["world_size"]
+    how = ("one process" if rows[0]["parallel"] == "single" else
+           f"{rows[0]['parallel'].upper()}, {ranks} rank{'s' if ranks > 1 else ''} (figures per rank)")
     lines = [f"device: {device_name(device)}, torch {torch.__version__}, {time.strftime('%Y-%m-%d')}, "
-             f"vocab {rows[0]['vocab_size']}, {rows[0]['params']:,} parameters ({rows[0]['query_mode']})",
+             f"vocab {rows[0]['vocab_size']}, {rows[0]['params']:,} parameters ({rows[0]['query_mode']}), "
+             f"{how}",
              "| query_mode | compile | dtype | batch x block | ms/iter (median) | p10-p90 ms | tokens/s | "
              f"vs {rows[0]['query_mode']} | MFU | peak mem MB |", "|---|---|---|---|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
@@ -168,6 +208,9 @@ def table(rows, device):
         lines.append(f"| {r['query_mode']} | {r['compile']} | {r['dtype']} | {r['batch_size']} x {r['block_size']} "
                      f"| {r['ms_per_iter']:.1f} | {r['ms_p10']:.1f}-{r['ms_p90']:.1f} | {r['tokens_per_s']:,.0f} "
                      f"| {r['tokens_per_s'] / ref:.3f} | {mfu} | {r['peak_mem_mb']:,.0f} |")
+    if ranks > 1:
+        lines += [f"peak mem MB of ranks 0..{ranks - 1}: " + "; ".join(
+            f"{r['query_mode']} " + ", ".join(f"{m:,.0f}" for m in r["peak_mem_mb_per_rank"]) for r in rows)]
     return "\n".join(lines)
 
 
@@ -183,6 +226,8 @@ def main(argv):
     if opts["json"]:  # make the folder first: a bad path fails now, not after the benchmark
         os.makedirs(os.path.dirname(opts["json"]) or ".", exist_ok=True)
     rows, device = bench(cfg, opts)
+    if int(os.environ.get("RANK", 0)) != 0:  # under torchrun, rank 0 reports
+        return
     print(table(rows, device))
     if opts["json"]:
         with open(opts["json"], "w") as f:

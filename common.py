@@ -7,6 +7,7 @@ them alike. Everything else lives in the script that uses it.
 
     settings     DEFAULTS, parse_config, validate, model_config    (the model's keys come from GPTConfig)
     devices      resolve_device, autocast, use_compile
+    processes    setup_distributed (torchrun), end_distributed, check_fsdp_support, shard_model (FSDP2)
     data         load_meta, open_split, window_starts, eval_windows, get_batch
     losses       estimate_loss (fixed windows), full_split_loss (every token once), safe_exp
     checkpoints  load_checkpoint, model_from_checkpoint, save_checkpoint, atomic_write_text, read_metrics
@@ -22,6 +23,8 @@ from contextlib import nullcontext
 import numpy as np
 import torch
 import torch.distributed as dist
+from torch.distributed.device_mesh import DeviceMesh
+from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
 from model import GPT, GPTConfig
 from prepare_data import GPT2_VOCAB, load_meta  # noqa: F401  (load_meta is part of this module's interface)
@@ -52,6 +55,7 @@ DEFAULTS = dict(
     device="auto",  # auto | cpu | cuda | cuda:N | mps
     dtype="auto",   # auto (bfloat16 on CUDA if supported, else float16; float32 elsewhere) | float32 | bfloat16 | float16
     compile=None,   # None = on for CUDA, off elsewhere
+    fsdp=False,     # under torchrun: shard weights, gradients, AdamW states over the processes (FSDP2)
     seed=1337,
 )
 
@@ -211,6 +215,64 @@ def use_compile(cfg, device_type):
     return cfg["compile"] if cfg["compile"] is not None else device_type == "cuda"
 
 
+# ---------------------------------------------------------------------------------------------- processes
+def setup_distributed(cfg):
+    """Returns (rank, local_rank, world_size); starts the process group under torchrun (RANK set): NCCL on
+    CUDA, gloo on the CPU. ValueError for fsdp=True outside torchrun (there would be nothing to shard
+    over)."""
+    if "RANK" not in os.environ:
+        if cfg["fsdp"]:
+            raise ValueError("fsdp=True shards over the processes that torchrun starts; launch with torchrun "
+                             "--standalone --nproc_per_node=N (N=1 runs but shards nothing), or drop --fsdp")
+        return 0, 0, 1
+    rank, local_rank, world = (int(os.environ[k]) for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE"))
+    use_cuda = cfg["device"] != "cpu" and torch.cuda.is_available()
+    if use_cuda:
+        torch.cuda.set_device(local_rank)
+    if not dist.is_initialized():  # (tests/torchrun_many.py starts one group for several runs)
+        dist.init_process_group(backend="nccl" if use_cuda else "gloo")
+    return rank, local_rank, world
+
+
+def end_distributed():
+    """Destroy the process group, if any, after a barrier. While a rank waits in the barrier, gloo's worker
+    threads can take the GIL to free the last collective's tensors; without it, torch 2.13 deadlocked in a
+    test when DDP's reducer, freed later with the GIL held, joined a worker thread that was waiting for it."""
+    if dist.is_initialized():
+        dist.barrier()
+        dist.destroy_process_group()
+
+
+def check_fsdp_support(device_type, ptdtype):
+    """ValueError for the settings fsdp=True does not support: MPS (no process-group backend for it) and
+    float16 (its GradScaler would have to agree on inf/NaN across the gradient shards; train.py's does
+    not)."""
+    if device_type == "mps":
+        raise ValueError("fsdp=True needs CUDA (NCCL) or the CPU (gloo); MPS has no process-group backend: "
+                         "use --device=cpu, or train on MPS without --fsdp")
+    if ptdtype == torch.float16:
+        raise ValueError("fsdp=True does not support float16 (its GradScaler would need an inf check across "
+                         "the gradient shards); use --dtype=bfloat16 (Ampere or newer) or --dtype=float32")
+
+
+def shard_model(model, device_type, ptdtype):
+    """FSDP2, in place: fully_shard each Block, then the whole GPT, over all processes of the process group.
+
+    Every rank then keeps 1/world_size of each parameter (a DTensor sharded on dim 0), of its gradient and of
+    its AdamW moments. The root unit owns the embeddings, ln_f and the LM head, so a tied wte/lm_head weight
+    stays one parameter. For bfloat16 the blocks compute with bf16 copies gathered one block at a time and
+    gradients are reduced in float32; float32 keeps everything in float32. Parameters move to the device unit
+    by unit, so the whole fp32 model never has to fit on one GPU. Returns the model (now also an FSDPModule).
+    """
+    mesh = DeviceMesh.from_group(dist.group.WORLD, device_type)  # every rank of the process group
+    low = ptdtype if ptdtype != torch.float32 else None  # None: parameters keep their float32
+    policy = MixedPrecisionPolicy(param_dtype=low, reduce_dtype=torch.float32)
+    for block in model.transformer.h:
+        fully_shard(block, mesh=mesh, mp_policy=policy)
+    fully_shard(model, mesh=mesh, mp_policy=policy)
+    return model
+
+
 # --------------------------------------------------------------------------------------------------- data
 def open_split(data_dir, split, dtype, block_size):
     """A read-only np.memmap of <split>.bin; ValueError if it holds fewer than block_size + 1 tokens."""
@@ -253,23 +315,34 @@ def safe_exp(x):
         return math.inf
 
 
+def my_share(n, rank, world_size):
+    """This rank's batches of n, as (index, counts) pairs: indices rank, rank + world_size, ... < n, each
+    counting, then, if n is not a multiple of world_size, one repeat of batch n - 1 that does not count, so
+    that every rank runs ceil(n / world_size) forward passes (under FSDP a rank that stopped early would
+    leave the others waiting for its all-gathers forever)."""
+    indices = range(rank, -(-n // world_size) * world_size, world_size)
+    return [(min(k, n - 1), k < n) for k in indices]
+
+
 @torch.no_grad()
 def estimate_loss(model, splits, ctx, rank=0, world_size=1, device="cpu"):
     """Mean cross-entropy (nats/token) per split over its fixed eval windows, sharded over ranks.
 
     splits: {name: (bin path, dtype, windows (eval_iters, batch_size), block_size)}. Returns {name: float};
-    a diverged model gives nan or inf, never an error. The model's train/eval mode is restored.
+    a diverged model gives nan or inf, never an error. The model's train/eval mode is restored. Every rank
+    runs the same number of forward passes (see my_share), as FSDP's collective forward needs.
     """
     was_training = model.training
     model.eval()
     out = {}
     for split, (path, dtype, windows, block_size) in splits.items():
         total = torch.zeros(2, device=device)  # loss sum, batch count
-        for k in range(rank, len(windows), world_size):
+        for k, counts in my_share(len(windows), rank, world_size):
             x, y = get_batch(path, dtype, windows[k], block_size, device)
             with ctx:
                 _, loss = model(x, y)
-            total += torch.stack([loss.float(), torch.ones((), device=device)])
+            if counts:
+                total += torch.stack([loss.float(), torch.ones((), device=device)])
         if world_size > 1:
             dist.all_reduce(total)
         out[split] = (total[0] / total[1]).item()
@@ -294,18 +367,22 @@ def full_split_windows(n_tokens, block_size, batch_size):
 def full_split_loss(model, ctx, path, dtype, block_size, batch_size, device, rank=0, world_size=1, on_batch=None):
     """Summed cross-entropy over every target of a split once -> (total nats, tokens, windows).
 
-    Batches are sharded over ranks and the sums all-reduced. on_batch(y) is called with each batch's targets
-    (B, T) on the CPU (eval.py counts bytes with it). The model's train/eval mode is restored.
+    Batches are sharded over ranks (see my_share) and the sums all-reduced. on_batch(y) is called with each
+    batch's targets (B, T) on the CPU (eval.py counts bytes with it). The model's train/eval mode is
+    restored.
     """
     was_training = model.training
     model.eval()
     n = len(np.memmap(path, dtype=dtype, mode="r"))
     batches = full_split_windows(n, block_size, batch_size)
     total = torch.zeros(2, dtype=torch.float64, device=device)  # nats, tokens
-    for starts, length in batches[rank::world_size]:
+    for k, counts in my_share(len(batches), rank, world_size):
+        starts, length = batches[k]
         x, y = get_batch(path, dtype, starts, length, device)
         with ctx:
             _, loss = model(x, y)
+        if not counts:
+            continue
         total += torch.stack([loss.double() * y.numel(), torch.tensor(y.numel(), dtype=torch.float64,
                                                                       device=device)])
         if on_batch is not None:

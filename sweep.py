@@ -125,7 +125,7 @@ def torchrun_command(study, arm, lr, seed, nproc):
 
 # Keys that do not change a run's results; any other difference means the run dir holds another experiment.
 NOT_EXPERIMENT = {"init_from", "log_interval", "wandb_log", "wandb_project", "wandb_run_name", "device", "dtype",
-                  "compile"}
+                  "compile", "fsdp"}
 
 
 def check_settings(study, arm, lr, seed):

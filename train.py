@@ -3,12 +3,15 @@ Train a GPT (model.py) with a linear, identity or nonlinear attention query.
 
     python train.py config/shakespeare_char.py --query_mode=nonlinear       # one process (CPU, one GPU, MPS)
     torchrun --standalone --nproc_per_node=8 train.py config/nlq_small.py   # DDP on 8 GPUs
+    torchrun --standalone --nproc_per_node=8 train.py config/nlq_large.py   # FSDP (fsdp=True) on 8 GPUs
 
 Configuration: the defaults (common.DEFAULTS; the model's come from model.GPTConfig), then a config file
 (plain Python assignments), then --key=value overrides. Unknown keys and values of the wrong type are errors.
 gradient_accumulation_steps is the global number of micro-batches per optimizer step; under DDP each rank does
 its share, and every rank draws the same global stream of windows, so the data order does not depend on the
-number of processes.
+number of processes. fsdp=True shards the weights, gradients and AdamW states over the processes (FSDP2)
+instead of replicating them (DDP); checkpoints are the same single file either way, so a run can resume on any
+number of processes, with or without FSDP.
 
 Numbers that go bad are data, not crashes: an eval whose loss is NaN/inf is logged, never checkpointed, and
 stops the run; so do max_nonfinite_steps consecutive steps with a non-finite training loss. The run then exits
@@ -24,11 +27,17 @@ from contextlib import nullcontext
 
 import torch
 import torch.distributed as dist
+from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict,
+                                                     get_optimizer_state_dict, set_model_state_dict,
+                                                     set_optimizer_state_dict)
+from torch.distributed.fsdp import FSDPModule
+from torch.distributed.tensor import DTensor
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from common import (DEFAULTS, EXIT_DIVERGED, MODEL_KEYS, atomic_write_text, autocast, estimate_loss, eval_windows, full_split_loss,
-                    get_batch, load_checkpoint, load_meta, model_config, open_split, parse_config, read_metrics,
-                    resolve_device, safe_exp, save_checkpoint, use_compile, validate, window_starts)
+from common import (DEFAULTS, EXIT_DIVERGED, MODEL_KEYS, atomic_write_text, autocast, check_fsdp_support,
+                    end_distributed, estimate_loss, eval_windows, full_split_loss, get_batch, load_checkpoint,
+                    load_meta, model_config, open_split, parse_config, read_metrics, resolve_device, safe_exp,
+                    save_checkpoint, setup_distributed, shard_model, use_compile, validate, window_starts)
 from model import GPT
 
 # Settings a resumed run must share with its checkpoint, besides the model's: they define the experiment.
@@ -55,19 +64,7 @@ def get_lr(it, cfg, decay_iters=None):
     return cfg["min_lr"] + weight * (cfg["learning_rate"] - cfg["min_lr"])
 
 
-# ------------------------------------------------------------------------------ processes, resume, logs
-def setup_distributed(cfg):
-    """Returns (rank, local_rank, world_size); starts the process group under torchrun (RANK set)."""
-    if "RANK" not in os.environ:
-        return 0, 0, 1
-    rank, local_rank, world = (int(os.environ[k]) for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE"))
-    use_cuda = cfg["device"] != "cpu" and torch.cuda.is_available()
-    if use_cuda:
-        torch.cuda.set_device(local_rank)
-    dist.init_process_group(backend="nccl" if use_cuda else "gloo")
-    return rank, local_rank, world
-
-
+# --------------------------------------------------------------------------------------- resume, logs
 def checkpoint_to_resume(cfg, model_cfg, ckpt_path):
     """The checkpoint to resume from, or None for init_from=scratch.
 
@@ -158,8 +155,74 @@ def stop_diverged(cfg, master, row, reason, ckpt_path, last_saved):
 
 
 def all_finite(model):
-    """True if every parameter of the model is finite."""
-    return all(torch.isfinite(p).all().item() for p in model.parameters())
+    """True if every parameter of the model is finite, on every rank. FSDP's sharded parameters (DTensors) are
+    checked shard by shard and the verdict is all-reduced, so that all ranks stop together or none does."""
+    shards = [p.to_local() if isinstance(p, DTensor) else p for p in model.parameters()]
+    finite = torch.stack([torch.isfinite(p).all() for p in shards]).all().float()
+    if dist.is_initialized():
+        dist.all_reduce(finite, op=dist.ReduceOp.MIN)
+    return bool(finite.item())
+
+
+# ------------------------------------------------------------------- FSDP: gradients, full state dicts
+def gradient_sync(model, raw_model, sync):
+    """The context for one micro-step: its backward reduces gradients across ranks only if sync (the step's
+    last micro-step). Otherwise, DDP: no_sync(); FSDP: each rank accumulates unsharded float32 gradients
+    and keeps the gathered weights for the next forward; gradients are reduce-scattered once, at the end."""
+    if isinstance(model, DDP):
+        return nullcontext() if sync else model.no_sync()
+    if isinstance(raw_model, FSDPModule):
+        raw_model.set_requires_gradient_sync(sync)
+        raw_model.set_reshard_after_backward(sync)
+    return nullcontext()
+
+
+def optimizer_param_names(model, optimizer):
+    """The name of each parameter the optimizer holds, in its order: position i is the key i of
+    optimizer.state_dict(). A tied parameter (wte = lm_head) has its first name, as
+    torch.distributed.checkpoint names it."""
+    names = {p: name for name, p in model.named_parameters()}
+    return [names[p] for group in optimizer.param_groups for p in group["params"]]
+
+
+def rekey_optimizer_state(state, new_key):
+    """An optimizer state dict with each parameter's key k (index or name) replaced by new_key[k]."""
+    groups = [{**g, "params": [new_key[k] for k in g["params"]]} for g in state["param_groups"]]
+    return dict(state={new_key[k]: v for k, v in state["state"].items()}, param_groups=groups)
+
+
+def full_state_dicts(model, optimizer):
+    """(model state, optimizer state) as one unsharded process has them: model.state_dict()'s {name: tensor}
+    and optimizer.state_dict()'s {state: {index: ...}, param_groups}, so that a checkpoint loads anywhere.
+
+    Under FSDP the shards are gathered (collective: every rank must call this) onto rank 0's CPU, and only
+    rank 0's dicts are complete. Without FSDP: the state dicts themselves, on every rank.
+    """
+    if not isinstance(model, FSDPModule):
+        return model.state_dict(), optimizer.state_dict()
+    options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+    model_state = get_model_state_dict(model, options=options)
+    if not optimizer.state:  # before the first step there is nothing to gather, and the helper would
+        return model_state, optimizer.state_dict()  # initialise the moments with a zero step (step = 1)
+    by_name = get_optimizer_state_dict(model, optimizer, options=options)
+    index = {name: i for i, name in enumerate(optimizer_param_names(model, optimizer))}
+    return model_state, (rekey_optimizer_state(by_name, index) if by_name else {})
+
+
+def load_full_state_dicts(model, optimizer, model_state, optimizer_state):
+    """Load the state dicts full_state_dicts returns (any checkpoint's) into a plain or FSDP model and its
+    optimizer. Under FSDP every rank passes the full dicts and keeps its own shards."""
+    if not isinstance(model, FSDPModule):
+        model.load_state_dict(model_state)
+        optimizer.load_state_dict(optimizer_state)
+        return
+    options = StateDictOptions(full_state_dict=True)
+    set_model_state_dict(model, model_state, options=options)
+    if not optimizer_state["state"]:  # saved before the first step: hyperparameters only, nothing to shard
+        optimizer.load_state_dict(optimizer_state)
+        return
+    names = dict(enumerate(optimizer_param_names(model, optimizer)))
+    set_optimizer_state_dict(model, optimizer, rekey_optimizer_state(optimizer_state, names), options=options)
 
 
 # ------------------------------------------------------------------------------------------------ the job
@@ -180,6 +243,8 @@ def train(cfg):
                          f"make it a multiple of {world_size}")
     local_accum = accum // world_size  # micro-batches per rank per step
     device, device_type, ptdtype = resolve_device(cfg, local_rank, world_size)
+    if cfg["fsdp"]:
+        check_fsdp_support(device_type, ptdtype)
     ctx = autocast(device_type, ptdtype)
     B, T = cfg["batch_size"], cfg["block_size"]
     tokens_per_iter = accum * B * T
@@ -201,7 +266,10 @@ def train(cfg):
     torch.manual_seed(cfg["seed"])  # the same initial weights for every rank and every run with this seed
     raw_model = GPT(model_cfg)
     log(raw_model.param_table())
-    raw_model.to(device)
+    if cfg["fsdp"]:
+        shard_model(raw_model, device_type, ptdtype)  # in place; moves each unit's shard to the device
+    else:
+        raw_model.to(device)
     optimizer = raw_model.configure_optimizers(cfg["weight_decay"], cfg["learning_rate"],
                                                (cfg["beta1"], cfg["beta2"]), device_type)
     scaler = torch.amp.GradScaler(device_type, enabled=(ptdtype == torch.float16))
@@ -210,8 +278,7 @@ def train(cfg):
     decay_iters = lr_decay_iters_for(cfg, ckpt, log)
     iter_num, best_val, resumed_at = 0, math.inf, None
     if ckpt is not None:
-        raw_model.load_state_dict(ckpt["model"])
-        optimizer.load_state_dict(ckpt["optimizer"])
+        load_full_state_dicts(raw_model, optimizer, ckpt["model"], ckpt["optimizer"])
         scaler.load_state_dict(ckpt["scaler"])
         restore_rng(ckpt["rng"][rank] if rank < len(ckpt["rng"]) else ckpt["rng"][0], train_gen, device_type)
         iter_num, best_val = ckpt["iter_num"], ckpt["best_val_loss"]
@@ -230,7 +297,8 @@ def train(cfg):
         # a fresh run starts a fresh log; a resumed one drops lines written after its checkpoint
         append_metrics(cfg["out_dir"], None, truncate_after=-1 if resumed_at is None else resumed_at)
     log(json.dumps(cfg))
-    log(f"tokens per iteration: {tokens_per_iter:,} ({accum} micro-batches of {B} x {T}, {world_size} processes)")
+    log(f"tokens per iteration: {tokens_per_iter:,} ({accum} micro-batches of {B} x {T}, {world_size} "
+        f"processes{', FSDP' if cfg['fsdp'] else ', DDP' if world_size > 1 else ''})")
 
     model = raw_model
     if use_compile(cfg, device_type):
@@ -238,7 +306,7 @@ def train(cfg):
             model = torch.compile(model)
         else:
             warnings.warn("torch.compile is not supported on this platform; running eager")
-    if world_size > 1:
+    if world_size > 1 and not cfg["fsdp"]:
         model = DDP(model, device_ids=[local_rank] if device_type == "cuda" else None)
     if cfg["wandb_log"] and master:
         import wandb
@@ -275,12 +343,14 @@ def train(cfg):
             if world_size > 1:
                 rngs = [None] * world_size
                 dist.all_gather_object(rngs, rng_state(train_gen, device_type))
-            if master and (losses["val"] < best_val or cfg["always_save_checkpoint"]):
+            if losses["val"] < best_val or cfg["always_save_checkpoint"]:  # the same on every rank
                 best_val = min(best_val, losses["val"])
-                save_checkpoint(ckpt_path, dict(
-                    model=raw_model.state_dict(), optimizer=optimizer.state_dict(), scaler=scaler.state_dict(),
-                    iter_num=iter_num, best_val_loss=best_val, config=cfg, model_args=vars(model_cfg), rng=rngs,
-                    dataset_meta=meta, lr_decay_iters=decay_iters))
+                model_state, optimizer_state = full_state_dicts(raw_model, optimizer)  # FSDP: every rank
+                if master:
+                    save_checkpoint(ckpt_path, dict(
+                        model=model_state, optimizer=optimizer_state, scaler=scaler.state_dict(),
+                        iter_num=iter_num, best_val_loss=best_val, config=cfg, model_args=vars(model_cfg),
+                        rng=rngs, dataset_meta=meta, lr_decay_iters=decay_iters))
                 last_saved = iter_num
             steps_timed, time_timed = 0, 0.0
             t0 = time.time()  # eval time is not step time
@@ -296,8 +366,8 @@ def train(cfg):
         loss_sum = torch.zeros((), device=device)
         for micro in range(local_accum):
             x, y = get_batch(bins["train"], meta["dtype"], starts[micro], T, device)  # (B, T) each
-            sync = world_size == 1 or micro == local_accum - 1  # all-reduce gradients on the last micro-step only
-            with (nullcontext() if sync else model.no_sync()), ctx:
+            sync = world_size == 1 or micro == local_accum - 1  # reduce gradients on the last micro-step only
+            with gradient_sync(model, raw_model, sync), ctx:
                 _, loss = model(x, y)
                 loss = loss / local_accum  # the mean over the step's micro-batches
             scaler.scale(loss).backward()
@@ -330,8 +400,7 @@ def train(cfg):
                           f"(max_nonfinite_steps={cfg['max_nonfinite_steps']})", ckpt_path, last_saved)
 
     log(f"done: {iter_num} iterations; checkpoint {ckpt_path}, metrics {cfg['out_dir']}/metrics.jsonl")
-    if world_size > 1:
-        dist.destroy_process_group()
+    end_distributed()
     return losses
 
 
