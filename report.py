@@ -118,7 +118,7 @@ def final_losses(d):
 def param_counts(study, arm):
     """(non_embedding, non_embedding_matrix) of the arm's model, built on the meta device
     (no memory, no data)."""
-    cfg = sweep.run_config(study, arm, study["learning_rates"][0], study["seeds"][0])
+    cfg = sweep.run_config(study, arm, study["grids"][arm][0], study["seeds"][0])
     with torch.device("meta"):
         counts = GPT(model_config(cfg)).param_breakdown()
     return counts["non_embedding"], counts["non_embedding_matrix"]
@@ -166,12 +166,19 @@ def method(study, tokenizer):
     ref = study["reference"]
     bpb = (" Bits per byte = loss / ln 2 (byte-level data: one token per byte)." if tokenizer == "byte"
            else "")
-    return (f"**Method.** Each arm's learning rate is chosen on selection seeds {study['selection_seeds']} "
-            f"(the mean final loss over them): the base grid "
-            f"{[f'{lr:g}' for lr in study['learning_rates']]}, one more grid step while the best rate is at "
-            f"an edge (at most {study['max_extensions']}), then half steps (×/÷ √2) around the "
-            f"best{'' if study['half_steps'] else ' (off in this study)'}. The chosen rate is then run on "
-            f"the final seeds {study['seeds']} (disjoint from the selection seeds; arms with fewer: "
+    grids = {tuple(g) for g in study["grids"].values()}
+    grid = (f"the base grid {[f'{lr:g}' for lr in next(iter(grids))]}" if len(grids) == 1
+            else "each arm's own base grid (see the search table)")
+    if study["selection_seeds"]:
+        search = (f"**Method.** Each arm's learning rate is chosen on selection seeds {study['selection_seeds']} "
+                  f"(the mean final loss over them): {grid}, one more grid step while the best rate is at an "
+                  f"edge (at most {study['max_extensions']}), then half steps (×/÷ √2) around the "
+                  f"best{'' if study['half_steps'] else ' (off in this study)'}. The chosen rate is then run on ")
+    else:
+        rates = ", ".join(f"{arm} {g[0]:g}" for arm, g in study["grids"].items())
+        search = f"**Method.** Each arm's learning rate is given, not searched ({rates}); it is run on "
+    return (search +
+            f"the final seeds {study['seeds']} (disjoint from any selection seeds; arms with fewer: "
             f"{study['seeds_per_arm'] or 'none'}), and only these enter the statistics. A run's final loss "
             f"is its val loss over the whole val split, every val token once (`val_loss_full`; the same "
             f"tokens for every arm and seed), in nats/token.{bpb} Each arm is compared with `{ref}` *paired* "

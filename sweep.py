@@ -10,9 +10,10 @@ A study file is plain Python that sets:
     name, config          the study's name and a train.py config file
     overrides             dict of train.py keys for every arm
     arms                  dict: arm name -> dict of train.py keys (an arm may set min_lr, e.g. 0.0)
-    learning_rates        the base grid, e.g. [4e-3, 8e-3, 1.6e-2] (min_lr = lr / 10 unless the arm sets it)
+    learning_rates        the base grid, e.g. [4e-3, 8e-3, 1.6e-2] (min_lr = lr / 10 unless the arm sets it);
+                          a dict arm -> grid gives arms their own (e.g. rates chosen by an earlier study)
     selection_seeds       seeds the learning rate is chosen on (the mean final loss over them); [] with a
-                          single learning rate means: no search, that rate is the chosen one
+                          single learning rate (per arm) means: no search, that rate is the chosen one
     seeds                 final seeds, disjoint from selection_seeds; the statistics use these alone
 and optionally seeds_per_arm (dict arm -> how many of seeds it runs; default all), reference (the arm others are
 compared with; default "linear"), max_extensions (default 2), half_steps (default True), and runs_dir (default
@@ -59,14 +60,15 @@ def load_study(path):
     study = {**OPTIONAL_KEYS, **{k: namespace[k] for k in STUDY_KEYS + tuple(OPTIONAL_KEYS) if k in namespace}}
     study["runs_dir"] = study["runs_dir"] or os.path.join("results", study["name"], "runs")
     ints = lambda xs: isinstance(xs, list) and xs and all(isinstance(x, int) for x in xs)
+    lrs = study["learning_rates"]  # one grid for every arm (the fair default), or a dict arm -> grid
+    grids = lrs if isinstance(lrs, dict) else {arm: lrs for arm in study["arms"] or {}}
     checks = {"arms": (isinstance(study["arms"], dict) and study["arms"], "a non-empty dict"),
-              "learning_rates": (isinstance(study["learning_rates"], list) and study["learning_rates"]
-                                 and all(isinstance(lr, (int, float)) and lr > 0 for lr in study["learning_rates"]),
-                                 "a non-empty list of positive numbers"),
+              "learning_rates": (isinstance(grids, dict) and set(grids) == set(study["arms"] or {}) and all(
+                  isinstance(g, list) and g and all(isinstance(lr, (int, float)) and lr > 0 for lr in g)
+                  for g in grids.values()), "a non-empty list of positive numbers, or a dict arm -> such a list"),
               "selection_seeds": (ints(study["selection_seeds"]) or study["selection_seeds"] == []
-                                  and len(study["learning_rates"]) == 1,
-                                  "a non-empty list of ints (empty only with a single learning rate)"),
-              "seeds": (ints(study["seeds"]), "a non-empty list of ints"),
+                                  and all(len(g) == 1 for g in grids.values()),
+                                  "a non-empty list of ints (empty only with a single learning rate per arm)"),
               "reference": (study["reference"] in study["arms"], "one of the arms"),
               "seeds_per_arm": (isinstance(study["seeds_per_arm"], dict) and all(
                   a in study["arms"] and isinstance(n, int) and 1 <= n <= len(study["seeds"])
@@ -78,9 +80,9 @@ def load_study(path):
     if overlap:
         raise ValueError(f"study file {path}: seeds {sorted(overlap)} are both selection and final seeds; the "
                          "final statistics must not use the seeds the learning rate was chosen on")
-    study["learning_rates"] = sorted(study["learning_rates"])
+    study["grids"] = {arm: sorted(grid) for arm, grid in grids.items()}
     for arm in study["arms"]:  # resolve every arm now: a typo or a bad value fails here, not hours into the sweep
-        run_config(study, arm, study["learning_rates"][0], study["seeds"][0])
+        run_config(study, arm, study["grids"][arm][0], study["seeds"][0])
     return study
 
 
@@ -203,7 +205,7 @@ def plan(study, arm):
     unfinished final runs. If every swept rate diverged, chosen stays None and a note says so.
     """
     sel = study["selection_seeds"]
-    swept, notes = list(study["learning_rates"]), []
+    swept, notes = list(study["grids"][arm]), []
     if not sel:  # one given learning rate, nothing to choose: straight to the final seeds
         chosen = swept[0]
         due = [(arm, chosen, s) for s in final_seeds(study, arm) if not is_finished(study, arm, chosen, s)]

@@ -113,7 +113,7 @@ def test_search_extends_at_the_edge_then_takes_half_steps(study_file):
                                           "learning_rates = [4e-3, 1e-3, 2e-3]")
     study_file.write_text(text.replace("half_steps = False\nmax_extensions = 0\n", "seeds = [2, 3]\n"))
     study = sweep.load_study(str(study_file))
-    assert study["learning_rates"] == [1e-3, 2e-3, 4e-3]
+    assert study["grids"]["linear"] == [1e-3, 2e-3, 4e-3]
     for lr, loss in ((1e-3, 2.5), (2e-3, 2.3), (4e-3, 2.2)):
         fake_run(study, "linear", lr, 1, loss)
     p = sweep.plan(study, "linear")
@@ -213,3 +213,18 @@ def test_bad_study_values(study_file, tmp_path, edit, message):
     bad.write_text(study_file.read_text().replace(*edit))
     with pytest.raises(ValueError, match=message):
         sweep.load_study(str(bad))
+
+
+def test_per_arm_given_learning_rates_skip_the_search(study_file):
+    """learning_rates as a dict arm -> [lr] with no selection seeds: each arm's rate is given (e.g. chosen by an
+    earlier study) and only the final seeds are due."""
+    text = study_file.read_text().replace("learning_rates = [1e-2, 3e-3]",
+                                          "learning_rates = {'linear': [3e-3], 'nonlinear': [5e-3]}")
+    study_file.write_text(text.replace("selection_seeds = [1]", "selection_seeds = []"))
+    study = sweep.load_study(str(study_file))
+    assert sweep.due_runs(study) == [("linear", 3e-3, 2), ("nonlinear", 5e-3, 2)]
+    assert sweep.plan(study, "nonlinear")["chosen"] == 5e-3
+    bad = study_file.read_text().replace("'nonlinear': [5e-3]", "'nonlinear': [5e-3, 1e-2]")
+    study_file.write_text(bad)
+    with pytest.raises(ValueError, match="selection_seeds must be a non-empty list of ints"):
+        sweep.load_study(str(study_file))
