@@ -61,14 +61,16 @@ def load_study(path):
     study["runs_dir"] = study["runs_dir"] or os.path.join("results", study["name"], "runs")
     ints = lambda xs: isinstance(xs, list) and xs and all(isinstance(x, int) for x in xs)
     lrs = study["learning_rates"]  # one grid for every arm (the fair default), or a dict arm -> grid
-    grids = lrs if isinstance(lrs, dict) else {arm: lrs for arm in study["arms"] or {}}
+    arms = study["arms"] if isinstance(study["arms"], dict) else {}
+    grids = lrs if isinstance(lrs, dict) else {arm: lrs for arm in arms}
     checks = {"arms": (isinstance(study["arms"], dict) and study["arms"], "a non-empty dict"),
-              "learning_rates": (isinstance(grids, dict) and set(grids) == set(study["arms"] or {}) and all(
+              "learning_rates": (isinstance(grids, dict) and set(grids) == set(arms) and all(
                   isinstance(g, list) and g and all(isinstance(lr, (int, float)) and lr > 0 for lr in g)
                   for g in grids.values()), "a non-empty list of positive numbers, or a dict arm -> such a list"),
               "selection_seeds": (ints(study["selection_seeds"]) or study["selection_seeds"] == []
                                   and all(len(g) == 1 for g in grids.values()),
                                   "a non-empty list of ints (empty only with a single learning rate per arm)"),
+              "seeds": (ints(study["seeds"]), "a non-empty list of ints"),
               "reference": (study["reference"] in study["arms"], "one of the arms"),
               "seeds_per_arm": (isinstance(study["seeds_per_arm"], dict) and all(
                   a in study["arms"] and isinstance(n, int) and 1 <= n <= len(study["seeds"])
