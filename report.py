@@ -167,7 +167,7 @@ def method(study, tokenizer):
     bpb = (" Bits per byte = loss / ln 2 (byte-level data: one token per byte)." if tokenizer == "byte"
            else "")
     grids = {tuple(g) for g in study["grids"].values()}
-    grid = (f"the base grid {[f'{lr:g}' for lr in next(iter(grids))]}" if len(grids) == 1
+    grid = (f"the base grid {', '.join(f'{lr:g}' for lr in next(iter(grids)))}" if len(grids) == 1
             else "each arm's own base grid (see the search table)")
     if study["selection_seeds"]:
         search = (f"**Method.** Each arm's learning rate is chosen on selection seeds {study['selection_seeds']} "
@@ -178,8 +178,9 @@ def method(study, tokenizer):
         rates = ", ".join(f"{arm} {g[0]:g}" for arm, g in study["grids"].items())
         search = f"**Method.** Each arm's learning rate is given, not searched ({rates}); it is run on "
     return (search +
-            f"the final seeds {study['seeds']} (disjoint from any selection seeds; arms with fewer: "
-            f"{study['seeds_per_arm'] or 'none'}), and only these enter the statistics. A run's final loss "
+            f"the final seeds {study['seeds']} (disjoint from any selection seeds; arms on fewer: "
+            f"{', '.join(f'{a} {n}' for a, n in study['seeds_per_arm'].items()) or 'none'}), and only these enter "
+            f"the statistics. A run's final loss "
             f"is its val loss over the whole val split, every val token once (`val_loss_full`; the same "
             f"tokens for every arm and seed), in nats/token.{bpb} Each arm is compared with `{ref}` *paired* "
             f"by seed (at one seed both see the same training windows): Δ = mean over shared seeds of (arm − "

@@ -75,6 +75,11 @@ def load_study(path):
               "seeds_per_arm": (isinstance(study["seeds_per_arm"], dict) and all(
                   a in study["arms"] and isinstance(n, int) and 1 <= n <= len(study["seeds"])
                   for a, n in study["seeds_per_arm"].items()), f"a dict arm -> 1..{len(study['seeds'])}")}
+    per_arm = study["seeds_per_arm"]
+    strangers = [a for a in per_arm if a not in arms] if isinstance(per_arm, dict) else []
+    if strangers:
+        raise ValueError(f"study file {path}: seeds_per_arm names {strangers}, which are not arms of this study "
+                         f"(a study that imports another inherits its seeds_per_arm: set seeds_per_arm = {{}})")
     for key, (ok, want) in checks.items():
         if not ok:
             raise ValueError(f"study file {path}: {key} must be {want}")

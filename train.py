@@ -94,21 +94,28 @@ def checkpoint_to_resume(cfg, model_cfg, ckpt_path):
 def lr_decay_iters_for(cfg, ckpt, log):
     """The iteration at which the LR reaches min_lr. lr_decay_iters unset: a new run decays over max_iters, a
     resumed run keeps its checkpoint's schedule (raising max_iters then trains on at min_lr). A different
-    explicit value on resume is allowed, with a warning naming both (the LR jumps)."""
-    if ckpt is None:
-        return cfg["lr_decay_iters"] or cfg["max_iters"]
-    trained = ckpt.get("lr_decay_iters") or ckpt["config"]["lr_decay_iters"] or ckpt["config"]["max_iters"]
-    if cfg["lr_decay_iters"] is None:
-        if trained != cfg["max_iters"]:
-            log(f"note: lr_decay_iters is unset; keeping the checkpoint's schedule (decay to min_lr at iter "
-                f"{trained}), not max_iters={cfg['max_iters']}; pass --lr_decay_iters=N to change it")
-        return trained
-    if cfg["lr_decay_iters"] != trained:
-        it = ckpt["iter_num"]
-        warnings.warn(f"lr_decay_iters={cfg['lr_decay_iters']} differs from the checkpoint's {trained}: the "
-                      f"learning rate at iter {it} changes from {get_lr(it, cfg, trained):.3e} to "
-                      f"{get_lr(it, cfg, cfg['lr_decay_iters']):.3e}")
-    return cfg["lr_decay_iters"]
+    explicit value on resume is allowed, with a warning naming both (the LR jumps). A note is printed when the
+    run goes on past the decay (at min_lr) or stops before it."""
+    decay_iters = cfg["lr_decay_iters"] or cfg["max_iters"]
+    if ckpt is not None:
+        trained = ckpt.get("lr_decay_iters") or ckpt["config"]["lr_decay_iters"] or ckpt["config"]["max_iters"]
+        if cfg["lr_decay_iters"] is None:
+            decay_iters = trained
+            if trained != cfg["max_iters"]:
+                log(f"note: lr_decay_iters is unset; keeping the checkpoint's schedule (decay to min_lr at iter "
+                    f"{trained}), not max_iters={cfg['max_iters']}; pass --lr_decay_iters=N to change it")
+        elif cfg["lr_decay_iters"] != trained:
+            it = ckpt["iter_num"]
+            warnings.warn(f"lr_decay_iters={cfg['lr_decay_iters']} differs from the checkpoint's {trained}: the "
+                          f"learning rate at iter {it} changes from {get_lr(it, cfg, trained):.3e} to "
+                          f"{get_lr(it, cfg, cfg['lr_decay_iters']):.3e}")
+    if cfg["decay_lr"] and cfg["max_iters"] > decay_iters:
+        log(f"note: iterations {decay_iters}-{cfg['max_iters']} run at min_lr={cfg['min_lr']:g} (the decay ends "
+            f"at lr_decay_iters={decay_iters})")
+    elif cfg["decay_lr"] and cfg["max_iters"] < decay_iters:
+        log(f"note: the run stops at max_iters={cfg['max_iters']}, before the learning rate has decayed to min_lr "
+            f"(at lr_decay_iters={decay_iters}); at the end it is {get_lr(cfg['max_iters'], cfg, decay_iters):.2e}")
+    return decay_iters
 
 
 def rng_state(train_gen, device_type):

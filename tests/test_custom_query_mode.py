@@ -22,11 +22,15 @@ from test_train import data_dir  # noqa: F401  (a fixture used by test_train.tes
 MODE = "lowrank"
 
 
-def readme_example():
-    """The python block of the README's 'Add your own query mode' section."""
+def readme_blocks():
+    """The python blocks of the README's 'Add your own query mode' section: the class, then the study file."""
     text = (ROOT / "README.md").read_text()
     section = text.split("## Add your own query mode", 1)[1].split("\n## ", 1)[0]
-    return re.search(r"```python\n(.*?)```", section, re.S).group(1)
+    return re.findall(r"```python\n(.*?)```", section, re.S)
+
+
+def readme_example():
+    return readme_blocks()[0]
 
 
 @pytest.fixture(autouse=True)
@@ -93,3 +97,20 @@ def test_kv_cache_gives_the_same_tokens():
     """The mode needs no cache of its own: generate gives the same tokens with and without the KV cache."""
     test_kv_cache.test_cached_forward_equals_full_forward(MODE, qk_norm=False, flash=True)
     test_kv_cache.test_greedy_same_tokens_with_and_without_cache(MODE, qk_norm=True, flash=False)
+
+
+def test_the_readme_study_file_runs_the_fair_study(tmp_path):
+    """The README's studies/lowrank_cpu.py loads, shares the CPU study's runs for linear and nonlinear, and its
+    sweep starts with the same learning-rate search for every arm."""
+    import sweep
+    study_text = readme_blocks()[1]
+    assert study_text.startswith("# studies/lowrank_cpu.py\n")
+    path = tmp_path / "lowrank_cpu.py"
+    path.write_text(study_text)
+    study = sweep.load_study(str(path))
+    cpu = sweep.load_study(str(ROOT / "studies" / "enwiki_cpu.py"))
+    assert study["runs_dir"] == cpu["runs_dir"] and list(study["arms"]) == ["linear", "nonlinear", MODE]
+    assert study["grids"][MODE] == cpu["grids"]["linear"] and study["seeds"] == cpu["seeds"]
+    for arm in ("linear", "nonlinear"):  # the same experiments as the CPU study's: the same run folders
+        assert sweep.run_args(study, arm, 8e-3, 2001) == sweep.run_args(cpu, arm, 8e-3, 2001)
+    assert sweep.final_seeds(study, MODE) == cpu["seeds"]

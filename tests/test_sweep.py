@@ -206,6 +206,7 @@ def test_edited_study_does_not_reuse_old_runs(study_file, tmp_path):
     (("seeds = [2]", "seeds = [1, 2]"), r"seeds \[1\] are both selection and final seeds"),
     (("selection_seeds = [1]\n", ""), "does not set selection_seeds"),
     (("max_extensions = 0", "out_root = 'x'"), "sets unknown keys \\['out_root'\\]"),
+    (("max_extensions = 0", "seeds_per_arm = {'identity': 1}"), "seeds_per_arm names \\['identity'\\], which are not"),
     (("query_mode='nonlinear'", "query_mode='nonlinaer'"), "unknown query_mode 'nonlinaer'"),
 ])
 def test_bad_study_values(study_file, tmp_path, edit, message):
