@@ -37,7 +37,8 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from common import (autocast, check_fsdp_support, end_distributed, get_batch, load_meta, model_config,
-                    parse_config, resolve_device, setup_distributed, shard_model, use_compile, window_starts)
+                    open_split, parse_config, resolve_device, setup_distributed, shard_model, use_compile,
+                    window_starts)
 from model import GPT, QUERY_MODES
 
 BENCH_DEFAULTS = dict(query_modes="linear,identity,nonlinear", warmup=10, steps=50, rounds=5, data="synthetic",
@@ -82,10 +83,11 @@ def batch_source(cfg, opts, vocab_size, device):
             ids = torch.randint(vocab_size, (B, T + 1), generator=gen)
             return ids[:, :-1].to(device), ids[:, 1:].to(device)
         return synthetic
-    path = os.path.join(cfg["data_dir"], cfg["dataset"], "train.bin")
-    dtype = load_meta(os.path.dirname(path))["dtype"]
-    n = len(np.memmap(path, dtype=dtype, mode="r"))
-    return lambda: get_batch(path, dtype, window_starts(n, T, (B,), gen), T, device)
+    data_dir = os.path.join(cfg["data_dir"], cfg["dataset"])
+    meta = load_meta(data_dir)
+    n, path = len(open_split(data_dir, "train", meta["dtype"], T)), os.path.join(data_dir, "train.bin")
+    return lambda: get_batch(path, meta["dtype"], window_starts(n, T, (B,), gen), T, device,
+                             meta["vocab_size"])
 
 
 def data_vocab_size(cfg):

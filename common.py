@@ -275,8 +275,18 @@ def shard_model(model, device_type, ptdtype):
 
 # --------------------------------------------------------------------------------------------------- data
 def open_split(data_dir, split, dtype, block_size):
-    """A read-only np.memmap of <split>.bin; ValueError if it holds fewer than block_size + 1 tokens."""
+    """A read-only np.memmap of <split>.bin; FileNotFoundError if it is missing, ValueError if it is not a
+    whole number of dtype ids (cut short) or holds fewer than block_size + 1 tokens."""
     path = os.path.join(data_dir, f"{split}.bin")
+    fix = "prepare the dataset again (python prepare_data.py DATASET --overwrite)"
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"{path} is missing (or not a file); {fix}")
+    size, itemsize = os.path.getsize(path), np.dtype(dtype).itemsize
+    if size % itemsize:
+        raise ValueError(f"{path} is {size} bytes, not a whole number of {dtype} token ids ({itemsize} bytes "
+                         f"each): it was cut short or does not match meta.json's dtype; {fix}")
+    if size == 0:
+        raise ValueError(f"{path} is empty; {fix}")
     data = np.memmap(path, dtype=dtype, mode="r")
     if len(data) < block_size + 1:
         raise ValueError(f"{path} holds {len(data)} tokens, fewer than block_size + 1 = {block_size + 1}; "
@@ -295,11 +305,16 @@ def eval_windows(n_tokens, block_size, batch_size, eval_iters, seed):
     return window_starts(n_tokens, block_size, (eval_iters, batch_size), torch.Generator().manual_seed(seed))
 
 
-def get_batch(data_path, dtype, starts, block_size, device):
+def get_batch(data_path, dtype, starts, block_size, device, vocab_size=None):
     """Windows at the given offsets (B,) -> x, y (B, block_size) int64 on device; y is x shifted by one.
-    The memmap is re-opened per batch so pages do not pile up in the process's memory."""
+    The memmap is re-opened per batch so pages do not pile up in the process's memory. ValueError if an id
+    is >= vocab_size (when given: meta.json's): the bin does not belong to its meta.json."""
     data = np.memmap(data_path, dtype=dtype, mode="r")
     windows = np.stack([data[i:i + block_size + 1] for i in starts.tolist()]).astype(np.int64)  # (B, T + 1)
+    if vocab_size is not None and windows.max() >= vocab_size:
+        raise ValueError(f"{data_path} holds token id {windows.max()}, but meta.json's vocab_size is "
+                         f"{vocab_size}: the bin and meta.json do not belong together; prepare the dataset "
+                         f"again (python prepare_data.py DATASET --overwrite)")
     x, y = torch.from_numpy(windows[:, :-1].copy()), torch.from_numpy(windows[:, 1:].copy())
     if device.startswith("cuda"):
         return x.pin_memory().to(device, non_blocking=True), y.pin_memory().to(device, non_blocking=True)
@@ -325,10 +340,11 @@ def my_share(n, rank, world_size):
 
 
 @torch.no_grad()
-def estimate_loss(model, splits, ctx, rank=0, world_size=1, device="cpu"):
+def estimate_loss(model, splits, ctx, rank=0, world_size=1, device="cpu", vocab_size=None):
     """Mean cross-entropy (nats/token) per split over its fixed eval windows, sharded over ranks.
 
-    splits: {name: (bin path, dtype, windows (eval_iters, batch_size), block_size)}. Returns {name: float};
+    splits: {name: (bin path, dtype, windows (eval_iters, batch_size), block_size)}; vocab_size: see
+    get_batch. Returns {name: float};
     a diverged model gives nan or inf, never an error. The model's train/eval mode is restored. Every rank
     runs the same number of forward passes (see my_share), as FSDP's collective forward needs.
     """
@@ -338,7 +354,7 @@ def estimate_loss(model, splits, ctx, rank=0, world_size=1, device="cpu"):
     for split, (path, dtype, windows, block_size) in splits.items():
         total = torch.zeros(2, device=device)  # loss sum, batch count
         for k, counts in my_share(len(windows), rank, world_size):
-            x, y = get_batch(path, dtype, windows[k], block_size, device)
+            x, y = get_batch(path, dtype, windows[k], block_size, device, vocab_size)
             with ctx:
                 _, loss = model(x, y)
             if counts:
@@ -364,12 +380,13 @@ def full_split_windows(n_tokens, block_size, batch_size):
 
 
 @torch.no_grad()
-def full_split_loss(model, ctx, path, dtype, block_size, batch_size, device, rank=0, world_size=1, on_batch=None):
+def full_split_loss(model, ctx, path, dtype, block_size, batch_size, device, rank=0, world_size=1,
+                    on_batch=None, vocab_size=None):
     """Summed cross-entropy over every target of a split once -> (total nats, tokens, windows).
 
     Batches are sharded over ranks (see my_share) and the sums all-reduced. on_batch(y) is called with each
-    batch's targets (B, T) on the CPU (eval.py counts bytes with it). The model's train/eval mode is
-    restored.
+    batch's targets (B, T) on the CPU (eval.py counts bytes with it). vocab_size: see get_batch. The model's
+    train/eval mode is restored.
     """
     was_training = model.training
     model.eval()
@@ -378,7 +395,7 @@ def full_split_loss(model, ctx, path, dtype, block_size, batch_size, device, ran
     total = torch.zeros(2, dtype=torch.float64, device=device)  # nats, tokens
     for k, counts in my_share(len(batches), rank, world_size):
         starts, length = batches[k]
-        x, y = get_batch(path, dtype, starts, length, device)
+        x, y = get_batch(path, dtype, starts, length, device, vocab_size)
         with ctx:
             _, loss = model(x, y)
         if not counts:

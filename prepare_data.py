@@ -362,13 +362,26 @@ def base_meta(name, source, tokenizer, vocab_size, **extra):
 
 
 def load_meta(dataset_dir):
-    """meta.json of a prepared dataset as a dict; FileNotFoundError saying how to create it."""
+    """meta.json of a prepared dataset as a dict; FileNotFoundError saying how to create it, ValueError if it
+    is not JSON or lacks a positive int vocab_size and a dtype (uint16 or uint32) that holds every id."""
     path = Path(dataset_dir) / "meta.json"
     if not path.is_file():
         raise FileNotFoundError(f"{path} not found: {dataset_dir} is not a prepared dataset "
                                 "(or its preparation was interrupted); "
                                 "run python prepare_data.py DATASET [--overwrite]")
-    return json.loads(path.read_text())
+    fix = "prepare the dataset again (python prepare_data.py DATASET --overwrite)"
+    try:
+        meta = json.loads(path.read_text(encoding="utf-8"))
+    except ValueError as e:  # JSONDecodeError, UnicodeDecodeError
+        raise ValueError(f"{path} is damaged, not JSON ({e}); {fix}") from None
+    vocab, dtype = (meta.get("vocab_size"), meta.get("dtype")) if isinstance(meta, dict) else (None, None)
+    if type(vocab) is not int or vocab < 1 or dtype not in ("uint16", "uint32"):
+        raise ValueError(f"{path} needs a positive int vocab_size and a dtype uint16 or uint32, got "
+                         f"vocab_size={vocab!r}, dtype={dtype!r}; {fix}")
+    if vocab > np.iinfo(dtype).max + 1:
+        raise ValueError(f"{path}: vocab_size {vocab} does not fit dtype {dtype} (ids up to "
+                         f"{np.iinfo(dtype).max}); {fix}")
+    return meta
 
 
 # ---------------------------------------------------------------- the two pipelines

@@ -317,10 +317,10 @@ def train(cfg):
     t0 = time.time()
     while True:
         if (iter_num % cfg["eval_interval"] == 0 or iter_num == cfg["max_iters"]) and iter_num != resumed_at:
-            losses = estimate_loss(model, splits, ctx, rank, world_size, device)
+            losses = estimate_loss(model, splits, ctx, rank, world_size, device, meta["vocab_size"])
             if cfg["eval_full_at_end"] and iter_num == cfg["max_iters"]:  # every val token once: the final figure
                 nats, n, _ = full_split_loss(raw_model, ctx, bins["val"], meta["dtype"], T, 4 * B, device, rank,
-                                             world_size)
+                                             world_size, vocab_size=meta["vocab_size"])
                 losses["val_full"] = nats / n
             dt = time_timed / steps_timed if steps_timed else None
             row = dict(iter=iter_num, tokens=iter_num * tokens_per_iter, lr=get_lr(max(iter_num - 1, 0), cfg,
@@ -365,7 +365,8 @@ def train(cfg):
         starts = window_starts(n_tokens["train"], T, (accum, B), train_gen)[rank * local_accum:(rank + 1) * local_accum]
         loss_sum = torch.zeros((), device=device)
         for micro in range(local_accum):
-            x, y = get_batch(bins["train"], meta["dtype"], starts[micro], T, device)  # (B, T) each
+            x, y = get_batch(bins["train"], meta["dtype"], starts[micro], T, device,  # (B, T) each
+                             meta["vocab_size"])
             sync = world_size == 1 or micro == local_accum - 1  # reduce gradients on the last micro-step only
             with gradient_sync(model, raw_model, sync), ctx:
                 _, loss = model(x, y)

@@ -1,0 +1,83 @@
+"""Bad input gets a clear error naming the problem and the fix, and writes nothing: damaged datasets,
+checkpoints and logs, odd study files, wrong arguments, interruptions."""
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import common
+import train
+from conftest import ROOT
+
+PATTERN = np.random.default_rng(0).integers(0, 64, 97)
+
+
+def make_dataset(root, name="tiny", vocab_size=64, dtype="uint16", **meta):
+    """A tiny prepared dataset root/name (a repeating pattern of ids < 64); returns its folder."""
+    folder = root / name
+    folder.mkdir(parents=True)
+    np.tile(PATTERN, 60).astype(dtype).tofile(folder / "train.bin")
+    np.tile(PATTERN, 8).astype(dtype).tofile(folder / "val.bin")
+    (folder / "meta.json").write_text(json.dumps(dict(vocab_size=vocab_size, dtype=dtype, tokenizer="char",
+                                                      chars=[chr(48 + i) for i in range(64)], **meta)))
+    return folder
+
+
+def tiny_cfg(data_dir, out_dir, **kw):
+    return {**common.DEFAULTS, "data_dir": str(data_dir), "dataset": "tiny", "out_dir": str(out_dir),
+            "n_layer": 1, "n_head": 2, "n_embd": 16, "block_size": 8, "batch_size": 2,
+            "gradient_accumulation_steps": 1, "max_iters": 2, "eval_interval": 2, "eval_iters": 1,
+            "warmup_iters": 1, "device": "cpu", "compile": False, **kw}
+
+
+def run_script(*args):
+    """Run one of the scripts as a user would -> (exit status, stderr)."""
+    result = subprocess.run([sys.executable, *map(str, args)], capture_output=True, text=True, cwd=ROOT)
+    return result.returncode, result.stderr
+
+
+# ------------------------------------------------------------------------------------- damaged datasets
+def write_meta(folder, text):
+    (folder / "meta.json").write_text(text)
+
+
+DAMAGED = {
+    "meta.json cut short": (lambda d: write_meta(d, '{"vocab_size": 64, "dty'),
+                            r"meta.json is damaged, not JSON .*prepare the dataset again"),
+    "meta.json without dtype": (lambda d: write_meta(d, '{"vocab_size": 64}'),
+                                r"needs a positive int vocab_size and a dtype uint16 or uint32, got "
+                                r"vocab_size=64, dtype=None"),
+    "meta.json a list": (lambda d: write_meta(d, "[1, 2]"), r"needs a positive int vocab_size"),
+    "vocab_size a string": (lambda d: write_meta(d, '{"vocab_size": "64", "dtype": "uint16"}'),
+                            r"vocab_size='64'"),
+    "uint16 with 70000 ids": (lambda d: write_meta(d, '{"vocab_size": 70000, "dtype": "uint16"}'),
+                              r"vocab_size 70000 does not fit dtype uint16"),
+    "train.bin of odd length": (lambda d: (d / "train.bin").write_bytes((d / "train.bin").read_bytes()[:-1]),
+                                r"train.bin is 11639 bytes, not a whole number of uint16 token ids"),
+    "val.bin empty": (lambda d: (d / "val.bin").write_bytes(b""), r"val.bin is empty; prepare the dataset"),
+    "val.bin a folder": (lambda d: ((d / "val.bin").unlink(), (d / "val.bin").mkdir()),
+                         r"val.bin is missing \(or not a file\); prepare the dataset again"),
+    "ids beyond the vocabulary": (lambda d: np.full(2000, 100, np.uint16).tofile(d / "train.bin"),
+                                  r"train.bin holds token id 100, but meta.json's vocab_size is 64: the bin and "
+                                  r"meta.json do not belong together"),
+}
+
+
+@pytest.mark.parametrize("case", DAMAGED)
+def test_a_damaged_dataset_is_named_before_anything_is_written(case, tmp_path):
+    damage, message = DAMAGED[case]
+    damage(make_dataset(tmp_path / "data"))
+    with pytest.raises((ValueError, FileNotFoundError), match=message):
+        train.train(tiny_cfg(tmp_path / "data", tmp_path / "out"))
+    assert not (tmp_path / "out" / "ckpt.pt").exists()
+
+
+def test_a_damaged_dataset_on_the_command_line_is_one_line_not_a_traceback(tmp_path):
+    write_meta(make_dataset(tmp_path / "data"), "{")
+    for script in ("train.py", "bench.py"):
+        code, err = run_script(script, f"--data_dir={tmp_path / 'data'}", "--dataset=tiny", "--device=cpu",
+                               *(["--data=real"] if script == "bench.py" else []))
+        assert code == 1 and "meta.json is damaged" in err and "Traceback" not in err, err
