@@ -17,6 +17,7 @@ import dataclasses
 import json
 import math
 import os
+import re
 import typing
 from contextlib import nullcontext
 
@@ -70,7 +71,7 @@ def _optional_types():
 OPTIONAL_TYPES = _optional_types()
 CHOICES = dict(init_from=("scratch", "resume"), lr_schedule=("cosine", "linear"))
 POSITIVE = ("batch_size", "block_size", "gradient_accumulation_steps", "eval_iters", "eval_interval",
-            "log_interval", "learning_rate", "lr_decay_iters", "max_nonfinite_steps")
+            "log_interval", "learning_rate", "lr_decay_iters", "max_nonfinite_steps", "vocab_size")
 NON_NEGATIVE = ("max_iters", "warmup_iters", "min_lr", "weight_decay", "grad_clip", "beta1", "beta2")
 
 
@@ -183,12 +184,15 @@ def resolve_device(cfg, local_rank=0, world_size=1):
     device = cfg["device"]
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "mps" if torch.backends.mps.is_available() else "cpu"
-    if device.split(":")[0] not in ("cpu", "cuda", "mps"):
+    if not re.fullmatch(r"(cpu|cuda|mps)(:\d+)?", device):
         raise ValueError(f"device={device!r}; use auto, cpu, cuda, cuda:N or mps")
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise ValueError(f"device={device} but CUDA is not available here; use --device=cpu (or auto)")
-    if device == "mps" and not torch.backends.mps.is_available():
-        raise ValueError("device=mps but MPS is not available here; use --device=cpu (or auto)")
+    if device.startswith("cuda:") and int(device[5:]) >= torch.cuda.device_count():
+        raise ValueError(f"device={device} but this machine has {torch.cuda.device_count()} GPU(s), "
+                         f"cuda:0 to cuda:{torch.cuda.device_count() - 1}")
+    if device.startswith("mps") and not torch.backends.mps.is_available():
+        raise ValueError(f"device={device} but MPS is not available here; use --device=cpu (or auto)")
     if device == "cuda" and world_size > 1:
         device = f"cuda:{local_rank}"
     device_type = device.split(":")[0]
@@ -465,18 +469,29 @@ def model_from_checkpoint(ckpt, path):
 
 
 def save_checkpoint(path, state):
-    """torch.save to a temp file, then rename: an interrupted save never leaves a broken ckpt.pt."""
+    """torch.save to a temp file, then rename: an interrupted save never leaves a broken ckpt.pt, nor its
+    temp file."""
     tmp = path + ".tmp"
-    torch.save(state, tmp)
-    os.replace(tmp, path)
+    try:
+        torch.save(state, tmp)
+        os.replace(tmp, path)
+    except BaseException:  # KeyboardInterrupt included
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise
 
 
 def atomic_write_text(path, text):
     """Write a small text file (config.json, a metrics log) via a temp file and a rename."""
     tmp = path + ".tmp"
-    with open(tmp, "w") as f:
-        f.write(text)
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise
 
 
 def read_metrics(out_dir):

@@ -21,6 +21,7 @@ import json
 import math
 import os
 import sys
+import tempfile
 import time
 import warnings
 from contextlib import nullcontext
@@ -68,11 +69,19 @@ def get_lr(it, cfg, decay_iters=None):
 def checkpoint_to_resume(cfg, model_cfg, ckpt_path):
     """The checkpoint to resume from, or None for init_from=scratch.
 
-    ValueError if out_dir is a file, a scratch run would overwrite a checkpoint, or a resumed run asks for
+    ValueError if out_dir is a file or cannot be written, a scratch run would overwrite a checkpoint, or a
+    resumed run asks for
     other model settings, another dataset or another lr_schedule than its checkpoint's.
     """
     if os.path.exists(cfg["out_dir"]) and not os.path.isdir(cfg["out_dir"]):
         raise ValueError(f"out_dir {cfg['out_dir']} is a file; choose a folder")
+    try:  # a folder that cannot be made or written fails now, not at the first checkpoint
+        os.makedirs(cfg["out_dir"], exist_ok=True)
+        with tempfile.TemporaryFile(dir=cfg["out_dir"]):
+            pass
+    except OSError as e:
+        raise ValueError(f"cannot write to out_dir {cfg['out_dir']} ({e.strerror or e}); choose a writable "
+                         f"folder") from e
     if cfg["init_from"] == "scratch":
         if os.path.exists(ckpt_path):  # never overwrite a trained model by accident
             raise ValueError(f"{ckpt_path} exists; continue it with --init_from=resume, or pick a new out_dir "
@@ -233,6 +242,12 @@ def train(cfg):
     and TrainingDiverged when the loss goes NaN/inf (after logging it; the last finite checkpoint is kept).
     """
     validate(cfg)
+    if cfg["wandb_log"]:
+        try:  # now, not after the run has started
+            import wandb  # noqa: F401
+        except ImportError:
+            raise ValueError("wandb_log=True but the wandb package is not installed: pip install wandb, or "
+                             "drop --wandb_log") from None
     # -- processes and devices -------------------------------------------------------------------------------
     rank, local_rank, world_size = setup_distributed(cfg)
     master = rank == 0
@@ -426,5 +441,8 @@ if __name__ == "__main__":
         print(f"error: {e}", file=sys.stderr)
         sys.exit(EXIT_DIVERGED)
     except KeyboardInterrupt:
-        sys.exit(f"interrupted; the last checkpoint in {config['out_dir']} is intact: continue with "
-                 f"--init_from=resume")
+        if os.path.exists(os.path.join(config["out_dir"], "ckpt.pt")):
+            sys.exit(f"interrupted; the last checkpoint in {config['out_dir']} is intact: continue with "
+                     f"--init_from=resume")
+        sys.exit("interrupted before the first checkpoint: there is nothing to resume; run the same command "
+                 "again to start over")

@@ -81,3 +81,63 @@ def test_a_damaged_dataset_on_the_command_line_is_one_line_not_a_traceback(tmp_p
         code, err = run_script(script, f"--data_dir={tmp_path / 'data'}", "--dataset=tiny", "--device=cpu",
                                *(["--data=real"] if script == "bench.py" else []))
         assert code == 1 and "meta.json is damaged" in err and "Traceback" not in err, err
+
+
+# ------------------------------------------------------------------------------------------- settings
+@pytest.mark.parametrize("override,message", [
+    ("--vocab_size=0", r"'vocab_size' = 0 must be > 0"),  # was taken as None: sized from the data
+    ("--device=mps:0", r"device=mps:0 but MPS is not available here; use --device=cpu"),  # was a traceback
+    ("--device=cuda0", r"device='cuda0'; use auto, cpu, cuda, cuda:N or mps"),
+])
+def test_settings_that_used_to_pass_or_crash(override, message):
+    with pytest.raises(ValueError, match=message):
+        cfg = common.parse_config([override])
+        common.resolve_device(cfg)
+
+
+def test_a_cuda_index_beyond_the_gpus_is_named(monkeypatch):
+    monkeypatch.setattr(common.torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(common.torch.cuda, "device_count", lambda: 2)
+    with pytest.raises(ValueError, match=r"device=cuda:2 but this machine has 2 GPU\(s\), cuda:0 to cuda:1"):
+        common.resolve_device({"device": "cuda:2", "dtype": "float32"})
+
+
+def test_wandb_missing_and_an_unwritable_out_dir_fail_before_anything_is_written(tmp_path, monkeypatch):
+    make_dataset(tmp_path / "data")
+    monkeypatch.setitem(sys.modules, "wandb", None)  # import wandb -> ImportError, as when not installed
+    with pytest.raises(ValueError, match=r"wandb_log=True but the wandb package is not installed: pip install "
+                                         r"wandb, or drop --wandb_log"):
+        train.train(tiny_cfg(tmp_path / "data", tmp_path / "out", wandb_log=True))
+    assert not (tmp_path / "out").exists()
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(ValueError, match=r"cannot write to out_dir .*file.sub \(Not a directory\); choose a "
+                                         r"writable folder"):
+        train.train(tiny_cfg(tmp_path / "data", tmp_path / "file" / "sub"))
+
+
+def test_an_interrupted_save_leaves_the_old_checkpoint_and_no_temp_file(tmp_path, monkeypatch):
+    path = str(tmp_path / "ckpt.pt")
+    common.save_checkpoint(path, {"iter_num": 1})
+
+    def save_half_then_interrupt(obj, f):
+        open(f, "wb").write(b"half a checkpoint")
+        raise KeyboardInterrupt
+    monkeypatch.setattr(common.torch, "save", save_half_then_interrupt)
+    with pytest.raises(KeyboardInterrupt):
+        common.save_checkpoint(path, {"iter_num": 2})
+    assert os.listdir(tmp_path) == ["ckpt.pt"] and common.torch.load(path)["iter_num"] == 1
+
+
+def test_ctrl_c_before_the_first_checkpoint_says_to_start_again(tmp_path):
+    make_dataset(tmp_path / "data")
+    proc = subprocess.Popen([sys.executable, "train.py", f"--data_dir={tmp_path / 'data'}", "--dataset=tiny",
+                             f"--out_dir={tmp_path / 'out'}", "--device=cpu", "--n_layer=1", "--n_head=2",
+                             "--n_embd=16", "--block_size=8", "--batch_size=2", "--eval_iters=10000000"],
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    for line in proc.stdout:  # the first eval (ten million batches) has begun
+        if line.startswith("tokens per iteration"):
+            break
+    proc.send_signal(subprocess.signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 1 and "Traceback" not in err
+    assert "interrupted before the first checkpoint: there is nothing to resume; run the same command" in err
