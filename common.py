@@ -10,7 +10,8 @@ them alike. Everything else lives in the script that uses it.
     processes    setup_distributed (torchrun), end_distributed, check_fsdp_support, shard_model (FSDP2)
     data         load_meta, open_split, window_starts, eval_windows, get_batch
     losses       estimate_loss (fixed windows), full_split_loss (every token once), safe_exp
-    checkpoints  load_checkpoint, model_from_checkpoint, save_checkpoint, atomic_write_text, read_metrics
+    checkpoints  load_checkpoint, check_same_dataset, model_from_checkpoint, save_checkpoint,
+                 atomic_write_text, read_metrics
 """
 import ast
 import dataclasses
@@ -460,11 +461,35 @@ def check_finite_weights(ckpt, path):
                          f"{path}, e.g. {bad[0]}; retrain with a lower learning_rate, or use an earlier checkpoint")
 
 
+def check_same_dataset(trained, meta, data):
+    """ValueError if the dataset's meta.json differs from the one at training time
+    (tokenizer, vocab, hashes)."""
+    diffs = [f"{key}: {trained.get(key)!r} at training, {meta.get(key)!r} now"
+             for key in ("tokenizer", "vocab_size") if trained.get(key) != meta.get(key)]
+    old, new = trained.get("sha256") or {}, meta.get("sha256") or {}
+    diffs += [f"sha256 of {f} differs" for f in sorted(old.keys() | new.keys()) if old.get(f) != new.get(f)]
+    if diffs:
+        raise ValueError(f"dataset {data} is not the data this checkpoint was trained on "
+                         f"({'; '.join(diffs)}): the data changed since training; "
+                         "pass --data_dir pointing to the data it was trained on "
+                         "(or re-prepare it identically)")
+
+
+def damaged_checkpoint(path, error):
+    """The ValueError for a checkpoint whose weights or optimizer state do not fit its own settings."""
+    return ValueError(f"{path} does not fit the model of its own settings ({' '.join(str(error).split())}): "
+                      f"it is damaged or was edited; restore a copy, or start a new out_dir")
+
+
 def model_from_checkpoint(ckpt, path):
-    """The GPT of a loaded checkpoint (on the CPU, eval mode). ValueError if its weights are not finite."""
+    """The GPT of a loaded checkpoint (on the CPU, eval mode). ValueError if its weights are not finite or do
+    not fit its model_args."""
     check_finite_weights(ckpt, path)
     model = GPT(GPTConfig(**ckpt["model_args"]))
-    model.load_state_dict(ckpt["model"])  # train.py saves the unwrapped model: no _orig_mod./module. prefixes
+    try:  # train.py saves the unwrapped model: no _orig_mod./module. prefixes
+        model.load_state_dict(ckpt["model"])
+    except RuntimeError as e:
+        raise damaged_checkpoint(path, e) from e
     return model.eval()
 
 

@@ -15,7 +15,8 @@ import sys
 
 import torch
 
-from common import load_checkpoint as read_checkpoint, model_from_checkpoint, resolve_device
+from common import (check_same_dataset, load_checkpoint as read_checkpoint, model_from_checkpoint,
+                    resolve_device)
 from prepare_data import DataError, get_codec, load_meta, read_text
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -36,20 +37,6 @@ def dataset_dir(cfg, data_dir=None):
                             f"{', '.join(os.path.join(r, cfg['dataset']) for r in roots)}); "
                             f"pass --data_dir DIR with DIR/{cfg['dataset']}/meta.json, "
                             f"or prepare it with prepare_data.py")
-
-
-def check_same_dataset(trained, meta, data):
-    """ValueError if the dataset's meta.json differs from the one at training time
-    (tokenizer, vocab, hashes)."""
-    diffs = [f"{key}: {trained.get(key)!r} at training, {meta.get(key)!r} now"
-             for key in ("tokenizer", "vocab_size") if trained.get(key) != meta.get(key)]
-    old, new = trained.get("sha256") or {}, meta.get("sha256") or {}
-    diffs += [f"sha256 of {f} differs" for f in sorted(old.keys() | new.keys()) if old.get(f) != new.get(f)]
-    if diffs:
-        raise ValueError(f"dataset {data} is not the data this checkpoint was trained on "
-                         f"({'; '.join(diffs)}): the data changed since training; "
-                         "pass --data_dir pointing to the data it was trained on "
-                         "(or re-prepare it identically)")
 
 
 def load_checkpoint(out_dir, device="cpu", data_dir=None):

@@ -36,9 +36,10 @@ from torch.distributed.tensor import DTensor
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from common import (DEFAULTS, EXIT_DIVERGED, MODEL_KEYS, atomic_write_text, autocast, check_fsdp_support,
-                    end_distributed, estimate_loss, eval_windows, full_split_loss, get_batch, load_checkpoint,
-                    load_meta, model_config, open_split, parse_config, read_metrics, resolve_device, safe_exp,
-                    save_checkpoint, setup_distributed, shard_model, use_compile, validate, window_starts)
+                    check_same_dataset, damaged_checkpoint, end_distributed, estimate_loss, eval_windows,
+                    full_split_loss, get_batch, load_checkpoint, load_meta, model_config, open_split,
+                    parse_config, read_metrics, resolve_device, safe_exp, save_checkpoint, setup_distributed,
+                    shard_model, use_compile, validate, window_starts)
 from model import GPT
 
 # Settings a resumed run must share with its checkpoint, besides the model's: they define the experiment.
@@ -293,7 +294,12 @@ def train(cfg):
     decay_iters = lr_decay_iters_for(cfg, ckpt, log)
     iter_num, best_val, resumed_at = 0, math.inf, None
     if ckpt is not None:
-        load_full_state_dicts(raw_model, optimizer, ckpt["model"], ckpt["optimizer"])
+        if "dataset_meta" in ckpt:  # older checkpoints lack it
+            check_same_dataset(ckpt["dataset_meta"], meta, data_dir)
+        try:
+            load_full_state_dicts(raw_model, optimizer, ckpt["model"], ckpt["optimizer"])
+        except (RuntimeError, ValueError, KeyError) as e:
+            raise damaged_checkpoint(ckpt_path, e) from e
         scaler.load_state_dict(ckpt["scaler"])
         restore_rng(ckpt["rng"][rank] if rank < len(ckpt["rng"]) else ckpt["rng"][0], train_gen, device_type)
         iter_num, best_val = ckpt["iter_num"], ckpt["best_val_loss"]

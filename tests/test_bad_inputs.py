@@ -141,3 +141,39 @@ def test_ctrl_c_before_the_first_checkpoint_says_to_start_again(tmp_path):
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 1 and "Traceback" not in err
     assert "interrupted before the first checkpoint: there is nothing to resume; run the same command" in err
+
+
+# ---------------------------------------------------------------------------------------------- checkpoints
+@pytest.fixture
+def trained(tmp_path):
+    """A dataset and a 2-step run of it: (data_dir, out_dir)."""
+    make_dataset(tmp_path / "data", sha256={"train.bin": "a" * 64, "val.bin": "b" * 64})
+    train.train(tiny_cfg(tmp_path / "data", tmp_path / "out"))
+    return tmp_path / "data", tmp_path / "out"
+
+
+def test_resume_refuses_a_dataset_whose_contents_changed(trained):
+    data, out = trained
+    meta = json.loads((data / "tiny" / "meta.json").read_text())
+    write_meta(data / "tiny", json.dumps({**meta, "sha256": {**meta["sha256"], "train.bin": "c" * 64}}))
+    before = (out / "ckpt.pt").read_bytes()
+    with pytest.raises(ValueError, match=r"is not the data this checkpoint was trained on \(sha256 of train.bin "
+                                         r"differs\).*pass --data_dir pointing to the data it was trained on"):
+        train.train(tiny_cfg(data, out, init_from="resume", max_iters=4))
+    assert (out / "ckpt.pt").read_bytes() == before
+
+
+def test_weights_that_do_not_fit_their_settings_are_named(trained):
+    import eval as nlq_eval
+    import sample
+    data, out = trained
+    ckpt = common.torch.load(out / "ckpt.pt", weights_only=True)
+    ckpt["model"]["transformer.wpe.weight"] = common.torch.zeros(4, 16)  # block_size is 8
+    common.torch.save(ckpt, out / "ckpt.pt")
+    message = (r"ckpt.pt does not fit the model of its own settings \(Error\(s\) in loading state_dict for GPT: "
+               r"size mismatch for transformer.wpe.weight.*\): it is damaged or was edited; restore a copy")
+    with pytest.raises(ValueError, match=message):
+        train.train(tiny_cfg(data, out, init_from="resume", max_iters=4))
+    for main in (sample.main, nlq_eval.main):
+        with pytest.raises(ValueError, match=message):
+            main(["--out_dir", str(out)])
