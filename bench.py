@@ -36,9 +36,9 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from common import (autocast, check_fsdp_support, end_distributed, get_batch, load_meta, model_config,
-                    open_split, parse_config, resolve_device, setup_distributed, shard_model, use_compile,
-                    window_starts)
+from common import (atomic_write_text, autocast, check_fsdp_support, check_output_file, end_distributed,
+                    get_batch, load_meta, model_config, open_split, parse_config, resolve_device,
+                    setup_distributed, shard_model, use_compile, window_starts)
 from model import GPT, QUERY_MODES
 
 BENCH_DEFAULTS = dict(query_modes="linear,identity,nonlinear", warmup=10, steps=50, rounds=5, data="synthetic",
@@ -69,8 +69,6 @@ def split_args(argv):
         raise ValueError(f"--query_modes={opts['query_modes']} names a mode twice")
     if opts["data"] not in ("synthetic", "real"):
         raise ValueError(f"--data={opts['data']}: use synthetic or real")
-    if opts["json"] and os.path.isdir(opts["json"]):
-        raise ValueError(f"--json={opts['json']} is a folder; give a file path")
     return opts, rest
 
 
@@ -225,15 +223,14 @@ def device_name(device):
 def main(argv):
     opts, rest = split_args(argv)
     cfg = parse_config(rest)
-    if opts["json"]:  # make the folder first: a bad path fails now, not after the benchmark
-        os.makedirs(os.path.dirname(opts["json"]) or ".", exist_ok=True)
+    if opts["json"]:  # a bad path fails now, not after the benchmark
+        check_output_file(opts["json"], "--json")
     rows, device = bench(cfg, opts)
     if int(os.environ.get("RANK", 0)) != 0:  # under torchrun, rank 0 reports
         return
     print(table(rows, device))
     if opts["json"]:
-        with open(opts["json"], "w") as f:
-            json.dump(rows, f, indent=1)
+        atomic_write_text(opts["json"], json.dumps(rows, indent=1))
 
 
 if __name__ == "__main__":

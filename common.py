@@ -11,7 +11,7 @@ them alike. Everything else lives in the script that uses it.
     data         load_meta, open_split, window_starts, eval_windows, get_batch
     losses       estimate_loss (fixed windows), full_split_loss (every token once), safe_exp
     checkpoints  load_checkpoint, check_same_dataset, model_from_checkpoint, save_checkpoint,
-                 atomic_write_text, read_metrics
+                 atomic_write_text, check_output_file, read_metrics
 """
 import ast
 import dataclasses
@@ -19,6 +19,7 @@ import json
 import math
 import os
 import re
+import tempfile
 import typing
 from contextlib import nullcontext
 
@@ -517,6 +518,22 @@ def atomic_write_text(path, text):
         if os.path.exists(tmp):
             os.remove(tmp)
         raise
+
+
+def check_output_file(path, option):
+    """ValueError unless path can be written as a file (its folder is made if missing); called before a long
+    job, so that a bad path cannot lose its result. option: the command-line option, for the message."""
+    if os.path.isdir(path):
+        raise ValueError(f"{option} {path} is a folder; give a file path, "
+                         f"e.g. {os.path.join(path, 'out.json')}")
+    folder = os.path.dirname(os.path.abspath(path))
+    try:
+        os.makedirs(folder, exist_ok=True)
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as e:
+        raise ValueError(f"{option} {path}: cannot create its folder or write in it ({e.strerror or e}); "
+                         f"choose a writable path") from e
 
 
 def read_metrics(out_dir):

@@ -35,8 +35,8 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
-from common import (autocast, estimate_loss, eval_windows, full_split_loss, get_batch, open_split,
-                    resolve_device, safe_exp)
+from common import (atomic_write_text, autocast, check_output_file, estimate_loss, eval_windows,
+                    full_split_loss, get_batch, open_split, resolve_device, safe_exp)
 from prepare_data import GPT2_EOT, get_codec, gpt2_encoding
 from sample import load_checkpoint
 
@@ -127,35 +127,43 @@ def read_hellaswag(path, limit=None):
 
     Returns [(line number, ctx, [4 endings], label 0..3)], blank lines skipped, only the first `limit` if
     given. label may be an int or a string of one ('2', as in the Hugging Face copy). FileNotFoundError (with
-    the download address) if the file is missing; ValueError naming the line for anything malformed, or for
-    a file of no examples.
+    the download address) if the file is missing or a folder; ValueError naming the line for anything
+    malformed (text that is not UTF-8 included), or for a file of no examples.
     """
     if not os.path.isfile(path):
-        raise FileNotFoundError(f"HellaSwag file {path} not found; download hellaswag_val.jsonl from "
+        problem = "is a folder" if os.path.isdir(path) else "not found"
+        raise FileNotFoundError(f"HellaSwag file {path} {problem}; download hellaswag_val.jsonl from "
                                 f"{HELLASWAG_URL} and pass its path to --hellaswag")
+    with open(path, "rb") as f:
+        data = f.read()
+    try:
+        lines = data.decode("utf-8").split("\n")
+    except UnicodeDecodeError as e:
+        n = data.count(b"\n", 0, e.start) + 1
+        raise ValueError(f"{path}:{n}: not UTF-8 text (byte {e.start}); it should be hellaswag_val.jsonl "
+                         f"from {HELLASWAG_URL}") from None
     examples = []
-    with open(path, encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                ex = json.loads(line)
-                ctx, endings, label = ex["ctx"], ex["endings"], ex["label"]
-            except (ValueError, KeyError, TypeError) as e:
-                raise ValueError(f"{path}:{n}: expected a JSON object with fields ctx, endings and label "
-                                 f"({type(e).__name__}: {e})") from None
-            label = int(label) if isinstance(label, str) and label.isdigit() else label
-            if not (isinstance(ctx, str) and ctx.strip()):
-                raise ValueError(f"{path}:{n}: ctx must be a non-empty string, got {ctx!r}")
-            if not (isinstance(endings, list) and len(endings) == 4
-                    and all(isinstance(e, str) for e in endings)):
-                raise ValueError(f"{path}:{n}: endings must be a list of 4 strings, got {endings!r}")
-            if type(label) is not int or not 0 <= label < 4:
-                raise ValueError(f"{path}:{n}: label must be 0, 1, 2 or 3 (the correct ending), "
-                                 f"got {label!r}")
-            examples.append((n, ctx, endings, label))
-            if limit is not None and len(examples) == limit:
-                break
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            ex = json.loads(line)
+            ctx, endings, label = ex["ctx"], ex["endings"], ex["label"]
+        except (ValueError, KeyError, TypeError) as e:
+            raise ValueError(f"{path}:{n}: expected a JSON object with fields ctx, endings and label "
+                             f"({type(e).__name__}: {e})") from None
+        label = int(label) if isinstance(label, str) and label.isdigit() else label
+        if not (isinstance(ctx, str) and ctx.strip()):
+            raise ValueError(f"{path}:{n}: ctx must be a non-empty string, got {ctx!r}")
+        if not (isinstance(endings, list) and len(endings) == 4
+                and all(isinstance(e, str) for e in endings)):
+            raise ValueError(f"{path}:{n}: endings must be a list of 4 strings, got {endings!r}")
+        if type(label) is not int or not 0 <= label < 4:
+            raise ValueError(f"{path}:{n}: label must be 0, 1, 2 or 3 (the correct ending), "
+                             f"got {label!r}")
+        examples.append((n, ctx, endings, label))
+        if limit is not None and len(examples) == limit:
+            break
     if not examples:
         raise ValueError(f"{path} holds no examples; it should be hellaswag_val.jsonl from {HELLASWAG_URL}")
     return examples
@@ -268,13 +276,10 @@ def main(argv=None):
     if args.hellaswag and (args.full or args.split != "val"):
         p.error("--hellaswag scores HellaSwag instead of the loss: leave out --full and --split")
     if args.json:  # before the evaluation, so a bad path cannot lose its result
-        if os.path.isdir(args.json):
-            p.error(f"--json {args.json} is a folder; give a file path, "
-                    f"e.g. {os.path.join(args.json, 'eval.json')}")
         try:
-            os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
-        except OSError as e:
-            p.error(f"--json {args.json}: cannot create its folder ({e.strerror or e})")
+            check_output_file(args.json, "--json")
+        except ValueError as e:
+            p.error(str(e))
     if args.hellaswag:
         r = hellaswag(args.out_dir, args.hellaswag, args.device, args.dtype, args.batch_size or 8,
                       args.data_dir, args.bpe_dir, args.limit)
@@ -284,8 +289,7 @@ def main(argv=None):
                      args.data_dir, args.bpe_dir)
         print(table(r))
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(r, f, indent=2)
+        atomic_write_text(args.json, json.dumps(r, indent=2))
     return r
 
 

@@ -177,3 +177,28 @@ def test_weights_that_do_not_fit_their_settings_are_named(trained):
     for main in (sample.main, nlq_eval.main):
         with pytest.raises(ValueError, match=message):
             main(["--out_dir", str(out)])
+
+
+# ------------------------------------------------------------------------------------------ eval, bench
+def test_an_unwritable_json_path_fails_before_the_work(trained, capsys, monkeypatch):
+    import bench
+    import eval as nlq_eval
+    _, out = trained
+    monkeypatch.setattr(nlq_eval, "evaluate", lambda *a: pytest.fail("evaluated before checking --json"))
+    with pytest.raises(SystemExit) as e:  # /proc/x.json: the folder exists, but no file can be made there
+        nlq_eval.main(["--out_dir", str(out), "--json", "/proc/x.json"])
+    assert e.value.code == 2 and "--json /proc/x.json: cannot create its folder or write in it" in \
+        capsys.readouterr().err
+    monkeypatch.setattr(bench, "bench", lambda *a: pytest.fail("benchmarked before checking --json"))
+    with pytest.raises(ValueError, match=r"--json /proc/x.json: cannot create its folder or write in it"):
+        bench.main(["--device=cpu", "--json=/proc/x.json"])
+
+
+def test_a_hellaswag_file_that_is_not_text_or_a_folder_is_named(trained, tmp_path):
+    import eval as nlq_eval
+    _, out = trained
+    (tmp_path / "hs.jsonl").write_bytes(b'{"ctx": "a", "endings": ["a", "b", "c", "d"], "label": 0}\n\xff\xfe')
+    with pytest.raises(ValueError, match=r"hs.jsonl:2: not UTF-8 text \(byte 58\); it should be hellaswag_val"):
+        nlq_eval.main(["--out_dir", str(out), "--hellaswag", str(tmp_path / "hs.jsonl")])
+    with pytest.raises(FileNotFoundError, match=r"HellaSwag file .* is a folder; download hellaswag_val.jsonl"):
+        nlq_eval.main(["--out_dir", str(out), "--hellaswag", str(tmp_path)])
