@@ -8,12 +8,14 @@ the final seeds, which are never the seeds the rate was chosen on (no winner's c
 
 A study file is plain Python that sets:
     name, config          the study's name and a train.py config file
-    overrides             dict of train.py keys for every arm
+    overrides             dict of train.py keys for every arm (not learning_rate, seed, out_dir or min_lr,
+                          which the sweep sets for each run)
     arms                  dict: arm name -> dict of train.py keys (an arm may set min_lr, e.g. 0.0)
     learning_rates        the base grid, e.g. [4e-3, 8e-3, 1.6e-2] (min_lr = lr / 10 unless the arm sets it)
     selection_seeds       seeds the learning rate is chosen on (the mean final loss over them); [] with a
                           single learning rate means: no search, that rate is the chosen one
-    seeds                 final seeds, disjoint from selection_seeds; the statistics use these alone
+    seeds                 final seeds, disjoint from selection_seeds; the statistics use these alone (each
+                          rate and seed appears once in its list)
 and optionally seeds_per_arm (dict arm -> how many of seeds it runs; default all), reference (the arm others are
 compared with; default "linear"), max_extensions (default 2), half_steps (default True), and runs_dir (default
 results/<name>/runs; two studies that name the same runs_dir share the runs of their identical arms).
@@ -41,6 +43,9 @@ from common import DEFAULTS, EXIT_DIVERGED, parse_config, read_config_file, read
 TRAIN_PY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "train.py")
 STUDY_KEYS = ("name", "config", "overrides", "arms", "learning_rates", "selection_seeds", "seeds")
 OPTIONAL_KEYS = dict(seeds_per_arm={}, reference="linear", max_extensions=2, half_steps=True, runs_dir=None)
+# train.py keys the sweep sets for every run, and what sets them instead (an arm may set min_lr)
+PER_RUN = dict(learning_rate="learning_rates", seed="selection_seeds and seeds", out_dir="runs_dir",
+               min_lr="each arm's min_lr (default: lr / 10)")
 
 
 # ------------------------------------------------------------------------------------------- the study file
@@ -57,23 +62,47 @@ def load_study(path):
         raise ValueError(f"study file {path} sets unknown keys {sorted(unknown)}; study keys: "
                          f"{', '.join(STUDY_KEYS + tuple(OPTIONAL_KEYS))}")
     study = {**OPTIONAL_KEYS, **{k: namespace[k] for k in STUDY_KEYS + tuple(OPTIONAL_KEYS) if k in namespace}}
+    plain = lambda name: isinstance(name, str) and name.strip() and os.path.basename(name) == name != ".."
+    first = {"name": (plain(study["name"]), "a plain folder name (a string without /)"),
+             "config": (isinstance(study["config"], str), "the path of a train.py config file"),
+             "runs_dir": (study["runs_dir"] is None or isinstance(study["runs_dir"], str), "a folder path"),
+             "overrides": (isinstance(study["overrides"], dict), "a dict of train.py keys"),
+             "arms": (isinstance(study["arms"], dict) and study["arms"] and all(
+                 plain(a) and isinstance(keys, dict) for a, keys in study["arms"].items()),
+                      "a non-empty dict: arm name (a plain folder name) -> dict of train.py keys")}
+    for key, (ok, want) in first.items():
+        if not ok:
+            raise ValueError(f"study file {path}: {key} must be {want}")
     study["runs_dir"] = study["runs_dir"] or os.path.join("results", study["name"], "runs")
-    ints = lambda xs: isinstance(xs, list) and xs and all(isinstance(x, int) for x in xs)
-    checks = {"arms": (isinstance(study["arms"], dict) and study["arms"], "a non-empty dict"),
-              "learning_rates": (isinstance(study["learning_rates"], list) and study["learning_rates"]
-                                 and all(isinstance(lr, (int, float)) and lr > 0 for lr in study["learning_rates"]),
-                                 "a non-empty list of positive numbers"),
+    if os.path.exists(study["runs_dir"]) and not os.path.isdir(study["runs_dir"]):
+        raise ValueError(f"study file {path}: runs_dir {study['runs_dir']} is a file; choose a folder")
+    number = lambda x: isinstance(x, (int, float)) and not isinstance(x, bool)
+    distinct = lambda xs: isinstance(xs, list) and xs and len(set(xs)) == len(xs)
+    ints = lambda xs: distinct(xs) and all(type(x) is int for x in xs)
+    checks = {"learning_rates": (distinct(study["learning_rates"])
+                                 and all(number(lr) and lr > 0 for lr in study["learning_rates"]),
+                                 "a non-empty list of positive numbers, each once"),
               "selection_seeds": (ints(study["selection_seeds"]) or study["selection_seeds"] == []
                                   and len(study["learning_rates"]) == 1,
-                                  "a non-empty list of ints (empty only with a single learning rate)"),
-              "seeds": (ints(study["seeds"]), "a non-empty list of ints"),
+                                  "a non-empty list of ints, each once (empty only with a single learning "
+                                  "rate)"),
+              "seeds": (ints(study["seeds"]), "a non-empty list of ints, each once"),
               "reference": (study["reference"] in study["arms"], "one of the arms"),
               "seeds_per_arm": (isinstance(study["seeds_per_arm"], dict) and all(
                   a in study["arms"] and isinstance(n, int) and 1 <= n <= len(study["seeds"])
-                  for a, n in study["seeds_per_arm"].items()), f"a dict arm -> 1..{len(study['seeds'])}")}
+                  for a, n in study["seeds_per_arm"].items()), f"a dict arm -> 1..{len(study['seeds'])}"),
+              "max_extensions": (type(study["max_extensions"]) is int and study["max_extensions"] >= 0,
+                                 "an int >= 0"),
+              "half_steps": (isinstance(study["half_steps"], bool), "True or False")}
     for key, (ok, want) in checks.items():
         if not ok:
             raise ValueError(f"study file {path}: {key} must be {want}")
+    arms = [(f"arm {arm}", keys) for arm, keys in study["arms"].items()]
+    for where, keys in [("overrides", study["overrides"]), *arms]:
+        clash = [k for k in PER_RUN if k in keys and not (k == "min_lr" and where != "overrides")]
+        if clash:
+            raise ValueError(f"study file {path}: {where} sets {clash[0]}, which sweep.py sets for every run "
+                             f"(it would be ignored); set it with {PER_RUN[clash[0]]}")
     overlap = set(study["selection_seeds"]) & set(study["seeds"])
     if overlap:
         raise ValueError(f"study file {path}: seeds {sorted(overlap)} are both selection and final seeds; the "
@@ -286,8 +315,9 @@ def main(argv=None):
     parser.add_argument("--print", type=int, metavar="NPROC", dest="nproc",
                         help="print the torchrun commands of the runs due now, with this many processes each")
     args = parser.parse_args(argv)
-    if args.jobs < 1:
-        parser.error("--jobs must be >= 1")
+    for option in ("jobs", "threads", "nproc"):
+        if getattr(args, option) is not None and getattr(args, option) < 1:
+            parser.error(f"--{option.replace('nproc', 'print')} must be >= 1")
     study = load_study(args.study)
     if args.nproc:
         due = due_runs(study)

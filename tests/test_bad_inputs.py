@@ -61,8 +61,8 @@ DAMAGED = {
     "val.bin a folder": (lambda d: ((d / "val.bin").unlink(), (d / "val.bin").mkdir()),
                          r"val.bin is missing \(or not a file\); prepare the dataset again"),
     "ids beyond the vocabulary": (lambda d: np.full(2000, 100, np.uint16).tofile(d / "train.bin"),
-                                  r"train.bin holds token id 100, but meta.json's vocab_size is 64: the bin and "
-                                  r"meta.json do not belong together"),
+                                  r"train.bin holds token id 100, but meta.json's vocab_size is 64: the bin "
+                                  r"and meta.json do not belong together"),
 }
 
 
@@ -105,8 +105,8 @@ def test_a_cuda_index_beyond_the_gpus_is_named(monkeypatch):
 def test_wandb_missing_and_an_unwritable_out_dir_fail_before_anything_is_written(tmp_path, monkeypatch):
     make_dataset(tmp_path / "data")
     monkeypatch.setitem(sys.modules, "wandb", None)  # import wandb -> ImportError, as when not installed
-    with pytest.raises(ValueError, match=r"wandb_log=True but the wandb package is not installed: pip install "
-                                         r"wandb, or drop --wandb_log"):
+    with pytest.raises(ValueError, match=r"wandb_log=True but the wandb package is not installed: pip "
+                                         r"install wandb, or drop --wandb_log"):
         train.train(tiny_cfg(tmp_path / "data", tmp_path / "out", wandb_log=True))
     assert not (tmp_path / "out").exists()
     (tmp_path / "file").write_text("x")
@@ -157,8 +157,8 @@ def test_resume_refuses_a_dataset_whose_contents_changed(trained):
     meta = json.loads((data / "tiny" / "meta.json").read_text())
     write_meta(data / "tiny", json.dumps({**meta, "sha256": {**meta["sha256"], "train.bin": "c" * 64}}))
     before = (out / "ckpt.pt").read_bytes()
-    with pytest.raises(ValueError, match=r"is not the data this checkpoint was trained on \(sha256 of train.bin "
-                                         r"differs\).*pass --data_dir pointing to the data it was trained on"):
+    with pytest.raises(ValueError, match=r"is not the data this checkpoint was trained on \(sha256 of "
+                                         r"train.bin differs\).*pass --data_dir pointing to the data it"):
         train.train(tiny_cfg(data, out, init_from="resume", max_iters=4))
     assert (out / "ckpt.pt").read_bytes() == before
 
@@ -170,8 +170,8 @@ def test_weights_that_do_not_fit_their_settings_are_named(trained):
     ckpt = common.torch.load(out / "ckpt.pt", weights_only=True)
     ckpt["model"]["transformer.wpe.weight"] = common.torch.zeros(4, 16)  # block_size is 8
     common.torch.save(ckpt, out / "ckpt.pt")
-    message = (r"ckpt.pt does not fit the model of its own settings \(Error\(s\) in loading state_dict for GPT: "
-               r"size mismatch for transformer.wpe.weight.*\): it is damaged or was edited; restore a copy")
+    message = (r"ckpt.pt does not fit the model of its own settings \(Error\(s\) in loading state_dict "
+               r"for GPT: size mismatch for transformer.wpe.weight.*\): it is damaged or was edited; restore")
     with pytest.raises(ValueError, match=message):
         train.train(tiny_cfg(data, out, init_from="resume", max_iters=4))
     for main in (sample.main, nlq_eval.main):
@@ -197,8 +197,67 @@ def test_an_unwritable_json_path_fails_before_the_work(trained, capsys, monkeypa
 def test_a_hellaswag_file_that_is_not_text_or_a_folder_is_named(trained, tmp_path):
     import eval as nlq_eval
     _, out = trained
-    (tmp_path / "hs.jsonl").write_bytes(b'{"ctx": "a", "endings": ["a", "b", "c", "d"], "label": 0}\n\xff\xfe')
-    with pytest.raises(ValueError, match=r"hs.jsonl:2: not UTF-8 text \(byte 58\); it should be hellaswag_val"):
+    line = b'{"ctx": "a", "endings": ["a", "b", "c", "d"], "label": 0}\n'
+    (tmp_path / "hs.jsonl").write_bytes(line + b"\xff\xfe")
+    with pytest.raises(ValueError, match=r"hs.jsonl:2: not UTF-8 text \(byte 58\); it should be hellaswag"):
         nlq_eval.main(["--out_dir", str(out), "--hellaswag", str(tmp_path / "hs.jsonl")])
-    with pytest.raises(FileNotFoundError, match=r"HellaSwag file .* is a folder; download hellaswag_val.jsonl"):
+    with pytest.raises(FileNotFoundError, match=r"HellaSwag file .* is a folder; download hellaswag_val"):
         nlq_eval.main(["--out_dir", str(out), "--hellaswag", str(tmp_path)])
+
+
+# ------------------------------------------------------------------------------------------ study files
+STUDY = ("name = 'tiny'\nconfig = 'CONFIG'\noverrides = {}\nruns_dir = 'RUNS'\n"
+         "arms = {'linear': dict(query_mode='linear'), 'nonlinear': dict(query_mode='nonlinear')}\n"
+         "learning_rates = [1e-2, 3e-3]\nselection_seeds = [1]\nseeds = [2, 3]\n")
+
+
+@pytest.fixture
+def study(tmp_path):
+    """A valid study file on a tiny config (nothing is run); returns its path."""
+    make_dataset(tmp_path / "data")
+    (tmp_path / "config.py").write_text(f"data_dir = {str(tmp_path / 'data')!r}\ndataset = 'tiny'\n"
+                                        "n_layer = 1\nn_head = 2\nn_embd = 16\nblock_size = 8\n")
+    path = tmp_path / "study.py"
+    path.write_text(STUDY.replace("CONFIG", str(tmp_path / "config.py"))
+                    .replace("RUNS", str(tmp_path / "runs")))
+    return path
+
+
+@pytest.mark.parametrize("edit,message", [
+    # each of these used to be accepted: duplicated runs in the statistics, a search that repeats a rate,
+    # no bound on the extensions, half steps on for 'no', a setting silently replaced by the sweep's
+    ("seeds = [2, 2]", r"seeds must be a non-empty list of ints, each once"),
+    ("selection_seeds = [1, 1]", r"selection_seeds must be a non-empty list of ints, each once"),
+    ("learning_rates = [1e-2, 1e-2, 3e-3]", r"learning_rates must be a non-empty list of positive numbers, "
+                                            r"each once"),
+    ("seeds = [True]", r"seeds must be a non-empty list of ints"),
+    ("max_extensions = -1", r"max_extensions must be an int >= 0"),
+    ("half_steps = 'no'", r"half_steps must be True or False"),
+    ("overrides = {'learning_rate': 1e-3}", r"overrides sets learning_rate, which sweep.py sets for every "
+                                           r"run \(it would be ignored\); set it with learning_rates"),
+    ("overrides = {'min_lr': 0.0}", r"overrides sets min_lr.*set it with each arm's min_lr"),
+    ("arms = {'linear': dict(seed=5)}", r"arm linear sets seed.*set it with selection_seeds and seeds"),
+    # and these were tracebacks
+    ("arms = {'linear': 5}", r"arms must be a non-empty dict: arm name \(a plain folder name\) -> dict"),
+    ("arms = {'lin/ear': {}, 'linear': {}}", r"arms must be a non-empty dict: arm name \(a plain folder"),
+    ("overrides = 5", r"overrides must be a dict of train.py keys"),
+    ("config = 5", r"config must be the path of a train.py config file"),
+    ("name = 5\nruns_dir = None", r"name must be a plain folder name"),
+    ("runs_dir = 5", r"runs_dir must be a folder path"),
+])
+def test_odd_study_files_are_refused_before_any_run(study, edit, message):
+    import sweep
+    study.write_text(study.read_text() + edit + "\n")
+    with pytest.raises(ValueError, match=message):
+        sweep.load_study(str(study))
+
+
+def test_a_runs_dir_that_is_a_file_and_bad_counts_are_refused(study, capsys):
+    import sweep
+    (study.parent / "runs").write_text("not a folder")
+    with pytest.raises(ValueError, match=r"runs_dir .*runs is a file; choose a folder"):
+        sweep.main([str(study)])
+    for option in ("--print", "--threads"):  # --print 0 used to run the whole sweep, --threads 0 ignored
+        with pytest.raises(SystemExit) as e:
+            sweep.main([str(study), option, "0"])
+        assert e.value.code == 2 and f"{option} must be >= 1" in capsys.readouterr().err
