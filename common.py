@@ -536,9 +536,13 @@ def check_output_file(path, option):
                          f"choose a writable path") from e
 
 
+METRIC_NUMBERS = ("train_loss", "val_loss", "val_loss_full", "ms_per_iter")  # numbers, or null (NaN/inf)
+
+
 def read_metrics(out_dir):
     """The rows of out_dir/metrics.jsonl as dicts; [] for a run not started yet. A last line cut short by a
-    killed process is ignored (it is rewritten when the run resumes)."""
+    killed process is ignored (it is rewritten when the run resumes). ValueError naming the line for any
+    other line that is not a JSON object with an int iter and numbers (or null) as losses."""
     path = os.path.join(out_dir, "metrics.jsonl")
     if not os.path.exists(path):
         return []
@@ -547,8 +551,16 @@ def read_metrics(out_dir):
         lines = [line for line in f if line.strip()]
     for i, line in enumerate(lines):
         try:
-            rows.append(json.loads(line))
+            row = json.loads(line)
         except json.JSONDecodeError:
-            if i < len(lines) - 1:
-                raise ValueError(f"{path}: line {i + 1} is not JSON; the log is damaged") from None
+            if i == len(lines) - 1:
+                continue
+            row = None
+        numbers = isinstance(row, dict) and all(isinstance(row.get(k), (int, float, type(None)))
+                                                 for k in METRIC_NUMBERS)
+        if not (numbers and type(row.get("iter")) is int):
+            raise ValueError(f"{path}: line {i + 1} is not a metrics row (a JSON object with an int iter and "
+                             f"numbers as losses); the log is damaged: restore it from a copy, or delete "
+                             f"that line")
+        rows.append(row)
     return rows

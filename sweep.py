@@ -157,14 +157,28 @@ NOT_EXPERIMENT = {"init_from", "log_interval", "wandb_log", "wandb_project", "wa
                   "compile", "fsdp"}
 
 
+def read_saved_config(path):
+    """A run's config.json as a dict, or None if there is none; ValueError if it is not a JSON object."""
+    if not os.path.exists(path):
+        return None
+    try:
+        with open(path) as f:
+            saved = json.load(f)
+    except ValueError as e:
+        saved = e
+    if not isinstance(saved, dict):
+        raise ValueError(f"{path} is damaged (not a JSON object of settings); restore it from a copy, or "
+                         f"delete its run folder to run the run again")
+    return saved
+
+
 def check_settings(study, arm, lr, seed):
     """ValueError if the run dir already holds a run whose saved config differs from what the study asks now
     (e.g. the study file was edited): its results would be silently reused."""
     path = os.path.join(run_dir(study, arm, lr, seed), "config.json")
-    if not os.path.exists(path):
+    saved = read_saved_config(path)
+    if saved is None:
         return
-    with open(path) as f:
-        saved = json.load(f)
     wanted = run_config(study, arm, lr, seed)
     # a key added to nlq after the run was made counts as its default (committed runs stay valid)
     diff = {k: (saved.get(k, DEFAULTS[k]), v) for k, v in wanted.items()

@@ -4,6 +4,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -261,3 +262,31 @@ def test_a_runs_dir_that_is_a_file_and_bad_counts_are_refused(study, capsys):
         with pytest.raises(SystemExit) as e:
             sweep.main([str(study), option, "0"])
         assert e.value.code == 2 and f"{option} must be >= 1" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------------------------ run logs, reports
+@pytest.mark.parametrize("line", ['garbage', '{"val_loss": 1.0}', '[1]', '{"iter": 4, "val_loss": "abc"}'])
+def test_a_damaged_metrics_line_is_named_with_the_fix(line, tmp_path):
+    (tmp_path / "metrics.jsonl").write_text('{"iter": 0, "val_loss": 4.2}\n' + line + '\n{"iter": 5}\n')
+    with pytest.raises(ValueError, match=r"metrics.jsonl: line 2 is not a metrics row \(a JSON object with an "
+                                         r"int iter and numbers as losses\); the log is damaged: restore it"):
+        common.read_metrics(str(tmp_path))
+    (tmp_path / "metrics.jsonl").write_text('{"iter": 0, "val_loss": 4.2}\n{"iter": 5, "val_lo')  # cut short
+    assert common.read_metrics(str(tmp_path)) == [{"iter": 0, "val_loss": 4.2}]
+
+
+def test_report_names_a_damaged_config_json_and_an_out_that_is_a_file(study, capsys):
+    import report
+    import sweep
+    loaded = sweep.load_study(str(study))
+    out = sweep.run_dir(loaded, "linear", 1e-2, 1)
+    os.makedirs(out)
+    for text in ("garbage", "[1]"):
+        (Path(out) / "config.json").write_text(text)
+        with pytest.raises(ValueError, match=r"config.json is damaged \(not a JSON object of settings\); "
+                                             r"restore it from a copy, or delete its run folder"):
+            report.main([str(study), "--out", str(study.parent / "report")])
+    (study.parent / "file").write_text("")
+    with pytest.raises(SystemExit) as e:
+        report.main([str(study), "--out", str(study.parent / "file")])
+    assert e.value.code == 2 and "file: cannot create the folder (File exists)" in capsys.readouterr().err
