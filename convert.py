@@ -175,7 +175,8 @@ def convert_optimizer(opt, official_params, nlq_params, query_mode, C):
     ValueError if the optimizer does not have the official two groups, or its state does not fit the model.
     """
     groups = opt.get("param_groups") if isinstance(opt, dict) else None
-    if not isinstance(groups, list) or len(groups) != 2 or not isinstance(opt.get("state"), dict):
+    if not (isinstance(groups, list) and len(groups) == 2 and isinstance(opt.get("state"), dict)
+            and all(isinstance(g, dict) and isinstance(g.get("params"), list) for g in groups)):
         raise ValueError("the optimizer is not the official AdamW state dict (state, and 2 param_groups: "
                          "decay and no decay)")
     off_groups = split_by_decay(official_params)

@@ -629,9 +629,11 @@ def parse_args(argv=None):
             p.error(f"--{option} must be >= 1, got {getattr(args, option)}")
     if args.num_proc < 1:
         p.error(f"--num_proc must be >= 1, got {args.num_proc}")
-    if args.name is not None and (args.name in ("", ".", "..") or Path(args.name).name != args.name):
-        p.error(f"--name {args.name!r} must be a plain folder name (no path separators, not '..'); "
+    if args.name is not None and (args.name.strip() in ("", ".", "..") or Path(args.name).name != args.name):
+        p.error(f"--name {args.name!r} must be a plain folder name (no path separators, not '..' nor blank); "
                 "use --data_dir to choose where it goes")
+    if not args.data_dir.strip():
+        p.error("--data_dir is empty; give a folder, e.g. --data_dir data")
     args.name = args.name or args.dataset
     args.tokenizer = args.tokenizer or ("char" if args.dataset == "shakespeare_char" else "gpt2")
     if args.val_fraction is None:

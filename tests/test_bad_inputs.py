@@ -290,3 +290,18 @@ def test_report_names_a_damaged_config_json_and_an_out_that_is_a_file(study, cap
     with pytest.raises(SystemExit) as e:
         report.main([str(study), "--out", str(study.parent / "file")])
     assert e.value.code == 2 and "file: cannot create the folder (File exists)" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------------------- bench/kv_cache.py
+@pytest.mark.parametrize("args,expected", [
+    (["--n_head=3"], "n_embd=128 is not divisible by n_head=3"),  # these three were tracebacks
+    (["--vocab_size=0"], "vocab_size=0 must be a positive integer"),
+    (["--device=gpu"], "device='gpu'; use auto, cpu, cuda, cuda:N or mps"),
+    (["--threads=0"], "--threads must be >= 1"),  # was ignored
+])
+def test_kv_cache_bench_arguments(args, expected, capsys):
+    sys.path.insert(0, str(ROOT / "bench"))
+    import kv_cache
+    with pytest.raises(SystemExit) as e:
+        kv_cache.parse_args(args)
+    assert e.value.code == 2 and expected in capsys.readouterr().err

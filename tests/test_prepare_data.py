@@ -384,6 +384,8 @@ def test_openwebtext_offline_says_how_to_fix(bpe_dir, tmp_path, monkeypatch):
      "--name '../../escape' must be a plain folder name"),
     (["local", "--input", "c.txt", "--name", "a/b"], "--name 'a/b' must be a plain folder name"),
     (["shakespeare_char", "--name", ".."], "--name '..' must be a plain folder name"),
+    (["shakespeare_char", "--name", " "], "--name ' ' must be a plain folder name"),  # train.py refuses it
+    (["shakespeare_char", "--data_dir", ""], "--data_dir is empty; give a folder"),
 ])
 def test_usage_errors(args, expected, capsys):
     with pytest.raises(SystemExit) as e:
