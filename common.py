@@ -136,6 +136,8 @@ def parse_config(argv):
             updates = dict([parse_override(arg)])
         for key, value in updates.items():
             cfg[key] = check_value(key, value)
+    for key in ("out_dir", "data_dir"):  # --out_dir=~/runs: the shell leaves a ~ after = as it is
+        cfg[key] = os.path.expanduser(cfg[key])
     validate(cfg)
     return cfg
 

@@ -252,22 +252,26 @@ def hellaswag_table(r):
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--out_dir", default="out", help="folder with ckpt.pt (a train.py out_dir)")
+    p.add_argument("--out_dir", type=os.path.expanduser,
+                   default="out", help="folder with ckpt.pt (a train.py out_dir)")
     p.add_argument("--split", choices=("train", "val"), default="val")
     p.add_argument("--full", action="store_true", help="the whole split in consecutive windows of block_size")
     p.add_argument("--batch_size", type=int, default=None, help="windows per forward pass with --full "
                    "(default: the checkpoint's batch_size); HellaSwag examples per forward pass (default 8)")
-    p.add_argument("--hellaswag", default=None, metavar="PATH", help="HellaSwag accuracy on this "
+    p.add_argument("--hellaswag", type=os.path.expanduser,
+                   default=None, metavar="PATH", help="HellaSwag accuracy on this "
                    "hellaswag_val.jsonl instead of the loss")
     p.add_argument("--limit", type=int, default=None, help="HellaSwag: only the first N examples")
     p.add_argument("--device", default="cpu", help="cpu | cuda | cuda:N | mps")
     p.add_argument("--dtype", default=None, help="float32 | bfloat16 | float16 | auto "
                    "(default: the checkpoint's)")
-    p.add_argument("--data_dir", default=None, help="override the checkpoint's data_dir "
+    p.add_argument("--data_dir", type=os.path.expanduser,
+                   default=None, help="override the checkpoint's data_dir "
                    "(parent of the dataset)")
-    p.add_argument("--bpe_dir", default=None, help="GPT-2 encoder.json + vocab.bpe "
+    p.add_argument("--bpe_dir", type=os.path.expanduser, default=None, help="GPT-2 encoder.json + vocab.bpe "
                    "(gpt2 data, bytes per token)")
-    p.add_argument("--json", default=None, metavar="PATH", help="also write the numbers to this JSON file")
+    p.add_argument("--json", type=os.path.expanduser,
+                   default=None, metavar="PATH", help="also write the numbers to this JSON file")
     args = p.parse_args(argv)
     if args.batch_size is not None and args.batch_size < 1:
         p.error("--batch_size must be >= 1")

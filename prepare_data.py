@@ -588,9 +588,10 @@ def load_hf_stream(name, config=None, split="train"):
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("dataset", choices=DATASETS)
-    p.add_argument("--data_dir", default="data", help="output goes to DATA_DIR/NAME/")
+    p.add_argument("--data_dir", type=os.path.expanduser,
+                   default="data", help="output goes to DATA_DIR/NAME/")
     p.add_argument("--name", help="output folder name (default: DATASET; required for local)")
-    p.add_argument("--input", help=".txt/.jsonl/.parquet file or directory "
+    p.add_argument("--input", type=os.path.expanduser, help=".txt/.jsonl/.parquet file or directory "
                    "(shakespeare*: local copy of input.txt)")
     p.add_argument("--tokenizer", choices=("gpt2", "char", "byte"),
                    help="default: char for shakespeare_char, else gpt2 (openwebtext: gpt2 only; "
@@ -609,7 +610,8 @@ def parse_args(argv=None):
     hub.add_argument("--max_tokens", type=int, help="take documents while their tokens total at most N")
     p.add_argument("--seed", type=int, default=1234, help="seed of the train/val document draw")
     p.add_argument("--num_proc", type=int, default=os.cpu_count() or 1, help="tokenising processes/threads")
-    p.add_argument("--bpe_dir", help="folder with GPT-2's encoder.json + vocab.bpe, for use without network")
+    p.add_argument("--bpe_dir", type=os.path.expanduser,
+                   help="folder with GPT-2's encoder.json + vocab.bpe, for use without network")
     p.add_argument("--overwrite", action="store_true", help="replace an existing DATA_DIR/NAME dataset")
     args = p.parse_args(argv)
     if args.dataset == "local" and not (args.input and args.name):

@@ -317,7 +317,8 @@ def main(argv=None):
     """Write <out>/README.md, <out>/forest.png and <out>/val_loss.png; returns the report's markdown."""
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("study", help="study file, e.g. studies/enwiki_cpu.py")
-    p.add_argument("--out", default=None, help="output folder (default: results/<study name>)")
+    p.add_argument("--out", type=os.path.expanduser,
+                   default=None, help="output folder (default: results/<study name>)")
     args = p.parse_args(argv)
     study = sweep.load_study(args.study)
     out = args.out or default_out(study)

@@ -95,7 +95,8 @@ def generate(model, meta, encode, decode, start="", num_samples=1, max_new_token
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--out_dir", default="out", help="folder with ckpt.pt (a train.py out_dir)")
+    p.add_argument("--out_dir", type=os.path.expanduser,
+                   default="out", help="folder with ckpt.pt (a train.py out_dir)")
     p.add_argument("--start", default="", help="prompt text, or FILE:path to read it from a file")
     p.add_argument("--num_samples", type=int, default=1)
     p.add_argument("--max_new_tokens", type=int, default=200)
@@ -106,9 +107,10 @@ def parse_args(argv=None):
     p.add_argument("--no_cache", action="store_true", help="run the model on the whole context for every "
                    "token instead of keeping past keys and values (same text, slower)")
     p.add_argument("--device", default="cpu", help="cpu | cuda | cuda:N | mps | auto")
-    p.add_argument("--data_dir", default=None, help="override the checkpoint's data_dir "
+    p.add_argument("--data_dir", type=os.path.expanduser,
+                   default=None, help="override the checkpoint's data_dir "
                    "(parent of the dataset)")
-    p.add_argument("--bpe_dir", default=None, help="GPT-2 encoder.json + vocab.bpe, "
+    p.add_argument("--bpe_dir", type=os.path.expanduser, default=None, help="GPT-2 encoder.json + vocab.bpe, "
                    "for gpt2 data without network")
     args = p.parse_args(argv)
     if not (math.isfinite(args.temperature) and args.temperature >= 0) or args.num_samples < 1 \

@@ -305,3 +305,19 @@ def test_kv_cache_bench_arguments(args, expected, capsys):
     with pytest.raises(SystemExit) as e:
         kv_cache.parse_args(args)
     assert e.value.code == 2 and expected in capsys.readouterr().err
+
+
+def test_a_tilde_after_the_equals_sign_means_the_home_folder(tmp_path, monkeypatch):
+    """The shell expands ~ only at the start of a word, so --out_dir=~/runs reached the scripts as it is and
+    train.py wrote into a folder named ~ in the current one."""
+    import convert
+    import prepare_data
+    import sample
+    monkeypatch.setenv("HOME", str(tmp_path))
+    cfg = common.parse_config(["--out_dir=~/runs", "--data_dir=~/data"])
+    assert (cfg["out_dir"], cfg["data_dir"]) == (str(tmp_path / "runs"), str(tmp_path / "data"))
+    assert sample.parse_args(["--out_dir=~/runs"]).out_dir == str(tmp_path / "runs")
+    assert prepare_data.parse_args(["shakespeare_char", "--data_dir=~/d"]).data_dir == str(tmp_path / "d")
+    make_dataset(tmp_path / "data")
+    with pytest.raises(FileNotFoundError, match=f"{tmp_path}/ckpt.pt is not a file"):
+        convert.main(["official", "~/ckpt.pt", "--out_dir=~/converted", "--dataset=tiny", "--data_dir=~/data"])
