@@ -158,7 +158,11 @@ def read_file_docs(path):
     if path.suffix == ".parquet":
         import pyarrow.parquet as pq
         import pyarrow as pa
-        schema = pq.read_schema(path)
+        try:
+            schema = pq.read_schema(path)
+        except pa.ArrowException as e:  # ArrowInvalid: not parquet, or cut short
+            raise DataError(f"{path}: not a readable parquet file ({e}); replace it, or remove it from "
+                            "--input") from e
         if "text" not in schema.names:
             raise DataError(f"{path}: no 'text' column; the parquet file needs one string column named text")
         kind = schema.field("text").type

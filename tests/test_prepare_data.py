@@ -361,6 +361,10 @@ def test_parquet_text_must_be_strings(existing):
     message = fails(existing / "data", "local", "--input", str(existing / "n.parquet"), "--name", "x",
                     "--overwrite", "--tokenizer", "byte")
     assert "n.parquet: column 'text' holds int64, not strings" in message
+    (existing / "cut.parquet").write_bytes(b"not parquet")  # was a pyarrow traceback
+    message = fails(existing / "data", "local", "--input", str(existing / "cut.parquet"), "--name", "x",
+                    "--overwrite", "--tokenizer", "byte")
+    assert "cut.parquet: not a readable parquet file (Parquet magic bytes not found" in message
 
 
 def test_openwebtext_offline_says_how_to_fix(bpe_dir, tmp_path, monkeypatch):
