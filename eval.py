@@ -50,10 +50,11 @@ def token_bytes(meta, bpe_dir=None):
     boundary, not text). Summing over target ids gives the bytes of their decoded text exactly, also where a
     window cuts a character or a token's bytes in two (decoding a window piecewise would not).
     """
-    kind = meta["tokenizer"]
+    kind = meta.get("tokenizer")
     if kind == "byte":
         return np.ones(256, np.int64)
     if kind == "char":
+        get_codec(meta)  # a clear error if meta.json lacks the characters
         return np.array([len(c.encode("utf-8")) for c in meta["chars"]], np.int64)
     if kind == "gpt2":
         enc = gpt2_encoding(bpe_dir)

@@ -103,8 +103,9 @@ def _encoding_from_files(bpe_dir):
 
 
 def get_codec(meta, bpe_dir=None):
-    """(encode: str -> list[int], decode: ids -> str) for a dataset's meta.json dict."""
-    kind = meta["tokenizer"]
+    """(encode: str -> list[int], decode: ids -> str) for a dataset's meta.json dict. ValueError for an
+    unknown tokenizer, or a char one without its list of characters."""
+    kind = meta.get("tokenizer")
     if kind == "gpt2":
         enc = gpt2_encoding(bpe_dir)
         return enc.encode_ordinary, lambda ids: enc.decode(np.asarray(ids).tolist())
@@ -112,7 +113,10 @@ def get_codec(meta, bpe_dir=None):
         return (lambda s: list(s.encode("utf-8")),
                 lambda ids: np.asarray(ids, dtype=np.uint8).tobytes().decode("utf-8", errors="replace"))
     if kind == "char":
-        chars = meta["chars"]
+        chars = meta.get("chars")
+        if not isinstance(chars, list):
+            raise ValueError(f"meta.json of dataset {meta.get('name')} has tokenizer char but no list of "
+                             "chars: it was not written by prepare_data.py; prepare the dataset again")
         stoi = {c: i for i, c in enumerate(chars)}
 
         def encode(s):
@@ -122,7 +126,8 @@ def get_codec(meta, bpe_dir=None):
                                  f"{meta['name']}")
             return [stoi[c] for c in s]
         return encode, lambda ids: "".join(chars[i] for i in ids)
-    raise ValueError(f"unknown tokenizer {kind!r} in meta.json")
+    raise ValueError(f"unknown tokenizer {kind!r} in meta.json (gpt2, char or byte); prepare the dataset "
+                     "again")
 
 
 def encode_docs(texts, tokenizer, *, enc=None, chars=None, end=True, num_threads=1):

@@ -321,3 +321,17 @@ def test_a_tilde_after_the_equals_sign_means_the_home_folder(tmp_path, monkeypat
     make_dataset(tmp_path / "data")
     with pytest.raises(FileNotFoundError, match=f"{tmp_path}/ckpt.pt is not a file"):
         convert.main(["official", "~/ckpt.pt", "--out_dir=~/converted", "--dataset=tiny", "--data_dir=~/data"])
+
+
+def test_a_char_dataset_without_its_characters_is_named_in_sample_and_eval(tmp_path):
+    import eval as nlq_eval
+    import sample
+    meta = make_dataset(tmp_path / "data") / "meta.json"
+    cfg = json.loads(meta.read_text())
+    del cfg["chars"]
+    meta.write_text(json.dumps(cfg))
+    train.train(tiny_cfg(tmp_path / "data", tmp_path / "out", max_iters=0))
+    for main in (sample.main, nlq_eval.main):  # were KeyError tracebacks
+        with pytest.raises(ValueError, match=r"has tokenizer char but no list of chars: it was not written by "
+                                             r"prepare_data.py; prepare the dataset again"):
+            main(["--out_dir", str(tmp_path / "out")])
