@@ -276,6 +276,9 @@ def main(argv=None):
     args = p.parse_args(argv)
     if args.batch_size is not None and args.batch_size < 1:
         p.error("--batch_size must be >= 1")
+    if args.batch_size is not None and not (args.full or args.hellaswag):
+        p.error("--batch_size sets the batches of --full or --hellaswag; train.py's fixed windows (the "
+                "default) always use the checkpoint's batch_size")
     if args.limit is not None and (args.limit < 1 or not args.hellaswag):
         p.error("--limit N needs N >= 1 and --hellaswag PATH")
     if args.hellaswag and (args.full or args.split != "val"):
