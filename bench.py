@@ -241,3 +241,5 @@ if __name__ == "__main__":
     except (ValueError, OSError) as e:
         hint = f" (bench's own options: --{', --'.join(BENCH_DEFAULTS)})" if "unknown config key" in str(e) else ""
         sys.exit(f"bench error: {e}{hint}")
+    except KeyboardInterrupt:
+        sys.exit("interrupted; nothing was written")

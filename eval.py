@@ -306,3 +306,5 @@ if __name__ == "__main__":
         main()
     except (FileNotFoundError, ValueError, RuntimeError) as e:  # RuntimeError includes prepare_data.DataError
         sys.exit(f"error: {e}")
+    except KeyboardInterrupt:
+        sys.exit("interrupted; nothing was written")

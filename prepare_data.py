@@ -123,7 +123,7 @@ def get_codec(meta, bpe_dir=None):
             unknown = sorted(set(s) - stoi.keys())
             if unknown:
                 raise ValueError(f"characters {unknown[:10]} are not in the vocabulary of dataset "
-                                 f"{meta['name']}")
+                                 f"{meta.get('name')}")
             return [stoi[c] for c in s]
         return encode, lambda ids: "".join(chars[i] for i in ids)
     raise ValueError(f"unknown tokenizer {kind!r} in meta.json (gpt2, char or byte); prepare the dataset "

@@ -139,3 +139,5 @@ if __name__ == "__main__":
         main()
     except (FileNotFoundError, ValueError, DataError) as e:
         sys.exit(f"error: {e}")
+    except KeyboardInterrupt:
+        sys.exit("interrupted")

@@ -22,8 +22,9 @@ def make_dataset(root, name="tiny", vocab_size=64, dtype="uint16", **meta):
     folder.mkdir(parents=True)
     np.tile(PATTERN, 60).astype(dtype).tofile(folder / "train.bin")
     np.tile(PATTERN, 8).astype(dtype).tofile(folder / "val.bin")
-    (folder / "meta.json").write_text(json.dumps(dict(vocab_size=vocab_size, dtype=dtype, tokenizer="char",
-                                                      chars=[chr(48 + i) for i in range(64)], **meta)))
+    chars = [chr(48 + i) for i in range(64)]
+    meta = {"vocab_size": vocab_size, "dtype": dtype, "tokenizer": "char", "chars": chars, **meta}
+    (folder / "meta.json").write_text(json.dumps(meta))
     return folder
 
 
@@ -268,8 +269,8 @@ def test_a_runs_dir_that_is_a_file_and_bad_counts_are_refused(study, capsys):
 @pytest.mark.parametrize("line", ['garbage', '{"val_loss": 1.0}', '[1]', '{"iter": 4, "val_loss": "abc"}'])
 def test_a_damaged_metrics_line_is_named_with_the_fix(line, tmp_path):
     (tmp_path / "metrics.jsonl").write_text('{"iter": 0, "val_loss": 4.2}\n' + line + '\n{"iter": 5}\n')
-    with pytest.raises(ValueError, match=r"metrics.jsonl: line 2 is not a metrics row \(a JSON object with an "
-                                         r"int iter and numbers as losses\); the log is damaged: restore it"):
+    with pytest.raises(ValueError, match=r"metrics.jsonl: line 2 is not a metrics row \(a JSON object with "
+                                         r"an int iter and numbers as losses\); the log is damaged: restore"):
         common.read_metrics(str(tmp_path))
     (tmp_path / "metrics.jsonl").write_text('{"iter": 0, "val_loss": 4.2}\n{"iter": 5, "val_lo')  # cut short
     assert common.read_metrics(str(tmp_path)) == [{"iter": 0, "val_loss": 4.2}]
@@ -320,7 +321,7 @@ def test_a_tilde_after_the_equals_sign_means_the_home_folder(tmp_path, monkeypat
     assert prepare_data.parse_args(["shakespeare_char", "--data_dir=~/d"]).data_dir == str(tmp_path / "d")
     make_dataset(tmp_path / "data")
     with pytest.raises(FileNotFoundError, match=f"{tmp_path}/ckpt.pt is not a file"):
-        convert.main(["official", "~/ckpt.pt", "--out_dir=~/converted", "--dataset=tiny", "--data_dir=~/data"])
+        convert.main(["official", "~/ckpt.pt", "--out_dir=~/out", "--dataset=tiny", "--data_dir=~/data"])
 
 
 def test_a_char_dataset_without_its_characters_is_named_in_sample_and_eval(tmp_path):
@@ -332,6 +333,27 @@ def test_a_char_dataset_without_its_characters_is_named_in_sample_and_eval(tmp_p
     meta.write_text(json.dumps(cfg))
     train.train(tiny_cfg(tmp_path / "data", tmp_path / "out", max_iters=0))
     for main in (sample.main, nlq_eval.main):  # were KeyError tracebacks
-        with pytest.raises(ValueError, match=r"has tokenizer char but no list of chars: it was not written by "
-                                             r"prepare_data.py; prepare the dataset again"):
+        with pytest.raises(ValueError, match=r"has tokenizer char but no list of chars: it was not written "
+                                             r"by prepare_data.py; prepare the dataset again"):
             main(["--out_dir", str(tmp_path / "out")])
+    import prepare_data  # a meta.json without a name: the message named it with a KeyError
+    with pytest.raises(ValueError, match=r"characters \['b'\] are not in the vocabulary of dataset None"):
+        prepare_data.get_codec({"tokenizer": "char", "chars": ["a"]})[0]("b")
+
+
+def test_ctrl_c_during_an_evaluation_is_one_line_and_writes_nothing(tmp_path):
+    make_dataset(tmp_path / "data", tokenizer="byte")  # HellaSwag needs a space
+    out = tmp_path / "out"
+    train.train(tiny_cfg(tmp_path / "data", out, max_iters=0))
+    example = json.dumps({"ctx": "0123", "endings": ["45", "67", "89", "::"], "label": 0})
+    (tmp_path / "hs.jsonl").write_text((example + "\n") * 20000)
+    proc = subprocess.Popen([sys.executable, "eval.py", f"--out_dir={out}", "--batch_size=1",
+                             f"--hellaswag={tmp_path / 'hs.jsonl'}", f"--json={tmp_path / 'r.json'}"],
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    err = ""
+    while "hellaswag:" not in err and proc.poll() is None:  # tqdm's bar: the scoring has begun
+        err += proc.stderr.read(1)
+    proc.send_signal(subprocess.signal.SIGINT)
+    err += proc.communicate(timeout=60)[1]
+    assert proc.returncode == 1 and err.endswith("interrupted; nothing was written\n"), err[-2000:]
+    assert "Traceback" not in err and not (tmp_path / "r.json").exists()
