@@ -74,6 +74,7 @@ OPTIONAL_TYPES = _optional_types()
 CHOICES = dict(init_from=("scratch", "resume"), lr_schedule=("cosine", "linear"))
 POSITIVE = ("batch_size", "block_size", "gradient_accumulation_steps", "eval_iters", "eval_interval",
             "log_interval", "learning_rate", "lr_decay_iters", "max_nonfinite_steps", "vocab_size")
+MAX_SEED = 2 ** 62
 NON_NEGATIVE = ("max_iters", "warmup_iters", "min_lr", "weight_decay", "grad_clip", "beta1", "beta2")
 
 
@@ -148,6 +149,9 @@ def validate(cfg):
         value = cfg[key]
         if value is not None and not (math.isfinite(value) and (value > 0 if key in POSITIVE else value >= 0)):
             raise ValueError(f"config key {key!r} = {value} must be {'> 0' if key in POSITIVE else '>= 0'}")
+    if not abs(cfg["seed"]) < MAX_SEED:
+        raise ValueError(f"config key 'seed' = {cfg['seed']} is too large; use |seed| < 2**62 (torch's "
+                         f"generators take 64-bit seeds, and train.py adds the rank to it)")
     for key, choices in CHOICES.items():
         if cfg[key] not in choices:
             raise ValueError(f"{key}={cfg[key]!r}; use {' or '.join(choices)}")

@@ -15,7 +15,7 @@ import sys
 
 import torch
 
-from common import (check_same_dataset, load_checkpoint as read_checkpoint, model_from_checkpoint,
+from common import (MAX_SEED, check_same_dataset, load_checkpoint as read_checkpoint, model_from_checkpoint,
                     resolve_device)
 from prepare_data import DataError, get_codec, load_meta, read_text
 
@@ -118,6 +118,8 @@ def parse_args(argv=None):
         p.error("need a finite --temperature >= 0, --num_samples >= 1 and --max_new_tokens >= 0")
     if args.top_k is not None and args.top_k < 1:
         p.error("--top_k must be >= 1 (leave it out for no limit)")
+    if not abs(args.seed) < MAX_SEED:
+        p.error("--seed is too large; use |seed| < 2**62")
     return args
 
 

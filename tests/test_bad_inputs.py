@@ -90,6 +90,7 @@ def test_a_damaged_dataset_on_the_command_line_is_one_line_not_a_traceback(tmp_p
     ("--vocab_size=0", r"'vocab_size' = 0 must be > 0"),  # was taken as None: sized from the data
     ("--device=mps:0", r"device=mps:0 but MPS is not available here; use --device=cpu"),  # was a traceback
     ("--device=cuda0", r"device='cuda0'; use auto, cpu, cuda, cuda:N or mps"),
+    ("--seed=99999999999999999999", r"'seed' = 99999999999999999999 is too large; use \|seed\| < 2\*\*62"),
 ])
 def test_settings_that_used_to_pass_or_crash(override, message):
     with pytest.raises(ValueError, match=message):
@@ -357,3 +358,10 @@ def test_ctrl_c_during_an_evaluation_is_one_line_and_writes_nothing(tmp_path):
     err += proc.communicate(timeout=60)[1]
     assert proc.returncode == 1 and err.endswith("interrupted; nothing was written\n"), err[-2000:]
     assert "Traceback" not in err and not (tmp_path / "r.json").exists()
+
+
+def test_sample_seed_out_of_range(capsys):
+    import sample
+    with pytest.raises(SystemExit) as e:  # was "error: Overflow when unpacking long long"
+        sample.parse_args(["--seed=99999999999999999999"])
+    assert e.value.code == 2 and "--seed is too large; use |seed| < 2**62" in capsys.readouterr().err
