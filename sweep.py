@@ -291,7 +291,8 @@ def launch(study, arm, lr, seed, threads):
     """Run (or resume) one training run as a subprocess; its log goes to out_dir/train.log.
 
     Returns None when the run finished or diverged (both recorded in its metrics.jsonl), else a line saying
-    that it failed and where its log is: one failed run never stops the others.
+    that it failed (also when train.py ended without an error but the log does not reach max_iters) and where
+    its log is: one failed run never stops the others.
     """
     check_settings(study, arm, lr, seed)
     if is_finished(study, arm, lr, seed):
@@ -313,6 +314,11 @@ def launch(study, arm, lr, seed, threads):
     elif code != 0:
         print(f"FAILED: {arm} lr={lr:g} seed={seed} (exit code {code}); see {log_path}", flush=True)
         return f"{out_dir} failed (exit code {code}); see {log_path}"
+    elif not is_finished(study, arm, lr, seed):  # else it would be launched again and again
+        row = final_row(out_dir)
+        print(f"FAILED: {arm} lr={lr:g} seed={seed} (ended without an error before max_iters)", flush=True)
+        return (f"{out_dir} ended before max_iters without an error: its metrics.jsonl ends at iter "
+                f"{row and row['iter']} (rows lost?); delete the folder to run it again, see {log_path}")
     return None
 
 

@@ -365,3 +365,20 @@ def test_sample_seed_out_of_range(capsys):
     with pytest.raises(SystemExit) as e:  # was "error: Overflow when unpacking long long"
         sample.parse_args(["--seed=99999999999999999999"])
     assert e.value.code == 2 and "--seed is too large; use |seed| < 2**62" in capsys.readouterr().err
+
+
+def test_a_run_that_ends_without_an_error_but_unfinished_is_not_launched_forever(study, monkeypatch):
+    """A run whose checkpoint is at max_iters but whose metrics.jsonl lost its rows exits 0 without training;
+    sweep.py used to launch it again and again."""
+    import sweep
+    calls = []
+
+    def train_exits_0(cmd, **kw):
+        calls.append(cmd)
+        assert len(calls) < 10, "launched again and again"
+        return subprocess.CompletedProcess(cmd, 0)
+    monkeypatch.setattr(sweep.subprocess, "run", train_exits_0)
+    with pytest.raises(RuntimeError, match=r"(?s)4 run\(s\) failed.*lr0.01_seed1 ended before max_iters "
+                                           r"without an error: its metrics.jsonl ends at iter None"):
+        sweep.main([str(study)])
+    assert len(calls) == 4  # the 2 arms x 2 rates of the search, once each
