@@ -74,8 +74,8 @@ OPTIONAL_TYPES = _optional_types()
 CHOICES = dict(init_from=("scratch", "resume"), lr_schedule=("cosine", "linear"))
 POSITIVE = ("batch_size", "block_size", "gradient_accumulation_steps", "eval_iters", "eval_interval",
             "log_interval", "learning_rate", "lr_decay_iters", "max_nonfinite_steps", "vocab_size")
-MAX_SEED = 2 ** 62
 NON_NEGATIVE = ("max_iters", "warmup_iters", "min_lr", "weight_decay", "grad_clip", "beta1", "beta2")
+MAX_SEED = 2 ** 62  # |seed| below it: torch's generators take 64-bit seeds, and train.py adds the rank
 
 
 def check_value(key, value):
@@ -356,9 +356,9 @@ def estimate_loss(model, splits, ctx, rank=0, world_size=1, device="cpu", vocab_
     """Mean cross-entropy (nats/token) per split over its fixed eval windows, sharded over ranks.
 
     splits: {name: (bin path, dtype, windows (eval_iters, batch_size), block_size)}; vocab_size: see
-    get_batch. Returns {name: float};
-    a diverged model gives nan or inf, never an error. The model's train/eval mode is restored. Every rank
-    runs the same number of forward passes (see my_share), as FSDP's collective forward needs.
+    get_batch. Returns {name: float}; a diverged model gives nan or inf, never an error. The model's
+    train/eval mode is restored. Every rank runs the same number of forward passes (see my_share), as FSDP's
+    collective forward needs.
     """
     was_training = model.training
     model.eval()

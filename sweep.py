@@ -62,7 +62,8 @@ def load_study(path):
         raise ValueError(f"study file {path} sets unknown keys {sorted(unknown)}; study keys: "
                          f"{', '.join(STUDY_KEYS + tuple(OPTIONAL_KEYS))}")
     study = {**OPTIONAL_KEYS, **{k: namespace[k] for k in STUDY_KEYS + tuple(OPTIONAL_KEYS) if k in namespace}}
-    plain = lambda name: isinstance(name, str) and name.strip() and os.path.basename(name) == name != ".."
+    plain = lambda name: (isinstance(name, str) and name.strip() not in ("", ".", "..")
+                          and os.path.basename(name) == name)
     first = {"name": (plain(study["name"]), "a plain folder name (a string without /)"),
              "config": (isinstance(study["config"], str), "the path of a train.py config file"),
              "runs_dir": (study["runs_dir"] is None or isinstance(study["runs_dir"], str), "a folder path"),

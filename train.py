@@ -71,8 +71,7 @@ def checkpoint_to_resume(cfg, model_cfg, ckpt_path):
     """The checkpoint to resume from, or None for init_from=scratch.
 
     ValueError if out_dir is a file or cannot be written, a scratch run would overwrite a checkpoint, or a
-    resumed run asks for
-    other model settings, another dataset or another lr_schedule than its checkpoint's.
+    resumed run asks for other model settings, another dataset or another lr_schedule than its checkpoint's.
     """
     if os.path.exists(cfg["out_dir"]) and not os.path.isdir(cfg["out_dir"]):
         raise ValueError(f"out_dir {cfg['out_dir']} is a file; choose a folder")
@@ -239,8 +238,10 @@ def load_full_state_dicts(model, optimizer, model_state, optimizer_state):
 def train(cfg):
     """Run one training job from a resolved config dict (see common.DEFAULTS). Returns the last eval's losses.
 
-    Raises ValueError / FileNotFoundError for invalid settings, data or checkpoints, before anything is written,
-    and TrainingDiverged when the loss goes NaN/inf (after logging it; the last finite checkpoint is kept).
+    Raises ValueError / FileNotFoundError for invalid settings, data or checkpoints, before anything is
+    written (a token id beyond meta.json's vocabulary: at the batch that holds it, keeping the last
+    checkpoint), and TrainingDiverged when the loss goes NaN/inf (after logging it; the last finite
+    checkpoint is kept).
     """
     validate(cfg)
     if cfg["wandb_log"]:

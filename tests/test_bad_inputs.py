@@ -246,6 +246,7 @@ def study(tmp_path):
     ("overrides = 5", r"overrides must be a dict of train.py keys"),
     ("config = 5", r"config must be the path of a train.py config file"),
     ("name = 5\nruns_dir = None", r"name must be a plain folder name"),
+    ("name = '.'", r"name must be a plain folder name"),
     ("runs_dir = 5", r"runs_dir must be a folder path"),
 ])
 def test_odd_study_files_are_refused_before_any_run(study, edit, message):
