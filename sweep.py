@@ -80,9 +80,10 @@ def load_study(path):
     number = lambda x: isinstance(x, (int, float)) and not isinstance(x, bool)
     distinct = lambda xs: isinstance(xs, list) and xs and len(set(xs)) == len(xs)
     ints = lambda xs: distinct(xs) and all(type(x) is int for x in xs)
-    checks = {"learning_rates": (distinct(study["learning_rates"])
-                                 and all(number(lr) and lr > 0 for lr in study["learning_rates"]),
-                                 "a non-empty list of positive numbers, each once"),
+    lrs = study["learning_rates"]
+    checks = {"learning_rates": (distinct(lrs) and all(number(lr) and lr > 0 for lr in lrs)
+                                 and len({f"{lr:g}" for lr in lrs}) == len(lrs),  # the run folders' names
+                                 "a non-empty list of positive numbers, each once (to 6 significant digits)"),
               "selection_seeds": (ints(study["selection_seeds"]) or study["selection_seeds"] == []
                                   and len(study["learning_rates"]) == 1,
                                   "a non-empty list of ints, each once (empty only with a single learning "

@@ -233,6 +233,7 @@ def study(tmp_path):
     ("selection_seeds = [1, 1]", r"selection_seeds must be a non-empty list of ints, each once"),
     ("learning_rates = [1e-2, 1e-2, 3e-3]", r"learning_rates must be a non-empty list of positive numbers, "
                                             r"each once"),
+    ("learning_rates = [1e-2, 1.0000001e-2]", r"learning_rates .*each once \(to 6 significant digits"),
     ("seeds = [True]", r"seeds must be a non-empty list of ints"),
     ("max_extensions = -1", r"max_extensions must be an int >= 0"),
     ("half_steps = 'no'", r"half_steps must be True or False"),
