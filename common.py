@@ -20,6 +20,7 @@ import math
 import os
 import re
 import tempfile
+import time
 import typing
 from contextlib import nullcontext
 
@@ -247,11 +248,14 @@ def setup_distributed(cfg):
 
 
 def end_distributed():
-    """Destroy the process group, if any, after a barrier. While a rank waits in the barrier, gloo's worker
-    threads can take the GIL to free the last collective's tensors; without it, torch 2.13 deadlocked in a
-    test when DDP's reducer, freed later with the GIL held, joined a worker thread that was waiting for it."""
+    """Destroy the process group, if any, after a barrier and a pause. gloo's worker thread frees each
+    finished collective (the barrier too) after the ranks return from it, and needs the GIL for that; the
+    pause (time.sleep releases the GIL) lets it. Without it, torch 2.13 deadlocked now and then (1 run in 5
+    or so of tests/test_train.py's DDP test): DDP's reducer, freed with the GIL held when train() returned,
+    dropped the last reference to the process group and joined the worker thread, which waited for the GIL."""
     if dist.is_initialized():
         dist.barrier()
+        time.sleep(0.2)
         dist.destroy_process_group()
 
 
