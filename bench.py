@@ -36,8 +36,9 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from common import (autocast, check_fsdp_support, end_distributed, get_batch, load_meta, model_config,
-                    parse_config, resolve_device, setup_distributed, shard_model, use_compile, window_starts)
+from common import (atomic_write_text, autocast, check_fsdp_support, check_output_file, end_distributed,
+                    get_batch, load_meta, model_config, open_split, parse_config, resolve_device,
+                    setup_distributed, shard_model, use_compile, window_starts)
 from model import GPT, QUERY_MODES
 
 BENCH_DEFAULTS = dict(query_modes="linear,identity,nonlinear", warmup=10, steps=50, rounds=5, data="synthetic",
@@ -68,8 +69,6 @@ def split_args(argv):
         raise ValueError(f"--query_modes={opts['query_modes']} names a mode twice")
     if opts["data"] not in ("synthetic", "real"):
         raise ValueError(f"--data={opts['data']}: use synthetic or real")
-    if opts["json"] and os.path.isdir(opts["json"]):
-        raise ValueError(f"--json={opts['json']} is a folder; give a file path")
     return opts, rest
 
 
@@ -82,10 +81,11 @@ def batch_source(cfg, opts, vocab_size, device):
             ids = torch.randint(vocab_size, (B, T + 1), generator=gen)
             return ids[:, :-1].to(device), ids[:, 1:].to(device)
         return synthetic
-    path = os.path.join(cfg["data_dir"], cfg["dataset"], "train.bin")
-    dtype = load_meta(os.path.dirname(path))["dtype"]
-    n = len(np.memmap(path, dtype=dtype, mode="r"))
-    return lambda: get_batch(path, dtype, window_starts(n, T, (B,), gen), T, device)
+    data_dir = os.path.join(cfg["data_dir"], cfg["dataset"])
+    meta = load_meta(data_dir)
+    n, path = len(open_split(data_dir, "train", meta["dtype"], T)), os.path.join(data_dir, "train.bin")
+    return lambda: get_batch(path, meta["dtype"], window_starts(n, T, (B,), gen), T, device,
+                             meta["vocab_size"])
 
 
 def data_vocab_size(cfg):
@@ -223,15 +223,14 @@ def device_name(device):
 def main(argv):
     opts, rest = split_args(argv)
     cfg = parse_config(rest)
-    if opts["json"]:  # make the folder first: a bad path fails now, not after the benchmark
-        os.makedirs(os.path.dirname(opts["json"]) or ".", exist_ok=True)
+    if opts["json"]:  # a bad path fails now, not after the benchmark
+        check_output_file(opts["json"], "--json")
     rows, device = bench(cfg, opts)
     if int(os.environ.get("RANK", 0)) != 0:  # under torchrun, rank 0 reports
         return
     print(table(rows, device))
     if opts["json"]:
-        with open(opts["json"], "w") as f:
-            json.dump(rows, f, indent=1)
+        atomic_write_text(opts["json"], json.dumps(rows, indent=1))
 
 
 if __name__ == "__main__":
@@ -242,3 +241,5 @@ if __name__ == "__main__":
     except (ValueError, OSError) as e:
         hint = f" (bench's own options: --{', --'.join(BENCH_DEFAULTS)})" if "unknown config key" in str(e) else ""
         sys.exit(f"bench error: {e}{hint}")
+    except KeyboardInterrupt:
+        sys.exit("interrupted; nothing was written")

@@ -10,13 +10,17 @@ them alike. Everything else lives in the script that uses it.
     processes    setup_distributed (torchrun), end_distributed, check_fsdp_support, shard_model (FSDP2)
     data         load_meta, open_split, window_starts, eval_windows, get_batch
     losses       estimate_loss (fixed windows), full_split_loss (every token once), safe_exp
-    checkpoints  load_checkpoint, model_from_checkpoint, save_checkpoint, atomic_write_text, read_metrics
+    checkpoints  load_checkpoint, check_same_dataset, model_from_checkpoint, save_checkpoint,
+                 atomic_write_text, check_output_file, read_metrics
 """
 import ast
 import dataclasses
 import json
 import math
 import os
+import re
+import tempfile
+import time
 import typing
 from contextlib import nullcontext
 
@@ -70,8 +74,9 @@ def _optional_types():
 OPTIONAL_TYPES = _optional_types()
 CHOICES = dict(init_from=("scratch", "resume"), lr_schedule=("cosine", "linear"))
 POSITIVE = ("batch_size", "block_size", "gradient_accumulation_steps", "eval_iters", "eval_interval",
-            "log_interval", "learning_rate", "lr_decay_iters", "max_nonfinite_steps")
+            "log_interval", "learning_rate", "lr_decay_iters", "max_nonfinite_steps", "vocab_size")
 NON_NEGATIVE = ("max_iters", "warmup_iters", "min_lr", "weight_decay", "grad_clip", "beta1", "beta2")
+MAX_SEED = 2 ** 62  # |seed| below it: torch's generators take 64-bit seeds, and train.py adds the rank
 
 
 def check_value(key, value):
@@ -133,6 +138,8 @@ def parse_config(argv):
             updates = dict([parse_override(arg)])
         for key, value in updates.items():
             cfg[key] = check_value(key, value)
+    for key in ("out_dir", "data_dir"):  # --out_dir=~/runs: the shell leaves a ~ after = as it is
+        cfg[key] = os.path.expanduser(cfg[key])
     validate(cfg)
     return cfg
 
@@ -143,6 +150,9 @@ def validate(cfg):
         value = cfg[key]
         if value is not None and not (math.isfinite(value) and (value > 0 if key in POSITIVE else value >= 0)):
             raise ValueError(f"config key {key!r} = {value} must be {'> 0' if key in POSITIVE else '>= 0'}")
+    if not abs(cfg["seed"]) < MAX_SEED:
+        raise ValueError(f"config key 'seed' = {cfg['seed']} is too large; use |seed| < 2**62 (torch's "
+                         f"generators take 64-bit seeds, and train.py adds the rank to it)")
     for key, choices in CHOICES.items():
         if cfg[key] not in choices:
             raise ValueError(f"{key}={cfg[key]!r}; use {' or '.join(choices)}")
@@ -183,12 +193,15 @@ def resolve_device(cfg, local_rank=0, world_size=1):
     device = cfg["device"]
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "mps" if torch.backends.mps.is_available() else "cpu"
-    if device.split(":")[0] not in ("cpu", "cuda", "mps"):
+    if not re.fullmatch(r"(cpu|cuda|mps)(:\d+)?", device):
         raise ValueError(f"device={device!r}; use auto, cpu, cuda, cuda:N or mps")
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise ValueError(f"device={device} but CUDA is not available here; use --device=cpu (or auto)")
-    if device == "mps" and not torch.backends.mps.is_available():
-        raise ValueError("device=mps but MPS is not available here; use --device=cpu (or auto)")
+    if device.startswith("cuda:") and int(device[5:]) >= torch.cuda.device_count():
+        raise ValueError(f"device={device} but this machine has {torch.cuda.device_count()} GPU(s), "
+                         f"cuda:0 to cuda:{torch.cuda.device_count() - 1}")
+    if device.startswith("mps") and not torch.backends.mps.is_available():
+        raise ValueError(f"device={device} but MPS is not available here; use --device=cpu (or auto)")
     if device == "cuda" and world_size > 1:
         device = f"cuda:{local_rank}"
     device_type = device.split(":")[0]
@@ -235,11 +248,14 @@ def setup_distributed(cfg):
 
 
 def end_distributed():
-    """Destroy the process group, if any, after a barrier. While a rank waits in the barrier, gloo's worker
-    threads can take the GIL to free the last collective's tensors; without it, torch 2.13 deadlocked in a
-    test when DDP's reducer, freed later with the GIL held, joined a worker thread that was waiting for it."""
+    """Destroy the process group, if any, after a barrier and a pause. gloo's worker thread frees each
+    finished collective (the barrier too) after the ranks return from it, and needs the GIL for that; the
+    pause (time.sleep releases the GIL) lets it. Without it, torch 2.13 deadlocked now and then (1 run in 5
+    or so of tests/test_train.py's DDP test): DDP's reducer, freed with the GIL held when train() returned,
+    dropped the last reference to the process group and joined the worker thread, which waited for the GIL."""
     if dist.is_initialized():
         dist.barrier()
+        time.sleep(0.2)
         dist.destroy_process_group()
 
 
@@ -275,8 +291,18 @@ def shard_model(model, device_type, ptdtype):
 
 # --------------------------------------------------------------------------------------------------- data
 def open_split(data_dir, split, dtype, block_size):
-    """A read-only np.memmap of <split>.bin; ValueError if it holds fewer than block_size + 1 tokens."""
+    """A read-only np.memmap of <split>.bin; FileNotFoundError if it is missing, ValueError if it is not a
+    whole number of dtype ids (cut short) or holds fewer than block_size + 1 tokens."""
     path = os.path.join(data_dir, f"{split}.bin")
+    fix = "prepare the dataset again (python prepare_data.py DATASET --overwrite)"
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"{path} is missing (or not a file); {fix}")
+    size, itemsize = os.path.getsize(path), np.dtype(dtype).itemsize
+    if size % itemsize:
+        raise ValueError(f"{path} is {size} bytes, not a whole number of {dtype} token ids ({itemsize} bytes "
+                         f"each): it was cut short or does not match meta.json's dtype; {fix}")
+    if size == 0:
+        raise ValueError(f"{path} is empty; {fix}")
     data = np.memmap(path, dtype=dtype, mode="r")
     if len(data) < block_size + 1:
         raise ValueError(f"{path} holds {len(data)} tokens, fewer than block_size + 1 = {block_size + 1}; "
@@ -295,11 +321,16 @@ def eval_windows(n_tokens, block_size, batch_size, eval_iters, seed):
     return window_starts(n_tokens, block_size, (eval_iters, batch_size), torch.Generator().manual_seed(seed))
 
 
-def get_batch(data_path, dtype, starts, block_size, device):
+def get_batch(data_path, dtype, starts, block_size, device, vocab_size=None):
     """Windows at the given offsets (B,) -> x, y (B, block_size) int64 on device; y is x shifted by one.
-    The memmap is re-opened per batch so pages do not pile up in the process's memory."""
+    The memmap is re-opened per batch so pages do not pile up in the process's memory. ValueError if an id
+    is >= vocab_size (when given: meta.json's): the bin does not belong to its meta.json."""
     data = np.memmap(data_path, dtype=dtype, mode="r")
     windows = np.stack([data[i:i + block_size + 1] for i in starts.tolist()]).astype(np.int64)  # (B, T + 1)
+    if vocab_size is not None and windows.max() >= vocab_size:
+        raise ValueError(f"{data_path} holds token id {windows.max()}, but meta.json's vocab_size is "
+                         f"{vocab_size}: the bin and meta.json do not belong together; prepare the dataset "
+                         f"again (python prepare_data.py DATASET --overwrite)")
     x, y = torch.from_numpy(windows[:, :-1].copy()), torch.from_numpy(windows[:, 1:].copy())
     if device.startswith("cuda"):
         return x.pin_memory().to(device, non_blocking=True), y.pin_memory().to(device, non_blocking=True)
@@ -325,12 +356,13 @@ def my_share(n, rank, world_size):
 
 
 @torch.no_grad()
-def estimate_loss(model, splits, ctx, rank=0, world_size=1, device="cpu"):
+def estimate_loss(model, splits, ctx, rank=0, world_size=1, device="cpu", vocab_size=None):
     """Mean cross-entropy (nats/token) per split over its fixed eval windows, sharded over ranks.
 
-    splits: {name: (bin path, dtype, windows (eval_iters, batch_size), block_size)}. Returns {name: float};
-    a diverged model gives nan or inf, never an error. The model's train/eval mode is restored. Every rank
-    runs the same number of forward passes (see my_share), as FSDP's collective forward needs.
+    splits: {name: (bin path, dtype, windows (eval_iters, batch_size), block_size)}; vocab_size: see
+    get_batch. Returns {name: float}; a diverged model gives nan or inf, never an error. The model's
+    train/eval mode is restored. Every rank runs the same number of forward passes (see my_share), as FSDP's
+    collective forward needs.
     """
     was_training = model.training
     model.eval()
@@ -338,7 +370,7 @@ def estimate_loss(model, splits, ctx, rank=0, world_size=1, device="cpu"):
     for split, (path, dtype, windows, block_size) in splits.items():
         total = torch.zeros(2, device=device)  # loss sum, batch count
         for k, counts in my_share(len(windows), rank, world_size):
-            x, y = get_batch(path, dtype, windows[k], block_size, device)
+            x, y = get_batch(path, dtype, windows[k], block_size, device, vocab_size)
             with ctx:
                 _, loss = model(x, y)
             if counts:
@@ -364,12 +396,13 @@ def full_split_windows(n_tokens, block_size, batch_size):
 
 
 @torch.no_grad()
-def full_split_loss(model, ctx, path, dtype, block_size, batch_size, device, rank=0, world_size=1, on_batch=None):
+def full_split_loss(model, ctx, path, dtype, block_size, batch_size, device, rank=0, world_size=1,
+                    on_batch=None, vocab_size=None):
     """Summed cross-entropy over every target of a split once -> (total nats, tokens, windows).
 
     Batches are sharded over ranks (see my_share) and the sums all-reduced. on_batch(y) is called with each
-    batch's targets (B, T) on the CPU (eval.py counts bytes with it). The model's train/eval mode is
-    restored.
+    batch's targets (B, T) on the CPU (eval.py counts bytes with it). vocab_size: see get_batch. The model's
+    train/eval mode is restored.
     """
     was_training = model.training
     model.eval()
@@ -378,7 +411,7 @@ def full_split_loss(model, ctx, path, dtype, block_size, batch_size, device, ran
     total = torch.zeros(2, dtype=torch.float64, device=device)  # nats, tokens
     for k, counts in my_share(len(batches), rank, world_size):
         starts, length = batches[k]
-        x, y = get_batch(path, dtype, starts, length, device)
+        x, y = get_batch(path, dtype, starts, length, device, vocab_size)
         with ctx:
             _, loss = model(x, y)
         if not counts:
@@ -439,32 +472,87 @@ def check_finite_weights(ckpt, path):
                          f"{path}, e.g. {bad[0]}; retrain with a lower learning_rate, or use an earlier checkpoint")
 
 
+def check_same_dataset(trained, meta, data):
+    """ValueError if the dataset's meta.json differs from the one at training time
+    (tokenizer, vocab, hashes)."""
+    diffs = [f"{key}: {trained.get(key)!r} at training, {meta.get(key)!r} now"
+             for key in ("tokenizer", "vocab_size") if trained.get(key) != meta.get(key)]
+    old, new = trained.get("sha256") or {}, meta.get("sha256") or {}
+    diffs += [f"sha256 of {f} differs" for f in sorted(old.keys() | new.keys()) if old.get(f) != new.get(f)]
+    if diffs:
+        raise ValueError(f"dataset {data} is not the data this checkpoint was trained on "
+                         f"({'; '.join(diffs)}): the data changed since training; "
+                         "pass --data_dir pointing to the data it was trained on "
+                         "(or re-prepare it identically)")
+
+
+def damaged_checkpoint(path, error):
+    """The ValueError for a checkpoint whose weights or optimizer state do not fit its own settings."""
+    return ValueError(f"{path} does not fit the model of its own settings ({' '.join(str(error).split())}): "
+                      f"it is damaged or was edited; restore a copy, or start a new out_dir")
+
+
 def model_from_checkpoint(ckpt, path):
-    """The GPT of a loaded checkpoint (on the CPU, eval mode). ValueError if its weights are not finite."""
+    """The GPT of a loaded checkpoint (on the CPU, eval mode). ValueError if its weights are not finite or do
+    not fit its model_args."""
     check_finite_weights(ckpt, path)
     model = GPT(GPTConfig(**ckpt["model_args"]))
-    model.load_state_dict(ckpt["model"])  # train.py saves the unwrapped model: no _orig_mod./module. prefixes
+    try:  # train.py saves the unwrapped model: no _orig_mod./module. prefixes
+        model.load_state_dict(ckpt["model"])
+    except RuntimeError as e:
+        raise damaged_checkpoint(path, e) from e
     return model.eval()
 
 
 def save_checkpoint(path, state):
-    """torch.save to a temp file, then rename: an interrupted save never leaves a broken ckpt.pt."""
+    """torch.save to a temp file, then rename: an interrupted save never leaves a broken ckpt.pt, nor its
+    temp file."""
     tmp = path + ".tmp"
-    torch.save(state, tmp)
-    os.replace(tmp, path)
+    try:
+        torch.save(state, tmp)
+        os.replace(tmp, path)
+    except BaseException:  # KeyboardInterrupt included
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise
 
 
 def atomic_write_text(path, text):
     """Write a small text file (config.json, a metrics log) via a temp file and a rename."""
     tmp = path + ".tmp"
-    with open(tmp, "w") as f:
-        f.write(text)
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise
+
+
+def check_output_file(path, option):
+    """ValueError unless path can be written as a file (its folder is made if missing); called before a long
+    job, so that a bad path cannot lose its result. option: the command-line option, for the message."""
+    if os.path.isdir(path):
+        raise ValueError(f"{option} {path} is a folder; give a file path, "
+                         f"e.g. {os.path.join(path, 'out.json')}")
+    folder = os.path.dirname(os.path.abspath(path))
+    try:
+        os.makedirs(folder, exist_ok=True)
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as e:
+        raise ValueError(f"{option} {path}: cannot create its folder or write in it ({e.strerror or e}); "
+                         f"choose a writable path") from e
+
+
+METRIC_NUMBERS = ("train_loss", "val_loss", "val_loss_full", "ms_per_iter")  # numbers, or null (NaN/inf)
 
 
 def read_metrics(out_dir):
     """The rows of out_dir/metrics.jsonl as dicts; [] for a run not started yet. A last line cut short by a
-    killed process is ignored (it is rewritten when the run resumes)."""
+    killed process is ignored (it is rewritten when the run resumes). ValueError naming the line for any
+    other line that is not a JSON object with an int iter and numbers (or null) as losses."""
     path = os.path.join(out_dir, "metrics.jsonl")
     if not os.path.exists(path):
         return []
@@ -473,8 +561,16 @@ def read_metrics(out_dir):
         lines = [line for line in f if line.strip()]
     for i, line in enumerate(lines):
         try:
-            rows.append(json.loads(line))
+            row = json.loads(line)
         except json.JSONDecodeError:
-            if i < len(lines) - 1:
-                raise ValueError(f"{path}: line {i + 1} is not JSON; the log is damaged") from None
+            if i == len(lines) - 1:
+                continue
+            row = None
+        numbers = isinstance(row, dict) and all(isinstance(row.get(k), (int, float, type(None)))
+                                                 for k in METRIC_NUMBERS)
+        if not (numbers and type(row.get("iter")) is int):
+            raise ValueError(f"{path}: line {i + 1} is not a metrics row (a JSON object with an int iter and "
+                             f"numbers as losses); the log is damaged: restore it from a copy, or delete "
+                             f"that line")
+        rows.append(row)
     return rows

@@ -175,7 +175,8 @@ def convert_optimizer(opt, official_params, nlq_params, query_mode, C):
     ValueError if the optimizer does not have the official two groups, or its state does not fit the model.
     """
     groups = opt.get("param_groups") if isinstance(opt, dict) else None
-    if not isinstance(groups, list) or len(groups) != 2 or not isinstance(opt.get("state"), dict):
+    if not (isinstance(groups, list) and len(groups) == 2 and isinstance(opt.get("state"), dict)
+            and all(isinstance(g, dict) and isinstance(g.get("params"), list) for g in groups)):
         raise ValueError("the optimizer is not the official AdamW state dict (state, and 2 param_groups: "
                          "decay and no decay)")
     off_groups = split_by_decay(official_params)
@@ -281,11 +282,12 @@ def main(argv=None):
     """
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("format", choices=["official"], help="official: the paper's train.py checkpoint")
-    p.add_argument("path", help="the checkpoint to convert (ckpt.pt)")
-    p.add_argument("--out_dir", required=True, help="the nlq run folder to create")
+    p.add_argument("path", type=os.path.expanduser, help="the checkpoint to convert (ckpt.pt)")
+    p.add_argument("--out_dir", type=os.path.expanduser, required=True, help="the nlq run folder to create")
     p.add_argument("--dataset", default=None, help="dataset the run uses: data_dir/dataset/meta.json, from "
                    "prepare_data.py (default: the checkpoint's config's dataset)")
-    p.add_argument("--data_dir", default="data", help="parent folder of the dataset (default: data)")
+    p.add_argument("--data_dir", type=os.path.expanduser,
+                   default="data", help="parent folder of the dataset (default: data)")
     args = p.parse_args(argv)
 
     if os.path.exists(args.out_dir) and not os.path.isdir(args.out_dir):

@@ -35,8 +35,8 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
-from common import (autocast, estimate_loss, eval_windows, full_split_loss, get_batch, open_split,
-                    resolve_device, safe_exp)
+from common import (atomic_write_text, autocast, check_output_file, estimate_loss, eval_windows,
+                    full_split_loss, get_batch, open_split, resolve_device, safe_exp)
 from prepare_data import GPT2_EOT, get_codec, gpt2_encoding
 from sample import load_checkpoint
 
@@ -50,10 +50,11 @@ def token_bytes(meta, bpe_dir=None):
     boundary, not text). Summing over target ids gives the bytes of their decoded text exactly, also where a
     window cuts a character or a token's bytes in two (decoding a window piecewise would not).
     """
-    kind = meta["tokenizer"]
+    kind = meta.get("tokenizer")
     if kind == "byte":
         return np.ones(256, np.int64)
     if kind == "char":
+        get_codec(meta)  # a clear error if meta.json lacks the characters
         return np.array([len(c.encode("utf-8")) for c in meta["chars"]], np.int64)
     if kind == "gpt2":
         enc = gpt2_encoding(bpe_dir)
@@ -66,7 +67,8 @@ def fixed_windows(model, ctx, cfg, data, meta, split, device, nbytes):
     T, dtype, path = cfg["block_size"], meta["dtype"], os.path.join(data, f"{split}.bin")
     n = len(open_split(data, split, dtype, T))
     windows = eval_windows(n, T, cfg["batch_size"], cfg["eval_iters"], cfg["seed"])
-    loss = estimate_loss(model, {split: (path, dtype, windows, T)}, ctx, 0, 1, device)[split]
+    loss = estimate_loss(model, {split: (path, dtype, windows, T)}, ctx, 0, 1, device,
+                         meta["vocab_size"])[split]
     n_bytes = sum(int(nbytes[get_batch(path, dtype, w, T, "cpu")[1].numpy()].sum()) for w in windows)
     return loss * windows.numel() * T, windows.numel() * T, n_bytes, windows.numel()
 
@@ -78,7 +80,8 @@ def full_split(model, ctx, cfg, data, meta, split, device, nbytes, batch_size):
     n_bytes = []
     nats, tokens, windows = full_split_loss(model, ctx, path, meta["dtype"], cfg["block_size"],
                                             batch_size, device,
-                                            on_batch=lambda y: n_bytes.append(int(nbytes[y.numpy()].sum())))
+                                            on_batch=lambda y: n_bytes.append(int(nbytes[y.numpy()].sum())),
+                                            vocab_size=meta["vocab_size"])
     return nats, tokens, sum(n_bytes), windows
 
 
@@ -125,35 +128,43 @@ def read_hellaswag(path, limit=None):
 
     Returns [(line number, ctx, [4 endings], label 0..3)], blank lines skipped, only the first `limit` if
     given. label may be an int or a string of one ('2', as in the Hugging Face copy). FileNotFoundError (with
-    the download address) if the file is missing; ValueError naming the line for anything malformed, or for
-    a file of no examples.
+    the download address) if the file is missing or a folder; ValueError naming the line for anything
+    malformed (text that is not UTF-8 included), or for a file of no examples.
     """
     if not os.path.isfile(path):
-        raise FileNotFoundError(f"HellaSwag file {path} not found; download hellaswag_val.jsonl from "
+        problem = "is a folder" if os.path.isdir(path) else "not found"
+        raise FileNotFoundError(f"HellaSwag file {path} {problem}; download hellaswag_val.jsonl from "
                                 f"{HELLASWAG_URL} and pass its path to --hellaswag")
+    with open(path, "rb") as f:
+        data = f.read()
+    try:
+        lines = data.decode("utf-8").split("\n")
+    except UnicodeDecodeError as e:
+        n = data.count(b"\n", 0, e.start) + 1
+        raise ValueError(f"{path}:{n}: not UTF-8 text (byte {e.start}); it should be hellaswag_val.jsonl "
+                         f"from {HELLASWAG_URL}") from None
     examples = []
-    with open(path, encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                ex = json.loads(line)
-                ctx, endings, label = ex["ctx"], ex["endings"], ex["label"]
-            except (ValueError, KeyError, TypeError) as e:
-                raise ValueError(f"{path}:{n}: expected a JSON object with fields ctx, endings and label "
-                                 f"({type(e).__name__}: {e})") from None
-            label = int(label) if isinstance(label, str) and label.isdigit() else label
-            if not (isinstance(ctx, str) and ctx.strip()):
-                raise ValueError(f"{path}:{n}: ctx must be a non-empty string, got {ctx!r}")
-            if not (isinstance(endings, list) and len(endings) == 4
-                    and all(isinstance(e, str) for e in endings)):
-                raise ValueError(f"{path}:{n}: endings must be a list of 4 strings, got {endings!r}")
-            if type(label) is not int or not 0 <= label < 4:
-                raise ValueError(f"{path}:{n}: label must be 0, 1, 2 or 3 (the correct ending), "
-                                 f"got {label!r}")
-            examples.append((n, ctx, endings, label))
-            if limit is not None and len(examples) == limit:
-                break
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            ex = json.loads(line)
+            ctx, endings, label = ex["ctx"], ex["endings"], ex["label"]
+        except (ValueError, KeyError, TypeError) as e:
+            raise ValueError(f"{path}:{n}: expected a JSON object with fields ctx, endings and label "
+                             f"({type(e).__name__}: {e})") from None
+        label = int(label) if isinstance(label, str) and label.isdigit() else label
+        if not (isinstance(ctx, str) and ctx.strip()):
+            raise ValueError(f"{path}:{n}: ctx must be a non-empty string, got {ctx!r}")
+        if not (isinstance(endings, list) and len(endings) == 4
+                and all(isinstance(e, str) for e in endings)):
+            raise ValueError(f"{path}:{n}: endings must be a list of 4 strings, got {endings!r}")
+        if type(label) is not int or not 0 <= label < 4:
+            raise ValueError(f"{path}:{n}: label must be 0, 1, 2 or 3 (the correct ending), "
+                             f"got {label!r}")
+        examples.append((n, ctx, endings, label))
+        if limit is not None and len(examples) == limit:
+            break
     if not examples:
         raise ValueError(f"{path} holds no examples; it should be hellaswag_val.jsonl from {HELLASWAG_URL}")
     return examples
@@ -242,37 +253,41 @@ def hellaswag_table(r):
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--out_dir", default="out", help="folder with ckpt.pt (a train.py out_dir)")
+    p.add_argument("--out_dir", type=os.path.expanduser,
+                   default="out", help="folder with ckpt.pt (a train.py out_dir)")
     p.add_argument("--split", choices=("train", "val"), default="val")
     p.add_argument("--full", action="store_true", help="the whole split in consecutive windows of block_size")
     p.add_argument("--batch_size", type=int, default=None, help="windows per forward pass with --full "
                    "(default: the checkpoint's batch_size); HellaSwag examples per forward pass (default 8)")
-    p.add_argument("--hellaswag", default=None, metavar="PATH", help="HellaSwag accuracy on this "
+    p.add_argument("--hellaswag", type=os.path.expanduser,
+                   default=None, metavar="PATH", help="HellaSwag accuracy on this "
                    "hellaswag_val.jsonl instead of the loss")
     p.add_argument("--limit", type=int, default=None, help="HellaSwag: only the first N examples")
     p.add_argument("--device", default="cpu", help="cpu | cuda | cuda:N | mps")
     p.add_argument("--dtype", default=None, help="float32 | bfloat16 | float16 | auto "
                    "(default: the checkpoint's)")
-    p.add_argument("--data_dir", default=None, help="override the checkpoint's data_dir "
+    p.add_argument("--data_dir", type=os.path.expanduser,
+                   default=None, help="override the checkpoint's data_dir "
                    "(parent of the dataset)")
-    p.add_argument("--bpe_dir", default=None, help="GPT-2 encoder.json + vocab.bpe "
+    p.add_argument("--bpe_dir", type=os.path.expanduser, default=None, help="GPT-2 encoder.json + vocab.bpe "
                    "(gpt2 data, bytes per token)")
-    p.add_argument("--json", default=None, metavar="PATH", help="also write the numbers to this JSON file")
+    p.add_argument("--json", type=os.path.expanduser,
+                   default=None, metavar="PATH", help="also write the numbers to this JSON file")
     args = p.parse_args(argv)
     if args.batch_size is not None and args.batch_size < 1:
         p.error("--batch_size must be >= 1")
+    if args.batch_size is not None and not (args.full or args.hellaswag):
+        p.error("--batch_size sets the batches of --full or --hellaswag; train.py's fixed windows (the "
+                "default) always use the checkpoint's batch_size")
     if args.limit is not None and (args.limit < 1 or not args.hellaswag):
         p.error("--limit N needs N >= 1 and --hellaswag PATH")
     if args.hellaswag and (args.full or args.split != "val"):
         p.error("--hellaswag scores HellaSwag instead of the loss: leave out --full and --split")
     if args.json:  # before the evaluation, so a bad path cannot lose its result
-        if os.path.isdir(args.json):
-            p.error(f"--json {args.json} is a folder; give a file path, "
-                    f"e.g. {os.path.join(args.json, 'eval.json')}")
         try:
-            os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
-        except OSError as e:
-            p.error(f"--json {args.json}: cannot create its folder ({e.strerror or e})")
+            check_output_file(args.json, "--json")
+        except ValueError as e:
+            p.error(str(e))
     if args.hellaswag:
         r = hellaswag(args.out_dir, args.hellaswag, args.device, args.dtype, args.batch_size or 8,
                       args.data_dir, args.bpe_dir, args.limit)
@@ -282,8 +297,7 @@ def main(argv=None):
                      args.data_dir, args.bpe_dir)
         print(table(r))
     if args.json:
-        with open(args.json, "w") as f:
-            json.dump(r, f, indent=2)
+        atomic_write_text(args.json, json.dumps(r, indent=2))
     return r
 
 
@@ -292,3 +306,5 @@ if __name__ == "__main__":
         main()
     except (FileNotFoundError, ValueError, RuntimeError) as e:  # RuntimeError includes prepare_data.DataError
         sys.exit(f"error: {e}")
+    except KeyboardInterrupt:
+        sys.exit("interrupted; nothing was written")

@@ -103,8 +103,9 @@ def _encoding_from_files(bpe_dir):
 
 
 def get_codec(meta, bpe_dir=None):
-    """(encode: str -> list[int], decode: ids -> str) for a dataset's meta.json dict."""
-    kind = meta["tokenizer"]
+    """(encode: str -> list[int], decode: ids -> str) for a dataset's meta.json dict. ValueError for an
+    unknown tokenizer, or a char one without its list of characters."""
+    kind = meta.get("tokenizer")
     if kind == "gpt2":
         enc = gpt2_encoding(bpe_dir)
         return enc.encode_ordinary, lambda ids: enc.decode(np.asarray(ids).tolist())
@@ -112,17 +113,21 @@ def get_codec(meta, bpe_dir=None):
         return (lambda s: list(s.encode("utf-8")),
                 lambda ids: np.asarray(ids, dtype=np.uint8).tobytes().decode("utf-8", errors="replace"))
     if kind == "char":
-        chars = meta["chars"]
+        chars = meta.get("chars")
+        if not isinstance(chars, list):
+            raise ValueError(f"meta.json of dataset {meta.get('name')} has tokenizer char but no list of "
+                             "chars: it was not written by prepare_data.py; prepare the dataset again")
         stoi = {c: i for i, c in enumerate(chars)}
 
         def encode(s):
             unknown = sorted(set(s) - stoi.keys())
             if unknown:
                 raise ValueError(f"characters {unknown[:10]} are not in the vocabulary of dataset "
-                                 f"{meta['name']}")
+                                 f"{meta.get('name')}")
             return [stoi[c] for c in s]
         return encode, lambda ids: "".join(chars[i] for i in ids)
-    raise ValueError(f"unknown tokenizer {kind!r} in meta.json")
+    raise ValueError(f"unknown tokenizer {kind!r} in meta.json (gpt2, char or byte); prepare the dataset "
+                     "again")
 
 
 def encode_docs(texts, tokenizer, *, enc=None, chars=None, end=True, num_threads=1):
@@ -158,7 +163,11 @@ def read_file_docs(path):
     if path.suffix == ".parquet":
         import pyarrow.parquet as pq
         import pyarrow as pa
-        schema = pq.read_schema(path)
+        try:
+            schema = pq.read_schema(path)
+        except pa.ArrowException as e:  # ArrowInvalid: not parquet, or cut short
+            raise DataError(f"{path}: not a readable parquet file ({e}); replace it, or remove it from "
+                            "--input") from e
         if "text" not in schema.names:
             raise DataError(f"{path}: no 'text' column; the parquet file needs one string column named text")
         kind = schema.field("text").type
@@ -362,13 +371,26 @@ def base_meta(name, source, tokenizer, vocab_size, **extra):
 
 
 def load_meta(dataset_dir):
-    """meta.json of a prepared dataset as a dict; FileNotFoundError saying how to create it."""
+    """meta.json of a prepared dataset as a dict; FileNotFoundError saying how to create it, ValueError if it
+    is not JSON or lacks a positive int vocab_size and a dtype (uint16 or uint32) that holds every id."""
     path = Path(dataset_dir) / "meta.json"
     if not path.is_file():
         raise FileNotFoundError(f"{path} not found: {dataset_dir} is not a prepared dataset "
                                 "(or its preparation was interrupted); "
                                 "run python prepare_data.py DATASET [--overwrite]")
-    return json.loads(path.read_text())
+    fix = "prepare the dataset again (python prepare_data.py DATASET --overwrite)"
+    try:
+        meta = json.loads(path.read_text(encoding="utf-8"))
+    except ValueError as e:  # JSONDecodeError, UnicodeDecodeError
+        raise ValueError(f"{path} is damaged, not JSON ({e}); {fix}") from None
+    vocab, dtype = (meta.get("vocab_size"), meta.get("dtype")) if isinstance(meta, dict) else (None, None)
+    if type(vocab) is not int or vocab < 1 or dtype not in ("uint16", "uint32"):
+        raise ValueError(f"{path} needs a positive int vocab_size and a dtype uint16 or uint32, got "
+                         f"vocab_size={vocab!r}, dtype={dtype!r}; {fix}")
+    if vocab > np.iinfo(dtype).max + 1:
+        raise ValueError(f"{path}: vocab_size {vocab} does not fit dtype {dtype} (ids up to "
+                         f"{np.iinfo(dtype).max}); {fix}")
+    return meta
 
 
 # ---------------------------------------------------------------- the two pipelines
@@ -575,9 +597,10 @@ def load_hf_stream(name, config=None, split="train"):
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("dataset", choices=DATASETS)
-    p.add_argument("--data_dir", default="data", help="output goes to DATA_DIR/NAME/")
+    p.add_argument("--data_dir", type=os.path.expanduser,
+                   default="data", help="output goes to DATA_DIR/NAME/")
     p.add_argument("--name", help="output folder name (default: DATASET; required for local)")
-    p.add_argument("--input", help=".txt/.jsonl/.parquet file or directory "
+    p.add_argument("--input", type=os.path.expanduser, help=".txt/.jsonl/.parquet file or directory "
                    "(shakespeare*: local copy of input.txt)")
     p.add_argument("--tokenizer", choices=("gpt2", "char", "byte"),
                    help="default: char for shakespeare_char, else gpt2 (openwebtext: gpt2 only; "
@@ -596,7 +619,8 @@ def parse_args(argv=None):
     hub.add_argument("--max_tokens", type=int, help="take documents while their tokens total at most N")
     p.add_argument("--seed", type=int, default=1234, help="seed of the train/val document draw")
     p.add_argument("--num_proc", type=int, default=os.cpu_count() or 1, help="tokenising processes/threads")
-    p.add_argument("--bpe_dir", help="folder with GPT-2's encoder.json + vocab.bpe, for use without network")
+    p.add_argument("--bpe_dir", type=os.path.expanduser,
+                   help="folder with GPT-2's encoder.json + vocab.bpe, for use without network")
     p.add_argument("--overwrite", action="store_true", help="replace an existing DATA_DIR/NAME dataset")
     args = p.parse_args(argv)
     if args.dataset == "local" and not (args.input and args.name):
@@ -616,9 +640,11 @@ def parse_args(argv=None):
             p.error(f"--{option} must be >= 1, got {getattr(args, option)}")
     if args.num_proc < 1:
         p.error(f"--num_proc must be >= 1, got {args.num_proc}")
-    if args.name is not None and (args.name in ("", ".", "..") or Path(args.name).name != args.name):
-        p.error(f"--name {args.name!r} must be a plain folder name (no path separators, not '..'); "
+    if args.name is not None and (args.name.strip() in ("", ".", "..") or Path(args.name).name != args.name):
+        p.error(f"--name {args.name!r} must be a plain folder name (no path separators, not '..' nor blank); "
                 "use --data_dir to choose where it goes")
+    if not args.data_dir.strip():
+        p.error("--data_dir is empty; give a folder, e.g. --data_dir data")
     args.name = args.name or args.dataset
     args.tokenizer = args.tokenizer or ("char" if args.dataset == "shakespeare_char" else "gpt2")
     if args.val_fraction is None:

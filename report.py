@@ -16,7 +16,6 @@ only when its 95% CI excludes 0. Missing and unfinished runs are listed, never f
 """
 import argparse
 import datetime
-import json
 import math
 import os
 import platform
@@ -84,11 +83,7 @@ def read_run(study, arm, lr, seed):
     rows, config). final: sweep.final_val_loss of a finished run."""
     sweep.check_settings(study, arm, lr, seed)  # never report a run made with other settings
     out_dir = sweep.run_dir(study, arm, lr, seed)
-    rows, cfg_path = sweep.read_metrics(out_dir), os.path.join(out_dir, "config.json")
-    config = None
-    if os.path.isfile(cfg_path):
-        with open(cfg_path) as f:
-            config = json.load(f)
+    rows, config = sweep.read_metrics(out_dir), sweep.read_saved_config(os.path.join(out_dir, "config.json"))
     max_iters = sweep.run_config(study, arm, lr, seed)["max_iters"]
     last = rows[-1] if rows else {}
     status = ("missing" if not rows else "diverged" if sweep.is_diverged(last) else
@@ -330,11 +325,15 @@ def main(argv=None):
     """Write <out>/README.md, <out>/forest.png and <out>/val_loss.png; returns the report's markdown."""
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("study", help="study file, e.g. studies/enwiki_cpu.py")
-    p.add_argument("--out", default=None, help="output folder (default: results/<study name>)")
+    p.add_argument("--out", type=os.path.expanduser,
+                   default=None, help="output folder (default: results/<study name>)")
     args = p.parse_args(argv)
     study = sweep.load_study(args.study)
     out = args.out or default_out(study)
-    os.makedirs(out, exist_ok=True)
+    try:  # now, before the runs are read
+        os.makedirs(out, exist_ok=True)
+    except OSError as e:
+        p.error(f"--out {out}: cannot create the folder ({e.strerror or e}); choose another --out")
     data = collect(study)
     tokenizer = tokenizer_of(data)
     plot_curves(data, os.path.join(out, "val_loss.png"))

@@ -15,7 +15,8 @@ import sys
 
 import torch
 
-from common import load_checkpoint as read_checkpoint, model_from_checkpoint, resolve_device
+from common import (MAX_SEED, check_same_dataset, load_checkpoint as read_checkpoint, model_from_checkpoint,
+                    resolve_device)
 from prepare_data import DataError, get_codec, load_meta, read_text
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -36,20 +37,6 @@ def dataset_dir(cfg, data_dir=None):
                             f"{', '.join(os.path.join(r, cfg['dataset']) for r in roots)}); "
                             f"pass --data_dir DIR with DIR/{cfg['dataset']}/meta.json, "
                             f"or prepare it with prepare_data.py")
-
-
-def check_same_dataset(trained, meta, data):
-    """ValueError if the dataset's meta.json differs from the one at training time
-    (tokenizer, vocab, hashes)."""
-    diffs = [f"{key}: {trained.get(key)!r} at training, {meta.get(key)!r} now"
-             for key in ("tokenizer", "vocab_size") if trained.get(key) != meta.get(key)]
-    old, new = trained.get("sha256") or {}, meta.get("sha256") or {}
-    diffs += [f"sha256 of {f} differs" for f in sorted(old.keys() | new.keys()) if old.get(f) != new.get(f)]
-    if diffs:
-        raise ValueError(f"dataset {data} is not the data this checkpoint was trained on "
-                         f"({'; '.join(diffs)}): the data changed since training; "
-                         "pass --data_dir pointing to the data it was trained on "
-                         "(or re-prepare it identically)")
 
 
 def load_checkpoint(out_dir, device="cpu", data_dir=None):
@@ -108,7 +95,8 @@ def generate(model, meta, encode, decode, start="", num_samples=1, max_new_token
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--out_dir", default="out", help="folder with ckpt.pt (a train.py out_dir)")
+    p.add_argument("--out_dir", type=os.path.expanduser,
+                   default="out", help="folder with ckpt.pt (a train.py out_dir)")
     p.add_argument("--start", default="", help="prompt text, or FILE:path to read it from a file")
     p.add_argument("--num_samples", type=int, default=1)
     p.add_argument("--max_new_tokens", type=int, default=200)
@@ -119,9 +107,10 @@ def parse_args(argv=None):
     p.add_argument("--no_cache", action="store_true", help="run the model on the whole context for every "
                    "token instead of keeping past keys and values (same text, slower)")
     p.add_argument("--device", default="cpu", help="cpu | cuda | cuda:N | mps | auto")
-    p.add_argument("--data_dir", default=None, help="override the checkpoint's data_dir "
+    p.add_argument("--data_dir", type=os.path.expanduser,
+                   default=None, help="override the checkpoint's data_dir "
                    "(parent of the dataset)")
-    p.add_argument("--bpe_dir", default=None, help="GPT-2 encoder.json + vocab.bpe, "
+    p.add_argument("--bpe_dir", type=os.path.expanduser, default=None, help="GPT-2 encoder.json + vocab.bpe, "
                    "for gpt2 data without network")
     args = p.parse_args(argv)
     if not (math.isfinite(args.temperature) and args.temperature >= 0) or args.num_samples < 1 \
@@ -129,6 +118,8 @@ def parse_args(argv=None):
         p.error("need a finite --temperature >= 0, --num_samples >= 1 and --max_new_tokens >= 0")
     if args.top_k is not None and args.top_k < 1:
         p.error("--top_k must be >= 1 (leave it out for no limit)")
+    if not abs(args.seed) < MAX_SEED:
+        p.error("--seed is too large; use |seed| < 2**62")
     return args
 
 
@@ -150,3 +141,5 @@ if __name__ == "__main__":
         main()
     except (FileNotFoundError, ValueError, DataError) as e:
         sys.exit(f"error: {e}")
+    except KeyboardInterrupt:
+        sys.exit("interrupted")

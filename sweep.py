@@ -8,13 +8,15 @@ the final seeds, which are never the seeds the rate was chosen on (no winner's c
 
 A study file is plain Python that sets:
     name, config          the study's name and a train.py config file
-    overrides             dict of train.py keys for every arm
+    overrides             dict of train.py keys for every arm (not learning_rate, seed, out_dir or min_lr,
+                          which the sweep sets for each run)
     arms                  dict: arm name -> dict of train.py keys (an arm may set min_lr, e.g. 0.0)
     learning_rates        the base grid, e.g. [4e-3, 8e-3, 1.6e-2] (min_lr = lr / 10 unless the arm sets it);
                           a dict arm -> grid gives arms their own (e.g. rates chosen by an earlier study)
     selection_seeds       seeds the learning rate is chosen on (the mean final loss over them); [] with a
                           single learning rate (per arm) means: no search, that rate is the chosen one
-    seeds                 final seeds, disjoint from selection_seeds; the statistics use these alone
+    seeds                 final seeds, disjoint from selection_seeds; the statistics use these alone (each
+                          rate and seed appears once in its list)
 and optionally seeds_per_arm (dict arm -> how many of seeds it runs; default all), reference (the arm others are
 compared with; default "linear"), max_extensions (default 2), half_steps (default True), and runs_dir (default
 results/<name>/runs; two studies that name the same runs_dir share the runs of their identical arms).
@@ -42,6 +44,9 @@ from common import DEFAULTS, EXIT_DIVERGED, parse_config, read_config_file, read
 TRAIN_PY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "train.py")
 STUDY_KEYS = ("name", "config", "overrides", "arms", "learning_rates", "selection_seeds", "seeds")
 OPTIONAL_KEYS = dict(seeds_per_arm={}, reference="linear", max_extensions=2, half_steps=True, runs_dir=None)
+# train.py keys the sweep sets for every run, and what sets them instead (an arm may set min_lr)
+PER_RUN = dict(learning_rate="learning_rates", seed="selection_seeds and seeds", out_dir="runs_dir",
+               min_lr="each arm's min_lr (default: lr / 10)")
 
 
 # ------------------------------------------------------------------------------------------- the study file
@@ -58,23 +63,45 @@ def load_study(path):
         raise ValueError(f"study file {path} sets unknown keys {sorted(unknown)}; study keys: "
                          f"{', '.join(STUDY_KEYS + tuple(OPTIONAL_KEYS))}")
     study = {**OPTIONAL_KEYS, **{k: namespace[k] for k in STUDY_KEYS + tuple(OPTIONAL_KEYS) if k in namespace}}
+    plain = lambda name: (isinstance(name, str) and name.strip() not in ("", ".", "..")
+                          and os.path.basename(name) == name)
+    first = {"name": (plain(study["name"]), "a plain folder name (a string without /)"),
+             "config": (isinstance(study["config"], str), "the path of a train.py config file"),
+             "runs_dir": (study["runs_dir"] is None or isinstance(study["runs_dir"], str), "a folder path"),
+             "overrides": (isinstance(study["overrides"], dict), "a dict of train.py keys"),
+             "arms": (isinstance(study["arms"], dict) and study["arms"] and all(
+                 plain(a) and isinstance(keys, dict) for a, keys in study["arms"].items()),
+                      "a non-empty dict: arm name (a plain folder name) -> dict of train.py keys")}
+    for key, (ok, want) in first.items():
+        if not ok:
+            raise ValueError(f"study file {path}: {key} must be {want}")
     study["runs_dir"] = study["runs_dir"] or os.path.join("results", study["name"], "runs")
-    ints = lambda xs: isinstance(xs, list) and xs and all(isinstance(x, int) for x in xs)
+    if os.path.exists(study["runs_dir"]) and not os.path.isdir(study["runs_dir"]):
+        raise ValueError(f"study file {path}: runs_dir {study['runs_dir']} is a file; choose a folder")
+    number = lambda x: isinstance(x, (int, float)) and not isinstance(x, bool)
+    distinct = lambda xs: isinstance(xs, list) and xs and len(set(xs)) == len(xs)
+    ints = lambda xs: distinct(xs) and all(type(x) is int for x in xs)
+    # a grid: positive numbers, each once to 6 significant digits (the run folders' names)
+    grid_ok = lambda g: (distinct(g) and all(number(lr) and lr > 0 for lr in g)
+                         and len({f"{lr:g}" for lr in g}) == len(g))
     lrs = study["learning_rates"]  # one grid for every arm (the fair default), or a dict arm -> grid
-    arms = study["arms"] if isinstance(study["arms"], dict) else {}
+    arms = study["arms"]
     grids = lrs if isinstance(lrs, dict) else {arm: lrs for arm in arms}
-    checks = {"arms": (isinstance(study["arms"], dict) and study["arms"], "a non-empty dict"),
-              "learning_rates": (isinstance(grids, dict) and set(grids) == set(arms) and all(
-                  isinstance(g, list) and g and all(isinstance(lr, (int, float)) and lr > 0 for lr in g)
-                  for g in grids.values()), "a non-empty list of positive numbers, or a dict arm -> such a list"),
+    checks = {"learning_rates": (set(grids) == set(arms) and all(grid_ok(g) for g in grids.values()),
+                                 "a non-empty list of positive numbers, each once (to 6 significant digits), "
+                                 "or a dict arm -> such a list"),
               "selection_seeds": (ints(study["selection_seeds"]) or study["selection_seeds"] == []
                                   and all(len(g) == 1 for g in grids.values()),
-                                  "a non-empty list of ints (empty only with a single learning rate per arm)"),
-              "seeds": (ints(study["seeds"]), "a non-empty list of ints"),
+                                  "a non-empty list of ints, each once (empty only with a single learning "
+                                  "rate per arm)"),
+              "seeds": (ints(study["seeds"]), "a non-empty list of ints, each once"),
               "reference": (study["reference"] in study["arms"], "one of the arms"),
               "seeds_per_arm": (isinstance(study["seeds_per_arm"], dict) and all(
                   a in study["arms"] and isinstance(n, int) and 1 <= n <= len(study["seeds"])
-                  for a, n in study["seeds_per_arm"].items()), f"a dict arm -> 1..{len(study['seeds'])}")}
+                  for a, n in study["seeds_per_arm"].items()), f"a dict arm -> 1..{len(study['seeds'])}"),
+              "max_extensions": (type(study["max_extensions"]) is int and study["max_extensions"] >= 0,
+                                 "an int >= 0"),
+              "half_steps": (isinstance(study["half_steps"], bool), "True or False")}
     per_arm = study["seeds_per_arm"]
     strangers = [a for a in per_arm if a not in arms] if isinstance(per_arm, dict) else []
     if strangers:
@@ -83,6 +110,12 @@ def load_study(path):
     for key, (ok, want) in checks.items():
         if not ok:
             raise ValueError(f"study file {path}: {key} must be {want}")
+    arms = [(f"arm {arm}", keys) for arm, keys in study["arms"].items()]
+    for where, keys in [("overrides", study["overrides"]), *arms]:
+        clash = [k for k in PER_RUN if k in keys and not (k == "min_lr" and where != "overrides")]
+        if clash:
+            raise ValueError(f"study file {path}: {where} sets {clash[0]}, which sweep.py sets for every run "
+                             f"(it would be ignored); set it with {PER_RUN[clash[0]]}")
     overlap = set(study["selection_seeds"]) & set(study["seeds"])
     if overlap:
         raise ValueError(f"study file {path}: seeds {sorted(overlap)} are both selection and final seeds; the "
@@ -137,14 +170,28 @@ NOT_EXPERIMENT = {"init_from", "log_interval", "wandb_log", "wandb_project", "wa
                   "compile", "fsdp"}
 
 
+def read_saved_config(path):
+    """A run's config.json as a dict, or None if there is none; ValueError if it is not a JSON object."""
+    if not os.path.exists(path):
+        return None
+    try:
+        with open(path) as f:
+            saved = json.load(f)
+    except ValueError as e:
+        saved = e
+    if not isinstance(saved, dict):
+        raise ValueError(f"{path} is damaged (not a JSON object of settings); restore it from a copy, or "
+                         f"delete its run folder to run the run again")
+    return saved
+
+
 def check_settings(study, arm, lr, seed):
     """ValueError if the run dir already holds a run whose saved config differs from what the study asks now
     (e.g. the study file was edited): its results would be silently reused."""
     path = os.path.join(run_dir(study, arm, lr, seed), "config.json")
-    if not os.path.exists(path):
+    saved = read_saved_config(path)
+    if saved is None:
         return
-    with open(path) as f:
-        saved = json.load(f)
     wanted = run_config(study, arm, lr, seed)
     # a key added to nlq after the run was made counts as its default (committed runs stay valid)
     diff = {k: (saved.get(k, DEFAULTS[k]), v) for k, v in wanted.items()
@@ -257,7 +304,8 @@ def launch(study, arm, lr, seed, threads):
     """Run (or resume) one training run as a subprocess; its log goes to out_dir/train.log.
 
     Returns None when the run finished or diverged (both recorded in its metrics.jsonl), else a line saying
-    that it failed and where its log is: one failed run never stops the others.
+    that it failed (also when train.py ended without an error but the log does not reach max_iters) and where
+    its log is: one failed run never stops the others.
     """
     check_settings(study, arm, lr, seed)
     if is_finished(study, arm, lr, seed):
@@ -279,6 +327,11 @@ def launch(study, arm, lr, seed, threads):
     elif code != 0:
         print(f"FAILED: {arm} lr={lr:g} seed={seed} (exit code {code}); see {log_path}", flush=True)
         return f"{out_dir} failed (exit code {code}); see {log_path}"
+    elif not is_finished(study, arm, lr, seed):  # else it would be launched again and again
+        row = final_row(out_dir)
+        print(f"FAILED: {arm} lr={lr:g} seed={seed} (ended without an error before max_iters)", flush=True)
+        return (f"{out_dir} ended before max_iters without an error: its metrics.jsonl ends at iter "
+                f"{row and row['iter']} (rows lost?); delete the folder to run it again, see {log_path}")
     return None
 
 
@@ -295,8 +348,9 @@ def main(argv=None):
     parser.add_argument("--print", type=int, metavar="NPROC", dest="nproc",
                         help="print the torchrun commands of the runs due now, with this many processes each")
     args = parser.parse_args(argv)
-    if args.jobs < 1:
-        parser.error("--jobs must be >= 1")
+    for option in ("jobs", "threads", "nproc"):
+        if getattr(args, option) is not None and getattr(args, option) < 1:
+            parser.error(f"--{option.replace('nproc', 'print')} must be >= 1")
     study = load_study(args.study)
     if args.nproc:
         due = due_runs(study)

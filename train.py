@@ -21,6 +21,7 @@ import json
 import math
 import os
 import sys
+import tempfile
 import time
 import warnings
 from contextlib import nullcontext
@@ -35,9 +36,10 @@ from torch.distributed.tensor import DTensor
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from common import (DEFAULTS, EXIT_DIVERGED, MODEL_KEYS, atomic_write_text, autocast, check_fsdp_support,
-                    end_distributed, estimate_loss, eval_windows, full_split_loss, get_batch, load_checkpoint,
-                    load_meta, model_config, open_split, parse_config, read_metrics, resolve_device, safe_exp,
-                    save_checkpoint, setup_distributed, shard_model, use_compile, validate, window_starts)
+                    check_same_dataset, damaged_checkpoint, end_distributed, estimate_loss, eval_windows,
+                    full_split_loss, get_batch, load_checkpoint, load_meta, model_config, open_split,
+                    parse_config, read_metrics, resolve_device, safe_exp, save_checkpoint, setup_distributed,
+                    shard_model, use_compile, validate, window_starts)
 from model import GPT
 
 # Settings a resumed run must share with its checkpoint, besides the model's: they define the experiment.
@@ -68,11 +70,18 @@ def get_lr(it, cfg, decay_iters=None):
 def checkpoint_to_resume(cfg, model_cfg, ckpt_path):
     """The checkpoint to resume from, or None for init_from=scratch.
 
-    ValueError if out_dir is a file, a scratch run would overwrite a checkpoint, or a resumed run asks for
-    other model settings, another dataset or another lr_schedule than its checkpoint's.
+    ValueError if out_dir is a file or cannot be written, a scratch run would overwrite a checkpoint, or a
+    resumed run asks for other model settings, another dataset or another lr_schedule than its checkpoint's.
     """
     if os.path.exists(cfg["out_dir"]) and not os.path.isdir(cfg["out_dir"]):
         raise ValueError(f"out_dir {cfg['out_dir']} is a file; choose a folder")
+    try:  # a folder that cannot be made or written fails now, not at the first checkpoint
+        os.makedirs(cfg["out_dir"], exist_ok=True)
+        with tempfile.TemporaryFile(dir=cfg["out_dir"]):
+            pass
+    except OSError as e:
+        raise ValueError(f"cannot write to out_dir {cfg['out_dir']} ({e.strerror or e}); choose a writable "
+                         f"folder") from e
     if cfg["init_from"] == "scratch":
         if os.path.exists(ckpt_path):  # never overwrite a trained model by accident
             raise ValueError(f"{ckpt_path} exists; continue it with --init_from=resume, or pick a new out_dir "
@@ -236,10 +245,18 @@ def load_full_state_dicts(model, optimizer, model_state, optimizer_state):
 def train(cfg):
     """Run one training job from a resolved config dict (see common.DEFAULTS). Returns the last eval's losses.
 
-    Raises ValueError / FileNotFoundError for invalid settings, data or checkpoints, before anything is written,
-    and TrainingDiverged when the loss goes NaN/inf (after logging it; the last finite checkpoint is kept).
+    Raises ValueError / FileNotFoundError for invalid settings, data or checkpoints, before anything is
+    written (a token id beyond meta.json's vocabulary: at the batch that holds it, keeping the last
+    checkpoint), and TrainingDiverged when the loss goes NaN/inf (after logging it; the last finite
+    checkpoint is kept).
     """
     validate(cfg)
+    if cfg["wandb_log"]:
+        try:  # now, not after the run has started
+            import wandb  # noqa: F401
+        except ImportError:
+            raise ValueError("wandb_log=True but the wandb package is not installed: pip install wandb, or "
+                             "drop --wandb_log") from None
     # -- processes and devices -------------------------------------------------------------------------------
     rank, local_rank, world_size = setup_distributed(cfg)
     master = rank == 0
@@ -285,7 +302,12 @@ def train(cfg):
     decay_iters = lr_decay_iters_for(cfg, ckpt, log)
     iter_num, best_val, resumed_at = 0, math.inf, None
     if ckpt is not None:
-        load_full_state_dicts(raw_model, optimizer, ckpt["model"], ckpt["optimizer"])
+        if "dataset_meta" in ckpt:  # older checkpoints lack it
+            check_same_dataset(ckpt["dataset_meta"], meta, data_dir)
+        try:
+            load_full_state_dicts(raw_model, optimizer, ckpt["model"], ckpt["optimizer"])
+        except (RuntimeError, ValueError, KeyError) as e:
+            raise damaged_checkpoint(ckpt_path, e) from e
         scaler.load_state_dict(ckpt["scaler"])
         restore_rng(ckpt["rng"][rank] if rank < len(ckpt["rng"]) else ckpt["rng"][0], train_gen, device_type)
         iter_num, best_val = ckpt["iter_num"], ckpt["best_val_loss"]
@@ -324,10 +346,10 @@ def train(cfg):
     t0 = time.time()
     while True:
         if (iter_num % cfg["eval_interval"] == 0 or iter_num == cfg["max_iters"]) and iter_num != resumed_at:
-            losses = estimate_loss(model, splits, ctx, rank, world_size, device)
+            losses = estimate_loss(model, splits, ctx, rank, world_size, device, meta["vocab_size"])
             if cfg["eval_full_at_end"] and iter_num == cfg["max_iters"]:  # every val token once: the final figure
                 nats, n, _ = full_split_loss(raw_model, ctx, bins["val"], meta["dtype"], T, 4 * B, device, rank,
-                                             world_size)
+                                             world_size, vocab_size=meta["vocab_size"])
                 losses["val_full"] = nats / n
             dt = time_timed / steps_timed if steps_timed else None
             row = dict(iter=iter_num, tokens=iter_num * tokens_per_iter, lr=get_lr(max(iter_num - 1, 0), cfg,
@@ -372,7 +394,8 @@ def train(cfg):
         starts = window_starts(n_tokens["train"], T, (accum, B), train_gen)[rank * local_accum:(rank + 1) * local_accum]
         loss_sum = torch.zeros((), device=device)
         for micro in range(local_accum):
-            x, y = get_batch(bins["train"], meta["dtype"], starts[micro], T, device)  # (B, T) each
+            x, y = get_batch(bins["train"], meta["dtype"], starts[micro], T, device,  # (B, T) each
+                             meta["vocab_size"])
             sync = world_size == 1 or micro == local_accum - 1  # reduce gradients on the last micro-step only
             with gradient_sync(model, raw_model, sync), ctx:
                 _, loss = model(x, y)
@@ -432,5 +455,8 @@ if __name__ == "__main__":
         print(f"error: {e}", file=sys.stderr)
         sys.exit(EXIT_DIVERGED)
     except KeyboardInterrupt:
-        sys.exit(f"interrupted; the last checkpoint in {config['out_dir']} is intact: continue with "
-                 f"--init_from=resume")
+        if os.path.exists(os.path.join(config["out_dir"], "ckpt.pt")):
+            sys.exit(f"interrupted; the last checkpoint in {config['out_dir']} is intact: continue with "
+                     f"--init_from=resume")
+        sys.exit("interrupted before the first checkpoint: there is nothing to resume; run the same command "
+                 "again to start over")

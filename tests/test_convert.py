@@ -215,6 +215,9 @@ BAD = {
     "wrong shape": (lambda o, t: edited(o, t, lambda c: c["model_args"].update(mlp_hidden_size=128)),
                     r"transformer.h.0.mlp.c_fc.weight has shape \(256, 64\); the model_args give "
                     r"transformer.h.0.mlp.c_fc.weight the shape \(128, 64\)"),
+    "optimizer groups without params": (lambda o, t: edited(o, t, lambda c: c["optimizer"]["param_groups"][0]
+                                                            .pop("params")),
+                                        r"the optimizer is not the official AdamW state dict"),
     "foreign optimizer": (lambda o, t: edited(o, t, lambda c: c["optimizer"]["param_groups"][0]["params"]
                                               .pop()),
                           r"the optimizer's decayed \(≥2-D\) group has 13 parameters; the model has 14"),

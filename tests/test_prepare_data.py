@@ -361,6 +361,10 @@ def test_parquet_text_must_be_strings(existing):
     message = fails(existing / "data", "local", "--input", str(existing / "n.parquet"), "--name", "x",
                     "--overwrite", "--tokenizer", "byte")
     assert "n.parquet: column 'text' holds int64, not strings" in message
+    (existing / "cut.parquet").write_bytes(b"not parquet")  # was a pyarrow traceback
+    message = fails(existing / "data", "local", "--input", str(existing / "cut.parquet"), "--name", "x",
+                    "--overwrite", "--tokenizer", "byte")
+    assert "cut.parquet: not a readable parquet file (Parquet magic bytes not found" in message
 
 
 def test_openwebtext_offline_says_how_to_fix(bpe_dir, tmp_path, monkeypatch):
@@ -384,6 +388,8 @@ def test_openwebtext_offline_says_how_to_fix(bpe_dir, tmp_path, monkeypatch):
      "--name '../../escape' must be a plain folder name"),
     (["local", "--input", "c.txt", "--name", "a/b"], "--name 'a/b' must be a plain folder name"),
     (["shakespeare_char", "--name", ".."], "--name '..' must be a plain folder name"),
+    (["shakespeare_char", "--name", " "], "--name ' ' must be a plain folder name"),  # train.py refuses it
+    (["shakespeare_char", "--data_dir", ""], "--data_dir is empty; give a folder"),
 ])
 def test_usage_errors(args, expected, capsys):
     with pytest.raises(SystemExit) as e:

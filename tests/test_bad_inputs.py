@@ -1,0 +1,386 @@
+"""Bad input gets a clear error naming the problem and the fix, and writes nothing: damaged datasets,
+checkpoints and logs, odd study files, wrong arguments, interruptions."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import common
+import train
+from conftest import ROOT
+
+PATTERN = np.random.default_rng(0).integers(0, 64, 97)
+
+
+def make_dataset(root, name="tiny", vocab_size=64, dtype="uint16", **meta):
+    """A tiny prepared dataset root/name (a repeating pattern of ids < 64); returns its folder."""
+    folder = root / name
+    folder.mkdir(parents=True)
+    np.tile(PATTERN, 60).astype(dtype).tofile(folder / "train.bin")
+    np.tile(PATTERN, 8).astype(dtype).tofile(folder / "val.bin")
+    chars = [chr(48 + i) for i in range(64)]
+    meta = {"vocab_size": vocab_size, "dtype": dtype, "tokenizer": "char", "chars": chars, **meta}
+    (folder / "meta.json").write_text(json.dumps(meta))
+    return folder
+
+
+def tiny_cfg(data_dir, out_dir, **kw):
+    return {**common.DEFAULTS, "data_dir": str(data_dir), "dataset": "tiny", "out_dir": str(out_dir),
+            "n_layer": 1, "n_head": 2, "n_embd": 16, "block_size": 8, "batch_size": 2,
+            "gradient_accumulation_steps": 1, "max_iters": 2, "eval_interval": 2, "eval_iters": 1,
+            "warmup_iters": 1, "device": "cpu", "compile": False, **kw}
+
+
+def run_script(*args):
+    """Run one of the scripts as a user would -> (exit status, stderr)."""
+    result = subprocess.run([sys.executable, *map(str, args)], capture_output=True, text=True, cwd=ROOT)
+    return result.returncode, result.stderr
+
+
+# ------------------------------------------------------------------------------------- damaged datasets
+def write_meta(folder, text):
+    (folder / "meta.json").write_text(text)
+
+
+DAMAGED = {
+    "meta.json cut short": (lambda d: write_meta(d, '{"vocab_size": 64, "dty'),
+                            r"meta.json is damaged, not JSON .*prepare the dataset again"),
+    "meta.json without dtype": (lambda d: write_meta(d, '{"vocab_size": 64}'),
+                                r"needs a positive int vocab_size and a dtype uint16 or uint32, got "
+                                r"vocab_size=64, dtype=None"),
+    "meta.json a list": (lambda d: write_meta(d, "[1, 2]"), r"needs a positive int vocab_size"),
+    "vocab_size a string": (lambda d: write_meta(d, '{"vocab_size": "64", "dtype": "uint16"}'),
+                            r"vocab_size='64'"),
+    "uint16 with 70000 ids": (lambda d: write_meta(d, '{"vocab_size": 70000, "dtype": "uint16"}'),
+                              r"vocab_size 70000 does not fit dtype uint16"),
+    "train.bin of odd length": (lambda d: (d / "train.bin").write_bytes((d / "train.bin").read_bytes()[:-1]),
+                                r"train.bin is 11639 bytes, not a whole number of uint16 token ids"),
+    "val.bin empty": (lambda d: (d / "val.bin").write_bytes(b""), r"val.bin is empty; prepare the dataset"),
+    "val.bin a folder": (lambda d: ((d / "val.bin").unlink(), (d / "val.bin").mkdir()),
+                         r"val.bin is missing \(or not a file\); prepare the dataset again"),
+    "ids beyond the vocabulary": (lambda d: np.full(2000, 100, np.uint16).tofile(d / "train.bin"),
+                                  r"train.bin holds token id 100, but meta.json's vocab_size is 64: the bin "
+                                  r"and meta.json do not belong together"),
+}
+
+
+@pytest.mark.parametrize("case", DAMAGED)
+def test_a_damaged_dataset_is_named_before_anything_is_written(case, tmp_path):
+    damage, message = DAMAGED[case]
+    damage(make_dataset(tmp_path / "data"))
+    with pytest.raises((ValueError, FileNotFoundError), match=message):
+        train.train(tiny_cfg(tmp_path / "data", tmp_path / "out"))
+    assert not (tmp_path / "out" / "ckpt.pt").exists()
+
+
+def test_a_damaged_dataset_on_the_command_line_is_one_line_not_a_traceback(tmp_path):
+    write_meta(make_dataset(tmp_path / "data"), "{")
+    for script in ("train.py", "bench.py"):
+        code, err = run_script(script, f"--data_dir={tmp_path / 'data'}", "--dataset=tiny", "--device=cpu",
+                               *(["--data=real"] if script == "bench.py" else []))
+        assert code == 1 and "meta.json is damaged" in err and "Traceback" not in err, err
+
+
+# ------------------------------------------------------------------------------------------- settings
+@pytest.mark.parametrize("override,message", [
+    ("--vocab_size=0", r"'vocab_size' = 0 must be > 0"),  # was taken as None: sized from the data
+    ("--device=mps:0", r"device=mps:0 but MPS is not available here; use --device=cpu"),  # was a traceback
+    ("--device=cuda0", r"device='cuda0'; use auto, cpu, cuda, cuda:N or mps"),
+    ("--seed=99999999999999999999", r"'seed' = 99999999999999999999 is too large; use \|seed\| < 2\*\*62"),
+])
+def test_settings_that_used_to_pass_or_crash(override, message):
+    with pytest.raises(ValueError, match=message):
+        cfg = common.parse_config([override])
+        common.resolve_device(cfg)
+
+
+def test_a_cuda_index_beyond_the_gpus_is_named(monkeypatch):
+    monkeypatch.setattr(common.torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(common.torch.cuda, "device_count", lambda: 2)
+    with pytest.raises(ValueError, match=r"device=cuda:2 but this machine has 2 GPU\(s\), cuda:0 to cuda:1"):
+        common.resolve_device({"device": "cuda:2", "dtype": "float32"})
+
+
+def test_wandb_missing_and_an_unwritable_out_dir_fail_before_anything_is_written(tmp_path, monkeypatch):
+    make_dataset(tmp_path / "data")
+    monkeypatch.setitem(sys.modules, "wandb", None)  # import wandb -> ImportError, as when not installed
+    with pytest.raises(ValueError, match=r"wandb_log=True but the wandb package is not installed: pip "
+                                         r"install wandb, or drop --wandb_log"):
+        train.train(tiny_cfg(tmp_path / "data", tmp_path / "out", wandb_log=True))
+    assert not (tmp_path / "out").exists()
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(ValueError, match=r"cannot write to out_dir .*file.sub \(Not a directory\); choose a "
+                                         r"writable folder"):
+        train.train(tiny_cfg(tmp_path / "data", tmp_path / "file" / "sub"))
+
+
+def test_an_interrupted_save_leaves_the_old_checkpoint_and_no_temp_file(tmp_path, monkeypatch):
+    path = str(tmp_path / "ckpt.pt")
+    common.save_checkpoint(path, {"iter_num": 1})
+
+    def save_half_then_interrupt(obj, f):
+        open(f, "wb").write(b"half a checkpoint")
+        raise KeyboardInterrupt
+    monkeypatch.setattr(common.torch, "save", save_half_then_interrupt)
+    with pytest.raises(KeyboardInterrupt):
+        common.save_checkpoint(path, {"iter_num": 2})
+    assert os.listdir(tmp_path) == ["ckpt.pt"] and common.torch.load(path)["iter_num"] == 1
+
+
+def test_ctrl_c_before_the_first_checkpoint_says_to_start_again(tmp_path):
+    make_dataset(tmp_path / "data")
+    proc = subprocess.Popen([sys.executable, "train.py", f"--data_dir={tmp_path / 'data'}", "--dataset=tiny",
+                             f"--out_dir={tmp_path / 'out'}", "--device=cpu", "--n_layer=1", "--n_head=2",
+                             "--n_embd=16", "--block_size=8", "--batch_size=2", "--eval_iters=10000000"],
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    for line in proc.stdout:  # the first eval (ten million batches) has begun
+        if line.startswith("tokens per iteration"):
+            break
+    proc.send_signal(subprocess.signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 1 and "Traceback" not in err
+    assert "interrupted before the first checkpoint: there is nothing to resume; run the same command" in err
+
+
+# ---------------------------------------------------------------------------------------------- checkpoints
+@pytest.fixture
+def trained(tmp_path):
+    """A dataset and a 2-step run of it: (data_dir, out_dir)."""
+    make_dataset(tmp_path / "data", sha256={"train.bin": "a" * 64, "val.bin": "b" * 64})
+    train.train(tiny_cfg(tmp_path / "data", tmp_path / "out"))
+    return tmp_path / "data", tmp_path / "out"
+
+
+def test_resume_refuses_a_dataset_whose_contents_changed(trained):
+    data, out = trained
+    meta = json.loads((data / "tiny" / "meta.json").read_text())
+    write_meta(data / "tiny", json.dumps({**meta, "sha256": {**meta["sha256"], "train.bin": "c" * 64}}))
+    before = (out / "ckpt.pt").read_bytes()
+    with pytest.raises(ValueError, match=r"is not the data this checkpoint was trained on \(sha256 of "
+                                         r"train.bin differs\).*pass --data_dir pointing to the data it"):
+        train.train(tiny_cfg(data, out, init_from="resume", max_iters=4))
+    assert (out / "ckpt.pt").read_bytes() == before
+
+
+def test_weights_that_do_not_fit_their_settings_are_named(trained):
+    import eval as nlq_eval
+    import sample
+    data, out = trained
+    ckpt = common.torch.load(out / "ckpt.pt", weights_only=True)
+    ckpt["model"]["transformer.wpe.weight"] = common.torch.zeros(4, 16)  # block_size is 8
+    common.torch.save(ckpt, out / "ckpt.pt")
+    message = (r"ckpt.pt does not fit the model of its own settings \(Error\(s\) in loading state_dict "
+               r"for GPT: size mismatch for transformer.wpe.weight.*\): it is damaged or was edited; restore")
+    with pytest.raises(ValueError, match=message):
+        train.train(tiny_cfg(data, out, init_from="resume", max_iters=4))
+    for main in (sample.main, nlq_eval.main):
+        with pytest.raises(ValueError, match=message):
+            main(["--out_dir", str(out)])
+
+
+# ------------------------------------------------------------------------------------------ eval, bench
+def test_an_unwritable_json_path_fails_before_the_work(trained, capsys, monkeypatch):
+    import bench
+    import eval as nlq_eval
+    _, out = trained
+    monkeypatch.setattr(nlq_eval, "evaluate", lambda *a: pytest.fail("evaluated before checking --json"))
+    with pytest.raises(SystemExit) as e:  # /proc/x.json: the folder exists, but no file can be made there
+        nlq_eval.main(["--out_dir", str(out), "--json", "/proc/x.json"])
+    assert e.value.code == 2 and "--json /proc/x.json: cannot create its folder or write in it" in \
+        capsys.readouterr().err
+    monkeypatch.setattr(bench, "bench", lambda *a: pytest.fail("benchmarked before checking --json"))
+    with pytest.raises(ValueError, match=r"--json /proc/x.json: cannot create its folder or write in it"):
+        bench.main(["--device=cpu", "--json=/proc/x.json"])
+
+
+def test_a_hellaswag_file_that_is_not_text_or_a_folder_is_named(trained, tmp_path):
+    import eval as nlq_eval
+    _, out = trained
+    line = b'{"ctx": "a", "endings": ["a", "b", "c", "d"], "label": 0}\n'
+    (tmp_path / "hs.jsonl").write_bytes(line + b"\xff\xfe")
+    with pytest.raises(ValueError, match=r"hs.jsonl:2: not UTF-8 text \(byte 58\); it should be hellaswag"):
+        nlq_eval.main(["--out_dir", str(out), "--hellaswag", str(tmp_path / "hs.jsonl")])
+    with pytest.raises(FileNotFoundError, match=r"HellaSwag file .* is a folder; download hellaswag_val"):
+        nlq_eval.main(["--out_dir", str(out), "--hellaswag", str(tmp_path)])
+
+
+# ------------------------------------------------------------------------------------------ study files
+STUDY = ("name = 'tiny'\nconfig = 'CONFIG'\noverrides = {}\nruns_dir = 'RUNS'\n"
+         "arms = {'linear': dict(query_mode='linear'), 'nonlinear': dict(query_mode='nonlinear')}\n"
+         "learning_rates = [1e-2, 3e-3]\nselection_seeds = [1]\nseeds = [2, 3]\n")
+
+
+@pytest.fixture
+def study(tmp_path):
+    """A valid study file on a tiny config (nothing is run); returns its path."""
+    make_dataset(tmp_path / "data")
+    (tmp_path / "config.py").write_text(f"data_dir = {str(tmp_path / 'data')!r}\ndataset = 'tiny'\n"
+                                        "n_layer = 1\nn_head = 2\nn_embd = 16\nblock_size = 8\n")
+    path = tmp_path / "study.py"
+    path.write_text(STUDY.replace("CONFIG", str(tmp_path / "config.py"))
+                    .replace("RUNS", str(tmp_path / "runs")))
+    return path
+
+
+@pytest.mark.parametrize("edit,message", [
+    # each of these used to be accepted: duplicated runs in the statistics, a search that repeats a rate,
+    # no bound on the extensions, half steps on for 'no', a setting silently replaced by the sweep's
+    ("seeds = [2, 2]", r"seeds must be a non-empty list of ints, each once"),
+    ("selection_seeds = [1, 1]", r"selection_seeds must be a non-empty list of ints, each once"),
+    ("learning_rates = [1e-2, 1e-2, 3e-3]", r"learning_rates must be a non-empty list of positive numbers, "
+                                            r"each once"),
+    ("learning_rates = [1e-2, 1.0000001e-2]", r"learning_rates .*each once \(to 6 significant digits"),
+    ("seeds = [True]", r"seeds must be a non-empty list of ints"),
+    ("max_extensions = -1", r"max_extensions must be an int >= 0"),
+    ("half_steps = 'no'", r"half_steps must be True or False"),
+    ("overrides = {'learning_rate': 1e-3}", r"overrides sets learning_rate, which sweep.py sets for every "
+                                           r"run \(it would be ignored\); set it with learning_rates"),
+    ("overrides = {'min_lr': 0.0}", r"overrides sets min_lr.*set it with each arm's min_lr"),
+    ("arms = {'linear': dict(seed=5)}", r"arm linear sets seed.*set it with selection_seeds and seeds"),
+    # and these were tracebacks
+    ("arms = {'linear': 5}", r"arms must be a non-empty dict: arm name \(a plain folder name\) -> dict"),
+    ("arms = {'lin/ear': {}, 'linear': {}}", r"arms must be a non-empty dict: arm name \(a plain folder"),
+    ("overrides = 5", r"overrides must be a dict of train.py keys"),
+    ("config = 5", r"config must be the path of a train.py config file"),
+    ("name = 5\nruns_dir = None", r"name must be a plain folder name"),
+    ("name = '.'", r"name must be a plain folder name"),
+    ("runs_dir = 5", r"runs_dir must be a folder path"),
+])
+def test_odd_study_files_are_refused_before_any_run(study, edit, message):
+    import sweep
+    study.write_text(study.read_text() + edit + "\n")
+    with pytest.raises(ValueError, match=message):
+        sweep.load_study(str(study))
+
+
+def test_a_runs_dir_that_is_a_file_and_bad_counts_are_refused(study, capsys):
+    import sweep
+    (study.parent / "runs").write_text("not a folder")
+    with pytest.raises(ValueError, match=r"runs_dir .*runs is a file; choose a folder"):
+        sweep.main([str(study)])
+    for option in ("--print", "--threads"):  # --print 0 used to run the whole sweep, --threads 0 ignored
+        with pytest.raises(SystemExit) as e:
+            sweep.main([str(study), option, "0"])
+        assert e.value.code == 2 and f"{option} must be >= 1" in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------------------------ run logs, reports
+@pytest.mark.parametrize("line", ['garbage', '{"val_loss": 1.0}', '[1]', '{"iter": 4, "val_loss": "abc"}'])
+def test_a_damaged_metrics_line_is_named_with_the_fix(line, tmp_path):
+    (tmp_path / "metrics.jsonl").write_text('{"iter": 0, "val_loss": 4.2}\n' + line + '\n{"iter": 5}\n')
+    with pytest.raises(ValueError, match=r"metrics.jsonl: line 2 is not a metrics row \(a JSON object with "
+                                         r"an int iter and numbers as losses\); the log is damaged: restore"):
+        common.read_metrics(str(tmp_path))
+    (tmp_path / "metrics.jsonl").write_text('{"iter": 0, "val_loss": 4.2}\n{"iter": 5, "val_lo')  # cut short
+    assert common.read_metrics(str(tmp_path)) == [{"iter": 0, "val_loss": 4.2}]
+
+
+def test_report_names_a_damaged_config_json_and_an_out_that_is_a_file(study, capsys):
+    import report
+    import sweep
+    loaded = sweep.load_study(str(study))
+    out = sweep.run_dir(loaded, "linear", 1e-2, 1)
+    os.makedirs(out)
+    for text in ("garbage", "[1]"):
+        (Path(out) / "config.json").write_text(text)
+        with pytest.raises(ValueError, match=r"config.json is damaged \(not a JSON object of settings\); "
+                                             r"restore it from a copy, or delete its run folder"):
+            report.main([str(study), "--out", str(study.parent / "report")])
+    (study.parent / "file").write_text("")
+    with pytest.raises(SystemExit) as e:
+        report.main([str(study), "--out", str(study.parent / "file")])
+    assert e.value.code == 2 and "file: cannot create the folder (File exists)" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------------------- bench/kv_cache.py
+@pytest.mark.parametrize("args,expected", [
+    (["--n_head=3"], "n_embd=128 is not divisible by n_head=3"),  # these three were tracebacks
+    (["--vocab_size=0"], "vocab_size=0 must be a positive integer"),
+    (["--device=gpu"], "device='gpu'; use auto, cpu, cuda, cuda:N or mps"),
+    (["--threads=0"], "--threads must be >= 1"),  # was ignored
+])
+def test_kv_cache_bench_arguments(args, expected, capsys):
+    sys.path.insert(0, str(ROOT / "bench"))
+    import kv_cache
+    with pytest.raises(SystemExit) as e:
+        kv_cache.parse_args(args)
+    assert e.value.code == 2 and expected in capsys.readouterr().err
+
+
+def test_a_tilde_after_the_equals_sign_means_the_home_folder(tmp_path, monkeypatch):
+    """The shell expands ~ only at the start of a word, so --out_dir=~/runs reached the scripts as it is and
+    train.py wrote into a folder named ~ in the current one."""
+    import convert
+    import prepare_data
+    import sample
+    monkeypatch.setenv("HOME", str(tmp_path))
+    cfg = common.parse_config(["--out_dir=~/runs", "--data_dir=~/data"])
+    assert (cfg["out_dir"], cfg["data_dir"]) == (str(tmp_path / "runs"), str(tmp_path / "data"))
+    assert sample.parse_args(["--out_dir=~/runs"]).out_dir == str(tmp_path / "runs")
+    assert prepare_data.parse_args(["shakespeare_char", "--data_dir=~/d"]).data_dir == str(tmp_path / "d")
+    make_dataset(tmp_path / "data")
+    with pytest.raises(FileNotFoundError, match=f"{tmp_path}/ckpt.pt is not a file"):
+        convert.main(["official", "~/ckpt.pt", "--out_dir=~/out", "--dataset=tiny", "--data_dir=~/data"])
+
+
+def test_a_char_dataset_without_its_characters_is_named_in_sample_and_eval(tmp_path):
+    import eval as nlq_eval
+    import sample
+    meta = make_dataset(tmp_path / "data") / "meta.json"
+    cfg = json.loads(meta.read_text())
+    del cfg["chars"]
+    meta.write_text(json.dumps(cfg))
+    train.train(tiny_cfg(tmp_path / "data", tmp_path / "out", max_iters=0))
+    for main in (sample.main, nlq_eval.main):  # were KeyError tracebacks
+        with pytest.raises(ValueError, match=r"has tokenizer char but no list of chars: it was not written "
+                                             r"by prepare_data.py; prepare the dataset again"):
+            main(["--out_dir", str(tmp_path / "out")])
+    import prepare_data  # a meta.json without a name: the message named it with a KeyError
+    with pytest.raises(ValueError, match=r"characters \['b'\] are not in the vocabulary of dataset None"):
+        prepare_data.get_codec({"tokenizer": "char", "chars": ["a"]})[0]("b")
+
+
+def test_ctrl_c_during_an_evaluation_is_one_line_and_writes_nothing(tmp_path):
+    make_dataset(tmp_path / "data", tokenizer="byte")  # HellaSwag needs a space
+    out = tmp_path / "out"
+    train.train(tiny_cfg(tmp_path / "data", out, max_iters=0))
+    example = json.dumps({"ctx": "0123", "endings": ["45", "67", "89", "::"], "label": 0})
+    (tmp_path / "hs.jsonl").write_text((example + "\n") * 20000)
+    proc = subprocess.Popen([sys.executable, "eval.py", f"--out_dir={out}", "--batch_size=1",
+                             f"--hellaswag={tmp_path / 'hs.jsonl'}", f"--json={tmp_path / 'r.json'}"],
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    err = ""
+    while "hellaswag:" not in err and proc.poll() is None:  # tqdm's bar: the scoring has begun
+        err += proc.stderr.read(1)
+    proc.send_signal(subprocess.signal.SIGINT)
+    err += proc.communicate(timeout=60)[1]
+    assert proc.returncode == 1 and err.endswith("interrupted; nothing was written\n"), err[-2000:]
+    assert "Traceback" not in err and not (tmp_path / "r.json").exists()
+
+
+def test_sample_seed_out_of_range(capsys):
+    import sample
+    with pytest.raises(SystemExit) as e:  # was "error: Overflow when unpacking long long"
+        sample.parse_args(["--seed=99999999999999999999"])
+    assert e.value.code == 2 and "--seed is too large; use |seed| < 2**62" in capsys.readouterr().err
+
+
+def test_a_run_that_ends_without_an_error_but_unfinished_is_not_launched_forever(study, monkeypatch):
+    """A run whose checkpoint is at max_iters but whose metrics.jsonl lost its rows exits 0 without training;
+    sweep.py used to launch it again and again."""
+    import sweep
+    calls = []
+
+    def train_exits_0(cmd, **kw):
+        calls.append(cmd)
+        assert len(calls) < 10, "launched again and again"
+        return subprocess.CompletedProcess(cmd, 0)
+    monkeypatch.setattr(sweep.subprocess, "run", train_exits_0)
+    with pytest.raises(RuntimeError, match=r"(?s)4 run\(s\) failed.*lr0.01_seed1 ended before max_iters "
+                                           r"without an error: its metrics.jsonl ends at iter None"):
+        sweep.main([str(study)])
+    assert len(calls) == 4  # the 2 arms x 2 rates of the search, once each
