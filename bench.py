@@ -41,8 +41,8 @@ from common import (atomic_write_text, autocast, check_fsdp_support, check_outpu
                     setup_distributed, shard_model, use_compile, window_starts)
 from model import GPT, QUERY_MODES
 
-BENCH_DEFAULTS = dict(query_modes="linear,identity,nonlinear", warmup=10, steps=50, rounds=5, data="synthetic",
-                      threads=None, json=None)
+BENCH_DEFAULTS = dict(query_modes="linear,identity,nonlinear", warmup=10, steps=50, rounds=5,
+                      data="synthetic", threads=None, json=None)
 
 
 def split_args(argv):
@@ -60,7 +60,8 @@ def split_args(argv):
                 raise ValueError(f"--{key}={opts[key]}: needs an integer >= {low}")
             opts[key] = int(opts[key])
     if opts["steps"] < opts["rounds"]:
-        raise ValueError(f"--steps={opts['steps']} is fewer than --rounds={opts['rounds']}; each round times >= 1 step")
+        raise ValueError(f"--steps={opts['steps']} is fewer than --rounds={opts['rounds']}; "
+                         f"each round times >= 1 step")
     modes = opts["query_modes"].split(",")
     unknown = [m for m in modes if m not in QUERY_MODES]
     if unknown:
@@ -202,12 +203,14 @@ def table(rows, device):
              f"vocab {rows[0]['vocab_size']}, {rows[0]['params']:,} parameters ({rows[0]['query_mode']}), "
              f"{how}",
              "| query_mode | compile | dtype | batch x block | ms/iter (median) | p10-p90 ms | tokens/s | "
-             f"vs {rows[0]['query_mode']} | MFU | peak mem MB |", "|---|---|---|---|---:|---:|---:|---:|---:|---:|"]
+             f"vs {rows[0]['query_mode']} | MFU | peak mem MB |",
+             "|---|---|---|---|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         mfu = f"{100 * r['mfu']:.1f}%" if r["mfu"] is not None else "n/a"
-        lines.append(f"| {r['query_mode']} | {r['compile']} | {r['dtype']} | {r['batch_size']} x {r['block_size']} "
-                     f"| {r['ms_per_iter']:.1f} | {r['ms_p10']:.1f}-{r['ms_p90']:.1f} | {r['tokens_per_s']:,.0f} "
-                     f"| {r['tokens_per_s'] / ref:.3f} | {mfu} | {r['peak_mem_mb']:,.0f} |")
+        lines.append(f"| {r['query_mode']} | {r['compile']} | {r['dtype']} | {r['batch_size']} x "
+                     f"{r['block_size']} | {r['ms_per_iter']:.1f} | {r['ms_p10']:.1f}-{r['ms_p90']:.1f} "
+                     f"| {r['tokens_per_s']:,.0f} | {r['tokens_per_s'] / ref:.3f} | {mfu} "
+                     f"| {r['peak_mem_mb']:,.0f} |")
     if ranks > 1:
         lines += [f"peak mem MB of ranks 0..{ranks - 1}: " + "; ".join(
             f"{r['query_mode']} " + ", ".join(f"{m:,.0f}" for m in r["peak_mem_mb_per_rank"]) for r in rows)]
@@ -239,7 +242,8 @@ if __name__ == "__main__":
     try:
         main(sys.argv[1:])
     except (ValueError, OSError) as e:
-        hint = f" (bench's own options: --{', --'.join(BENCH_DEFAULTS)})" if "unknown config key" in str(e) else ""
+        hint = (f" (bench's own options: --{', --'.join(BENCH_DEFAULTS)})"
+                if "unknown config key" in str(e) else "")
         sys.exit(f"bench error: {e}{hint}")
     except KeyboardInterrupt:
         sys.exit("interrupted; nothing was written")

@@ -2,8 +2,8 @@
 What nlq's scripts share, and nothing else: settings, devices, data windows, losses and checkpoints.
 
 train.py trains; sample.py, eval.py, bench.py, sweep.py, report.py and convert.py read the same config keys,
-the same data windows and the same checkpoints through the functions here, so a change made here changes all of
-them alike. Everything else lives in the script that uses it.
+the same data windows and the same checkpoints through the functions here, so a change made here changes all
+of them alike. Everything else lives in the script that uses it.
 
     settings     DEFAULTS, parse_config, validate, model_config    (the model's keys come from GPTConfig)
     devices      resolve_device, autocast, use_compile
@@ -57,7 +57,8 @@ DEFAULTS = dict(
     max_nonfinite_steps=10,
     # system
     device="auto",  # auto | cpu | cuda | cuda:N | mps
-    dtype="auto",   # auto (bfloat16 on CUDA if supported, else float16; float32 elsewhere) | float32 | bfloat16 | float16
+    # auto (bfloat16 on CUDA if supported, else float16; float32 elsewhere) | float32 | bfloat16 | float16
+    dtype="auto",
     compile=None,   # None = on for CUDA, off elsewhere
     fsdp=False,     # under torchrun: shard weights, gradients, AdamW states over the processes (FSDP2)
     seed=1337,
@@ -89,7 +90,8 @@ def check_value(key, value):
     if want is float and type(value) is int:
         return float(value)
     if type(value) is not want:
-        raise ValueError(f"config key {key!r} needs a {want.__name__}, got {value!r} ({type(value).__name__})")
+        raise ValueError(f"config key {key!r} needs a {want.__name__}, got {value!r} "
+                         f"({type(value).__name__})")
     return value
 
 
@@ -109,7 +111,8 @@ def parse_override(arg):
 
 
 def read_config_file(path):
-    """The settings a config file assigns (plain Python; names starting with _ and imported modules skipped)."""
+    """The settings a config file assigns (plain Python; names starting with _ and imported modules
+    skipped)."""
     if not os.path.isfile(path):
         raise FileNotFoundError(f"config file {path} not found")
     namespace = {}
@@ -131,8 +134,8 @@ def parse_config(argv):
     for i, arg in enumerate(argv):
         if arg.endswith(".py") and not arg.startswith("--"):
             if i > 0:
-                raise ValueError(f"config file {arg} must be the first argument, before the --key=value overrides "
-                                 f"(which apply on top of it)")
+                raise ValueError(f"config file {arg} must be the first argument, before the --key=value "
+                                 f"overrides (which apply on top of it)")
             updates = read_config_file(arg)
         else:
             updates = dict([parse_override(arg)])
@@ -148,7 +151,8 @@ def validate(cfg):
     """ValueError naming the first setting out of range, including the model's (via GPTConfig)."""
     for key in POSITIVE + NON_NEGATIVE:
         value = cfg[key]
-        if value is not None and not (math.isfinite(value) and (value > 0 if key in POSITIVE else value >= 0)):
+        if value is not None and not (math.isfinite(value)
+                                      and (value > 0 if key in POSITIVE else value >= 0)):
             raise ValueError(f"config key {key!r} = {value} must be {'> 0' if key in POSITIVE else '>= 0'}")
     if not abs(cfg["seed"]) < MAX_SEED:
         raise ValueError(f"config key 'seed' = {cfg['seed']} is too large; use |seed| < 2**62 (torch's "
@@ -163,7 +167,8 @@ def validate(cfg):
 
 
 def padded_vocab(vocab_size):
-    """A dataset's vocabulary size rounded up to a multiple of 64 (faster matmuls; the extra rows go unused)."""
+    """A dataset's vocabulary size rounded up to a multiple of 64 (faster matmuls; the extra rows go
+    unused)."""
     return -(-vocab_size // 64) * 64
 
 
@@ -178,8 +183,8 @@ def model_config(cfg, data_vocab_size=None):
     data_vocab_size = data_vocab_size or cfg["vocab_size"] or GPT2_VOCAB
     vocab_size = cfg["vocab_size"] or padded_vocab(data_vocab_size)
     if data_vocab_size > vocab_size:
-        raise ValueError(f"vocab_size={vocab_size} is smaller than the dataset's vocabulary ({data_vocab_size}); "
-                         f"leave vocab_size unset (None) to size it from the data")
+        raise ValueError(f"vocab_size={vocab_size} is smaller than the dataset's vocabulary "
+                         f"({data_vocab_size}); leave vocab_size unset (None) to size it from the data")
     return GPTConfig(**{**{k: cfg[k] for k in MODEL_KEYS}, "vocab_size": vocab_size,
                         "data_vocab_size": data_vocab_size})
 
@@ -192,7 +197,8 @@ def resolve_device(cfg, local_rank=0, world_size=1):
     """
     device = cfg["device"]
     if device == "auto":
-        device = "cuda" if torch.cuda.is_available() else "mps" if torch.backends.mps.is_available() else "cpu"
+        device = ("cuda" if torch.cuda.is_available()
+                  else "mps" if torch.backends.mps.is_available() else "cpu")
     if not re.fullmatch(r"(cpu|cuda|mps)(:\d+)?", device):
         raise ValueError(f"device={device!r}; use auto, cpu, cuda, cuda:N or mps")
     if device.startswith("cuda") and not torch.cuda.is_available():
@@ -207,7 +213,8 @@ def resolve_device(cfg, local_rank=0, world_size=1):
     device_type = device.split(":")[0]
     dtype = cfg["dtype"]
     if dtype == "auto":
-        dtype = "float32" if device_type != "cuda" else "bfloat16" if torch.cuda.is_bf16_supported() else "float16"
+        dtype = ("float32" if device_type != "cuda"
+                 else "bfloat16" if torch.cuda.is_bf16_supported() else "float16")
     if dtype not in ("float32", "bfloat16", "float16"):
         raise ValueError(f"dtype {dtype!r} is not one of auto, float32, bfloat16, float16")
     if dtype == "float16" and device_type != "cuda":
@@ -220,7 +227,8 @@ def resolve_device(cfg, local_rank=0, world_size=1):
 
 def autocast(device_type, ptdtype):
     """The mixed-precision context for forward passes: none for float32."""
-    return nullcontext() if ptdtype == torch.float32 else torch.autocast(device_type=device_type, dtype=ptdtype)
+    return (nullcontext() if ptdtype == torch.float32
+            else torch.autocast(device_type=device_type, dtype=ptdtype))
 
 
 def use_compile(cfg, device_type):
@@ -306,7 +314,8 @@ def open_split(data_dir, split, dtype, block_size):
     data = np.memmap(path, dtype=dtype, mode="r")
     if len(data) < block_size + 1:
         raise ValueError(f"{path} holds {len(data)} tokens, fewer than block_size + 1 = {block_size + 1}; "
-                         f"use a smaller block_size or a larger {split} split (prepare_data.py --val_fraction)")
+                         f"use a smaller block_size or a larger {split} split "
+                         f"(prepare_data.py --val_fraction)")
     return data
 
 
@@ -427,7 +436,8 @@ def full_split_loss(model, ctx, path, dtype, block_size, batch_size, device, ran
 
 
 # -------------------------------------------------------------------------------------------- checkpoints
-EXIT_DIVERGED = 3  # train.py's exit status for a run stopped because its loss went NaN/inf (sweep.py reads it)
+# train.py's exit status for a run stopped because its loss went NaN/inf (sweep.py reads it)
+EXIT_DIVERGED = 3
 CHECKPOINT_KEYS = {"model", "optimizer", "iter_num", "config", "model_args", "rng"}
 
 
@@ -446,7 +456,8 @@ def upgrade_state_dict(state_dict):
 def load_checkpoint(path):
     """A train.py checkpoint, loaded onto the CPU with weights_only=True.
 
-    ValueError if it cannot be read (corrupt, truncated, or another program's format) or lacks train.py's keys.
+    ValueError if it cannot be read (corrupt, truncated, or another program's format) or lacks train.py's
+    keys.
     """
     try:
         ckpt = torch.load(path, map_location="cpu", weights_only=True)  # CPU first: resume peaks lower
@@ -457,8 +468,8 @@ def load_checkpoint(path):
         missing = CHECKPOINT_KEYS - set(ckpt) if isinstance(ckpt, dict) else CHECKPOINT_KEYS
         args = ckpt.get("model_args") if isinstance(ckpt, dict) else None
         official = isinstance(args, dict) and "num_heads" in args
-        hint = (" (it is in the paper's official format: convert it into a new run folder with python convert.py "
-                f"official {path} --out_dir=NEW_DIR --dataset=NAME)" if official else "")
+        hint = (" (it is in the paper's official format: convert it into a new run folder with python "
+                f"convert.py official {path} --out_dir=NEW_DIR --dataset=NAME)" if official else "")
         raise ValueError(f"{path} is not a train.py checkpoint (no {', '.join(sorted(missing))}){hint}")
     ckpt["model"] = upgrade_state_dict(ckpt["model"])
     return ckpt
@@ -469,7 +480,8 @@ def check_finite_weights(ckpt, path):
     bad = [k for k, v in ckpt["model"].items() if v.is_floating_point() and not torch.isfinite(v).all()]
     if bad:
         raise ValueError(f"checkpoint weights are not finite (training diverged at iter {ckpt['iter_num']}): "
-                         f"{path}, e.g. {bad[0]}; retrain with a lower learning_rate, or use an earlier checkpoint")
+                         f"{path}, e.g. {bad[0]}; retrain with a lower learning_rate, or use an earlier "
+                         f"checkpoint")
 
 
 def check_same_dataset(trained, meta, data):

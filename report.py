@@ -165,17 +165,18 @@ def method(study, tokenizer):
     grid = (f"the base grid {', '.join(f'{lr:g}' for lr in next(iter(grids)))}" if len(grids) == 1
             else "each arm's own base grid (see the search table)")
     if study["selection_seeds"]:
-        search = (f"**Method.** Each arm's learning rate is chosen on selection seeds {study['selection_seeds']} "
-                  f"(the mean final loss over them): {grid}, one more grid step while the best rate is at an "
-                  f"edge (at most {study['max_extensions']}), then half steps (×/÷ √2) around the "
-                  f"best{'' if study['half_steps'] else ' (off in this study)'}. The chosen rate is then run on ")
+        search = (f"**Method.** Each arm's learning rate is chosen on selection seeds "
+                  f"{study['selection_seeds']} (the mean final loss over them): {grid}, one more grid step "
+                  f"while the best rate is at an edge (at most {study['max_extensions']}), then half steps "
+                  f"(×/÷ √2) around the best{'' if study['half_steps'] else ' (off in this study)'}. "
+                  f"The chosen rate is then run on ")
     else:
         rates = ", ".join(f"{arm} {g[0]:g}" for arm, g in study["grids"].items())
         search = f"**Method.** Each arm's learning rate is given, not searched ({rates}); it is run on "
     return (search +
             f"the final seeds {study['seeds']} (disjoint from any selection seeds; arms on fewer: "
-            f"{', '.join(f'{a} {n}' for a, n in study['seeds_per_arm'].items()) or 'none'}), and only these enter "
-            f"the statistics. A run's final loss "
+            f"{', '.join(f'{a} {n}' for a, n in study['seeds_per_arm'].items()) or 'none'}), and only "
+            f"these enter the statistics. A run's final loss "
             f"is its val loss over the whole val split, every val token once (`val_loss_full`; the same "
             f"tokens for every arm and seed), in nats/token.{bpb} Each arm is compared with `{ref}` *paired* "
             f"by seed (at one seed both see the same training windows): Δ = mean over shared seeds of (arm − "

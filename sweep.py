@@ -2,9 +2,9 @@
 Run a study: every arm gets the same learning-rate search on selection seeds, then its chosen rate is run on
 the final seeds, which are never the seeds the rate was chosen on (no winner's curse).
 
-    python sweep.py studies/enwiki_cpu.py --jobs 2 --threads 1   # run it here (2 runs at a time, 1 thread each)
-    python sweep.py studies/enwiki_cpu.py --print 8              # the torchrun commands of the runs due now
-    python report.py studies/enwiki_cpu.py                       # tables, paired statistics, plots
+    python sweep.py studies/enwiki_cpu.py --jobs 2 --threads 1 # run it here (2 runs at a time, 1 thread each)
+    python sweep.py studies/enwiki_cpu.py --print 8            # the torchrun commands of the runs due now
+    python report.py studies/enwiki_cpu.py                     # tables, paired statistics, plots
 
 A study file is plain Python that sets:
     name, config          the study's name and a train.py config file
@@ -17,14 +17,14 @@ A study file is plain Python that sets:
                           single learning rate (per arm) means: no search, that rate is the chosen one
     seeds                 final seeds, disjoint from selection_seeds; the statistics use these alone (each
                           rate and seed appears once in its list)
-and optionally seeds_per_arm (dict arm -> how many of seeds it runs; default all), reference (the arm others are
-compared with; default "linear"), max_extensions (default 2), half_steps (default True), and runs_dir (default
-results/<name>/runs; two studies that name the same runs_dir share the runs of their identical arms).
+and optionally seeds_per_arm (dict arm -> how many of seeds it runs; default all), reference (the arm others
+are compared with; default "linear"), max_extensions (default 2), half_steps (default True), and runs_dir
+(default results/<name>/runs; two studies that name the same runs_dir share the runs of their identical arms).
 
-Per arm: (1) the base grid on the selection seeds; (2) while the best rate is the smallest or the largest swept,
-one more grid step in that direction (at most max_extensions); (3) half steps (x/√2, x·√2) around the best;
-(4) the best of all swept rates on the final seeds. The "final loss" of a run is its val loss over the whole
-val split (val_loss_full), else its last fixed-window val loss; a diverged run counts as +inf.
+Per arm: (1) the base grid on the selection seeds; (2) while the best rate is the smallest or the largest
+swept, one more grid step in that direction (at most max_extensions); (3) half steps (x/√2, x·√2) around the
+best; (4) the best of all swept rates on the final seeds. The "final loss" of a run is its val loss over the
+whole val split (val_loss_full), else its last fixed-window val loss; a diverged run counts as +inf.
 
 Each run has its own out_dir, <runs_dir>/<arm>/lr<lr>_seed<seed>. A run whose metrics.jsonl reaches max_iters
 (or records divergence) is finished and never rerun, also when only its committed metrics.jsonl and
@@ -62,7 +62,8 @@ def load_study(path):
     if unknown:
         raise ValueError(f"study file {path} sets unknown keys {sorted(unknown)}; study keys: "
                          f"{', '.join(STUDY_KEYS + tuple(OPTIONAL_KEYS))}")
-    study = {**OPTIONAL_KEYS, **{k: namespace[k] for k in STUDY_KEYS + tuple(OPTIONAL_KEYS) if k in namespace}}
+    study = {**OPTIONAL_KEYS,
+             **{k: namespace[k] for k in STUDY_KEYS + tuple(OPTIONAL_KEYS) if k in namespace}}
     plain = lambda name: (isinstance(name, str) and name.strip() not in ("", ".", "..")
                           and os.path.basename(name) == name)
     first = {"name": (plain(study["name"]), "a plain folder name (a string without /)"),
@@ -105,8 +106,9 @@ def load_study(path):
     per_arm = study["seeds_per_arm"]
     strangers = [a for a in per_arm if a not in arms] if isinstance(per_arm, dict) else []
     if strangers:
-        raise ValueError(f"study file {path}: seeds_per_arm names {strangers}, which are not arms of this study "
-                         f"(a study that imports another inherits its seeds_per_arm: set seeds_per_arm = {{}})")
+        raise ValueError(f"study file {path}: seeds_per_arm names {strangers}, which are not arms of this "
+                         f"study (a study that imports another inherits its seeds_per_arm: set "
+                         f"seeds_per_arm = {{}})")
     for key, (ok, want) in checks.items():
         if not ok:
             raise ValueError(f"study file {path}: {key} must be {want}")
@@ -118,10 +120,11 @@ def load_study(path):
                              f"(it would be ignored); set it with {PER_RUN[clash[0]]}")
     overlap = set(study["selection_seeds"]) & set(study["seeds"])
     if overlap:
-        raise ValueError(f"study file {path}: seeds {sorted(overlap)} are both selection and final seeds; the "
-                         "final statistics must not use the seeds the learning rate was chosen on")
+        raise ValueError(f"study file {path}: seeds {sorted(overlap)} are both selection and final seeds; "
+                         "the final statistics must not use the seeds the learning rate was chosen on")
     study["grids"] = {arm: sorted(grid) for arm, grid in grids.items()}
-    for arm in study["arms"]:  # resolve every arm now: a typo or a bad value fails here, not hours into the sweep
+    # resolve every arm now: a typo or a bad value fails here, not hours into the sweep
+    for arm in study["arms"]:
         run_config(study, arm, study["grids"][arm][0], study["seeds"][0])
     return study
 
@@ -131,11 +134,11 @@ def run_dir(study, arm, lr, seed):
 
 
 def run_args(study, arm, lr, seed):
-    """The train.py arguments of one run: config file, then shared overrides, min_lr = lr / 10, the arm's keys,
-    then lr, seed and out_dir."""
+    """The train.py arguments of one run: config file, then shared overrides, min_lr = lr / 10, the arm's
+    keys, then lr, seed and out_dir."""
     min_lr = float(f"{lr / 10:.6g}")  # 0.0003, not 0.00030000000000000003
-    overrides = {**study["overrides"], "min_lr": min_lr, **study["arms"][arm], "learning_rate": lr, "seed": seed,
-                 "out_dir": run_dir(study, arm, lr, seed)}
+    overrides = {**study["overrides"], "min_lr": min_lr, **study["arms"][arm], "learning_rate": lr,
+                 "seed": seed, "out_dir": run_dir(study, arm, lr, seed)}
     return [study["config"]] + [f"--{k}={v}" for k, v in overrides.items()]
 
 
@@ -166,8 +169,8 @@ def torchrun_command(study, arm, lr, seed, nproc):
 
 
 # Keys that do not change a run's results; any other difference means the run dir holds another experiment.
-NOT_EXPERIMENT = {"init_from", "log_interval", "wandb_log", "wandb_project", "wandb_run_name", "device", "dtype",
-                  "compile", "fsdp"}
+NOT_EXPERIMENT = {"init_from", "log_interval", "wandb_log", "wandb_project", "wandb_run_name", "device",
+                  "dtype", "compile", "fsdp"}
 
 
 def read_saved_config(path):
@@ -225,7 +228,8 @@ def final_val_loss(row):
 def is_finished(study, arm, lr, seed):
     """True for a run that reached max_iters, or that diverged (a final state: rerunning gives the same)."""
     row = final_row(run_dir(study, arm, lr, seed))
-    return row is not None and (is_diverged(row) or row["iter"] >= run_config(study, arm, lr, seed)["max_iters"])
+    return row is not None and (is_diverged(row)
+                                or row["iter"] >= run_config(study, arm, lr, seed)["max_iters"])
 
 
 def selection_loss(study, arm, lr):
@@ -263,7 +267,8 @@ def plan(study, arm):
     if not sel:  # one given learning rate, nothing to choose: straight to the final seeds
         chosen = swept[0]
         due = [(arm, chosen, s) for s in final_seeds(study, arm) if not is_finished(study, arm, chosen, s)]
-        return dict(due=due, swept=swept, chosen=chosen, notes=["learning rate given, not searched"], losses={})
+        return dict(due=due, swept=swept, chosen=chosen, notes=["learning rate given, not searched"],
+                    losses={})
     runs = lambda lrs: [(arm, lr, s) for lr in lrs for s in sel if not is_finished(study, arm, lr, s)]
     out = lambda due, chosen=None: dict(due=due, swept=sorted(swept), chosen=chosen, notes=notes,
                                         losses={lr: selection_loss(study, arm, lr) for lr in sorted(swept)})
@@ -283,7 +288,8 @@ def plan(study, arm):
             notes.append(f"best rate {best:g} is still at the edge after {extensions} extensions")
             break
         new = round_lr(best / ratio if best == lo else best * ratio)
-        notes.append(f"best rate {best:g} was at the {'lower' if best == lo else 'upper'} edge: added {new:g}")
+        notes.append(f"best rate {best:g} was at the {'lower' if best == lo else 'upper'} edge: "
+                     f"added {new:g}")
         swept.append(new)
         extensions += 1
         if runs([new]):
@@ -341,10 +347,12 @@ def due_runs(study):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("study", help="study file, e.g. studies/enwiki_cpu.py")
     parser.add_argument("--jobs", type=int, default=1, help="runs at a time on this machine")
-    parser.add_argument("--threads", type=int, default=None, help="OMP_NUM_THREADS per run (default: torch's)")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="OMP_NUM_THREADS per run (default: torch's)")
     parser.add_argument("--print", type=int, metavar="NPROC", dest="nproc",
                         help="print the torchrun commands of the runs due now, with this many processes each")
     args = parser.parse_args(argv)
@@ -356,7 +364,8 @@ def main(argv=None):
         due = due_runs(study)
         print("\n".join(torchrun_command(study, *run, args.nproc) for run in due))
         if any(plan(study, arm)["chosen"] is None for arm in study["arms"]):
-            print("# more runs follow (grid extensions, half steps, final seeds): run this again once these finish")
+            print("# more runs follow (grid extensions, half steps, final seeds): "
+                  "run this again once these finish")
         return
     failed = {}
     with ThreadPoolExecutor(args.jobs) as pool:
@@ -369,7 +378,8 @@ def main(argv=None):
                     failed[run] = failure
     print(json.dumps({arm: plan(study, arm)["chosen"] for arm in study["arms"]}))
     if failed:
-        raise RuntimeError(f"{len(failed)} run(s) failed; the others finished:\n" + "\n".join(failed.values()))
+        raise RuntimeError(f"{len(failed)} run(s) failed; the others finished:\n"
+                           + "\n".join(failed.values()))
 
 
 if __name__ == "__main__":

@@ -47,7 +47,8 @@ RESUME_FIXED = MODEL_KEYS + ("dataset", "lr_schedule")
 
 
 class TrainingDiverged(RuntimeError):
-    """The loss became NaN/inf; the message names the iteration, the last finite checkpoint and what to try."""
+    """The loss became NaN/inf; the message names the iteration, the last finite checkpoint and what to
+    try."""
 
 
 # ------------------------------------------------------------------------------------------- the schedule
@@ -84,8 +85,8 @@ def checkpoint_to_resume(cfg, model_cfg, ckpt_path):
                          f"folder") from e
     if cfg["init_from"] == "scratch":
         if os.path.exists(ckpt_path):  # never overwrite a trained model by accident
-            raise ValueError(f"{ckpt_path} exists; continue it with --init_from=resume, or pick a new out_dir "
-                             f"(or delete the old run) to start from scratch")
+            raise ValueError(f"{ckpt_path} exists; continue it with --init_from=resume, or pick a new "
+                             f"out_dir (or delete the old run) to start from scratch")
         return None
     if not os.path.isfile(ckpt_path):
         raise FileNotFoundError(f"init_from=resume but {ckpt_path} does not exist; use init_from=scratch")
@@ -107,23 +108,26 @@ def lr_decay_iters_for(cfg, ckpt, log):
     run goes on past the decay (at min_lr) or stops before it."""
     decay_iters = cfg["lr_decay_iters"] or cfg["max_iters"]
     if ckpt is not None:
-        trained = ckpt.get("lr_decay_iters") or ckpt["config"]["lr_decay_iters"] or ckpt["config"]["max_iters"]
+        trained = (ckpt.get("lr_decay_iters") or ckpt["config"]["lr_decay_iters"]
+                   or ckpt["config"]["max_iters"])
         if cfg["lr_decay_iters"] is None:
             decay_iters = trained
             if trained != cfg["max_iters"]:
-                log(f"note: lr_decay_iters is unset; keeping the checkpoint's schedule (decay to min_lr at iter "
-                    f"{trained}), not max_iters={cfg['max_iters']}; pass --lr_decay_iters=N to change it")
+                log(f"note: lr_decay_iters is unset; keeping the checkpoint's schedule (decay to min_lr "
+                    f"at iter {trained}), not max_iters={cfg['max_iters']}; pass --lr_decay_iters=N to "
+                    f"change it")
         elif cfg["lr_decay_iters"] != trained:
             it = ckpt["iter_num"]
-            warnings.warn(f"lr_decay_iters={cfg['lr_decay_iters']} differs from the checkpoint's {trained}: the "
-                          f"learning rate at iter {it} changes from {get_lr(it, cfg, trained):.3e} to "
+            warnings.warn(f"lr_decay_iters={cfg['lr_decay_iters']} differs from the checkpoint's {trained}: "
+                          f"the learning rate at iter {it} changes from {get_lr(it, cfg, trained):.3e} to "
                           f"{get_lr(it, cfg, cfg['lr_decay_iters']):.3e}")
     if cfg["decay_lr"] and cfg["max_iters"] > decay_iters:
-        log(f"note: iterations {decay_iters}-{cfg['max_iters']} run at min_lr={cfg['min_lr']:g} (the decay ends "
-            f"at lr_decay_iters={decay_iters})")
+        log(f"note: iterations {decay_iters}-{cfg['max_iters']} run at min_lr={cfg['min_lr']:g} (the decay "
+            f"ends at lr_decay_iters={decay_iters})")
     elif cfg["decay_lr"] and cfg["max_iters"] < decay_iters:
-        log(f"note: the run stops at max_iters={cfg['max_iters']}, before the learning rate has decayed to min_lr "
-            f"(at lr_decay_iters={decay_iters}); at the end it is {get_lr(cfg['max_iters'], cfg, decay_iters):.2e}")
+        log(f"note: the run stops at max_iters={cfg['max_iters']}, before the learning rate has decayed to "
+            f"min_lr (at lr_decay_iters={decay_iters}); at the end it is "
+            f"{get_lr(cfg['max_iters'], cfg, decay_iters):.2e}")
     return decay_iters
 
 
@@ -160,8 +164,8 @@ def append_metrics(out_dir, row, truncate_after=None):
 
 
 def stop_diverged(cfg, master, row, reason, ckpt_path, last_saved):
-    """Log the bad numbers as the run's last metrics row and raise TrainingDiverged; the last finite checkpoint
-    stays. Every rank reaches this together (the losses it looks at are all-reduced)."""
+    """Log the bad numbers as the run's last metrics row and raise TrainingDiverged; the last finite
+    checkpoint stays. Every rank reaches this together (the losses it looks at are all-reduced)."""
     if master:
         append_metrics(cfg["out_dir"], {**row, "diverged": True})
     kept = (f"the last finite checkpoint is {ckpt_path} (iter {last_saved})" if last_saved is not None
@@ -263,8 +267,8 @@ def train(cfg):
     log = print if master else (lambda *a, **k: None)
     accum = cfg["gradient_accumulation_steps"]
     if accum % world_size:
-        raise ValueError(f"gradient_accumulation_steps={accum} is not divisible by the {world_size} processes; "
-                         f"make it a multiple of {world_size}")
+        raise ValueError(f"gradient_accumulation_steps={accum} is not divisible by the {world_size} "
+                         f"processes; make it a multiple of {world_size}")
     local_accum = accum // world_size  # micro-batches per rank per step
     device, device_type, ptdtype = resolve_device(cfg, local_rank, world_size)
     if cfg["fsdp"]:
@@ -273,7 +277,7 @@ def train(cfg):
     B, T = cfg["batch_size"], cfg["block_size"]
     tokens_per_iter = accum * B * T
 
-    # -- data: memory-mapped token bins; fixed eval windows (eval_iters, B) drawn from the seed ---------------
+    # -- data: memory-mapped token bins; fixed eval windows (eval_iters, B) drawn from the seed --------------
     data_dir = os.path.join(cfg["data_dir"], cfg["dataset"])
     meta = load_meta(data_dir)
     bins, n_tokens, splits = {}, {}, {}
@@ -283,7 +287,7 @@ def train(cfg):
         splits[split] = (bins[split], meta["dtype"], eval_windows(n_tokens[split], T, B, cfg["eval_iters"],
                                                                    cfg["seed"]), T)
 
-    # -- model, optimizer, and the checkpoint to resume from ----------------------------------------------------
+    # -- model, optimizer, and the checkpoint to resume from -------------------------------------------------
     ckpt_path = os.path.join(cfg["out_dir"], "ckpt.pt")
     model_cfg = model_config(cfg, meta["vocab_size"])
     ckpt = checkpoint_to_resume(cfg, model_cfg, ckpt_path)
@@ -341,28 +345,31 @@ def train(cfg):
         import wandb
         wandb.init(project=cfg["wandb_project"], name=cfg["wandb_run_name"], config=cfg)
 
-    # -- the loop: eval + checkpoint, then one optimizer step of accum micro-batches --------------------------
+    # -- the loop: eval + checkpoint, then one optimizer step of accum micro-batches -------------------------
     losses, nonfinite_steps, steps_timed, time_timed = {}, 0, 0, 0.0
     t0 = time.time()
     while True:
         if (iter_num % cfg["eval_interval"] == 0 or iter_num == cfg["max_iters"]) and iter_num != resumed_at:
             losses = estimate_loss(model, splits, ctx, rank, world_size, device, meta["vocab_size"])
-            if cfg["eval_full_at_end"] and iter_num == cfg["max_iters"]:  # every val token once: the final figure
-                nats, n, _ = full_split_loss(raw_model, ctx, bins["val"], meta["dtype"], T, 4 * B, device, rank,
-                                             world_size, vocab_size=meta["vocab_size"])
+            # every val token once: the final figure
+            if cfg["eval_full_at_end"] and iter_num == cfg["max_iters"]:
+                nats, n, _ = full_split_loss(raw_model, ctx, bins["val"], meta["dtype"], T, 4 * B, device,
+                                             rank, world_size, vocab_size=meta["vocab_size"])
                 losses["val_full"] = nats / n
             dt = time_timed / steps_timed if steps_timed else None
             row = dict(iter=iter_num, tokens=iter_num * tokens_per_iter, lr=get_lr(max(iter_num - 1, 0), cfg,
                        decay_iters), train_loss=losses["train"], val_loss=losses["val"],
                        val_ppl=safe_exp(losses["val"]), ms_per_iter=dt and 1000 * dt,
-                       tokens_per_s=dt and tokens_per_iter / dt, mfu=dt and raw_model.estimate_mfu(B * local_accum, dt))
+                       tokens_per_s=dt and tokens_per_iter / dt,
+                       mfu=dt and raw_model.estimate_mfu(B * local_accum, dt))
             if "val_full" in losses:
                 row["val_loss_full"] = losses["val_full"]
             log(f"eval iter {iter_num}: train loss {losses['train']:.4f}, val loss {losses['val']:.4f}, "
                 f"val ppl {row['val_ppl']:.2f}" + (f", val loss (whole split) {losses['val_full']:.4f}"
                                                    if "val_full" in losses else ""))
             if not all(math.isfinite(v) for v in losses.values()) or not all_finite(raw_model):
-                stop_diverged(cfg, master, row, "the eval loss or the weights are not finite", ckpt_path, last_saved)
+                stop_diverged(cfg, master, row, "the eval loss or the weights are not finite", ckpt_path,
+                              last_saved)
             if master:
                 append_metrics(cfg["out_dir"], row)
                 if cfg["wandb_log"]:
@@ -391,7 +398,8 @@ def train(cfg):
             group["lr"] = lr
         # Every rank draws the whole step's windows, (accum, B) offsets, and takes its own local_accum rows:
         # rank r gets micro-batches r*local_accum ... (r+1)*local_accum - 1 of the global stream.
-        starts = window_starts(n_tokens["train"], T, (accum, B), train_gen)[rank * local_accum:(rank + 1) * local_accum]
+        starts = window_starts(n_tokens["train"], T, (accum, B),
+                               train_gen)[rank * local_accum:(rank + 1) * local_accum]
         loss_sum = torch.zeros((), device=device)
         for micro in range(local_accum):
             x, y = get_batch(bins["train"], meta["dtype"], starts[micro], T, device,  # (B, T) each
@@ -422,7 +430,8 @@ def train(cfg):
         if iter_num % cfg["log_interval"] == 0 or nonfinite_steps == 1:
             mfu = raw_model.estimate_mfu(B * local_accum, dt) if dt > 0 else None
             log(f"iter {iter_num}: loss {step_loss:.4f}, lr {lr:.2e}, {1000 * dt:.1f} ms, "
-                f"{tokens_per_iter / max(dt, 1e-9):,.0f} tokens/s" + (f", MFU {100 * mfu:.1f}%" if mfu else ""))
+                f"{tokens_per_iter / max(dt, 1e-9):,.0f} tokens/s"
+                + (f", MFU {100 * mfu:.1f}%" if mfu else ""))
         if nonfinite_steps >= cfg["max_nonfinite_steps"]:
             stop_diverged(cfg, master, dict(iter=iter_num, tokens=iter_num * tokens_per_iter, lr=lr,
                                             train_loss=step_loss),

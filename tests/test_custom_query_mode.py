@@ -100,8 +100,8 @@ def test_kv_cache_gives_the_same_tokens():
 
 
 def test_the_readme_study_file_runs_the_fair_study(tmp_path):
-    """The README's studies/lowrank_cpu.py loads, shares the CPU study's runs for linear and nonlinear, and its
-    sweep starts with the same learning-rate search for every arm."""
+    """The README's studies/lowrank_cpu.py loads, shares the CPU study's runs for linear and nonlinear, and
+    its sweep starts with the same learning-rate search for every arm."""
     import sweep
     study_text = readme_blocks()[1]
     assert study_text.startswith("# studies/lowrank_cpu.py\n")

@@ -206,7 +206,8 @@ def test_edited_study_does_not_reuse_old_runs(study_file, tmp_path):
     (("seeds = [2]", "seeds = [1, 2]"), r"seeds \[1\] are both selection and final seeds"),
     (("selection_seeds = [1]\n", ""), "does not set selection_seeds"),
     (("max_extensions = 0", "out_root = 'x'"), "sets unknown keys \\['out_root'\\]"),
-    (("max_extensions = 0", "seeds_per_arm = {'identity': 1}"), "seeds_per_arm names \\['identity'\\], which are not"),
+    (("max_extensions = 0", "seeds_per_arm = {'identity': 1}"),
+     "seeds_per_arm names \\['identity'\\], which are not"),
     (("query_mode='nonlinear'", "query_mode='nonlinaer'"), "unknown query_mode 'nonlinaer'"),
 ])
 def test_bad_study_values(study_file, tmp_path, edit, message):
@@ -217,8 +218,8 @@ def test_bad_study_values(study_file, tmp_path, edit, message):
 
 
 def test_per_arm_given_learning_rates_skip_the_search(study_file):
-    """learning_rates as a dict arm -> [lr] with no selection seeds: each arm's rate is given (e.g. chosen by an
-    earlier study) and only the final seeds are due."""
+    """learning_rates as a dict arm -> [lr] with no selection seeds: each arm's rate is given (e.g. chosen by
+    an earlier study) and only the final seeds are due."""
     text = study_file.read_text().replace("learning_rates = [1e-2, 3e-3]",
                                           "learning_rates = {'linear': [3e-3], 'nonlinear': [5e-3]}")
     study_file.write_text(text.replace("selection_seeds = [1]", "selection_seeds = []"))

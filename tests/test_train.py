@@ -1,4 +1,5 @@
-"""train.py: configuration, data windows, exact resume, gradient accumulation, DDP equivalence, paper configs."""
+"""train.py: configuration, data windows, exact resume, gradient accumulation, DDP equivalence, paper
+configs."""
 import json
 import os
 import subprocess
@@ -23,7 +24,8 @@ def data_dir(tmp_path_factory):
     (root / "tiny").mkdir()
     np.tile(pattern, 60).astype(np.uint16).tofile(root / "tiny" / "train.bin")
     np.tile(pattern, 8).astype(np.uint16).tofile(root / "tiny" / "val.bin")
-    (root / "tiny" / "meta.json").write_text(json.dumps(dict(vocab_size=64, dtype="uint16", tokenizer="char")))
+    (root / "tiny" / "meta.json").write_text(json.dumps(dict(vocab_size=64, dtype="uint16",
+                                                             tokenizer="char")))
     return root
 
 
@@ -31,8 +33,8 @@ def tiny_cfg(data_dir, out_dir, **kw):
     cfg = dict(common.DEFAULTS)
     cfg.update(data_dir=str(data_dir), dataset="tiny", out_dir=str(out_dir), n_layer=2, n_head=2, n_embd=32,
                block_size=16, batch_size=4, gradient_accumulation_steps=2, max_iters=6, eval_interval=3,
-               eval_iters=2, log_interval=1, warmup_iters=2, lr_decay_iters=10, learning_rate=1e-2, min_lr=1e-3,
-               dropout=0.1, device="cpu", compile=False)
+               eval_iters=2, log_interval=1, warmup_iters=2, lr_decay_iters=10, learning_rate=1e-2,
+               min_lr=1e-3, dropout=0.1, device="cpu", compile=False)
     cfg.update(kw)
     return cfg
 
@@ -47,7 +49,8 @@ def max_abs_diff(a, b):
 
 @pytest.mark.parametrize("mode", QUERY_MODES)
 def test_exact_resume(mode, data_dir, tmp_path):
-    """3 + 3 iterations with a resume in between == 6 straight, bit for bit (dropout on, so RNG state matters)."""
+    """3 + 3 iterations with a resume in between == 6 straight, bit for bit (dropout on, so RNG state
+    matters)."""
     train.train(tiny_cfg(data_dir, tmp_path / "straight", query_mode=mode))
     train.train(tiny_cfg(data_dir, tmp_path / "resumed", query_mode=mode, max_iters=3))
     train.train(tiny_cfg(data_dir, tmp_path / "resumed", query_mode=mode, init_from="resume"))
@@ -59,7 +62,8 @@ def test_exact_resume(mode, data_dir, tmp_path):
     assert [r["iter"] for r in rows] == [0, 3, 6]
     assert [r["val_loss"] for r in rows] == [r["val_loss"] for r in straight]
     assert rows[-1]["val_loss"] < rows[0]["val_loss"]
-    assert set(rows[-1]) >= {"iter", "tokens", "lr", "train_loss", "val_loss", "ms_per_iter", "tokens_per_s", "mfu"}
+    assert set(rows[-1]) >= {"iter", "tokens", "lr", "train_loss", "val_loss", "ms_per_iter", "tokens_per_s",
+                             "mfu"}
     assert rows[-1]["tokens"] == 6 * 2 * 4 * 16 and rows[-1]["mfu"] is None  # CPU: no peak, no MFU
 
 
@@ -90,12 +94,13 @@ def run_torchrun(args, nproc=2):
 
 def logged_losses(stdout):
     """The per-iteration 'iter N: loss X' values a run printed."""
-    return [float(line.split("loss ")[1].split(",")[0]) for line in stdout.splitlines() if line.startswith("iter ")]
+    return [float(line.split("loss ")[1].split(",")[0]) for line in stdout.splitlines()
+            if line.startswith("iter ")]
 
 
 def test_ddp_matches_single_process(data_dir, tmp_path, capsys):
-    """torchrun with 2 gloo processes (1 micro-batch each) == one process with 2 micro-batches, first steps; the
-    logged loss is the mean over both ranks (not rank 0's share), as one process logs it."""
+    """torchrun with 2 gloo processes (1 micro-batch each) == one process with 2 micro-batches, first steps;
+    the logged loss is the mean over both ranks (not rank 0's share), as one process logs it."""
     cfg = tiny_cfg(data_dir, tmp_path / "single", max_iters=2, eval_interval=1, dropout=0.0)
     capsys.readouterr()
     train.train(cfg)
@@ -108,8 +113,9 @@ def test_ddp_matches_single_process(data_dir, tmp_path, capsys):
 
 
 def test_ddp_rejects_indivisible_accumulation(data_dir, tmp_path):
-    result = run_torchrun([f"--data_dir={data_dir}", "--dataset=tiny", f"--out_dir={tmp_path}", "--device=cpu",
-                           "--gradient_accumulation_steps=3", "--n_layer=1", "--n_embd=32", "--n_head=2"])
+    result = run_torchrun([f"--data_dir={data_dir}", "--dataset=tiny", f"--out_dir={tmp_path}",
+                           "--device=cpu", "--gradient_accumulation_steps=3", "--n_layer=1", "--n_embd=32",
+                           "--n_head=2"])
     assert result.returncode != 0
     assert "gradient_accumulation_steps=3 is not divisible by the 2 processes" in result.stderr
 
@@ -134,7 +140,8 @@ def test_config_layers_and_errors(tmp_path):
 
 
 def test_cli_reports_config_errors_cleanly():
-    result = subprocess.run([sys.executable, str(ROOT / "train.py"), "--n_layers=4"], capture_output=True, text=True)
+    result = subprocess.run([sys.executable, str(ROOT / "train.py"), "--n_layers=4"], capture_output=True,
+                            text=True)
     assert result.returncode != 0 and "config error: unknown config key 'n_layers'" in result.stderr
     assert "Traceback" not in result.stderr
 
@@ -169,7 +176,8 @@ def test_every_query_mode_sees_the_same_batches(data_dir, tmp_path, monkeypatch)
     real_get_batch = common.get_batch
     for mode in ("linear", "nonlinear"):
         calls = seen[mode] = []
-        spy = lambda path, *a, calls=calls: calls.append((os.path.basename(path), a[1].tolist())) or real_get_batch(path, *a)
+        spy = (lambda path, *a, calls=calls:
+               calls.append((os.path.basename(path), a[1].tolist())) or real_get_batch(path, *a))
         monkeypatch.setattr(train, "get_batch", spy)  # training batches
         monkeypatch.setattr(common, "get_batch", spy)  # eval batches (common.estimate_loss)
         train.train(tiny_cfg(data_dir, tmp_path / mode, query_mode=mode, max_iters=2, eval_interval=1,
@@ -197,13 +205,16 @@ def test_paper_configs_build_and_compare():
         assert cfg["batch_size"] * cfg["gradient_accumulation_steps"] * cfg["block_size"] == 491_520
         assert cfg["max_iters"] == cfg["lr_decay_iters"] == 60000 and cfg["out_dir"].endswith(name)
         assert "| non_embedding_matrix |" in model.param_table()
-    assert models["nlq_small"][0]["query_mode"] == "nonlinear" and models["nlq_small"][0]["learning_rate"] == 8e-4
+    assert (models["nlq_small"][0]["query_mode"] == "nonlinear"
+            and models["nlq_small"][0]["learning_rate"] == 8e-4)
     assert models["baseline_small"][0]["learning_rate"] == 6e-4
     base = counts["baseline_small"]["non_embedding_matrix"]
     assert counts["wide_small"]["non_embedding_matrix"] / base == pytest.approx(1.125)
     assert counts["nlq_small"]["non_embedding_matrix"] == base
-    assert counts["nlq_small"]["non_embedding"] / counts["baseline_small"]["non_embedding"] == pytest.approx(1, abs=1e-3)
-    assert counts["identity_small"]["non_embedding"] == counts["baseline_small"]["non_embedding"] - 12 * 768 ** 2
+    assert (counts["nlq_small"]["non_embedding"] / counts["baseline_small"]["non_embedding"]
+            == pytest.approx(1, abs=1e-3))
+    assert (counts["identity_small"]["non_embedding"]
+            == counts["baseline_small"]["non_embedding"] - 12 * 768 ** 2)
 
 
 def test_scratch_never_overwrites_a_checkpoint(data_dir, tmp_path):
@@ -221,7 +232,8 @@ def test_bad_checkpoints_and_mismatched_resume(data_dir, tmp_path):
     for split in ("train", "val"):
         np.arange(500, dtype=np.uint16).tofile(other / f"{split}.bin")
     (other / "meta.json").write_text(json.dumps(dict(vocab_size=64, dtype="uint16")))
-    with pytest.raises(ValueError, match="settings differ from the checkpoint's.*'dataset': \\('other', 'tiny'\\)"):
+    with pytest.raises(ValueError,
+                       match="settings differ from the checkpoint's.*'dataset': \\('other', 'tiny'\\)"):
         train.train(tiny_cfg(data_dir, tmp_path, max_iters=2, init_from="resume", dataset="other"))
     assert torch.load(tmp_path / "ckpt.pt")["dataset_meta"]["vocab_size"] == 64
     (tmp_path / "ckpt.pt").write_bytes(b"not a checkpoint")
@@ -257,16 +269,17 @@ def test_config_file_must_come_first_and_must_parse(tmp_path):
 
 @pytest.mark.parametrize("mode", ["nonlinear", "residual"])
 def test_checkpoint_from_before_the_query_module_refactor_loads_and_resumes(mode, tmp_path):
-    """tests/fixtures/legacy_*_ckpt.pt were written by nlq at commit 3d8c1eb (f in attn.q_proj); they load with the
-    same val loss and resume."""
+    """tests/fixtures/legacy_*_ckpt.pt were written by nlq at commit 3d8c1eb (f in attn.q_proj); they load
+    with the same val loss and resume."""
     import eval as nlq_eval
     data = tmp_path / "data" / "tiny"
     data.mkdir(parents=True)
     pattern = np.random.default_rng(0).integers(0, 64, 97)
     np.tile(pattern, 60).astype(np.uint16).tofile(data / "train.bin")
     np.tile(pattern, 8).astype(np.uint16).tofile(data / "val.bin")
-    (data / "meta.json").write_text(json.dumps(dict(name="tiny", vocab_size=64, dtype="uint16", tokenizer="char",
-                                                    chars=[chr(48 + i) for i in range(64)], eot_token=None)))
+    (data / "meta.json").write_text(json.dumps(dict(name="tiny", vocab_size=64, dtype="uint16",
+                                                    tokenizer="char", chars=[chr(48 + i) for i in range(64)],
+                                                    eot_token=None)))
     out = tmp_path / "out"
     out.mkdir()
     legacy = torch.load(ROOT / "tests" / "fixtures" / f"legacy_{mode}_ckpt.pt", weights_only=True)
