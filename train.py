@@ -398,8 +398,8 @@ def train(cfg):
             group["lr"] = lr
         # Every rank draws the whole step's windows, (accum, B) offsets, and takes its own local_accum rows:
         # rank r gets micro-batches r*local_accum ... (r+1)*local_accum - 1 of the global stream.
-        starts = window_starts(n_tokens["train"], T, (accum, B),
-                               train_gen)[rank * local_accum:(rank + 1) * local_accum]
+        step_starts = window_starts(n_tokens["train"], T, (accum, B), train_gen)  # (accum, B)
+        starts = step_starts[rank * local_accum:(rank + 1) * local_accum]  # (local_accum, B)
         loss_sum = torch.zeros((), device=device)
         for micro in range(local_accum):
             x, y = get_batch(bins["train"], meta["dtype"], starts[micro], T, device,  # (B, T) each
