@@ -12,7 +12,8 @@ the whole val split (val_loss_full), in nats/token. At one seed every arm sees t
 the same val tokens, so arms are compared *paired*: per-seed differences d_i = arm_i - ref_i over the final
 seeds both finished, their mean, a 95% confidence interval from Student's t with n - 1 degrees of freedom, and
 the paired t-test's p-value (scipy.stats). Welch's unpaired test is a secondary column. A difference is called
-only when its 95% CI excludes 0. Missing and unfinished runs are listed, never fatal.
+only when its 95% CI excludes 0. The same paired Δ at every eval step (on the fixed eval windows) shows
+whether a gap grows or shrinks with training. Missing and unfinished runs are listed, never fatal.
 """
 import argparse
 import datetime
@@ -246,6 +247,31 @@ def search_table(study, data):
     return "\n".join(lines) + ("\n\n" + "\n".join(notes) if notes else "")
 
 
+def gap_table(study, data):
+    """Paired Δ vs the reference arm at every eval step (val loss on the fixed eval windows, which at one seed
+    are the same for every arm): does the gap grow or shrink with training? Rows: eval iterations; cells:
+    mean Δ and its 95% CI over the final seeds both arms reached that step with a finite loss."""
+    ref = study["reference"]
+    curves = {arm: {s: {r["iter"]: r["val_loss"] for r in run["rows"]
+                        if r["iter"] > 0 and r.get("val_loss") is not None and math.isfinite(r["val_loss"])}
+                    for s, run in d["finals"].items()} for arm, d in data.items()}
+    others = [arm for arm in data if arm != ref]
+    iters = sorted({i for s in curves[ref].values() for i in s})
+    if not others or not iters:
+        return "No finished eval steps yet."
+    lines = ["| iter | " + " | ".join(f"{arm} − {ref}" for arm in others) + " |",
+             "|---:|" + "---:|" * len(others)]
+    for it in iters:
+        ref_at = {s: c[it] for s, c in curves[ref].items() if it in c}
+        cells = []
+        for arm in others:
+            pd = paired_difference({s: c[it] for s, c in curves[arm].items() if it in c}, ref_at)
+            cells.append("—" if not pd["n"] else f"{pd['mean']:+.4f}" + (
+                "" if pd["ci"] is None else f" [{pd['ci'][0]:+.4f}, {pd['ci'][1]:+.4f}]") + f" (n={pd['n']})")
+        lines.append(f"| {it} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def plot_curves(data, path):
     """val loss (fixed windows) vs training tokens and vs training seconds, per arm at its chosen lr: mean
     over the final seeds (line) and min–max (band)."""
@@ -343,7 +369,9 @@ def main(argv=None):
         header(args.study, study, out), "## Results", method(study, tokenizer),
         results_table(study, data, tokenizer), "![forest plot](forest.png)", "![val loss](val_loss.png)",
         f"## Learning-rate search (mean final loss over selection seeds {study['selection_seeds']})",
-        search_table(study, data), "## Runs", status_section(data)]) + "\n"
+        search_table(study, data),
+        "## The gap along training (paired Δ on the fixed eval windows, 95% CI, final seeds)",
+        gap_table(study, data), "## Runs", status_section(data)]) + "\n"
     with open(os.path.join(out, "README.md"), "w") as f:
         f.write(text)
     print(f"wrote {os.path.join(out, 'README.md')}, forest.png and val_loss.png")

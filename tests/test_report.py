@@ -106,6 +106,12 @@ def test_report_tables_from_run_files(tmp_path, capsys):
     assert "selection seeds [1]" in text and "final seeds [11, 12, 13]" in text
     assert "| 0.002 | **2.3000** | **2.3000** | **2.3000** |" in text  # the search table, chosen rate in bold
     assert "All 18 runs so far finished." in text
+    # the gap along training: val loss on the fixed windows is final + 0.5 at iter 50 and final + 0.01 at 100,
+    # so the paired Δ and its CI there equal the final ones
+    gap = text.split("## The gap along training")[1].split("## Runs")[0]
+    assert "| iter | paired_wins − linear | welch_wins − linear |" in gap
+    for it in (50, 100):
+        assert f"| {it} | -0.0217 [-0.0406, -0.0027] (n=3) | -0.1300 [" in gap
 
 
 def test_welch_only_case_is_not_called(tmp_path):
