@@ -5,6 +5,8 @@
 # and nonlinear) or 2001-2003 (the rest); paired statistics against linear on the whole val split.
 # The arms linear, nonlinear and linear_qknorm are the same experiments as in studies/enwiki_cpu.py, so both
 # studies share one folder of runs (runs_dir) and those runs are made once.
+# The committed runs ran two at a time on a shared 2-core machine: judge speed by bench.py (bench/RESULTS.md),
+# not by the seconds axis of val_loss.png.
 #   python sweep.py studies/controls_cpu.py --jobs 2 --threads 1
 #   python report.py studies/controls_cpu.py
 name = "controls_cpu"
