@@ -349,7 +349,8 @@ def default_out(study):
 
 
 def main(argv=None):
-    """Write <out>/README.md, <out>/forest.png and <out>/val_loss.png; returns the report's markdown."""
+    """Write <out>/README.md, <out>/forest.png and <out>/val_loss.png; returns the report's markdown.
+    <out>/reading.md, if there, is a person's reading of the numbers: it goes in after the plots, unchanged."""
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("study", help="study file, e.g. studies/enwiki_cpu.py")
     p.add_argument("--out", type=os.path.expanduser,
@@ -365,9 +366,12 @@ def main(argv=None):
     tokenizer = tokenizer_of(data)
     plot_curves(data, os.path.join(out, "val_loss.png"))
     plot_forest(study, data, os.path.join(out, "forest.png"))
+    reading = os.path.join(out, "reading.md")  # a person's reading of the numbers, kept across rebuilds
+    reading = ["## Reading", open(reading).read().strip()] if os.path.exists(reading) else []
     text = "\n\n".join([
         header(args.study, study, out), "## Results", method(study, tokenizer),
         results_table(study, data, tokenizer), "![forest plot](forest.png)", "![val loss](val_loss.png)",
+        *reading,
         f"## Learning-rate search (mean final loss over selection seeds {study['selection_seeds']})",
         search_table(study, data),
         "## The gap along training (paired Δ on the fixed eval windows, 95% CI, final seeds)",

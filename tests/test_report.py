@@ -114,6 +114,17 @@ def test_report_tables_from_run_files(tmp_path, capsys):
         assert f"| {it} | -0.0217 [-0.0406, -0.0027] (n=3) | -0.1300 [" in gap
 
 
+def test_reading_is_kept_across_rebuilds(tmp_path):
+    path, _ = make_study(tmp_path)
+    out = tmp_path / "results"
+    out.mkdir()
+    (out / "reading.md").write_text("paired_wins is lower, CI [-0.0406, -0.0027].\n")
+    text = report.main([str(path), "--out", str(out)])
+    assert "![val loss](val_loss.png)\n\n## Reading\n\npaired_wins is lower, CI [-0.0406, -0.0027].\n\n## " in text
+    again = report.main([str(path), "--out", str(out)])  # a rebuild keeps it once, unchanged
+    assert again.count("## Reading") == 1 and (out / "reading.md").read_text().strip() in again
+
+
 def test_welch_only_case_is_not_called(tmp_path):
     path, _ = make_study(tmp_path, ref=LINEAR_2)
     text = report.main([str(path), "--out", str(tmp_path / "r")])
