@@ -350,7 +350,8 @@ def default_out(study):
 
 def main(argv=None):
     """Write <out>/README.md, <out>/forest.png and <out>/val_loss.png; returns the report's markdown.
-    <out>/reading.md, if there, is a person's reading of the numbers: it goes in after the plots, unchanged."""
+    <out>/reading.md, if there, is a person's reading of the numbers: it goes in after the plots,
+    unchanged."""
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("study", help="study file, e.g. studies/enwiki_cpu.py")
     p.add_argument("--out", type=os.path.expanduser,
