@@ -5,7 +5,7 @@
 # and nonlinear) or 2001-2003 (the rest); paired statistics against linear on the whole val split.
 # The arms linear, nonlinear and linear_qknorm are the same experiments as in studies/enwiki_cpu.py, so both
 # studies share one folder of runs (runs_dir) and those runs are made once.
-# The committed runs ran two at a time on a shared 2-core machine: judge speed by bench.py (bench/RESULTS.md),
+# Its runs were made two at a time on a shared 2-core machine: judge speed by bench.py (bench/RESULTS.md),
 # not by the seconds axis of val_loss.png.
 #   python sweep.py studies/controls_cpu.py --jobs 2 --threads 1
 #   python report.py studies/controls_cpu.py
@@ -26,7 +26,8 @@ arms = {
     "nonlinear_r_full": dict(query_mode="nonlinear", query_hidden=128),  # r = d
     "nonlinear_qknorm": dict(query_mode="nonlinear", qk_norm=True),
     "linear_qknorm": dict(query_mode="linear", qk_norm=True),
-    "linear_decay_to_zero": dict(query_mode="linear", lr_schedule="linear", min_lr=0.0),  # the audit's recipe
+    # linear decay of the learning rate to 0, one of the recipe changes of the public re-run
+    "linear_decay_to_zero": dict(query_mode="linear", lr_schedule="linear", min_lr=0.0),
 }
 learning_rates = [4e-3, 8e-3, 1.6e-2]
 selection_seeds = [1337]

@@ -5,7 +5,7 @@
 # both chosen on seed 1337 at 1200 steps). A rate tuned for the short horizon may not be the best for the long
 # one, for either arm; the report's paired CI is about these two rates, not about each arm's best.
 # The final seeds are the CPU study's first three, so each pair of runs sees the same data order.
-# The committed runs ran two at a time on a shared 2-core machine: judge speed by bench.py (bench/RESULTS.md),
+# Its runs were made two at a time on a shared 2-core machine: judge speed by bench.py (bench/RESULTS.md),
 # not by the seconds axis of val_loss.png.
 #   python sweep.py studies/controls_cpu_long.py --jobs 2 --threads 1
 #   python report.py studies/controls_cpu_long.py

@@ -5,7 +5,7 @@
 # 2001-2005 (identity and linear + QK-norm: 2001-2003), which never took part in choosing it. A seed fixes the
 # initial weights, the order of training windows and the eval windows: at one seed every arm sees the same
 # batches. The final figure is the val loss over the whole val split.
-# The committed runs ran two at a time on a shared 2-core machine: judge speed by bench.py (bench/RESULTS.md),
+# Its runs were made two at a time on a shared 2-core machine: judge speed by bench.py (bench/RESULTS.md),
 # not by the seconds axis of val_loss.png.
 #   python prepare_data.py local --input ../shared/data/enwiki2015/AA --name enwiki_bytes --tokenizer byte --val_fraction 0.03
 #   python sweep.py studies/enwiki_cpu.py --jobs 2 --threads 1
