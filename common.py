@@ -11,7 +11,7 @@ of them alike. Everything else lives in the script that uses it.
     data         load_meta, open_split, window_starts, eval_windows, get_batch
     losses       estimate_loss (fixed windows), full_split_loss (every token once), safe_exp
     checkpoints  load_checkpoint, check_same_dataset, model_from_checkpoint, save_checkpoint,
-                 atomic_write_text, check_output_file, read_metrics
+                 atomic_write_text, check_output_file, make_writable_folder, read_metrics
 """
 import ast
 import dataclasses
@@ -548,14 +548,19 @@ def check_output_file(path, option):
     if os.path.isdir(path):
         raise ValueError(f"{option} {path} is a folder; give a file path, "
                          f"e.g. {os.path.join(path, 'out.json')}")
-    folder = os.path.dirname(os.path.abspath(path))
     try:
-        os.makedirs(folder, exist_ok=True)
-        with tempfile.TemporaryFile(dir=folder):
-            pass
+        make_writable_folder(os.path.dirname(os.path.abspath(path)))
     except OSError as e:
         raise ValueError(f"{option} {path}: cannot create its folder or write in it ({e.strerror or e}); "
                          f"choose a writable path") from e
+
+
+def make_writable_folder(folder):
+    """Make folder if it is missing and create (and drop) a file in it: OSError now, before a long job, if
+    it cannot be made or written (a file in the way, a read-only disk, no permission)."""
+    os.makedirs(folder, exist_ok=True)
+    with tempfile.TemporaryFile(dir=folder):
+        pass
 
 
 METRIC_NUMBERS = ("train_loss", "val_loss", "val_loss_full", "ms_per_iter")  # numbers, or null (NaN/inf)

@@ -367,8 +367,8 @@ def main(argv=None):
     tokenizer = tokenizer_of(data)
     plot_curves(data, os.path.join(out, "val_loss.png"))
     plot_forest(study, data, os.path.join(out, "forest.png"))
-    reading = os.path.join(out, "reading.md")  # a person's reading of the numbers, kept across rebuilds
-    reading = ["## Reading", open(reading).read().strip()] if os.path.exists(reading) else []
+    reading_path = os.path.join(out, "reading.md")  # a person's reading of the numbers, kept across rebuilds
+    reading = (["## Reading", open(reading_path).read().strip()] if os.path.exists(reading_path) else [])
     text = "\n\n".join([
         header(args.study, study, out), "## Results", method(study, tokenizer),
         results_table(study, data, tokenizer), "![forest plot](forest.png)", "![val loss](val_loss.png)",

@@ -112,8 +112,8 @@ def load_study(path):
     for key, (ok, want) in checks.items():
         if not ok:
             raise ValueError(f"study file {path}: {key} must be {want}")
-    arms = [(f"arm {arm}", keys) for arm, keys in study["arms"].items()]
-    for where, keys in [("overrides", study["overrides"]), *arms]:
+    places = [("overrides", study["overrides"])] + [(f"arm {arm}", keys) for arm, keys in arms.items()]
+    for where, keys in places:
         clash = [k for k in PER_RUN if k in keys and not (k == "min_lr" and where != "overrides")]
         if clash:
             raise ValueError(f"study file {path}: {where} sets {clash[0]}, which sweep.py sets for every run "

@@ -21,7 +21,6 @@ import json
 import math
 import os
 import sys
-import tempfile
 import time
 import warnings
 from contextlib import nullcontext
@@ -37,9 +36,9 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from common import (DEFAULTS, EXIT_DIVERGED, MODEL_KEYS, atomic_write_text, autocast, check_fsdp_support,
                     check_same_dataset, damaged_checkpoint, end_distributed, estimate_loss, eval_windows,
-                    full_split_loss, get_batch, load_checkpoint, load_meta, model_config, open_split,
-                    parse_config, read_metrics, resolve_device, safe_exp, save_checkpoint, setup_distributed,
-                    shard_model, use_compile, validate, window_starts)
+                    full_split_loss, get_batch, load_checkpoint, load_meta, make_writable_folder,
+                    model_config, open_split, parse_config, read_metrics, resolve_device, safe_exp,
+                    save_checkpoint, setup_distributed, shard_model, use_compile, validate, window_starts)
 from model import GPT
 
 # Settings a resumed run must share with its checkpoint, besides the model's: they define the experiment.
@@ -77,9 +76,7 @@ def checkpoint_to_resume(cfg, model_cfg, ckpt_path):
     if os.path.exists(cfg["out_dir"]) and not os.path.isdir(cfg["out_dir"]):
         raise ValueError(f"out_dir {cfg['out_dir']} is a file; choose a folder")
     try:  # a folder that cannot be made or written fails now, not at the first checkpoint
-        os.makedirs(cfg["out_dir"], exist_ok=True)
-        with tempfile.TemporaryFile(dir=cfg["out_dir"]):
-            pass
+        make_writable_folder(cfg["out_dir"])
     except OSError as e:
         raise ValueError(f"cannot write to out_dir {cfg['out_dir']} ({e.strerror or e}); choose a writable "
                          f"folder") from e
@@ -257,7 +254,7 @@ def train(cfg):
     validate(cfg)
     if cfg["wandb_log"]:
         try:  # now, not after the run has started
-            import wandb  # noqa: F401
+            import wandb  # imported here, once: a missing package fails before anything starts
         except ImportError:
             raise ValueError("wandb_log=True but the wandb package is not installed: pip install wandb, or "
                              "drop --wandb_log") from None
@@ -342,7 +339,6 @@ def train(cfg):
     if world_size > 1 and not cfg["fsdp"]:
         model = DDP(model, device_ids=[local_rank] if device_type == "cuda" else None)
     if cfg["wandb_log"] and master:
-        import wandb
         wandb.init(project=cfg["wandb_project"], name=cfg["wandb_run_name"], config=cfg)
 
     # -- the loop: eval + checkpoint, then one optimizer step of accum micro-batches -------------------------
