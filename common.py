@@ -11,7 +11,7 @@ of them alike. Everything else lives in the script that uses it.
     data         load_meta, open_split, window_starts, eval_windows, get_batch
     losses       estimate_loss (fixed windows), full_split_loss (every token once), safe_exp
     checkpoints  load_checkpoint, check_same_dataset, model_from_checkpoint, save_checkpoint,
-                 atomic_write_text, check_output_file, make_writable_folder, read_metrics
+                 atomic_write_text, replace_atomically, check_output_file, make_writable_folder, read_metrics
 """
 import ast
 import dataclasses
@@ -516,30 +516,30 @@ def model_from_checkpoint(ckpt, path):
     return model.eval()
 
 
-def save_checkpoint(path, state):
-    """torch.save to a temp file, then rename: an interrupted save never leaves a broken ckpt.pt, nor its
-    temp file."""
+def replace_atomically(path, write):
+    """write(tmp) to path + ".tmp", then rename it onto path: an interrupted write (Ctrl-C included) never
+    leaves a broken file at path, nor the temp file."""
     tmp = path + ".tmp"
     try:
-        torch.save(state, tmp)
-        os.replace(tmp, path)
-    except BaseException:  # KeyboardInterrupt included
-        if os.path.exists(tmp):
-            os.remove(tmp)
-        raise
-
-
-def atomic_write_text(path, text):
-    """Write a small text file (config.json, a metrics log) via a temp file and a rename."""
-    tmp = path + ".tmp"
-    try:
-        with open(tmp, "w") as f:
-            f.write(text)
+        write(tmp)
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
             os.remove(tmp)
         raise
+
+
+def save_checkpoint(path, state):
+    """torch.save, atomically (see replace_atomically)."""
+    replace_atomically(path, lambda tmp: torch.save(state, tmp))
+
+
+def atomic_write_text(path, text):
+    """Write a small text file (config.json, a metrics log) atomically (see replace_atomically)."""
+    def write(tmp):
+        with open(tmp, "w") as f:
+            f.write(text)
+    replace_atomically(path, write)
 
 
 def check_output_file(path, option):
