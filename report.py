@@ -13,7 +13,9 @@ the same val tokens, so arms are compared *paired*: per-seed differences d_i = a
 seeds both finished, their mean, a 95% confidence interval from Student's t with n - 1 degrees of freedom, and
 the paired t-test's p-value (scipy.stats). Welch's unpaired test is a secondary column. A difference is called
 only when its 95% CI excludes 0. The same paired Δ at every eval step (on the fixed eval windows) shows
-whether a gap grows or shrinks with training. Missing and unfinished runs are listed, never fatal.
+whether a gap grows or shrinks with training. The study's contrasts (arm, other, what the pair isolates) get
+the same paired statistics between two arms, neither of them the reference. Missing and unfinished runs are
+listed, never fatal.
 """
 import argparse
 import datetime
@@ -215,6 +217,23 @@ def results_table(study, data, tokenizer):
     return "\n".join(lines)
 
 
+def contrasts_table(study, data):
+    """The study's contrasts: paired Δ = arm − other over the final seeds both finished, 95% CI, paired p and
+    the call (each arm at its own chosen learning rate). None when the study names no contrasts."""
+    if not study["contrasts"]:
+        return None
+    cols = ["arm − other", "what the pair isolates", "Δ (paired, nats)", "95% CI", "paired p", "call"]
+    lines = ["| " + " | ".join(cols) + " |", "|---|---|" + "---:|" * 3 + "---|"]
+    for arm, other, isolates in study["contrasts"]:
+        a, b = final_losses(data[arm]), final_losses(data[other])
+        pd = paired_difference(a, b)
+        cells = [f"{arm} − {other}", isolates, "—" if not pd["n"] else f"{pd['mean']:+.4f} (n={pd['n']})",
+                 "—" if pd["ci"] is None else f"[{pd['ci'][0]:+.4f}, {pd['ci'][1]:+.4f}]",
+                 "—" if pd["p"] is None else f"{pd['p']:.3g}", verdict(pd["ci"]) if pd["n"] else "—"]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def fmt_run(run):
     if run["status"] == "diverged":
         return f"diverged (iter {run['iter']})"
@@ -369,10 +388,13 @@ def main(argv=None):
     plot_forest(study, data, os.path.join(out, "forest.png"))
     reading_path = os.path.join(out, "reading.md")  # a person's reading of the numbers, kept across rebuilds
     reading = (["## Reading", open(reading_path).read().strip()] if os.path.exists(reading_path) else [])
+    contrasts = contrasts_table(study, data)
+    contrasts = [] if contrasts is None else [
+        "## Contrasts between arms (paired by seed, final seeds both finished, 95% CI)", contrasts]
     text = "\n\n".join([
         header(args.study, study, out), "## Results", method(study, tokenizer),
-        results_table(study, data, tokenizer), "![forest plot](forest.png)", "![val loss](val_loss.png)",
-        *reading,
+        results_table(study, data, tokenizer), "![forest plot](forest.png)", *contrasts,
+        "![val loss](val_loss.png)", *reading,
         f"## Learning-rate search (mean final loss over selection seeds {study['selection_seeds']})",
         search_table(study, data),
         "## The gap along training (paired Δ on the fixed eval windows, 95% CI, final seeds)",

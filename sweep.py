@@ -18,8 +18,11 @@ A study file is plain Python that sets:
     seeds                 final seeds, disjoint from selection_seeds; the statistics use these alone (each
                           rate and seed appears once in its list)
 and optionally seeds_per_arm (dict arm -> how many of seeds it runs; default all), reference (the arm others
-are compared with; default "linear"), max_extensions (default 2), half_steps (default True), and runs_dir
-(default results/<name>/runs; two studies that name the same runs_dir share the runs of their identical arms).
+are compared with; default "linear"), max_extensions (default 2), half_steps (default True), runs_dir
+(default results/<name>/runs; two studies that name the same runs_dir share the runs of their identical arms),
+and contrasts (default []: a list of (arm, other, "what the pair isolates"), paired comparisons between two
+arms that report.py adds to the comparisons with the reference, e.g. ("nonlinear", "residual", "f's
+nonlinearity")).
 
 Per arm: (1) the base grid on the selection seeds; (2) while the best rate is the smallest or the largest
 swept, one more grid step in that direction (at most max_extensions); (3) half steps (x/√2, x·√2) around the
@@ -43,7 +46,8 @@ from common import DEFAULTS, EXIT_DIVERGED, parse_config, read_config_file, read
 
 TRAIN_PY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "train.py")
 STUDY_KEYS = ("name", "config", "overrides", "arms", "learning_rates", "selection_seeds", "seeds")
-OPTIONAL_KEYS = dict(seeds_per_arm={}, reference="linear", max_extensions=2, half_steps=True, runs_dir=None)
+OPTIONAL_KEYS = dict(seeds_per_arm={}, reference="linear", max_extensions=2, half_steps=True, runs_dir=None,
+                     contrasts=[])
 # train.py keys the sweep sets for every run, and what sets them instead (an arm may set min_lr)
 PER_RUN = dict(learning_rate="learning_rates", seed="selection_seeds and seeds", out_dir="runs_dir",
                min_lr="each arm's min_lr (default: lr / 10)")
@@ -102,7 +106,12 @@ def load_study(path):
                   for a, n in study["seeds_per_arm"].items()), f"a dict arm -> 1..{len(study['seeds'])}"),
               "max_extensions": (type(study["max_extensions"]) is int and study["max_extensions"] >= 0,
                                  "an int >= 0"),
-              "half_steps": (isinstance(study["half_steps"], bool), "True or False")}
+              "half_steps": (isinstance(study["half_steps"], bool), "True or False"),
+              "contrasts": (isinstance(study["contrasts"], list) and all(
+                  isinstance(c, tuple) and len(c) == 3 and c[0] in arms and c[1] in arms and c[0] != c[1]
+                  and isinstance(c[2], str) for c in study["contrasts"]),
+                            'a list of (arm, other arm, "what the pair isolates") tuples of two different '
+                            'arms of this study')}
     per_arm = study["seeds_per_arm"]
     strangers = [a for a in per_arm if a not in arms] if isinstance(per_arm, dict) else []
     if strangers:

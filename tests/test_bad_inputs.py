@@ -249,6 +249,9 @@ def study(tmp_path):
     ("name = 5\nruns_dir = None", r"name must be a plain folder name"),
     ("name = '.'", r"name must be a plain folder name"),
     ("runs_dir = 5", r"runs_dir must be a folder path"),
+    ("contrasts = [('linear', 'lineer', 'a typo')]", r"contrasts must be a list of \(arm, other arm, "),
+    ("contrasts = [('linear', 'linear', 'itself')]", r"contrasts must be .* of two different arms"),
+    ("contrasts = ('linear', 'linear')", r"contrasts must be a list"),
 ])
 def test_odd_study_files_are_refused_before_any_run(study, edit, message):
     import sweep

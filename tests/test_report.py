@@ -126,6 +126,20 @@ def test_reading_is_kept_across_rebuilds(tmp_path):
     assert again.count("## Reading") == 1 and (out / "reading.md").read_text().strip() in again
 
 
+def test_contrasts_between_two_arms_are_paired(tmp_path):
+    """A contrast between two non-reference arms: welch_wins - paired_wins per seed is (+0.01, -0.115, -0.22):
+    mean -0.10833, sd 0.11515, half-width t(0.975, 2) 4.3027 x 0.11515 / sqrt(3) = 0.28604."""
+    path, _ = make_study(tmp_path)
+    path.write_text(path.read_text() + "contrasts = [('welch_wins', 'paired_wins', 'q = x vs x + f(x)')]\n")
+    text = report.main([str(path), "--out", str(tmp_path / "r")])
+    table = text.split("## Contrasts between arms")[1].split("![val loss]")[0]
+    assert "| welch_wins − paired_wins | q = x vs x + f(x) | -0.1083 (n=3) | [-0.3944, +0.1777] |" in table
+    assert table.strip().splitlines()[-1].endswith("| no call |")
+    (tmp_path / "plain").mkdir()
+    plain, _ = make_study(tmp_path / "plain")  # no contrasts named: no section
+    assert "## Contrasts" not in report.main([str(plain), "--out", str(tmp_path / "r2")])
+
+
 def test_welch_only_case_is_not_called(tmp_path):
     path, _ = make_study(tmp_path, ref=LINEAR_2)
     text = report.main([str(path), "--out", str(tmp_path / "r")])
