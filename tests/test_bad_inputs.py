@@ -2,6 +2,7 @@
 checkpoints and logs, odd study files, wrong arguments, interruptions."""
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -131,17 +132,34 @@ def test_an_interrupted_save_leaves_the_old_checkpoint_and_no_temp_file(tmp_path
     assert os.listdir(tmp_path) == ["ckpt.pt"] and common.torch.load(path)["iter_num"] == 1
 
 
+def interruptible(cmd):
+    """Popen(cmd) in the repository root, with Ctrl-C (SIGINT) at its default in the child: a shell that
+    starts the tests in the background (`pytest &`, nohup) sets it to 'ignore', which Python would keep."""
+    return subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+
+
+def interrupt(proc):
+    """Send Ctrl-C, wait up to 60 s for the exit and return the rest of stderr; the child is killed if it
+    does not exit (it must never outlive a failed test)."""
+    proc.send_signal(signal.SIGINT)
+    try:
+        return proc.communicate(timeout=60)[1]
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        raise
+
+
 def test_ctrl_c_before_the_first_checkpoint_says_to_start_again(tmp_path):
     make_dataset(tmp_path / "data")
-    proc = subprocess.Popen([sys.executable, "train.py", f"--data_dir={tmp_path / 'data'}", "--dataset=tiny",
-                             f"--out_dir={tmp_path / 'out'}", "--device=cpu", "--n_layer=1", "--n_head=2",
-                             "--n_embd=16", "--block_size=8", "--batch_size=2", "--eval_iters=10000000"],
-                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    for line in proc.stdout:  # the first eval (ten million batches) has begun
-        if line.startswith("tokens per iteration"):
-            break
-    proc.send_signal(subprocess.signal.SIGINT)
-    _, err = proc.communicate(timeout=60)
+    proc = interruptible([sys.executable, "train.py", f"--data_dir={tmp_path / 'data'}", "--dataset=tiny",
+                          f"--out_dir={tmp_path / 'out'}", "--device=cpu", "--n_layer=1", "--n_head=2",
+                          "--n_embd=16", "--block_size=8", "--batch_size=2", "--eval_iters=10000000"])
+    with proc:
+        for line in proc.stdout:  # the first eval (ten million batches) has begun
+            if line.startswith("tokens per iteration"):
+                break
+        err = interrupt(proc)
     assert proc.returncode == 1 and "Traceback" not in err
     assert "interrupted before the first checkpoint: there is nothing to resume; run the same command" in err
 
@@ -353,14 +371,13 @@ def test_ctrl_c_during_an_evaluation_is_one_line_and_writes_nothing(tmp_path):
     train.train(tiny_cfg(tmp_path / "data", out, max_iters=0))
     example = json.dumps({"ctx": "0123", "endings": ["45", "67", "89", "::"], "label": 0})
     (tmp_path / "hs.jsonl").write_text((example + "\n") * 20000)
-    proc = subprocess.Popen([sys.executable, "eval.py", f"--out_dir={out}", "--batch_size=1",
-                             f"--hellaswag={tmp_path / 'hs.jsonl'}", f"--json={tmp_path / 'r.json'}"],
-                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    err = ""
-    while "hellaswag:" not in err and proc.poll() is None:  # tqdm's bar: the scoring has begun
-        err += proc.stderr.read(1)
-    proc.send_signal(subprocess.signal.SIGINT)
-    err += proc.communicate(timeout=60)[1]
+    proc = interruptible([sys.executable, "eval.py", f"--out_dir={out}", "--batch_size=1",
+                          f"--hellaswag={tmp_path / 'hs.jsonl'}", f"--json={tmp_path / 'r.json'}"])
+    with proc:
+        err = ""
+        while "hellaswag:" not in err and proc.poll() is None:  # tqdm's bar: the scoring has begun
+            err += proc.stderr.read(1)
+        err += interrupt(proc)
     assert proc.returncode == 1 and err.endswith("interrupted; nothing was written\n"), err[-2000:]
     assert "Traceback" not in err and not (tmp_path / "r.json").exists()
 
