@@ -35,8 +35,7 @@ learning_rates = [4e-3, 8e-3, 1.6e-2]
 selection_seeds = [1337]
 seeds = [2001, 2002, 2003, 2004, 2005]
 seeds_per_arm = {_arm: 3 for _arm in arms if _arm not in ("linear", "nonlinear")}
-# paired comparisons of two arms that differ in one part of the query (each at its own chosen rate)
-contrasts = [
+contrasts = [  # paired comparisons of two arms that differ in one part of the query, each at its chosen rate
     ("nonlinear", "identity", "f itself: x + f(x) vs x, both at the halved scale"),
     ("residual", "identity", "a learned linear residual: x + x·W_Q vs x, both at the halved scale"),
     ("nonlinear", "residual", "f's nonlinearity (with its norms) vs a linear residual of d² parameters"),
