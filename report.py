@@ -73,6 +73,11 @@ def welch_p(arm_values, ref_values):
     return float(stats.ttest_ind(arm_values, ref_values, equal_var=False).pvalue)
 
 
+def fmt_ci(ci):
+    """(lo, hi) -> "[lo, hi]" with signs and 4 decimals; None (n < 2) -> "—"."""
+    return "—" if ci is None else f"[{ci[0]:+.4f}, {ci[1]:+.4f}]"
+
+
 def verdict(ci):
     """'lower' / 'higher' when the 95% CI of arm - ref excludes 0, else 'no call' (or 'n < 2')."""
     if ci is None:
@@ -210,7 +215,7 @@ def results_table(study, data, tokenizer):
             pd = paired_difference(losses, ref_losses)
             wp = welch_p(list(losses.values()), list(ref_losses.values()))
             cells += [f"{pd['mean']:+.4f} (n={pd['n']})",
-                      "—" if pd["ci"] is None else f"[{pd['ci'][0]:+.4f}, {pd['ci'][1]:+.4f}]",
+                      fmt_ci(pd["ci"]),
                       f"{pd['rel']:+.2f}%", "—" if pd["p"] is None else f"{pd['p']:.3g}",
                       "—" if wp is None else f"{wp:.3g}", verdict(pd["ci"])]
         lines.append("| " + " | ".join(cells) + " |")
@@ -219,16 +224,14 @@ def results_table(study, data, tokenizer):
 
 def contrasts_table(study, data):
     """The study's contrasts: paired Δ = arm − other over the final seeds both finished, 95% CI, paired p and
-    the call (each arm at its own chosen learning rate). None when the study names no contrasts."""
-    if not study["contrasts"]:
-        return None
+    the call (each arm at its own chosen learning rate)."""
     cols = ["arm − other", "what the pair isolates", "Δ (paired, nats)", "95% CI", "paired p", "call"]
     lines = ["| " + " | ".join(cols) + " |", "|---|---|" + "---:|" * 3 + "---|"]
     for arm, other, isolates in study["contrasts"]:
         a, b = final_losses(data[arm]), final_losses(data[other])
         pd = paired_difference(a, b)
         cells = [f"{arm} − {other}", isolates, "—" if not pd["n"] else f"{pd['mean']:+.4f} (n={pd['n']})",
-                 "—" if pd["ci"] is None else f"[{pd['ci'][0]:+.4f}, {pd['ci'][1]:+.4f}]",
+                 fmt_ci(pd["ci"]),
                  "—" if pd["p"] is None else f"{pd['p']:.3g}", verdict(pd["ci"]) if pd["n"] else "—"]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
@@ -286,7 +289,7 @@ def gap_table(study, data):
         for arm in others:
             pd = paired_difference({s: c[it] for s, c in curves[arm].items() if it in c}, ref_at)
             cells.append("—" if not pd["n"] else f"{pd['mean']:+.4f}" + (
-                "" if pd["ci"] is None else f" [{pd['ci'][0]:+.4f}, {pd['ci'][1]:+.4f}]") + f" (n={pd['n']})")
+                "" if pd["ci"] is None else " " + fmt_ci(pd["ci"])) + f" (n={pd['n']})")
         lines.append(f"| {it} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -388,9 +391,8 @@ def main(argv=None):
     plot_forest(study, data, os.path.join(out, "forest.png"))
     reading_path = os.path.join(out, "reading.md")  # a person's reading of the numbers, kept across rebuilds
     reading = (["## Reading", open(reading_path).read().strip()] if os.path.exists(reading_path) else [])
-    contrasts = contrasts_table(study, data)
-    contrasts = [] if contrasts is None else [
-        "## Contrasts between arms (paired by seed, final seeds both finished, 95% CI)", contrasts]
+    contrasts = (["## Contrasts between arms (paired by seed, final seeds both finished, 95% CI)",
+                  contrasts_table(study, data)] if study["contrasts"] else [])
     text = "\n\n".join([
         header(args.study, study, out), "## Results", method(study, tokenizer),
         results_table(study, data, tokenizer), "![forest plot](forest.png)", *contrasts,

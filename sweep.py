@@ -108,8 +108,8 @@ def load_study(path):
                                  "an int >= 0"),
               "half_steps": (isinstance(study["half_steps"], bool), "True or False"),
               "contrasts": (isinstance(study["contrasts"], list) and all(
-                  isinstance(c, tuple) and len(c) == 3 and c[0] in arms and c[1] in arms and c[0] != c[1]
-                  and isinstance(c[2], str) for c in study["contrasts"]),
+                  isinstance(c, tuple) and len(c) == 3 and all(isinstance(x, str) for x in c)
+                  and c[0] in arms and c[1] in arms and c[0] != c[1] for c in study["contrasts"]),
                             'a list of (arm, other arm, "what the pair isolates") tuples of two different '
                             'arms of this study')}
     per_arm = study["seeds_per_arm"]

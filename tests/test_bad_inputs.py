@@ -270,6 +270,7 @@ def study(tmp_path):
     ("contrasts = [('linear', 'lineer', 'a typo')]", r"contrasts must be a list of \(arm, other arm, "),
     ("contrasts = [('linear', 'linear', 'itself')]", r"contrasts must be .* of two different arms"),
     ("contrasts = ('linear', 'linear')", r"contrasts must be a list"),
+    ("contrasts = [(['linear'], 'linear', 'a list')]", r"contrasts must be a list of \(arm"),  # was TypeError
 ])
 def test_odd_study_files_are_refused_before_any_run(study, edit, message):
     import sweep
