@@ -361,7 +361,7 @@ def status_section(data):
     note = (f" Arms whose search is not complete yet (their next runs are not listed): {', '.join(pending)}."
             if pending else "")
     if not todo:
-        return f"All {len(runs)} runs so far finished.{note}"
+        return f"All {len(runs)} runs {'so far ' if pending else ''}finished.{note}"
     return f"{len(runs) - len(todo)} of {len(runs)} runs finished.{note} Not finished:\n\n" + "\n".join(
         f"- {r['out_dir']}: {fmt_run(r)}" for r in todo)
 

@@ -105,7 +105,7 @@ def test_report_tables_from_run_files(tmp_path, capsys):
     assert "**A difference is called only when its 95% CI excludes 0**" in text
     assert "selection seeds [1]" in text and "final seeds [11, 12, 13]" in text
     assert "| 0.002 | **2.3000** | **2.3000** | **2.3000** |" in text  # the search table, chosen rate in bold
-    assert "All 18 runs so far finished." in text
+    assert "All 18 runs finished." in text  # every arm's search is complete: no "so far"
     # the gap along training: val loss on the fixed windows is final + 0.5 at iter 50 and final + 0.01 at 100,
     # so the paired Δ and its CI there equal the final ones
     gap = text.split("## The gap along training")[1].split("## Runs")[0]
