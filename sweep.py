@@ -351,8 +351,12 @@ def launch(study, arm, lr, seed, threads):
 
 
 def due_runs(study):
-    """Every run that is due now, over all arms (arms advance through their phases independently)."""
-    return [run for arm in study["arms"] for run in plan(study, arm)["due"]]
+    """Every run that is due now, over all arms (arms advance through their phases independently), seed by
+    seed: every arm and rate at one seed before the next seed, so a study stopped half-way has whole curves
+    on its first seeds rather than every seed of its first arms."""
+    due = [run for arm in study["arms"] for run in plan(study, arm)["due"]]
+    seeds = study["selection_seeds"] + study["seeds"]
+    return sorted(due, key=lambda run: seeds.index(run[2]))  # stable: arms and rates keep their order
 
 
 def main(argv=None):
