@@ -26,6 +26,7 @@ from typing import Optional
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from torch.utils.checkpoint import checkpoint
 
 # Dense bf16 peak FLOP/s by device-name substring, most specific first. Unknown devices get no MFU at all.
 PEAK_FLOPS = (("H100 PCIe", 756e12), ("H100", 989e12), ("H200", 989e12), ("H800", 989e12),
@@ -93,8 +94,12 @@ class GPTConfig:
 class QueryMode(nn.Module):
     """Base class of the query modes: forward(x, xw) -> q, each (B, T, C).
 
-    x is the attention input LN1(h). xw is x·W_Q computed inside the attention's fused c_attn matmul when the
-    class sets fuse_w_q = True (one matmul for Q, K and V), else None.
+    x is the attention input LN1(h). A mode can have x·Wᵀ for a weight W of its own computed inside the
+    attention's input matmul, together with the keys and values (one matmul, one read of x), in two ways:
+    - fuse_w_q = True: W_Q lives in c_attn itself (its first C rows); xw = x·W_Qᵀ, (B, T, C). `linear` does this.
+    - input_weight() returns a (m, C) weight built from the mode's own parameters; xw = x·weightᵀ, (B, T, m).
+      The nonlinear query passes W1 this way (its parameters keep their names, so checkpoints do not change).
+    Otherwise xw is None.
     scale_factor: the default attention scale is scale_factor / sqrt(head_dim); 0.5 folds the paper's
     Q = (X + f(X)) / 2 into the scale (its method), 1.0 is the standard GPT.
     """
@@ -103,6 +108,10 @@ class QueryMode(nn.Module):
 
     def __init__(self, cfg: GPTConfig):
         super().__init__()
+
+    def input_weight(self):
+        """None, or a (m, C) weight whose product with x the attention computes with its keys and values."""
+        return None
 
     def forward(self, x, xw):
         raise NotImplementedError
@@ -144,6 +153,11 @@ class NonlinearQuery(QueryMode):
     With scale_factor 0.5 the attention computes softmax(((x + f(x)) / 2) kᵀ / sqrt(hd)), the paper's Q.
     W1: C -> r, W2: r -> C with r = query_hidden (C/2 in the paper). Parameters: 2·C·r + 2·C with bias=False
     (d² + 2d for r = d/2). query_norm_in / query_norm_out = False drop the RMSNorm / LayerNorm (ablations).
+
+    f costs what W_Q costs. RMSNorm(x)·W1ᵀ = rstd(x) ⊙ (x·(W1·diag γ)ᵀ), rstd(x) = 1/sqrt(mean(x²) + eps) per
+    token, so W1 (its gain γ folded in) joins the keys' and values' matmul (input_weight) and the RMSNorm
+    shrinks to one number per token. The rest of f is recomputed in the backward pass (torch.utils.checkpoint):
+    it keeps only that number, and a view of the matmul output whose storage the keys and values keep anyway.
     """
 
     def __init__(self, cfg: GPTConfig):
@@ -155,12 +169,34 @@ class NonlinearQuery(QueryMode):
                          else nn.Identity())
 
     def f(self, x):
-        """The residual f: (B, T, C) -> (B, T, C)."""
+        """The residual f as the paper defines it, unfused: (B, T, C) -> (B, T, C). forward computes the same."""
         return self.norm_out(self.w2(F.gelu(self.w1(self.norm_in(x)))))
 
+    def input_weight(self):
+        """W1·diag γ, (r, C): W1 with the input RMSNorm's gain folded in (W1 alone without the norm)."""
+        norm_in = isinstance(self.norm_in, nn.RMSNorm)
+        return self.w1.weight * self.norm_in.weight if norm_in else self.w1.weight
+
+    def f_after_w1(self, xw, rstd):
+        """f from xw = x·(W1·diag γ)ᵀ, (B, T, r), and rstd(x), (B, T, 1) or None -> (B, T, C)."""
+        h = xw if rstd is None else xw * rstd  # = RMSNorm(x)·W1ᵀ
+        if self.w1.bias is not None:
+            h = h + self.w1.bias
+        return self.norm_out(self.w2(F.gelu(h)))
+
     def forward(self, x, xw):
-        """(B, T, C) -> (B, T, C)."""
-        return x + self.f(x)
+        """x (B, T, C), xw = x·input_weight()ᵀ (B, T, r), or None to compute it here -> (B, T, C)."""
+        if xw is None:  # called on its own, outside the attention
+            xw = F.linear(x, self.input_weight())
+        rstd = None
+        if isinstance(self.norm_in, nn.RMSNorm):  # 1/sqrt(mean(x²) + eps), in float32 also when x is bf16
+            norm = torch.linalg.vector_norm(x, dim=-1, keepdim=True, dtype=torch.float32)  # (B, T, 1)
+            rstd = torch.rsqrt(norm.square() / x.size(-1) + self.norm_in.eps)
+        if torch.is_grad_enabled():  # keep xw and rstd, recompute the rest of f in the backward pass
+            f = checkpoint(self.f_after_w1, xw, rstd, use_reentrant=False, preserve_rng_state=False)
+        else:
+            f = self.f_after_w1(xw, rstd)
+        return x + f
 
 
 QUERY_MODES = {"linear": LinearQuery, "identity": IdentityQuery, "residual": ResidualQuery,
@@ -217,14 +253,27 @@ class CausalSelfAttention(nn.Module):
         self.resid_dropout = nn.Dropout(cfg.dropout)
 
     def forward(self, x, cache=None):
-        """x: (B, T, C), the block's LN1 output -> (B, T, C), before the residual add.
+        """x: (B, T, C), the block's LN1 output -> (B, T, C), before the residual add. Under autocast the
+        query mode gets x in the autocast dtype (the copy the input matmul reads).
 
         cache: a KVCache holding the keys and values of the L - T tokens before these T, or None (L = T). The
         query is per token (any query mode), so only keys and values need a cache.
         """
         B, T, C = x.shape
-        xw, k, v = self.c_attn(x).split([self.q_width, C, C], dim=-1)
-        q = self.query(x, xw if self.q_width else None)
+        if torch.is_autocast_enabled(x.device.type):
+            # autocast would cast x for every matmul that reads it and keep each copy for the backward pass:
+            # cast it once, so that the query, the keys and the values read (and keep) one copy
+            x = x.to(torch.get_autocast_dtype(x.device.type))
+        w_query = self.query.input_weight()
+        if w_query is None:  # x -> [x·W_Q (linear only),] x·W_K, x·W_V
+            xw_kv = self.c_attn(x)
+        else:  # the query's own rows first: x -> x·w_queryᵀ, x·W_K, x·W_V, still one matmul
+            bias = self.c_attn.bias
+            if bias is not None:
+                bias = torch.cat([bias.new_zeros(w_query.size(0)), bias])
+            xw_kv = F.linear(x, torch.cat([w_query, self.c_attn.weight]), bias)
+        xw, k, v = xw_kv.split([xw_kv.size(-1) - 2 * C, C, C], dim=-1)
+        q = self.query(x, xw if xw.size(-1) else None)
         q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
                    for t in (q, k, v))  # (B, nh, T, hd)
         if self.qk_norm:

@@ -1,0 +1,92 @@
+"""
+Bytes of activations saved for the backward pass, per layer and per token, per query mode: an exact count on any
+machine (no allocator, no timing).
+
+    python bench/saved_activations.py                         # the paper's shapes: n_embd 768, 12 heads
+    python bench/saved_activations.py --n_embd=128 --n_head=4 --block_size=64 --device=cuda
+
+Every tensor that autograd saves during one forward pass goes through torch.autograd.graph.saved_tensors_hooks.
+The hook records the tensor's storage (its data pointer and size), so a storage that several saved tensors view
+(q, k and v as slices of one matmul output) counts once. Parameters are not activations; neither are the bf16
+copies that autocast makes of them. Both drop out of a double difference: the count at n_layer = 2L and
+n_layer = L (the difference is L layers), each at 2 sequences and at 1 (the difference is one sequence), so
+    bytes per layer per token = [S(2L, 2) - S(L, 2) - S(2L, 1) + S(L, 1)] / (L · block_size),
+where S(n_layer, sequences) is the count of one forward pass. What the embeddings, the final LayerNorm and the
+LM head save is in neither difference.
+
+The hooks do not see what torch.utils.checkpoint keeps to recompute from, but in nlq that is nothing more: the
+nonlinear query recomputes f from a view of the attention's input matmul output (a storage that the keys and
+values keep) and its (B, T, 1) rstd (which rsqrt's backward keeps), both counted above.
+"""
+import argparse
+import os
+import sys
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from model import GPT, GPTConfig, QUERY_MODES  # noqa: E402
+
+
+def saved_bytes(cfg, n_sequences, dtype=None, device="cpu", seed=0):
+    """Bytes of the distinct storages that autograd saves in one training-mode forward pass of GPT(cfg) on
+    n_sequences windows of cfg.block_size tokens (int). dtype: None for float32, or an autocast dtype
+    (torch.bfloat16). Parameters are excluded (they are not saved copies); autocast's weight casts are not."""
+    torch.manual_seed(seed)
+    model = GPT(cfg).to(device).train()
+    params = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    storages = {}
+
+    def pack(t):
+        s = t.untyped_storage()
+        if s.data_ptr() not in params:
+            storages[s.data_ptr()] = s.nbytes()
+        return t
+
+    idx = torch.randint(cfg.vocab_size, (n_sequences, cfg.block_size), device=device)
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), \
+            torch.autocast(torch.device(device).type, dtype=dtype, enabled=dtype is not None):
+        _, loss = model(idx, idx)
+    del loss
+    return sum(storages.values())
+
+
+def saved_bytes_per_layer_token(query_mode, dtype=None, n_embd=768, n_head=12, block_size=256, n_layer=2,
+                                device="cpu", **keys):
+    """Bytes saved for the backward pass per layer and per token of one query mode (float): the double
+    difference of saved_bytes over n_layer (n_layer, 2·n_layer) and sequences (1, 2). keys: more GPTConfig fields (qk_norm, query_hidden, ...).
+    The vocabulary is small (256): the LM head is outside the difference anyway."""
+    def count(layers, sequences):
+        cfg = GPTConfig(n_layer=layers, n_head=n_head, n_embd=n_embd, block_size=block_size, vocab_size=256,
+                        query_mode=query_mode, **keys)
+        return saved_bytes(cfg, sequences, dtype, device)
+    L = n_layer
+    diff = count(2 * L, 2) - count(L, 2) - count(2 * L, 1) + count(L, 1)
+    return diff / (L * block_size)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--query_modes", default="linear,identity,residual,nonlinear")
+    parser.add_argument("--n_embd", type=int, default=768)
+    parser.add_argument("--n_head", type=int, default=12)
+    parser.add_argument("--block_size", type=int, default=256, help="tokens per sequence (any: per token)")
+    parser.add_argument("--device", default="cpu")
+    args = parser.parse_args(argv)
+    modes = args.query_modes.split(",")
+    unknown = [m for m in modes if m not in QUERY_MODES]
+    if unknown:
+        parser.error(f"unknown query mode {unknown[0]!r}; registered: {', '.join(QUERY_MODES)}")
+    print(f"saved activations, bytes per layer per token (n_embd {args.n_embd}, {args.n_head} heads, "
+          f"torch {torch.__version__}, {args.device})")
+    print("| query_mode | float32 | vs linear | bf16 autocast | vs linear |\n|---|---:|---:|---:|---:|")
+    rows = {m: [saved_bytes_per_layer_token(m, dt, args.n_embd, args.n_head, args.block_size,
+                                            device=args.device) for dt in (None, torch.bfloat16)]
+            for m in modes}
+    ref = rows.get("linear", rows[modes[0]])
+    for m, (f32, bf16) in rows.items():
+        print(f"| {m} | {f32:,.0f} | {f32 / ref[0]:.3f} | {bf16:,.0f} | {bf16 / ref[1]:.3f} |")
+
+
+if __name__ == "__main__":
+    main()
