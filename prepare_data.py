@@ -494,25 +494,37 @@ def stream_texts(ds, text_column, source, stats):
     empty and null ones read. ds: any iterable of dicts (a datasets.Dataset or IterableDataset).
 
     DataError if a record lacks the column or holds another type there, naming the record (1-based), and for
-    a connection that fails mid-stream (after datasets' own retries).
+    any error the stream itself raises: a connection that fails mid-stream (after datasets' own retries), or
+    a damaged or truncated shard (pyarrow's ArrowInvalid for parquet, a JSON or decompression error).
     """
-    n = 0
-    try:
-        for n, record in enumerate(ds, 1):
-            if text_column not in record:
-                raise DataError(f"{source}: record {n} has no column {text_column!r} (it has "
-                                f"{', '.join(record)}); pass the right --text_column")
-            text = record[text_column]
-            if text is not None and not isinstance(text, str):
-                raise DataError(f"{source}: record {n}: column {text_column!r} is of type "
-                                f"{type(text).__name__}, not a string; pass a --text_column of strings")
-            if text:
-                yield text
-            else:
-                stats["skipped_docs"] += 1
-    except OSError as e:  # ConnectionError, TimeoutError and the Hub's HTTP errors
-        raise DataError(f"{source}: streaming failed after {n} records ({type(e).__name__}: {e}); nothing "
-                        f"was written; run the command again (the stream starts from its beginning)") from e
+    records, n = iter(ds), 0
+    while True:
+        try:
+            record = next(records)
+        except StopIteration:
+            return
+        except OSError as e:  # ConnectionError, TimeoutError and the Hub's HTTP errors
+            raise DataError(f"{source}: streaming failed after {n} records ({type(e).__name__}: {e}); "
+                            f"nothing was written; run the command again (the stream starts from its "
+                            f"beginning)") from e
+        except Exception as e:  # the reader's own errors: ArrowInvalid, JSONDecodeError, zlib.error, EOFError...
+            raise DataError(f"{source}: the stream could not be read after {n} records ({type(e).__name__}: "
+                            f"{e}): a shard of the dataset is damaged or cut short; nothing was written. Run "
+                            f"the command again; if it fails at the same record, the copy in the datasets "
+                            f"cache (HF_HOME) is damaged: delete it, or report the shard to the dataset's "
+                            f"owners") from e
+        n += 1
+        if text_column not in record:
+            raise DataError(f"{source}: record {n} has no column {text_column!r} (it has "
+                            f"{', '.join(record)}); pass the right --text_column")
+        text = record[text_column]
+        if text is not None and not isinstance(text, str):
+            raise DataError(f"{source}: record {n}: column {text_column!r} is of type "
+                            f"{type(text).__name__}, not a string; pass a --text_column of strings")
+        if text:
+            yield text
+        else:
+            stats["skipped_docs"] += 1
 
 
 def tokenized(texts, tokenizer, enc=None, num_threads=1):

@@ -3,6 +3,7 @@ import shlex
 
 import datasets
 import numpy as np
+import pyarrow as pa
 import pytest
 
 import prepare_data as P
@@ -170,6 +171,12 @@ BAD_STREAMS = {  # case: (load_dataset's result or exception, extra args, messag
                     ["record 1: column 'text' is of type list, not a string; pass a --text_column"]),
     "connection lost": (broken_stream(50, ConnectionError("Connection reset by peer")), [],
                         ["streaming failed after 50 records (ConnectionError", "nothing was written"]),
+    "corrupt parquet shard": (broken_stream(40, pa.lib.ArrowInvalid("Parquet magic bytes not found in footer")),
+                              [], ["could not be read after 40 records (ArrowInvalid: Parquet magic bytes",
+                                   "damaged or cut short; nothing was written", "HF_HOME"]),
+    "truncated gzip shard": (broken_stream(7, EOFError("Compressed file ended before the end-of-stream marker "
+                                                       "was reached")), [],
+                             ["could not be read after 7 records (EOFError", "nothing was written"]),
     "no such dataset": (datasets.exceptions.DatasetNotFoundError("Dataset 'someone/nope' doesn't exist"), [],
                         ["cannot stream someone/nope (config en), split train", "doesn't exist"]),
     "bad split": (ValueError('Bad split: valid. Available splits: ["train"]'), [],
