@@ -218,7 +218,8 @@ def resolve_device(cfg, local_rank=0, world_size=1):
     if dtype not in ("float32", "bfloat16", "float16"):
         raise ValueError(f"dtype {dtype!r} is not one of auto, float32, bfloat16, float16")
     if dtype == "float16" and device_type != "cuda":
-        raise ValueError("dtype float16 needs CUDA (its GradScaler); use bfloat16 or float32 on this device")
+        raise ValueError(f"dtype float16 is supported on CUDA only, not on {device_type}; use bfloat16 or "
+                         f"float32 on this device")
     if device_type == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True

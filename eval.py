@@ -10,7 +10,9 @@ the run's val_loss at the checkpoint's iteration (windows may overlap; tokens ar
 --full: consecutive non-overlapping windows of block_size from offset 0, the last one shorter, so each of the
 split's tokens 1..N-1 is predicted exactly once: N - 1 targets for a split of N tokens.
 Bits per byte = total nats / ln 2 / UTF-8 bytes of the target text; gpt2's end-of-text token counts 0 bytes.
-Deterministic: no sampling, fixed windows; float32 on CPU (the checkpoint's dtype setting elsewhere).
+Deterministic: no sampling, fixed windows. Precision: the checkpoint's dtype setting unless --dtype is given, on
+any device: a run trained with dtype=auto is evaluated in float32 on the CPU, one trained with dtype=bfloat16 in
+bf16 autocast, on the CPU too (--dtype=float32 for full precision there).
 
 HellaSwag (Zellers et al. 2019, arXiv 1905.07830), instead of the loss:
 
