@@ -8,7 +8,7 @@ of them alike. Everything else lives in the script that uses it.
     settings     DEFAULTS, parse_config, validate, model_config    (the model's keys come from GPTConfig)
     devices      resolve_device, autocast, use_compile
     processes    setup_distributed (torchrun), end_distributed, check_fsdp_support, shard_model (FSDP2)
-    data         load_meta, open_split, window_starts, eval_windows, get_batch
+    data         load_meta, open_split, window_starts, eval_window_count, eval_windows, get_batch
     losses       estimate_loss (fixed windows), full_split_loss (every token once), safe_exp
     checkpoints  load_checkpoint, check_same_dataset, model_from_checkpoint, save_checkpoint,
                  atomic_write_text, replace_atomically, check_output_file, make_writable_folder, read_metrics
@@ -42,7 +42,10 @@ MODEL_DEFAULTS["vocab_size"] = None  # None = the dataset's vocabulary rounded u
 
 DEFAULTS = dict(
     # I/O
-    out_dir="out", eval_interval=1000, log_interval=10, eval_iters=200, always_save_checkpoint=True,
+    out_dir="out", eval_interval=1000, log_interval=10, always_save_checkpoint=True,
+    # the fixed eval set: eval_windows windows per split, drawn from the seed alone (None: eval_iters x batch_size,
+    # which changes with the micro-batch: set eval_windows to keep the eval set across batch shapes)
+    eval_iters=200, eval_windows=None,
     eval_full_at_end=True,  # after the last step, the val loss over every val token once (val_loss_full)
     init_from="scratch",  # scratch | resume (from out_dir/ckpt.pt)
     wandb_log=False, wandb_project="nlq", wandb_run_name="run",
@@ -69,12 +72,12 @@ def _optional_types():
     """{key: type} for the keys whose default is None: GPTConfig's Optional[...] hints, and train.py's own."""
     hints = typing.get_type_hints(GPTConfig)
     out = {k: typing.get_args(hints[k])[0] for k in MODEL_KEYS if typing.get_origin(hints[k]) is typing.Union}
-    return {**out, "vocab_size": int, "lr_decay_iters": int, "compile": bool}
+    return {**out, "vocab_size": int, "lr_decay_iters": int, "compile": bool, "eval_windows": int}
 
 
 OPTIONAL_TYPES = _optional_types()
 CHOICES = dict(init_from=("scratch", "resume"), lr_schedule=("cosine", "linear"))
-POSITIVE = ("batch_size", "block_size", "gradient_accumulation_steps", "eval_iters", "eval_interval",
+POSITIVE = ("batch_size", "block_size", "gradient_accumulation_steps", "eval_iters", "eval_windows", "eval_interval",
             "log_interval", "learning_rate", "lr_decay_iters", "max_nonfinite_steps", "vocab_size")
 NON_NEGATIVE = ("max_iters", "warmup_iters", "min_lr", "weight_decay", "grad_clip", "beta1", "beta2")
 MAX_SEED = 2 ** 62  # |seed| below it: torch's generators take 64-bit seeds, and train.py adds the rank
@@ -325,10 +328,17 @@ def window_starts(n_tokens, block_size, shape, generator):
     return torch.randint(n_tokens - block_size, shape, generator=generator)
 
 
-def eval_windows(n_tokens, block_size, batch_size, eval_iters, seed):
-    """The fixed eval windows, (eval_iters, batch_size) offsets: the same for every run with the same seed,
-    data, batch_size and block_size, so all query modes are evaluated on identical batches."""
-    return window_starts(n_tokens, block_size, (eval_iters, batch_size), torch.Generator().manual_seed(seed))
+def eval_window_count(cfg):
+    """The number of fixed eval windows per split: eval_windows, or eval_iters x batch_size when it is unset."""
+    return cfg.get("eval_windows") or cfg["eval_iters"] * cfg["batch_size"]  # .get: configs saved before it
+
+
+def eval_windows(n_tokens, block_size, n_windows, seed):
+    """The fixed eval windows of a split, (n_windows,) offsets drawn from the seed alone: the same for every run
+    with the same seed, data, block_size and number of windows, whatever its micro-batch, accumulation or number
+    of processes, so every query mode and every layout of a run is evaluated on identical windows. (They are
+    the windows nlq drew as (eval_iters, batch_size) before 2026-12, in the same order.)"""
+    return window_starts(n_tokens, block_size, (n_windows,), torch.Generator().manual_seed(seed))
 
 
 def get_batch(data_path, dtype, starts, block_size, device, vocab_size=None):
@@ -366,25 +376,26 @@ def my_share(n, rank, world_size):
 
 
 @torch.no_grad()
-def estimate_loss(model, splits, ctx, rank=0, world_size=1, device="cpu", vocab_size=None):
+def estimate_loss(model, splits, ctx, rank=0, world_size=1, device="cpu", vocab_size=None, batch_size=12):
     """Mean cross-entropy (nats/token) per split over its fixed eval windows, sharded over ranks.
 
-    splits: {name: (bin path, dtype, windows (eval_iters, batch_size), block_size)}; vocab_size: see
-    get_batch. Returns {name: float}; a diverged model gives nan or inf, never an error. The model's
-    train/eval mode is restored. Every rank runs the same number of forward passes (see my_share), as FSDP's
-    collective forward needs.
+    splits: {name: (bin path, dtype, windows (N,) offsets, block_size)}, evaluated batch_size windows at a time
+    (the last batch may be smaller; every window weighs the same); vocab_size: see get_batch. Returns
+    {name: float}; a diverged model gives nan or inf, never an error. The model's train/eval mode is restored.
+    Every rank runs the same number of forward passes (see my_share), as FSDP's collective forward needs.
     """
     was_training = model.training
     model.eval()
     out = {}
     for split, (path, dtype, windows, block_size) in splits.items():
-        total = torch.zeros(2, device=device)  # loss sum, batch count
-        for k, counts in my_share(len(windows), rank, world_size):
-            x, y = get_batch(path, dtype, windows[k], block_size, device, vocab_size)
+        batches = windows.split(batch_size)
+        total = torch.zeros(2, device=device)  # loss sum over windows, window count
+        for k, counts in my_share(len(batches), rank, world_size):
+            x, y = get_batch(path, dtype, batches[k], block_size, device, vocab_size)
             with ctx:
                 _, loss = model(x, y)
             if counts:
-                total += torch.stack([loss.float(), torch.ones((), device=device)])
+                total += len(batches[k]) * torch.stack([loss.float(), torch.ones((), device=device)])
         if world_size > 1:
             dist.all_reduce(total)
         out[split] = (total[0] / total[1]).item()

@@ -5,8 +5,9 @@ Validation loss (nats/token), perplexity, bits per token and bits per byte of a 
     python eval.py --out_dir=out/enwiki_bytes --full --json val.json   # every token of the val split once
     python eval.py --out_dir=out/owt --split=train --bpe_dir=../shared/data/gpt2
 
-Default: the eval_iters x batch_size random windows train.py draws from the checkpoint's seed, so the loss is
-the run's val_loss at the checkpoint's iteration (windows may overlap; tokens are counted with multiplicity).
+Default: the fixed random windows train.py draws from the checkpoint's seed (eval_windows of them; unset:
+eval_iters x batch_size), so the loss is the run's val_loss at the checkpoint's iteration (windows may overlap;
+tokens are counted with multiplicity).
 --full: consecutive non-overlapping windows of block_size from offset 0, the last one shorter, so each of the
 split's tokens 1..N-1 is predicted exactly once: N - 1 targets for a split of N tokens.
 Bits per byte = total nats / ln 2 / UTF-8 bytes of the target text; gpt2's end-of-text token counts 0 bytes.
@@ -37,8 +38,8 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
-from common import (atomic_write_text, autocast, check_output_file, estimate_loss, eval_windows,
-                    full_split_loss, get_batch, open_split, resolve_device, safe_exp)
+from common import (atomic_write_text, autocast, check_output_file, estimate_loss, eval_window_count,
+                    eval_windows, full_split_loss, get_batch, open_split, resolve_device, safe_exp)
 from prepare_data import GPT2_EOT, get_codec, gpt2_encoding
 from sample import load_checkpoint
 
@@ -68,10 +69,11 @@ def fixed_windows(model, ctx, cfg, data, meta, split, device, nbytes):
     """train.py's eval on its fixed windows -> (total nats, tokens, bytes, windows)."""
     T, dtype, path = cfg["block_size"], meta["dtype"], os.path.join(data, f"{split}.bin")
     n = len(open_split(data, split, dtype, T))
-    windows = eval_windows(n, T, cfg["batch_size"], cfg["eval_iters"], cfg["seed"])
+    windows = eval_windows(n, T, eval_window_count(cfg), cfg["seed"])  # (N,)
     loss = estimate_loss(model, {split: (path, dtype, windows, T)}, ctx, 0, 1, device,
-                         meta["vocab_size"])[split]
-    n_bytes = sum(int(nbytes[get_batch(path, dtype, w, T, "cpu")[1].numpy()].sum()) for w in windows)
+                         meta["vocab_size"], cfg["batch_size"])[split]
+    n_bytes = sum(int(nbytes[get_batch(path, dtype, w, T, "cpu")[1].numpy()].sum())
+                  for w in windows.split(cfg["batch_size"]))
     return loss * windows.numel() * T, windows.numel() * T, n_bytes, windows.numel()
 
 

@@ -35,8 +35,8 @@ from torch.distributed.tensor import DTensor
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from common import (DEFAULTS, EXIT_DIVERGED, MODEL_KEYS, atomic_write_text, autocast, check_fsdp_support,
-                    check_same_dataset, damaged_checkpoint, end_distributed, estimate_loss, eval_windows,
-                    full_split_loss, get_batch, load_checkpoint, load_meta, make_writable_folder,
+                    check_same_dataset, damaged_checkpoint, end_distributed, estimate_loss, eval_window_count,
+                    eval_windows, full_split_loss, get_batch, load_checkpoint, load_meta, make_writable_folder,
                     model_config, open_split, parse_config, read_metrics, resolve_device, safe_exp,
                     save_checkpoint, setup_distributed, shard_model, use_compile, validate, window_starts)
 from model import GPT
@@ -118,29 +118,82 @@ def lr_decay_iters_for(cfg, ckpt, log):
             warnings.warn(f"lr_decay_iters={cfg['lr_decay_iters']} differs from the checkpoint's {trained}: "
                           f"the learning rate at iter {it} changes from {get_lr(it, cfg, trained):.3e} to "
                           f"{get_lr(it, cfg, cfg['lr_decay_iters']):.3e}")
-    if cfg["decay_lr"] and cfg["max_iters"] > decay_iters:
-        log(f"note: iterations {decay_iters}-{cfg['max_iters']} run at min_lr={cfg['min_lr']:g} (the decay "
-            f"ends at lr_decay_iters={decay_iters})")
-    elif cfg["decay_lr"] and cfg["max_iters"] < decay_iters:
-        log(f"note: the run stops at max_iters={cfg['max_iters']}, before the learning rate has decayed to "
-            f"min_lr (at lr_decay_iters={decay_iters}); at the end it is "
-            f"{get_lr(cfg['max_iters'], cfg, decay_iters):.2e}")
+    if cfg["decay_lr"]:
+        for kind, text in schedule_notes(cfg, decay_iters):
+            warnings.warn(text) if kind == "warning" else log(f"note: {text}")
     return decay_iters
 
 
-def rng_state(train_gen, device_type):
-    """This process's RNG states: the training window stream, torch's CPU RNG (dropout), CUDA's."""
+def schedule_notes(cfg, decay_iters):
+    """What the schedule does that a reader may not expect, as [(kind 'note' | 'warning', text)].
+
+    Iterations are counted as the log counts them: iteration k is the k-th optimizer step, 1..max_iters, and
+    runs at get_lr(k - 1). Warnings: the run ends during warmup (the peak learning rate is never reached), or
+    the warmup does not end before the decay does (no decay at all: the rate drops from the warmup to min_lr).
+    Notes: the last steps run flat at min_lr, or the run stops before the decay ends.
+    """
+    warmup, steps, peak = cfg["warmup_iters"], cfg["max_iters"], cfg["learning_rate"]
+    out = []
+    if 0 < steps <= warmup:
+        out.append(("warning", f"the whole run is warmup (warmup_iters={warmup} >= max_iters={steps}): the "
+                               f"learning rate rises from {get_lr(0, cfg, decay_iters):.2e} to "
+                               f"{get_lr(steps - 1, cfg, decay_iters):.2e} and never reaches learning_rate="
+                               f"{peak:g}; lower warmup_iters"))
+        return out
+    if warmup >= decay_iters:
+        out.append(("warning", f"the warmup (warmup_iters={warmup}) does not end before the decay does "
+                               f"(lr_decay_iters={decay_iters}): the learning rate rises to "
+                               f"{get_lr(warmup - 1, cfg, decay_iters):.2e} until iteration {warmup}, then "
+                               f"drops straight to min_lr={cfg['min_lr']:g}, with no decay; set lr_decay_iters "
+                               f"above warmup_iters"))
+    flat_from = max(decay_iters, warmup)  # the first step (0-based) that runs at min_lr
+    if steps > flat_from:
+        out.append(("note", f"the last {steps - flat_from} of {steps} steps (iterations {flat_from + 1}-"
+                            f"{steps}) run at min_lr={cfg['min_lr']:g}: the schedule reaches min_lr at "
+                            f"lr_decay_iters={decay_iters}"))
+    elif steps < decay_iters:
+        out.append(("note", f"the run stops at max_iters={steps}, before the learning rate has decayed to "
+                            f"min_lr (at lr_decay_iters={decay_iters}); its last step runs at "
+                            f"{get_lr(steps - 1, cfg, decay_iters):.2e}"))
+    return out
+
+
+def rng_state(train_gen, device):
+    """This process's RNG states: the training window stream, torch's CPU RNG (dropout on the CPU) and, on
+    CUDA, the RNG of the one device this process uses (dropout there)."""
     state = dict(train=train_gen.get_state(), torch=torch.get_rng_state())
-    if device_type == "cuda":
-        state["cuda"] = torch.cuda.get_rng_state_all()
+    if device.startswith("cuda"):
+        state["cuda"] = torch.cuda.get_rng_state(device)
     return state
 
 
-def restore_rng(state, train_gen, device_type):
-    train_gen.set_state(state["train"])
+def restore_rng(saved, rank, train_gen, device, seed, iter_num):
+    """Restore this rank's RNG states from a checkpoint's list of per-rank states (saved).
+
+    The training stream is global (every rank draws the same windows), so any rank's copy continues it. The
+    dropout streams are per rank: a rank that was saved gets its own back; a rank beyond the saved ones (a run
+    resumed on more processes) gets a fresh stream seeded from (seed, rank, iter_num), distinct from every
+    other rank's. CUDA: the device's own state; checkpoints written before 2026-12 hold one state per visible
+    device, of which the first is taken (so a run resumes with fewer GPUs visible than it was saved with).
+    """
+    train_gen.set_state(saved[0]["train"])
+    if rank >= len(saved):
+        torch.manual_seed(seed + rank + 1_000_003 * iter_num)  # also seeds every CUDA device
+        return
+    state = saved[rank]
     torch.set_rng_state(state["torch"])
-    if device_type == "cuda" and "cuda" in state:
-        torch.cuda.set_rng_state_all(state["cuda"])
+    if device.startswith("cuda") and "cuda" in state:
+        cuda = state["cuda"]
+        torch.cuda.set_rng_state(cuda[0] if isinstance(cuda, (list, tuple)) else cuda, device)
+
+
+def tokens_in_checkpoint(ckpt):
+    """Training tokens seen up to a checkpoint: its count, or for checkpoints written before nlq kept one
+    (2026-12), iter_num times the tokens per step of its config."""
+    if "tokens" in ckpt:
+        return ckpt["tokens"]
+    c = ckpt["config"]
+    return ckpt["iter_num"] * c["gradient_accumulation_steps"] * c["batch_size"] * c["block_size"]
 
 
 def json_safe(row):
@@ -274,14 +327,14 @@ def train(cfg):
     B, T = cfg["batch_size"], cfg["block_size"]
     tokens_per_iter = accum * B * T
 
-    # -- data: memory-mapped token bins; fixed eval windows (eval_iters, B) drawn from the seed --------------
+    # -- data: memory-mapped token bins; fixed eval windows (N,) drawn from the seed, not from the batch shape --
     data_dir = os.path.join(cfg["data_dir"], cfg["dataset"])
     meta = load_meta(data_dir)
     bins, n_tokens, splits = {}, {}, {}
     for split in ("train", "val"):
         bins[split] = os.path.join(data_dir, f"{split}.bin")
         n_tokens[split] = len(open_split(data_dir, split, meta["dtype"], T))
-        splits[split] = (bins[split], meta["dtype"], eval_windows(n_tokens[split], T, B, cfg["eval_iters"],
+        splits[split] = (bins[split], meta["dtype"], eval_windows(n_tokens[split], T, eval_window_count(cfg),
                                                                    cfg["seed"]), T)
 
     # -- model, optimizer, and the checkpoint to resume from -------------------------------------------------
@@ -301,7 +354,7 @@ def train(cfg):
     train_gen = torch.Generator().manual_seed(cfg["seed"] + 1)  # the training stream of windows
     torch.manual_seed(cfg["seed"] + rank)  # dropout differs per rank
     decay_iters = lr_decay_iters_for(cfg, ckpt, log)
-    iter_num, best_val, resumed_at = 0, math.inf, None
+    iter_num, best_val, resumed_at, tokens_seen = 0, math.inf, None, 0
     if ckpt is not None:
         if "dataset_meta" in ckpt:  # older checkpoints lack it
             check_same_dataset(ckpt["dataset_meta"], meta, data_dir)
@@ -310,8 +363,15 @@ def train(cfg):
         except (RuntimeError, ValueError, KeyError) as e:
             raise damaged_checkpoint(ckpt_path, e) from e
         scaler.load_state_dict(ckpt["scaler"])
-        restore_rng(ckpt["rng"][rank] if rank < len(ckpt["rng"]) else ckpt["rng"][0], train_gen, device_type)
+        restore_rng(ckpt["rng"], rank, train_gen, device, cfg["seed"], ckpt["iter_num"])
         iter_num, best_val = ckpt["iter_num"], ckpt["best_val_loss"]
+        tokens_seen = tokens_in_checkpoint(ckpt)
+        saved_per_iter = ckpt["config"]["gradient_accumulation_steps"] * ckpt["config"]["batch_size"] * T
+        if saved_per_iter != tokens_per_iter:
+            log(f"note: resuming with {tokens_per_iter:,} tokens per step instead of the checkpoint's "
+                f"{saved_per_iter:,}: training goes on from the same point of the same window stream, the "
+                f"token counts stay true ({tokens_seen:,} so far), but the steps from here are not those of "
+                f"an uninterrupted run")
         resumed_at = iter_num  # its eval is in the log already
         log(f"resumed from {ckpt_path} at iter {iter_num}" + (f"; max_iters={cfg['max_iters']} is reached "
             "already, nothing to train (raise max_iters to go on)" if iter_num >= cfg["max_iters"] else ""))
@@ -346,14 +406,14 @@ def train(cfg):
     t0 = time.time()
     while True:
         if (iter_num % cfg["eval_interval"] == 0 or iter_num == cfg["max_iters"]) and iter_num != resumed_at:
-            losses = estimate_loss(model, splits, ctx, rank, world_size, device, meta["vocab_size"])
+            losses = estimate_loss(model, splits, ctx, rank, world_size, device, meta["vocab_size"], B)
             # every val token once: the final figure
             if cfg["eval_full_at_end"] and iter_num == cfg["max_iters"]:
                 nats, n, _ = full_split_loss(raw_model, ctx, bins["val"], meta["dtype"], T, 4 * B, device,
                                              rank, world_size, vocab_size=meta["vocab_size"])
                 losses["val_full"] = nats / n
             dt = time_timed / steps_timed if steps_timed else None
-            row = dict(iter=iter_num, tokens=iter_num * tokens_per_iter, lr=get_lr(max(iter_num - 1, 0), cfg,
+            row = dict(iter=iter_num, tokens=tokens_seen, lr=get_lr(max(iter_num - 1, 0), cfg,
                        decay_iters), train_loss=losses["train"], val_loss=losses["val"],
                        val_ppl=safe_exp(losses["val"]), ms_per_iter=dt and 1000 * dt,
                        tokens_per_s=dt and tokens_per_iter / dt,
@@ -371,10 +431,10 @@ def train(cfg):
                 if cfg["wandb_log"]:
                     wandb.log(json_safe(row))
             # every rank's RNG state, so that a resume continues every stream
-            rngs = [rng_state(train_gen, device_type)]
+            rngs = [rng_state(train_gen, device)]
             if world_size > 1:
                 rngs = [None] * world_size
-                dist.all_gather_object(rngs, rng_state(train_gen, device_type))
+                dist.all_gather_object(rngs, rng_state(train_gen, device))
             if losses["val"] < best_val or cfg["always_save_checkpoint"]:  # the same on every rank
                 best_val = min(best_val, losses["val"])
                 model_state, optimizer_state = full_state_dicts(raw_model, optimizer)  # FSDP: every rank
@@ -382,7 +442,7 @@ def train(cfg):
                     save_checkpoint(ckpt_path, dict(
                         model=model_state, optimizer=optimizer_state, scaler=scaler.state_dict(),
                         iter_num=iter_num, best_val_loss=best_val, config=cfg, model_args=vars(model_cfg),
-                        rng=rngs, dataset_meta=meta, lr_decay_iters=decay_iters))
+                        rng=rngs, dataset_meta=meta, lr_decay_iters=decay_iters, tokens=tokens_seen))
                 last_saved = iter_num
             steps_timed, time_timed = 0, 0.0
             t0 = time.time()  # eval time is not step time
@@ -413,6 +473,7 @@ def train(cfg):
         scaler.update()
         optimizer.zero_grad(set_to_none=True)
         iter_num += 1
+        tokens_seen += tokens_per_iter
 
         if world_size > 1:  # the step's loss over all ranks (every rank then takes the same decisions below)
             dist.all_reduce(loss_sum)
@@ -429,7 +490,7 @@ def train(cfg):
                 f"{tokens_per_iter / max(dt, 1e-9):,.0f} tokens/s"
                 + (f", MFU {100 * mfu:.1f}%" if mfu else ""))
         if nonfinite_steps >= cfg["max_nonfinite_steps"]:
-            stop_diverged(cfg, master, dict(iter=iter_num, tokens=iter_num * tokens_per_iter, lr=lr,
+            stop_diverged(cfg, master, dict(iter=iter_num, tokens=tokens_seen, lr=lr,
                                             train_loss=step_loss),
                           f"the training loss was not finite for {nonfinite_steps} consecutive steps "
                           f"(max_nonfinite_steps={cfg['max_nonfinite_steps']})", ckpt_path, last_saved)

@@ -215,7 +215,8 @@ def test_resume_with_larger_max_iters_keeps_the_schedule(char_data, tmp_path, ca
     train.train({**cfg, "max_iters": 20, "init_from": "resume"})
     printed = capsys.readouterr().out
     assert "keeping the checkpoint's schedule (decay to min_lr at iter 10), not max_iters=20" in printed
-    assert "note: iterations 10-20 run at min_lr=0.0002 (the decay ends at lr_decay_iters=10)" in printed
+    assert ("note: the last 10 of 20 steps (iterations 11-20) run at min_lr=0.0002: the schedule reaches "
+            "min_lr at lr_decay_iters=10") in printed
     lrs = [float(line.split("lr ")[1].split(",")[0]) for line in printed.splitlines()
            if line.startswith("iter ")]
     assert lrs == [2e-4] * 10  # it stays at min_lr; it does not jump back up the cosine

@@ -156,9 +156,12 @@ def test_lr_schedule():
 
 
 def test_eval_windows_are_fixed_and_short_val_fails(data_dir, tmp_path):
-    w1 = common.eval_windows(1000, 16, 4, 3, seed=7)
-    assert torch.equal(w1, common.eval_windows(1000, 16, 4, 3, seed=7)) and w1.shape == (3, 4)
-    assert not torch.equal(w1, common.eval_windows(1000, 16, 4, 3, seed=8))
+    w1 = common.eval_windows(1000, 16, 12, seed=7)
+    assert torch.equal(w1, common.eval_windows(1000, 16, 12, seed=7)) and w1.shape == (12,)
+    assert not torch.equal(w1, common.eval_windows(1000, 16, 12, seed=8))
+    # the windows nlq drew as (eval_iters, batch_size) = (3, 4) before, in the same order: old curves keep meaning
+    old = torch.randint(1000 - 16, (3, 4), generator=torch.Generator().manual_seed(7))
+    assert torch.equal(w1, old.flatten())
     short = tmp_path / "short"
     short.mkdir()
     np.arange(2000, dtype=np.uint16).tofile(short / "train.bin")
