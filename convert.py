@@ -3,12 +3,12 @@ Turn a checkpoint of the paper's official code (MarkoKarbevski/beyond_query_line
 train.py) into an nlq run folder, which sample.py, eval.py and train.py then use like one of nlq's own runs.
 
     python convert.py official PATH/ckpt.pt --out_dir=out/paper_nlq --dataset=openwebtext
-    python sample.py --out_dir=out/paper_nlq --bpe_dir=../shared/data/gpt2
+    python sample.py --out_dir=out/paper_nlq
     python train.py out/paper_nlq/train_config.py --max_iters=70000     # goes on training (a resume)
 
 The folder gets ckpt.pt (train.py's format) and train_config.py (every setting, init_from="resume"). The
-model computes the same function: on the shared test checkpoints the logits agree within 1e-6
-(tests/test_convert.py).
+model computes the same function: on the test checkpoints shipped in tests/data/official_ckpt the logits
+agree within 1e-6 (tests/test_convert.py).
 
     query_mode   original -> linear, identity -> identity, residual -> residual, residual_gelu -> nonlinear
     model_args   num_heads -> n_head, mlp_hidden_size -> mlp_hidden, scale -> attn_scale; block_size,

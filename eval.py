@@ -3,7 +3,7 @@ Validation loss (nats/token), perplexity, bits per token and bits per byte of a 
 
     python eval.py --out_dir=out/enwiki_bytes         # train.py's fixed eval windows (= metrics.jsonl)
     python eval.py --out_dir=out/enwiki_bytes --full --json val.json   # every token of the val split once
-    python eval.py --out_dir=out/owt --split=train --bpe_dir=../shared/data/gpt2
+    python eval.py --out_dir=out/owt --split=train     # GPT-2 BPE: tests/data/gpt2, or --bpe_dir=DIR
 
 Default: the fixed random windows train.py draws from the checkpoint's seed (eval_windows of them; unset:
 eval_iters x batch_size), so the loss is the run's val_loss at the checkpoint's iteration (windows may overlap;
@@ -274,7 +274,7 @@ def main(argv=None):
                    default=None, help="override the checkpoint's data_dir "
                    "(parent of the dataset)")
     p.add_argument("--bpe_dir", type=os.path.expanduser, default=None, help="GPT-2 encoder.json + vocab.bpe "
-                   "(gpt2 data, bytes per token)")
+                   "(gpt2 data, bytes per token; default: the copy shipped in tests/data/gpt2)")
     p.add_argument("--json", type=os.path.expanduser,
                    default=None, metavar="PATH", help="also write the numbers to this JSON file")
     args = p.parse_args(argv)

@@ -1,7 +1,7 @@
 """Tokenise a text corpus into data/<name>/{train.bin, val.bin, meta.json} for train.py.
 
-    python prepare_data.py shakespeare_char                       # downloads Tiny Shakespeare
-    python prepare_data.py shakespeare --input input.txt --bpe_dir gpt2_files/
+    python prepare_data.py shakespeare_char                       # Tiny Shakespeare shipped in tests/data
+    python prepare_data.py shakespeare --download                 # GPT-2 BPE; downloads input.txt first
     python prepare_data.py local --input corpus_dir/ --name wiki --tokenizer byte
     python prepare_data.py openwebtext --num_proc 8              # ~9B tokens, ~17 GB train.bin
     python prepare_data.py fineweb_edu --subset sample-10BT --max_tokens 100_000_000     # streamed
@@ -9,7 +9,8 @@
 
 Each .bin is a flat array of token ids (dtype in meta.json). Documents are split into train/val
 by a seeded draw (--val_fraction of the documents); the shakespeare sets split one text 90/10 by
-position. gpt2 appends the end-of-text token 50256 after every document; char/byte append
+position. The GPT-2 tokenizer is built from the encoder.json + vocab.bpe shipped in tests/data/gpt2 (or
+--bpe_dir), never downloaded. gpt2 appends the end-of-text token 50256 after every document; char/byte append
 DOC_SEPARATOR instead (no separator in the positional split, so decoding gives back the input).
 fineweb_edu and hf stream their records from the Hugging Face Hub (no full download), in order, up to
 --max_docs documents or --max_tokens tokens, and draw each document's split as it comes.
@@ -35,15 +36,23 @@ import numpy as np
 from tqdm import tqdm
 
 SHAKESPEARE_URL = "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt"
+# Data shipped with nlq (provenance and licences: tests/data/PROVENANCE.md): the files the tests and the quick
+# start need, so that neither needs a download. Tiny Shakespeare is the file at SHAKESPEARE_URL.
+REPO = Path(__file__).resolve().parent
+SHIPPED_DATA = REPO / "tests" / "data"
+GPT2_BPE_DIR = SHIPPED_DATA / "gpt2"  # encoder.json + vocab.bpe: the GPT-2 tokenizer unless --bpe_dir is given
+SHAKESPEARE_TXT = SHIPPED_DATA / "tinyshakespeare" / "input.txt"
 OPENWEBTEXT = "Skylion007/openwebtext"
 FINEWEB_EDU = "HuggingFaceFW/fineweb-edu"
 FINEWEB_EDU_SUBSETS = ("sample-10BT", "sample-100BT", "sample-350BT")  # configs of ~10B, 100B, 350B tokens
 DATASETS = ("openwebtext", "fineweb_edu", "hf", "shakespeare", "shakespeare_char", "local")
+SHIPPED_DATASETS = ("shakespeare_char", "shakespeare")  # their text ships with nlq: train.py prepares them
 STREAMED = ("fineweb_edu", "hf")  # read through datasets' streaming, record by record
 STREAM_BATCH = 1024  # documents tokenised at a time when streaming
 # options of some datasets only
 OPTIONS_OF = dict(subset=("fineweb_edu",), hf_dataset=("hf",), hf_config=("hf",), hf_split=("hf",),
-                  text_column=("hf",), max_docs=STREAMED, max_tokens=STREAMED)
+                  text_column=("hf",), max_docs=STREAMED, max_tokens=STREAMED,
+                  download=("shakespeare", "shakespeare_char"))
 GPT2_EOT, GPT2_VOCAB = 50256, 50257
 DOC_SEPARATOR = "\n\n"  # char/byte corpora: written after every document, like gpt2's end-of-text token
 MIN_VAL_TOKENS = 1024  # a typical block size: a shorter val split cannot fill one evaluation window
@@ -63,37 +72,69 @@ class DataError(RuntimeError):
 # ---------------------------------------------------------------- tokenizers
 
 def gpt2_encoding(bpe_dir=None):
-    """GPT-2 BPE as a tiktoken Encoding; from bpe_dir's encoder.json + vocab.bpe, else tiktoken's
-    cache/download."""
-    import tiktoken  # imported only where a GPT-2 tokenizer is used
-    if bpe_dir is None:
-        try:
-            return tiktoken.get_encoding("gpt2")
-        except Exception as e:  # requests.ConnectionError, hash mismatch, ...: all mean "files unavailable"
-            raise DataError(
-                f"cannot load the GPT-2 BPE: no network and no tiktoken cache ({type(e).__name__}). "
-                "Pass --bpe_dir DIR with encoder.json + vocab.bpe (openaipublic.blob.core.windows.net/gpt-2/"
-                "encodings/main/), or set TIKTOKEN_CACHE_DIR to a populated cache (those files saved under "
-                "the sha1 of their URL: 6d1cbeee0f20b3d9449abfede4726ed8212e3aee = vocab.bpe, "
-                "6c7ea1a7e38e3a7f062df639a5b80947f075ffe6 = encoder.json); see README.") from e
-    return _encoding_from_files(str(bpe_dir))
+    """GPT-2's BPE as a tiktoken Encoding (50257 ids, end-of-text 50256), built from encoder.json + vocab.bpe.
+
+    bpe_dir: a folder holding OpenAI's two files (--bpe_dir); None means the copy shipped with nlq in
+    tests/data/gpt2 (GPT2_BPE_DIR). Never downloads and never touches tiktoken's cache. DataError naming the
+    folder and the fix if a file is missing or is not OpenAI's (its sha256 is checked).
+    """
+    return _encoding_from_files(str(GPT2_BPE_DIR if bpe_dir is None else bpe_dir), bpe_dir is None)
 
 
-@functools.lru_cache(maxsize=None)  # ~1 s to build; datasets.map calls this once per batch
-def _encoding_from_files(bpe_dir):
-    import tiktoken
-    from tiktoken.load import data_gym_to_mergeable_bpe_ranks
-    d = Path(bpe_dir)
-    missing = [f for f in BPE_SHA256 if not (d / f).is_file()]
+def _gpt2_byte_decoder():
+    """{character: byte} of GPT-2's data-gym alphabet, in which encoder.json and vocab.bpe spell bytes: the
+    printable bytes stand for themselves, the others (space, control bytes, ...) for chr(256), chr(257), ...
+    in byte order."""
+    printable = [b for b in range(256) if chr(b).isprintable() and b != ord(" ")]
+    others = [b for b in range(256) if b not in printable]
+    return {**{chr(b): b for b in printable}, **{chr(256 + i): b for i, b in enumerate(others)}}
+
+
+def _bpe_error(folder, shipped, problem):
+    """The DataError for GPT-2 files that cannot be used: names the folder, the problem and the fix."""
+    if shipped:
+        return DataError(f"the GPT-2 tokenizer shipped with nlq ({folder}) {problem}; restore it with git checkout "
+                         "-- tests/data/gpt2, or pass --bpe_dir DIR with GPT-2's encoder.json and vocab.bpe")
+    return DataError(f"--bpe_dir {folder} {problem}; it must be a folder with OpenAI's GPT-2 encoder.json and "
+                     "vocab.bpe (openaipublic.blob.core.windows.net/gpt-2/encodings/main/)")
+
+
+def _read_bpe_files(folder, shipped):
+    """{name: bytes} of encoder.json and vocab.bpe in folder; _bpe_error if the folder or a file is absent or a
+    file's sha256 is not OpenAI's."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise _bpe_error(folder, shipped, "is a file" if folder.exists() else "does not exist")
+    missing = [name for name in BPE_SHA256 if not (folder / name).is_file()]
     if missing:
-        raise DataError(f"--bpe_dir {d} lacks {' and '.join(missing)}: it must hold GPT-2's encoder.json "
-                        "and vocab.bpe")
-    try:
-        ranks = data_gym_to_mergeable_bpe_ranks(
-            vocab_bpe_file=str(d / "vocab.bpe"), encoder_json_file=str(d / "encoder.json"),
-            vocab_bpe_hash=BPE_SHA256["vocab.bpe"], encoder_json_hash=BPE_SHA256["encoder.json"])
-    except ValueError as e:
-        raise DataError(f"--bpe_dir {d}: {e}; these are not OpenAI's GPT-2 encoder.json/vocab.bpe") from e
+        raise _bpe_error(folder, shipped, f"lacks {' and '.join(missing)}")
+    files = {name: (folder / name).read_bytes() for name in BPE_SHA256}
+    for name, data in files.items():
+        if hashlib.sha256(data).hexdigest() != BPE_SHA256[name]:
+            raise _bpe_error(folder, shipped, f"has a {name} that is not OpenAI's (its sha256 is not "
+                                              f"{BPE_SHA256[name]})")
+    return files
+
+
+@functools.lru_cache(maxsize=None)  # ~0.5 s to build; datasets.map calls this once per batch
+def _encoding_from_files(bpe_dir, shipped=False):
+    """gpt2_encoding's work: the ranks from vocab.bpe (merge order), checked against encoder.json."""
+    import tiktoken  # imported only where a GPT-2 tokenizer is used
+    files = _read_bpe_files(bpe_dir, shipped)
+    encoder = json.loads(files["encoder.json"])
+    merges = files["vocab.bpe"].decode("utf-8").split("\n")[1:-1]  # the lines after "#version: 0.2"
+    to_byte = _gpt2_byte_decoder()
+
+    def spelled(token):
+        return bytes(to_byte[c] for c in token)
+    # rank = merge priority: the 256 single bytes in alphabet order, then each merge in file order
+    ranks = {bytes([b]): n for n, b in enumerate(to_byte.values())}
+    for merge in merges:
+        left, right = merge.split(" ")
+        ranks[spelled(left) + spelled(right)] = len(ranks)
+    # encoder.json must give the same ranks (as tiktoken checks too); with OpenAI's files this checks the code
+    if ranks != {spelled(t): n for t, n in encoder.items() if t != "<|endoftext|>"}:
+        raise DataError(f"{bpe_dir}: the ranks of vocab.bpe and encoder.json disagree")
     try:  # newer tiktoken ships an equivalent, faster form of the GPT-2 split pattern
         from tiktoken_ext.openai_public import r50k_pat_str as pattern
     except ImportError:
@@ -231,13 +272,31 @@ def read_input_file(path):
 
 
 def download_shakespeare():
-    """Tiny Shakespeare from its public URL; DataError telling the user to pass --input when offline."""
+    """Tiny Shakespeare from its public URL; DataError when offline, pointing at the shipped copy."""
     try:
         with urllib.request.urlopen(SHAKESPEARE_URL, timeout=60) as r:
             return r.read().decode("utf-8")
     except OSError as e:
-        raise DataError(f"could not download Tiny Shakespeare from {SHAKESPEARE_URL} ({e}); download it "
-                        "elsewhere and pass --input PATH/input.txt") from e
+        raise DataError(f"could not download Tiny Shakespeare from {SHAKESPEARE_URL} ({e}); drop --download "
+                        f"to use the copy shipped with nlq ({SHAKESPEARE_TXT}), or pass --input PATH/input.txt"
+                        ) from e
+
+
+def shakespeare_source(input_path=None, download=False):
+    """(text, source) of Tiny Shakespeare: the file input_path (--input), else the download (download=True), else
+    the copy shipped with nlq (SHAKESPEARE_TXT, the same file as the download, no network). source is the path
+    or URL read (the shipped copy: its path in the repository, the same in every clone). DataError for a
+    missing, empty or undecodable file, or a failed download."""
+    if download:
+        return download_shakespeare(), SHAKESPEARE_URL
+    path = input_path or SHAKESPEARE_TXT
+    if input_path is None and not SHAKESPEARE_TXT.is_file():
+        raise DataError(f"the Tiny Shakespeare shipped with nlq ({SHAKESPEARE_TXT}) is missing; restore it "
+                        "(git checkout -- tests/data/tinyshakespeare), or pass --download or --input PATH")
+    text = read_input_file(path)
+    if not text:
+        raise DataError(f"--input {path}: the file is empty; pass Tiny Shakespeare's input.txt")
+    return text, str(input_path or SHAKESPEARE_TXT.relative_to(REPO).as_posix())
 
 
 # ---------------------------------------------------------------- splitting and writing
@@ -304,19 +363,20 @@ class TokenWriter:
         return data.size
 
 
-def write_bin(path, chunks, dtype, total=None, desc=None):
+def write_bin(path, chunks, dtype, total=None, desc=None, progress=True):
     """Stream arrays of token ids into path; returns (tokens written, sha256 hex).
 
     Writes to a temporary file next to path and renames it into place only when complete; on any
     exception (KeyboardInterrupt included) the temp file is deleted and an existing path is untouched.
-    Memory holds one chunk at a time. total (tokens) sizes the progress bar and must match if given.
+    Memory holds one chunk at a time. total (tokens) sizes the progress bar and must match if given;
+    progress=False hides the bar.
     """
     path = Path(path)
     # not mkstemp: keep umask mode
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp")
     try:
-        with open(tmp, "xb") as f, tqdm(total=total, unit="tok", unit_scale=True,
-                                        desc=desc or path.name) as bar:
+        with open(tmp, "xb") as f, tqdm(total=total, unit="tok", unit_scale=True, desc=desc or path.name,
+                                        disable=not progress) as bar:
             out = TokenWriter(f, dtype, path)
             for chunk in chunks:
                 bar.update(out.write(chunk))
@@ -352,13 +412,13 @@ def publish(stage, out_dir, meta):
     return meta
 
 
-def save_dataset(out_dir, splits, meta):
+def save_dataset(out_dir, splits, meta, progress=True):
     """Write {split: (chunks, total)} as <split>.bin plus meta.json; all files appear only if all succeed."""
     with staging(out_dir) as stage:
         meta["sha256"] = {}
         for split, (chunks, total) in splits.items():
             n, meta["sha256"][f"{split}.bin"] = write_bin(stage / f"{split}.bin", chunks, meta["dtype"],
-                                                          total)
+                                                          total, progress=progress)
             meta[f"{split}_tokens"] = n
         return publish(stage, out_dir, meta)
 
@@ -396,8 +456,10 @@ def load_meta(dataset_dir):
 # ---------------------------------------------------------------- the two pipelines
 
 def prepare_texts(docs, out_dir, *, tokenizer="gpt2", positional=False, val_fraction=0.1, seed=1234,
-                  num_proc=1, bpe_dir=None, source="", overwrite=False, min_val_tokens=MIN_VAL_TOKENS):
-    """Tokenise in-memory documents and save them; positional=True splits their concatenation by position."""
+                  num_proc=1, bpe_dir=None, source="", overwrite=False, min_val_tokens=MIN_VAL_TOKENS,
+                  progress=True):
+    """Tokenise in-memory documents and save them; positional=True splits their concatenation by position.
+    progress=False hides the progress bars."""
     out_dir = Path(out_dir)
     check_target(out_dir, overwrite)
     check_fraction(val_fraction)
@@ -420,12 +482,12 @@ def prepare_texts(docs, out_dir, *, tokenizer="gpt2", positional=False, val_frac
     tokens = {}
     for split, texts in parts.items():
         batches = range(0, len(texts), 256)  # batches: a progress bar, and threads see many documents at once
-        tokens[split] = [a for i in tqdm(batches, desc=f"tokenizing {split}", unit="batch")
+        tokens[split] = [a for i in tqdm(batches, desc=f"tokenizing {split}", unit="batch", disable=not progress)
                          for a in encode_docs(texts[i:i + 256], tokenizer, enc=enc, chars=chars,
                                               end=not positional, num_threads=num_proc)]
     counts = {s: sum(a.size for a in arrays) for s, arrays in tokens.items()}
     check_lengths(counts, source, val_fraction, min_val_tokens)
-    return save_dataset(out_dir, {s: (tokens[s], counts[s]) for s in tokens}, meta)
+    return save_dataset(out_dir, {s: (tokens[s], counts[s]) for s in tokens}, meta, progress)
 
 
 def _gpt2_batch(batch, bpe_dir=None):
@@ -613,7 +675,9 @@ def parse_args(argv=None):
                    default="data", help="output goes to DATA_DIR/NAME/")
     p.add_argument("--name", help="output folder name (default: DATASET; required for local)")
     p.add_argument("--input", type=os.path.expanduser, help=".txt/.jsonl/.parquet file or directory "
-                   "(shakespeare*: local copy of input.txt)")
+                   "(shakespeare*: a copy of input.txt; default: the one shipped in tests/data)")
+    p.add_argument("--download", action="store_true", default=None, help="shakespeare*: download input.txt "
+                   "instead of using the shipped copy (the same file)")
     p.add_argument("--tokenizer", choices=("gpt2", "char", "byte"),
                    help="default: char for shakespeare_char, else gpt2 (openwebtext: gpt2 only; "
                    "fineweb_edu, hf: gpt2 or byte)")
@@ -631,8 +695,8 @@ def parse_args(argv=None):
     hub.add_argument("--max_tokens", type=int, help="take documents while their tokens total at most N")
     p.add_argument("--seed", type=int, default=1234, help="seed of the train/val document draw")
     p.add_argument("--num_proc", type=int, default=os.cpu_count() or 1, help="tokenising processes/threads")
-    p.add_argument("--bpe_dir", type=os.path.expanduser,
-                   help="folder with GPT-2's encoder.json + vocab.bpe, for use without network")
+    p.add_argument("--bpe_dir", type=os.path.expanduser, help="folder with GPT-2's encoder.json + vocab.bpe "
+                   "(default: the copy shipped in tests/data/gpt2)")
     p.add_argument("--overwrite", action="store_true", help="replace an existing DATA_DIR/NAME dataset")
     args = p.parse_args(argv)
     if args.dataset == "local" and not (args.input and args.name):
@@ -647,6 +711,8 @@ def parse_args(argv=None):
     for option, allowed in OPTIONS_OF.items():
         if getattr(args, option) is not None and args.dataset not in allowed:
             p.error(f"--{option} is an option of {' and '.join(allowed)}, not of {args.dataset}")
+    if args.download and args.input:
+        p.error("--download and --input both say where Tiny Shakespeare comes from; pass one of them")
     for option in ("max_docs", "max_tokens"):
         if getattr(args, option) is not None and getattr(args, option) < 1:
             p.error(f"--{option} must be >= 1, got {getattr(args, option)}")
@@ -667,9 +733,21 @@ def parse_args(argv=None):
     return args
 
 
-def run(args):
-    """Prepare the dataset args describes; returns its meta dict."""
+def run(args, verbose=True):
+    """Prepare the dataset args (parse_args) describes; returns its meta dict. verbose=False: no progress bars
+    and no note on where Tiny Shakespeare came from. A data folder this run created is removed again if it
+    fails (DataError) or is interrupted."""
     out_dir = Path(args.data_dir) / args.name
+    fresh = not out_dir.exists()
+    try:
+        return _run(args, out_dir, verbose)
+    except (DataError, KeyboardInterrupt):  # write_bin/save_dataset have already removed partial files
+        if fresh and out_dir.is_dir() and not any(out_dir.iterdir()):
+            out_dir.rmdir()  # the empty folder check_target made for this run
+        raise
+
+
+def _run(args, out_dir, verbose):
     common = dict(val_fraction=args.val_fraction, seed=args.seed, num_proc=args.num_proc,
                   bpe_dir=args.bpe_dir, overwrite=args.overwrite)
     check_target(out_dir, args.overwrite)  # fail before reading or downloading anything
@@ -686,28 +764,37 @@ def run(args):
                               max_tokens=args.max_tokens, tokenizer=args.tokenizer, source=args.hf_dataset,
                               hf=hub, **common)
     if args.dataset.startswith("shakespeare"):
-        text = read_input_file(args.input) if args.input else download_shakespeare()
-        if not text:
-            raise DataError(f"--input {args.input}: the file is empty; pass Tiny Shakespeare's input.txt")
-        docs, kw = [text], dict(positional=True, source=args.input or SHAKESPEARE_URL)
+        text, source = shakespeare_source(args.input, args.download)
+        if verbose and not args.input:
+            print(f"Tiny Shakespeare: {'downloaded from' if args.download else 'the copy shipped with nlq,'} "
+                  f"{source}")
+        docs, kw = [text], dict(positional=True, source=source)
     else:
         docs, kw = read_documents(args.input), dict(source=args.input)
     if args.tokenizer == "gpt2":  # after the (cheap) input checks, before any tokenising
         gpt2_encoding(args.bpe_dir)
-    return prepare_texts(docs, out_dir, tokenizer=args.tokenizer, **kw, **common)
+    return prepare_texts(docs, out_dir, tokenizer=args.tokenizer, progress=verbose, **kw, **common)
+
+
+def prepare_shipped(name, data_dir="data"):
+    """Prepare data_dir/name from the data shipped with nlq, exactly as `python prepare_data.py NAME
+    --data_dir DATA_DIR` does (the same bins and meta.json, written atomically), without progress bars.
+
+    name: one of SHIPPED_DATASETS (shakespeare_char: characters; shakespeare: GPT-2 BPE). Returns the meta
+    dict. DataError if the folder already holds a dataset or cannot be written (nothing is replaced).
+    """
+    if name not in SHIPPED_DATASETS:
+        raise ValueError(f"{name} is not prepared from shipped data; shipped: {', '.join(SHIPPED_DATASETS)}")
+    return run(parse_args([name, "--data_dir", str(data_dir)]), verbose=False)
 
 
 def main(argv=None):
     args = parse_args(argv)
-    out_dir = Path(args.data_dir) / args.name
-    fresh = not out_dir.exists()
     try:
         meta = run(args)
-    except (DataError, KeyboardInterrupt) as e:  # write_bin/save_dataset have already removed partial files
-        if fresh and out_dir.is_dir() and not any(out_dir.iterdir()):
-            out_dir.rmdir()  # the empty folder check_target made for this run
-        if isinstance(e, DataError):
-            sys.exit(f"error: {e}")
+    except DataError as e:
+        sys.exit(f"error: {e}")
+    except KeyboardInterrupt:
         print("interrupted; nothing was written (existing data kept)", file=sys.stderr)
         sys.exit(130)
     print(f"{Path(args.data_dir) / args.name}: {meta['train_tokens']:,} train + {meta['val_tokens']:,} "

@@ -3,9 +3,10 @@ Generate text from a checkpoint written by train.py, decoded with its dataset's 
 
     python sample.py --out_dir=out/shakespeare_char --start="ROMEO:" --num_samples=3 --max_new_tokens=300
     python sample.py --out_dir=out/enwiki_bytes --start=FILE:prompt.txt --temperature=0 # greedy
-    python sample.py --out_dir=out/owt --top_k=50 --bpe_dir=../shared/data/gpt2          # GPT-2 BPE offline
+    python sample.py --out_dir=out/owt --top_k=50                                        # GPT-2 BPE
 
 The dataset is found from the checkpoint's config (data_dir/dataset); pass --data_dir if the data moved.
+GPT-2's tokenizer comes from the files shipped in tests/data/gpt2 (no network); --bpe_dir names another copy.
 An empty --start begins at the end-of-text token (gpt2) or at a newline (char, byte).
 """
 import argparse
@@ -110,8 +111,8 @@ def parse_args(argv=None):
     p.add_argument("--data_dir", type=os.path.expanduser,
                    default=None, help="override the checkpoint's data_dir "
                    "(parent of the dataset)")
-    p.add_argument("--bpe_dir", type=os.path.expanduser, default=None, help="GPT-2 encoder.json + vocab.bpe, "
-                   "for gpt2 data without network")
+    p.add_argument("--bpe_dir", type=os.path.expanduser, default=None, help="GPT-2 encoder.json + vocab.bpe "
+                   "(default: the copy shipped in tests/data/gpt2)")
     args = p.parse_args(argv)
     if not (math.isfinite(args.temperature) and args.temperature >= 0) or args.num_samples < 1 \
             or args.max_new_tokens < 0:

@@ -5,6 +5,8 @@ Train a GPT (model.py) with a linear, identity or nonlinear attention query.
     torchrun --standalone --nproc_per_node=8 train.py config/nlq_small.py   # DDP on 8 GPUs
     torchrun --standalone --nproc_per_node=8 train.py config/nlq_large.py   # FSDP (fsdp=True) on 8 GPUs
 
+Data: data_dir/dataset as prepare_data.py writes it. Tiny Shakespeare (dataset shakespeare_char or shakespeare)
+ships with nlq and is prepared on first use; every other dataset is prepared with prepare_data.py first.
 Configuration: the defaults (common.DEFAULTS; the model's come from model.GPTConfig), then a config file
 (plain Python assignments), then --key=value overrides. Unknown keys and values of the wrong type are errors.
 gradient_accumulation_steps is the global number of micro-batches per optimizer step; under DDP each rank does
@@ -40,6 +42,7 @@ from common import (DEFAULTS, EXIT_DIVERGED, MODEL_KEYS, atomic_write_text, auto
                     model_config, open_split, parse_config, read_metrics, resolve_device, safe_exp,
                     save_checkpoint, setup_distributed, shard_model, use_compile, validate, window_starts)
 from model import GPT
+from prepare_data import BIN_FILES, SHIPPED_DATASETS, DataError, prepare_shipped
 
 # Settings a resumed run must share with its checkpoint, besides the model's: they define the experiment.
 RESUME_FIXED = MODEL_KEYS + ("dataset", "lr_schedule")
@@ -295,6 +298,29 @@ def load_full_state_dicts(model, optimizer, model_state, optimizer_state):
     set_optimizer_state_dict(model, optimizer, rekey_optimizer_state(optimizer_state, names), options=options)
 
 
+# ------------------------------------------------------------------------------------------------ the data
+def prepare_on_first_use(cfg, master, world_size, log):
+    """Prepare data_dir/dataset from the data shipped with nlq if it is a shipped dataset (SHIPPED_DATASETS: Tiny
+    Shakespeare by characters or GPT-2 BPE) and its folder holds none of a dataset's files; anything else is
+    left to load_meta. The bins are those `python prepare_data.py DATASET` writes, written atomically. Under
+    torchrun rank 0 prepares while the others wait at a barrier (every rank of a shipped dataset calls it); on
+    several nodes data_dir must be shared, as for any dataset. ValueError if the preparation fails (e.g.
+    data_dir cannot be written)."""
+    if cfg["dataset"] not in SHIPPED_DATASETS:
+        return
+    folder = os.path.join(cfg["data_dir"], cfg["dataset"])
+    if master and not any(os.path.exists(os.path.join(folder, f)) for f in BIN_FILES):
+        try:
+            meta = prepare_shipped(cfg["dataset"], cfg["data_dir"])
+        except DataError as e:
+            raise ValueError(f"cannot prepare {folder} on first use: {e}") from e
+        log(f"{folder} was missing: prepared it from {meta['source']} (shipped with nlq), as python "
+            f"prepare_data.py {cfg['dataset']} does: {meta['train_tokens']:,} train + {meta['val_tokens']:,} val "
+            f"tokens ({meta['tokenizer']})")
+    if world_size > 1:
+        dist.barrier()
+
+
 # ------------------------------------------------------------------------------------------------ the job
 def train(cfg):
     """Run one training job from a resolved config dict (see common.DEFAULTS). Returns the last eval's losses.
@@ -329,6 +355,7 @@ def train(cfg):
 
     # -- data: memory-mapped token bins; fixed eval windows (N,) drawn from the seed, not from the batch shape --
     data_dir = os.path.join(cfg["data_dir"], cfg["dataset"])
+    prepare_on_first_use(cfg, master, world_size, log)
     meta = load_meta(data_dir)
     bins, n_tokens, splits = {}, {}, {}
     for split in ("train", "val"):

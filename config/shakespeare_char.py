@@ -1,7 +1,7 @@
 # CPU demo (teaching): a 4-layer character-level GPT on Tiny Shakespeare that trains in a few minutes on a
 # laptop CPU and reaches val loss < 2.0 nats/char. Not a paper setting; the query mode is yours to pick.
-#   python prepare_data.py shakespeare_char
 #   python train.py config/shakespeare_char.py                      # nonlinear query
+#   (the first run prepares data/shakespeare_char from the Tiny Shakespeare shipped in tests/data)
 #   python train.py config/shakespeare_char.py --query_mode=linear  # the baseline, --out_dir=... to keep both
 out_dir = "out/shakespeare_char"
 dataset = "shakespeare_char"

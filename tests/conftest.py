@@ -1,9 +1,11 @@
 """Shared test fixtures.
 
-Tests that need real data read it from ../shared/data (next to the checkout) or from $NLQ_SHARED_DATA.
-When it is missing they fail, not skip: a skipped data test is a test that did not run.
+Tests that need real data read it from tests/data, shipped with the repository (provenance and licences in
+tests/data/PROVENANCE.md), so a fresh clone runs the whole suite with no network and nothing outside it.
+A missing file fails the tests that need it, naming the file: a skipped data test is a test that did not run.
 """
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -16,13 +18,34 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # import model, train, prepare_data as top-level modules
 
-SHARED_DATA = Path(os.environ.get("NLQ_SHARED_DATA", ROOT.parent / "shared" / "data"))
+SHIPPED_DATA = ROOT / "tests" / "data"
+OFFICIAL_MODES = ("original", "identity", "residual", "residual_gelu")
+# every file in tests/data besides PROVENANCE.md (tests/test_shipped_data.py checks their hashes there)
+SHIPPED_FILES = ("tinyshakespeare/input.txt", "gpt2/encoder.json", "gpt2/vocab.bpe", "enwiki2015/AA/wiki_00",
+                 "official_ckpt/expected.pt", *(f"official_ckpt/{m}/ckpt.pt" for m in OFFICIAL_MODES))
+
+
+def require_shipped_data(root=SHIPPED_DATA) -> Path:
+    """root if it holds PROVENANCE.md and every file of SHIPPED_FILES; else the test fails, naming them."""
+    missing = [f for f in ("PROVENANCE.md", *SHIPPED_FILES) if not (root / f).is_file()]
+    if missing:
+        pytest.fail(f"test data missing from {root}: {', '.join(missing)}; they are part of the repository: "
+                    f"restore them with git checkout -- tests/data", pytrace=False)
+    return root
 
 
 @pytest.fixture(scope="session")
-def shared_data() -> Path:
-    """Path to the real test data (Tiny Shakespeare, enwiki2015, GPT-2 BPE files); fails if absent."""
-    if not (SHARED_DATA / "PROVENANCE.md").is_file():
-        pytest.fail(f"real test data not found at {SHARED_DATA}; put shared/data next to the checkout "
-                    f"or set NLQ_SHARED_DATA=/path/to/shared/data")
-    return SHARED_DATA
+def shipped_data() -> Path:
+    """Path to tests/data (Tiny Shakespeare, one enwiki2015 file, GPT-2 BPE files, official checkpoints);
+    fails, naming the files, if any is missing."""
+    return require_shipped_data()
+
+
+def run_offline(*args, cwd, **env):
+    """Run `python tests/no_network.py SCRIPT ARGS...` (a script of the repository with the network cut) in cwd
+    with an empty tiktoken cache (cwd/tiktoken_cache, created), one thread, and env added -> CompletedProcess."""
+    cache = Path(cwd) / "tiktoken_cache"
+    cache.mkdir(exist_ok=True)
+    env = {**os.environ, "TIKTOKEN_CACHE_DIR": str(cache), "OMP_NUM_THREADS": "1", **env}
+    return subprocess.run([sys.executable, str(ROOT / "tests" / "no_network.py"), *args], capture_output=True,
+                          text=True, timeout=300, cwd=cwd, env=env)

@@ -1,4 +1,4 @@
-"""convert.py on the paper's official checkpoints (../shared/data/official_ckpt, one per official query
+"""convert.py on the paper's official checkpoints (tests/data/official_ckpt, one per official query
 mode): the converted nlq model computes the official logits, a resumed step is the official step, the run
 folder works with train.py, sample.py and eval.py, and bad inputs are clear errors that write nothing."""
 import json
@@ -22,17 +22,17 @@ MODES = {"original": "linear", "identity": "identity", "residual": "residual", "
 
 
 @pytest.fixture(scope="module")
-def official(shared_data):
+def official(shipped_data):
     """The folder of the official checkpoints and expected.pt (the official model's logits and loss)."""
-    return shared_data / "official_ckpt"
+    return shipped_data / "official_ckpt"
 
 
 @pytest.fixture(scope="module")
-def data_dir(shared_data, tmp_path_factory):
-    """Tiny Shakespeare by characters: a vocabulary of 65, which fits the checkpoints' 96-row embedding."""
+def data_dir(shipped_data, tmp_path_factory):
+    """Tiny Shakespeare by characters (the shipped copy): a vocabulary of 65, which fits the checkpoints'
+    96-row embedding."""
     root = tmp_path_factory.mktemp("data")
-    prepare_data.main(["shakespeare_char", "--input", str(shared_data / "tinyshakespeare" / "input.txt"),
-                       "--data_dir", str(root)])
+    prepare_data.main(["shakespeare_char", "--data_dir", str(root)])
     return root
 
 

@@ -97,8 +97,8 @@ def test_metrics_by_hand():
     assert r["acc_stderr"] == pytest.approx(math.sqrt(1 / 3 * 2 / 3 / 2))
 
 
-def test_gpt2_endings_are_joined_with_a_space(shared_data):
-    enc = prepare_data.gpt2_encoding(shared_data / "gpt2")
+def test_gpt2_endings_are_joined_with_a_space(shipped_data):
+    enc = prepare_data.gpt2_encoding()  # the shipped tests/data/gpt2
     ex = [(1, "A man is sitting on a roof.", ["he starts pulling up roofing.", "is using wrap.", "x", "y"],
            0)]
     rows, _ = nlq_eval.hellaswag_rows(ex, enc.encode_ordinary, 1024)

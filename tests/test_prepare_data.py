@@ -1,8 +1,7 @@
-"""prepare_data.py on real data (Tiny Shakespeare, enwiki2015, GPT-2 BPE files from shared/data), offline."""
+"""prepare_data.py on real data (Tiny Shakespeare, enwiki2015, GPT-2 BPE files shipped in tests/data), offline."""
 import errno
 import hashlib
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -11,6 +10,7 @@ import numpy as np
 import pytest
 
 import prepare_data as P
+from conftest import run_offline
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -54,31 +54,40 @@ def wiki_articles(folder):
 
 
 @pytest.fixture(scope="module")
-def bpe_dir(shared_data):
-    return str(shared_data / "gpt2")
-
-
-@pytest.fixture(scope="module")
-def enc(bpe_dir):
-    return P.gpt2_encoding(bpe_dir)
+def enc(shipped_data):
+    return P.gpt2_encoding()  # the shipped tests/data/gpt2
 
 
 # ---------------------------------------------------------------- 1, 2: Tiny Shakespeare round trips
 
-def test_shakespeare_gpt2_offline_exact(shared_data, bpe_dir, tmp_path):
-    src = shared_data / "tinyshakespeare" / "input.txt"
-    meta = prepare(tmp_path, "shakespeare", "--input", str(src), "--bpe_dir", bpe_dir)
+def test_shakespeare_gpt2_exact(shipped_data, tmp_path):
+    """No --input, no --bpe_dir: the shipped Tiny Shakespeare and GPT-2 files, nanoGPT's token counts."""
+    meta = prepare(tmp_path, "shakespeare")
     assert (meta["train_tokens"], meta["val_tokens"]) == (301_966, 36_059)
     assert meta["train_tokens"] + meta["val_tokens"] == 338_025
-    assert ((meta["tokenizer"], meta["vocab_size"], meta["eot_token"], meta["dtype"])
-            == ("gpt2", 50257, 50256, "uint16"))
-    assert decoded(tmp_path / "shakespeare", meta, bpe_dir) == src.read_text(encoding="utf-8")
+    assert ((meta["tokenizer"], meta["vocab_size"], meta["eot_token"], meta["dtype"], meta["source"])
+            == ("gpt2", 50257, 50256, "uint16", "tests/data/tinyshakespeare/input.txt"))
+    text = (shipped_data / "tinyshakespeare" / "input.txt").read_text(encoding="utf-8")
+    assert decoded(tmp_path / "shakespeare", meta) == text
 
 
-def test_shakespeare_char_exact(shared_data, tmp_path):
-    src = shared_data / "tinyshakespeare" / "input.txt"
-    text = src.read_text(encoding="utf-8")
-    meta = prepare(tmp_path, "shakespeare_char", "--input", str(src))
+def test_input_and_bpe_dir_still_work(shipped_data, tmp_path):
+    """--input and --bpe_dir name other copies of the files: the same bins as the shipped defaults."""
+    for name in ("tinyshakespeare/input.txt", "gpt2/encoder.json", "gpt2/vocab.bpe"):
+        (tmp_path / "copy" / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "copy" / name).write_bytes((shipped_data / name).read_bytes())
+    ours = prepare(tmp_path, "shakespeare", "--input", str(tmp_path / "copy" / "tinyshakespeare" / "input.txt"),
+                   "--bpe_dir", str(tmp_path / "copy" / "gpt2"), "--name", "copy")
+    shipped = prepare(tmp_path, "shakespeare")
+    assert ours["source"] == str(tmp_path / "copy" / "tinyshakespeare" / "input.txt")
+    assert ours["sha256"] == shipped["sha256"] and ours["train_tokens"] == 301_966
+
+
+def test_shakespeare_char_exact(shipped_data, tmp_path, capsys):
+    text = (shipped_data / "tinyshakespeare" / "input.txt").read_text(encoding="utf-8")
+    meta = prepare(tmp_path, "shakespeare_char")
+    assert capsys.readouterr().out.splitlines()[0] == ("Tiny Shakespeare: the copy shipped with nlq, "
+                                                       "tests/data/tinyshakespeare/input.txt")
     assert meta["vocab_size"] == 65 and meta["chars"] == sorted(set(text)) and meta["eot_token"] is None
     assert (meta["train_tokens"], meta["val_tokens"]) == (1_003_854, 111_540)
     assert decoded(tmp_path / "shakespeare_char", meta) == text
@@ -86,11 +95,12 @@ def test_shakespeare_char_exact(shared_data, tmp_path):
 
 # ---------------------------------------------------------------- 3: enwiki, byte and gpt2
 
-def test_enwiki_byte_counts_and_no_tags(shared_data, tmp_path):
-    wiki = shared_data / "enwiki2015" / "AA"
+def test_enwiki_byte_counts_and_no_tags(shipped_data, tmp_path):
+    wiki = shipped_data / "enwiki2015" / "AA"  # one WikiExtractor file, wiki_00: 38 articles, ~1 MB
     meta = prepare(tmp_path, "local", "--input", str(wiki), "--name", "wiki", "--tokenizer", "byte")
     bodies = wiki_articles(wiki)
-    assert meta["train_docs"] + meta["val_docs"] == len(bodies) == 2006
+    assert (meta["train_docs"], meta["val_docs"]) == (34, 4) and len(bodies) == 38
+    assert (meta["train_tokens"], meta["val_tokens"]) == (931_261, 99_966)
     assert meta["train_tokens"] + meta["val_tokens"] == sum(len(b.encode()) + len(P.DOC_SEPARATOR)
                                                             for b in bodies)
     text = decoded(tmp_path / "wiki", meta)
@@ -99,25 +109,27 @@ def test_enwiki_byte_counts_and_no_tags(shared_data, tmp_path):
                                                               for p in b.split(P.DOC_SEPARATOR))
 
 
-def test_enwiki_gpt2_counts_and_no_tags(shared_data, bpe_dir, enc, tmp_path):
-    wiki = shared_data / "enwiki2015" / "AA"  # the whole 30 MB corpus: ~3 s on 2 cores
-    meta = prepare(tmp_path, "local", "--input", str(wiki), "--name", "wiki", "--bpe_dir", bpe_dir)
+def test_enwiki_gpt2_counts_and_no_tags(shipped_data, enc, tmp_path):
+    wiki = shipped_data / "enwiki2015" / "AA"
+    meta = prepare(tmp_path, "local", "--input", str(wiki), "--name", "wiki")
     bodies = wiki_articles(wiki)
+    assert (meta["train_docs"], meta["val_docs"]) == (34, 4)
+    assert (meta["train_tokens"], meta["val_tokens"]) == (195_522, 23_456)
     direct = sum(len(ids) + 1 for ids in enc.encode_ordinary_batch(bodies, num_threads=2))  # + 1 eot each
-    assert meta["train_tokens"] + meta["val_tokens"] == direct
+    assert meta["train_tokens"] + meta["val_tokens"] == direct == 218_978
     ids = np.concatenate([np.fromfile(tmp_path / "wiki" / f, dtype=meta["dtype"])
                           for f in ("train.bin", "val.bin")])
     assert (ids == 50256).sum() == len(bodies) and ids[-1] == 50256
-    text = decoded(tmp_path / "wiki", meta, bpe_dir)
+    text = decoded(tmp_path / "wiki", meta)
     assert "<doc" not in text and "</doc>" not in text
 
 
 # ---------------------------------------------------------------- other local formats, seeds, dtype
 
 @pytest.fixture(scope="module")
-def speeches(shared_data):
+def speeches(shipped_data):
     """Tiny Shakespeare's speeches (blank-line separated) as documents without blank lines inside."""
-    return [s for s in (shared_data / "tinyshakespeare" / "input.txt").read_text().split("\n\n") if s.strip()]
+    return [s for s in (shipped_data / "tinyshakespeare" / "input.txt").read_text().split("\n\n") if s.strip()]
 
 
 @pytest.mark.parametrize("fmt", ["jsonl", "parquet", "txt_dir"])
@@ -162,11 +174,11 @@ def test_large_char_vocab_uses_uint32(tmp_path):
             == sorted(alphabet[i::10] for i in range(10)))
 
 
-def test_codecs_round_trip(bpe_dir):
+def test_codecs_round_trip(shipped_data):
     text = "Hello, wörld — 日本\n"
     for meta in ({"tokenizer": "gpt2"}, {"tokenizer": "byte"},
                  {"tokenizer": "char", "chars": sorted(set(text)), "name": "t"}):
-        encode, decode = P.get_codec(meta, bpe_dir)
+        encode, decode = P.get_codec(meta)
         assert decode(encode(text)) == text and decode(np.array(encode(text), np.uint16)) == text
     with pytest.raises(ValueError, match="not in the vocabulary"):
         encode("xyz")
@@ -194,13 +206,13 @@ def interrupt_val_write(monkeypatch):
     """Make writing val.bin raise after its first chunk; train.bin has been written completely by then."""
     real = P.write_bin
 
-    def flaky(path, chunks, dtype, total=None, desc=None):
+    def flaky(path, chunks, dtype, total=None, desc=None, progress=True):
         if Path(path).name == "val.bin":
             def broken(original=iter(chunks)):
                 yield next(original)
                 raise KeyboardInterrupt
             chunks = broken()
-        return real(path, chunks, dtype, total, desc)
+        return real(path, chunks, dtype, total, desc, progress)
     monkeypatch.setattr(P, "write_bin", flaky)
 
 
@@ -212,15 +224,14 @@ def interrupted(capsys, args):
     assert capsys.readouterr().err.splitlines()[-1] == "interrupted; nothing was written (existing data kept)"
 
 
-def test_interrupted_run_leaves_no_bins(shared_data, tmp_path, monkeypatch, capsys):
+def test_interrupted_run_leaves_no_bins(shipped_data, tmp_path, monkeypatch, capsys):
     interrupt_val_write(monkeypatch)
-    interrupted(capsys, ["shakespeare_char", "--input", str(shared_data / "tinyshakespeare" / "input.txt"),
-                         "--data_dir", str(tmp_path)])
+    interrupted(capsys, ["shakespeare_char", "--data_dir", str(tmp_path)])
     assert list(tmp_path.iterdir()) == []  # no bins, no meta, no temp files, not even the new empty folder
 
 
-def test_interrupted_overwrite_keeps_old_dataset(shared_data, tmp_path, monkeypatch, capsys):
-    args = ["shakespeare_char", "--input", str(shared_data / "tinyshakespeare" / "input.txt")]
+def test_interrupted_overwrite_keeps_old_dataset(shipped_data, tmp_path, monkeypatch, capsys):
+    args = ["shakespeare_char", "--input", str(shipped_data / "tinyshakespeare" / "input.txt")]
     prepare(tmp_path, *args)
     before = {p.name: p.read_bytes() for p in (tmp_path / "shakespeare_char").iterdir()}
     interrupt_val_write(monkeypatch)
@@ -277,51 +288,101 @@ def test_bad_local_input(case, existing, monkeypatch):
         (existing / name).write_bytes(data)
     monkeypatch.chdir(existing)
     if "--bpe_dir" not in extra and "--tokenizer" not in extra:
-        extra = [*extra, "--tokenizer", "byte"]  # offline here: gpt2 would fail first, on its missing files
+        extra = [*extra, "--tokenizer", "byte"]  # these errors come before any tokenizing: no BPE needed
     message = fails("data", "local", "--input", src, "--name", "x", "--overwrite", *extra)
     for part in expected:
         assert part in message
 
 
-def test_tiny_positional_val(shared_data, bpe_dir, existing):
-    args = ["shakespeare", "--name", "x", "--overwrite", "--bpe_dir", bpe_dir,
-            "--input", str(shared_data / "tinyshakespeare" / "input.txt"), "--val_fraction"]
+def test_tiny_positional_val(shipped_data, existing):
+    args = ["shakespeare", "--name", "x", "--overwrite", "--val_fraction"]
     message = fails(existing / "data", *args, "1e-9")  # val = the last character
     assert "val split has 1 tokens, shorter than one block" in message and "--val_fraction" in message
     assert "must be between 0 and 1" in fails(existing / "data", *args, "0")  # val would be empty
 
 
-def test_refuses_to_overwrite(shared_data, existing):
-    message = fails(existing / "data", "shakespeare_char", "--name", "x",
-                    "--input", str(shared_data / "tinyshakespeare" / "input.txt"))
+def test_refuses_to_overwrite(shipped_data, existing):
+    message = fails(existing / "data", "shakespeare_char", "--name", "x")
     assert "already holds a dataset" in message and "--overwrite" in message
 
 
-def tiktoken_offline(name):
-    raise ConnectionError("Failed to resolve 'openaipublic.blob.core.windows.net'")
+# ---------------------------------------------------------------- GPT-2's BPE: shipped, offline, checked
 
-
-def test_offline_without_bpe_files_says_how_to_fix(existing, monkeypatch):
+def cut_network(monkeypatch):
+    """Make any download fail the test: tiktoken's loaders (its download and cache path) and every socket."""
+    import socket
     import tiktoken
-    monkeypatch.setattr(tiktoken, "get_encoding", tiktoken_offline)
-    (existing / "c.txt").write_text("some text")
-    message = fails(existing / "data", "local", "--input", str(existing / "c.txt"), "--name", "x",
-                    "--overwrite")
-    for part in ("no network and no tiktoken cache", "--bpe_dir", "encoder.json", "vocab.bpe",
-                 "TIKTOKEN_CACHE_DIR", "6d1cbeee0f20b3d9449abfede4726ed8212e3aee"):
-        assert part in message
+    import tiktoken.load
+
+    def download(*args, **kwargs):
+        raise AssertionError(f"a download was attempted: {args[:1]}")
+    for module, name in ((tiktoken, "get_encoding"), (tiktoken.load, "read_file"),
+                         (tiktoken.load, "read_file_cached"), (socket, "getaddrinfo"),
+                         (socket, "create_connection")):
+        monkeypatch.setattr(module, name, download)
+
+
+def test_gpt2_from_shipped_files_without_network_or_cache(shipped_data, tmp_path, monkeypatch):
+    cache = tmp_path / "tiktoken_cache"
+    cache.mkdir()
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(cache))
+    cut_network(monkeypatch)
+    P._encoding_from_files.cache_clear()  # build it now, under these conditions
+    enc = P.gpt2_encoding()
+    assert enc.encode("Hello world") == [15496, 995] and enc.decode([15496, 995]) == "Hello world"
+    assert (enc.n_vocab, enc.eot_token, enc.encode("<|endoftext|>", allowed_special="all")) == (50257, 50256,
+                                                                                                 [50256])
+    assert P.gpt2_encoding(shipped_data / "gpt2").encode("Hello world") == [15496, 995]  # --bpe_dir: the same
+    assert list(cache.iterdir()) == []  # nothing written to tiktoken's cache either
+
+
+def test_gpt2_ranks_equal_tiktokens_own(shipped_data, monkeypatch):
+    """The ranks gpt2_encoding builds are the ones tiktoken's own reader of the two files gives."""
+    from tiktoken.load import data_gym_to_mergeable_bpe_ranks
+    monkeypatch.setenv("TIKTOKEN_CACHE_DIR", "")  # tiktoken: no cache, read the local files
+    theirs = data_gym_to_mergeable_bpe_ranks(vocab_bpe_file=str(shipped_data / "gpt2" / "vocab.bpe"),
+                                             encoder_json_file=str(shipped_data / "gpt2" / "encoder.json"))
+    enc = P.gpt2_encoding()
+    assert len(theirs) == 50256 and {enc.decode_single_token_bytes(i): i for i in range(50256)} == theirs
+
+
+@pytest.mark.parametrize("case", ["missing", "a file", "incomplete", "not OpenAI's"])
+def test_bad_bpe_dir_is_a_named_error(case, shipped_data, tmp_path):
+    bpe = tmp_path / "bpe"
+    if case == "a file":
+        bpe.write_text("x")
+    elif case != "missing":
+        bpe.mkdir()
+        (bpe / "encoder.json").write_bytes((shipped_data / "gpt2" / "encoder.json").read_bytes())
+        if case == "not OpenAI's":
+            (bpe / "vocab.bpe").write_bytes((shipped_data / "gpt2" / "vocab.bpe").read_bytes()[:-20] + b"\n")
+    problem = {"missing": "does not exist", "a file": "is a file", "incomplete": "lacks vocab.bpe",
+               "not OpenAI's": "has a vocab.bpe that is not OpenAI's (its sha256 is not 1ce16647"}[case]
+    with pytest.raises(P.DataError) as e:
+        P.gpt2_encoding(bpe)
+    assert str(e.value).startswith(f"--bpe_dir {bpe} {problem}")
+    assert "a folder with OpenAI's GPT-2 encoder.json and vocab.bpe" in str(e.value)
+
+
+def test_missing_shipped_bpe_says_how_to_fix(tmp_path, monkeypatch):
+    monkeypatch.setattr(P, "GPT2_BPE_DIR", tmp_path / "gpt2")
+    (tmp_path / "gpt2").mkdir()
+    message = fails(tmp_path, "shakespeare", "--name", "x")
+    assert message == (f"error: the GPT-2 tokenizer shipped with nlq ({tmp_path / 'gpt2'}) lacks encoder.json "
+                       "and vocab.bpe; restore it with git checkout -- tests/data/gpt2, or pass --bpe_dir DIR with "
+                       "GPT-2's encoder.json and vocab.bpe")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["gpt2"]  # no empty dataset folder left behind
 
 
 @pytest.mark.parametrize("src, expected", [("nope.txt", "nope.txt does not exist"),
                                            ("e.txt", "no text found")])
 def test_input_checked_before_bpe(src, expected, existing, monkeypatch):
-    """Offline with the default gpt2 tokenizer: a bad input is reported, not the (later) missing BPE."""
-    import tiktoken
-    monkeypatch.setattr(tiktoken, "get_encoding", tiktoken_offline)
+    """With the default gpt2 tokenizer and its files missing, a bad input is reported, not the (later) BPE."""
+    monkeypatch.setattr(P, "GPT2_BPE_DIR", existing / "no_gpt2_here")
     (existing / "e.txt").write_text("")
     monkeypatch.chdir(existing)
     message = fails("data", "local", "--input", src, "--name", "x", "--overwrite")
-    assert expected in message and "tiktoken" not in message
+    assert expected in message and "GPT-2" not in message
 
 
 @pytest.mark.parametrize("src, problem", [("d", "is a directory"), ("nope.txt", "does not exist")])
@@ -367,13 +428,13 @@ def test_parquet_text_must_be_strings(existing):
     assert "cut.parquet: not a readable parquet file (Parquet magic bytes not found" in message
 
 
-def test_openwebtext_offline_says_how_to_fix(bpe_dir, tmp_path, monkeypatch):
+def test_openwebtext_offline_says_how_to_fix(shipped_data, tmp_path, monkeypatch):
     import datasets
 
     def offline(*args, **kwargs):
         raise ConnectionError("Couldn't reach 'Skylion007/openwebtext' on the Hub (LocalEntryNotFoundError)")
     monkeypatch.setattr(datasets, "load_dataset", offline)
-    message = fails(tmp_path, "openwebtext", "--bpe_dir", bpe_dir, "--num_proc", "1")
+    message = fails(tmp_path, "openwebtext", "--num_proc", "1")
     for part in ("could not reach the Hugging Face Hub", "Couldn't reach", "network", "HF_DATASETS_OFFLINE=1",
                  "local --input"):
         assert part in message
@@ -390,6 +451,9 @@ def test_openwebtext_offline_says_how_to_fix(bpe_dir, tmp_path, monkeypatch):
     (["shakespeare_char", "--name", ".."], "--name '..' must be a plain folder name"),
     (["shakespeare_char", "--name", " "], "--name ' ' must be a plain folder name"),  # train.py refuses it
     (["shakespeare_char", "--data_dir", ""], "--data_dir is empty; give a folder"),
+    (["shakespeare_char", "--download", "--input", "x"], "--download and --input both say where"),
+    (["local", "--input", "c.txt", "--name", "x", "--download"],
+     "--download is an option of shakespeare and shakespeare_char, not of local"),
 ])
 def test_usage_errors(args, expected, capsys):
     with pytest.raises(SystemExit) as e:
@@ -404,18 +468,17 @@ def test_load_meta_missing(tmp_path):
 
 # ----------------------------------------------------------- 6: the OpenWebText code path, on a local Dataset
 
-def test_hf_dataset_path(speeches, bpe_dir, enc, tmp_path):
+def test_hf_dataset_path(speeches, enc, tmp_path):
     import datasets
     docs = speeches[:3000]
     # OWT-like schema
     ds = datasets.Dataset.from_dict({"text": docs, "url": [f"u{i}" for i in range(len(docs))]})
-    meta = P.prepare_hf_dataset(ds, tmp_path / "owt", bpe_dir=bpe_dir, val_fraction=0.05, num_proc=2,
-                                source="test")
+    meta = P.prepare_hf_dataset(ds, tmp_path / "owt", val_fraction=0.05, num_proc=2, source="test")
     assert (meta["train_docs"], meta["val_docs"], meta["eot_token"]) == (2850, 150, 50256)
     assert meta["train_tokens"] + meta["val_tokens"] == sum(len(t) + 1
                                                             for t in enc.encode_ordinary_batch(docs))
-    assert sorted(decoded(tmp_path / "owt", meta, bpe_dir).split("<|endoftext|>")[:-1]) == sorted(docs)
-    local = P.prepare_texts(docs, tmp_path / "same", val_fraction=0.05, bpe_dir=bpe_dir, source="test")
+    assert sorted(decoded(tmp_path / "owt", meta).split("<|endoftext|>")[:-1]) == sorted(docs)
+    local = P.prepare_texts(docs, tmp_path / "same", val_fraction=0.05, source="test")
     assert local["sha256"] == meta["sha256"]  # both pipelines hold out the same documents, same bytes
 
 
@@ -428,41 +491,59 @@ import prepare_data
 if __name__ == "__main__":
     multiprocess.set_start_method("spawn", force=True)  # what datasets' workers use on macOS/Windows
     ds = datasets.Dataset.from_dict({{"text": {docs!r}}})
-    meta = prepare_data.prepare_hf_dataset(ds, {out!r}, bpe_dir={bpe!r}, val_fraction=0.1, num_proc=2)
+    meta = prepare_data.prepare_hf_dataset(ds, {out!r}, val_fraction=0.1, num_proc=2)  # workers: shipped BPE
     print(json.dumps(meta))
 """
 
 
-def test_hf_dataset_path_with_spawn_workers(speeches, bpe_dir, tmp_path):
+def test_hf_dataset_path_with_spawn_workers(speeches, tmp_path):
     script = tmp_path / "spawn_run.py"
-    script.write_text(SPAWN_SCRIPT.format(root=str(ROOT), docs=speeches[:400], out=str(tmp_path / "o"),
-                                          bpe=bpe_dir))
+    script.write_text(SPAWN_SCRIPT.format(root=str(ROOT), docs=speeches[:400], out=str(tmp_path / "o")))
     run = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr[-3000:]
     meta = json.loads(run.stdout.strip().splitlines()[-1])
     assert (meta["train_docs"], meta["val_docs"]) == (360, 40) and meta == P.load_meta(tmp_path / "o")
 
 
-def test_cli_subprocess(shared_data, tmp_path):
-    cmd = [sys.executable, str(ROOT / "prepare_data.py"), "shakespeare_char", "--data_dir", str(tmp_path),
-           "--input", str(shared_data / "tinyshakespeare" / "input.txt")]
-    ok = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
-    assert ok.returncode == 0 and "1,003,854 train + 111,540 val tokens" in ok.stdout
-    again = subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+def test_cli_subprocess(tmp_path):
+    cmd = ["prepare_data.py", "shakespeare_char", "--data_dir", str(tmp_path)]
+    ok = run_offline(*cmd, cwd=tmp_path)
+    assert ok.returncode == 0, ok.stderr[-2000:]
+    assert ok.stdout.splitlines() == ["Tiny Shakespeare: the copy shipped with nlq, "
+                                      "tests/data/tinyshakespeare/input.txt",
+                                      f"{tmp_path / 'shakespeare_char'}: 1,003,854 train + 111,540 val tokens "
+                                      "(char, vocab 65, uint16)"]
+    again = run_offline(*cmd, cwd=tmp_path)
     assert again.returncode == 1 and again.stderr.startswith("error: ") and "--overwrite" in again.stderr
 
 
-def test_populated_tiktoken_cache_works_without_bpe_dir(shared_data, tmp_path):
-    """The README's second offline route: GPT-2's files saved under the sha1 of their URL."""
-    cache = tmp_path / "tiktoken_cache"
-    cache.mkdir()
-    base = "https://openaipublic.blob.core.windows.net/gpt-2/encodings/main/"
-    for name in ("vocab.bpe", "encoder.json"):
-        (cache / hashlib.sha1((base + name).encode()).hexdigest()).write_bytes(
-            (shared_data / "gpt2" / name).read_bytes())
-    cmd = [sys.executable, str(ROOT / "prepare_data.py"), "shakespeare", "--data_dir", str(tmp_path),
-           "--input", str(shared_data / "tinyshakespeare" / "input.txt")]
-    run = subprocess.run(cmd, capture_output=True, text=True, timeout=60,
-                         env={**os.environ, "TIKTOKEN_CACHE_DIR": str(cache)})
+def test_gpt2_cli_with_no_network_and_an_empty_cache(tmp_path):
+    """prepare_data.py shakespeare (GPT-2 BPE), no --bpe_dir, network cut, empty tiktoken cache: the shipped
+    files, nanoGPT's counts, and the cache stays empty."""
+    run = run_offline("prepare_data.py", "shakespeare", "--data_dir", str(tmp_path), cwd=tmp_path)
     assert run.returncode == 0, run.stderr[-2000:]
-    assert "301,966 train + 36,059 val tokens" in run.stdout
+    assert "301,966 train + 36,059 val tokens (gpt2, vocab 50257, uint16)" in run.stdout
+    assert list((tmp_path / "tiktoken_cache").iterdir()) == []
+
+
+def test_download_when_asked(shipped_data, tmp_path, monkeypatch, capsys):
+    """--download reads SHAKESPEARE_URL (here a stand-in for it): the same bins as the shipped copy, the URL as
+    the source. Offline it is a named error that points at the shipped copy."""
+    import io
+    import urllib.request
+    text = (shipped_data / "tinyshakespeare" / "input.txt").read_bytes()
+    asked = []
+
+    def urlopen(url, timeout):
+        asked.append(url)
+        return io.BytesIO(text)
+    monkeypatch.setattr(urllib.request, "urlopen", urlopen)
+    downloaded = prepare(tmp_path, "shakespeare_char", "--download", "--name", "down")
+    assert asked == [P.SHAKESPEARE_URL] and downloaded["source"] == P.SHAKESPEARE_URL
+    assert capsys.readouterr().out.startswith(f"Tiny Shakespeare: downloaded from {P.SHAKESPEARE_URL}\n")
+    assert downloaded["sha256"] == prepare(tmp_path, "shakespeare_char")["sha256"]
+    offline = run_offline("prepare_data.py", "shakespeare_char", "--download", "--data_dir", str(tmp_path / "o"),
+                         cwd=tmp_path)
+    assert offline.returncode == 1 and not (tmp_path / "o" / "shakespeare_char").exists()
+    assert offline.stderr.startswith(f"error: could not download Tiny Shakespeare from {P.SHAKESPEARE_URL} (")
+    assert f"drop --download to use the copy shipped with nlq ({P.SHAKESPEARE_TXT})" in offline.stderr

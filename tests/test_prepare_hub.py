@@ -12,19 +12,14 @@ from test_prepare_data import decoded, fails, prepare
 
 
 @pytest.fixture(scope="module")
-def bpe_dir(shared_data):
-    return str(shared_data / "gpt2")
+def enc(shipped_data):
+    return P.gpt2_encoding()  # the shipped tests/data/gpt2
 
 
 @pytest.fixture(scope="module")
-def enc(bpe_dir):
-    return P.gpt2_encoding(bpe_dir)
-
-
-@pytest.fixture(scope="module")
-def speeches(shared_data):
+def speeches(shipped_data):
     """Tiny Shakespeare's first 1500 speeches as documents; every 100th replaced by an empty or null text."""
-    text = (shared_data / "tinyshakespeare" / "input.txt").read_text()
+    text = (shipped_data / "tinyshakespeare" / "input.txt").read_text()
     docs = [s for s in text.split("\n\n") if s.strip()][:1500]
     return [("" if i % 200 else None) if i % 100 == 99 else d for i, d in enumerate(docs)]
 
@@ -34,21 +29,20 @@ def records(docs):
     return {"text": docs, "id": [f"doc{i}" for i in range(len(docs))], "score": [3.1] * len(docs)}
 
 
-def split_docs(folder, meta, bpe_dir=None, sep="<|endoftext|>"):
+def split_docs(folder, meta, sep="<|endoftext|>"):
     """The documents of train.bin and val.bin, decoded (after decoded()'s sha256 and length checks)."""
-    _, decode = P.get_codec(meta, bpe_dir)
-    text = decoded(folder, meta, bpe_dir)  # checks both bins against meta
+    _, decode = P.get_codec(meta)
+    text = decoded(folder, meta)  # checks both bins against meta
     train = decode(np.fromfile(folder / "train.bin", dtype=meta["dtype"]))
     assert text.startswith(train)
     return train.split(sep)[:-1], text[len(train):].split(sep)[:-1]
 
 
 @pytest.mark.parametrize("limit", [dict(), dict(max_docs=700), dict(max_tokens=60_000)])
-def test_stream_exact_token_counts(limit, speeches, bpe_dir, enc, tmp_path):
+def test_stream_exact_token_counts(limit, speeches, enc, tmp_path):
     ds = datasets.Dataset.from_dict(records(speeches)).to_iterable_dataset(num_shards=3)
     assert isinstance(ds, datasets.IterableDataset)
-    meta = P.prepare_stream(ds, tmp_path / "fw", bpe_dir=bpe_dir, val_fraction=0.05, source="test",
-                            min_val_tokens=100, **limit)
+    meta = P.prepare_stream(ds, tmp_path / "fw", val_fraction=0.05, source="test", min_val_tokens=100, **limit)
     docs = [d for d in speeches if d]  # 15 empty or null texts are skipped
     sizes = [len(ids) + 1 for ids in enc.encode_ordinary_batch(docs)]  # + end-of-text
     if "max_docs" in limit:
@@ -66,7 +60,7 @@ def test_stream_exact_token_counts(limit, speeches, bpe_dir, enc, tmp_path):
         assert skipped_before_last <= meta["skipped_docs"] <= 15
     else:
         assert meta["skipped_docs"] == (15 if not limit else skipped_before_last)
-    train, val = split_docs(tmp_path / "fw", meta, bpe_dir)
+    train, val = split_docs(tmp_path / "fw", meta)
     assert (len(train), len(val)) == (meta["train_docs"], meta["val_docs"]) and 0 < len(val) < len(train) / 10
     assert meta["train_tokens"] == sum(len(t) + 1 for t in enc.encode_ordinary_batch(train))
     in_order = iter(docs[:taken])
@@ -75,9 +69,9 @@ def test_stream_exact_token_counts(limit, speeches, bpe_dir, enc, tmp_path):
         ("gpt2", 50256, limit.get("max_docs"), limit.get("max_tokens"))
 
 
-def test_dataset_and_stream_give_the_same_bins_and_seed_fixes_the_split(speeches, bpe_dir, tmp_path):
+def test_dataset_and_stream_give_the_same_bins_and_seed_fixes_the_split(speeches, tmp_path):
     table = datasets.Dataset.from_dict(records(speeches[:400]))
-    kw = dict(bpe_dir=bpe_dir, val_fraction=0.1, source="test", min_val_tokens=100)
+    kw = dict(val_fraction=0.1, source="test", min_val_tokens=100)
     a = P.prepare_stream(table, tmp_path / "a", **kw)
     b = P.prepare_stream(table.to_iterable_dataset(), tmp_path / "b", **kw)
     c = P.prepare_stream(table.to_iterable_dataset(), tmp_path / "c", **kw, seed=7)
@@ -112,19 +106,18 @@ class FakeHub:
         return datasets.Dataset.from_dict(self.columns).to_iterable_dataset()
 
 
-def test_fineweb_edu_cli(speeches, bpe_dir, enc, tmp_path, monkeypatch):
+def test_fineweb_edu_cli(speeches, enc, tmp_path, monkeypatch):
     hub = FakeHub(records(speeches))
     monkeypatch.setattr(datasets, "load_dataset", hub)
     meta = prepare(tmp_path, "fineweb_edu", "--subset", "sample-100BT", "--max_tokens", "40000",
-                   "--val_fraction", "0.05", "--bpe_dir", bpe_dir, "--num_proc", "2")
+                   "--val_fraction", "0.05", "--num_proc", "2")
     assert hub.calls == [(("HuggingFaceFW/fineweb-edu", "sample-100BT"), dict(split="train", streaming=True))]
     sizes = np.cumsum([len(ids) + 1 for ids in enc.encode_ordinary_batch([d for d in speeches if d])])
     assert meta["train_tokens"] + meta["val_tokens"] == sizes[sizes <= 40_000][-1]
     assert meta["hf"] == dict(dataset="HuggingFaceFW/fineweb-edu", config="sample-100BT", split="train",
                               text_column="text")
     assert (meta["name"], meta["source"]) == ("fineweb_edu", "HuggingFaceFW/fineweb-edu")
-    prepare(tmp_path, "fineweb_edu", "--max_docs", "500", "--bpe_dir", bpe_dir, "--name", "fw10",
-            "--val_fraction", "0.05")
+    prepare(tmp_path, "fineweb_edu", "--max_docs", "500", "--name", "fw10", "--val_fraction", "0.05")
     assert hub.calls[1][0] == ("HuggingFaceFW/fineweb-edu", "sample-10BT")  # the default subset
 
 

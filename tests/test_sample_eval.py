@@ -198,18 +198,18 @@ def test_token_bytes_char():
     assert nlq_eval.token_bytes(meta).tolist() == [1, 1, 2, 3]
 
 
-def test_token_bytes_gpt2(shared_data):
-    table = nlq_eval.token_bytes(dict(tokenizer="gpt2"), shared_data / "gpt2")
-    enc = prepare_data.gpt2_encoding(shared_data / "gpt2")
+def test_token_bytes_gpt2(shipped_data):
+    table = nlq_eval.token_bytes(dict(tokenizer="gpt2"))  # the shipped tests/data/gpt2
+    enc = prepare_data.gpt2_encoding()
     text = "Héllo wörld – 10 € each"
     assert table[prepare_data.GPT2_EOT] == 0 and len(table) == 50257
     assert table[enc.encode_ordinary(text)].sum() == len(text.encode("utf-8"))
 
 
-def test_shakespeare_end_to_end(shared_data, tmp_path):
-    """Prepare the real Tiny Shakespeare (char), train a few steps, sample from it, evaluate it."""
-    prepare_data.main(["shakespeare_char", "--input", str(shared_data / "tinyshakespeare" / "input.txt"),
-                       "--data_dir", str(tmp_path), "--num_proc", "1"])
+def test_shakespeare_end_to_end(shipped_data, tmp_path):
+    """Prepare the real Tiny Shakespeare (char, the shipped copy), train a few steps, sample from it, evaluate
+    it."""
+    prepare_data.main(["shakespeare_char", "--data_dir", str(tmp_path), "--num_proc", "1"])
     out = tmp_path / "out"
     train.train(small_cfg(tmp_path, out, dataset="shakespeare_char", block_size=32, max_iters=8,
                           eval_interval=8, eval_iters=2))

@@ -10,8 +10,9 @@ import pytest
 import torch
 
 import common
+import prepare_data
 import train
-from conftest import ROOT
+from conftest import ROOT, run_offline
 from model import GPT, QUERY_MODES
 
 
@@ -294,3 +295,81 @@ def test_checkpoint_from_before_the_query_module_refactor_loads_and_resumes(mode
            "max_iters": 5, "eval_interval": 5}
     losses = train.train({**common.DEFAULTS, **cfg})
     assert losses["val"] < legacy["best_val_loss"]
+
+
+# ------------------------------------------------------------------ the quick start: data prepared on first use
+def first_use_cfg(data_dir, out_dir, dataset, **kw):
+    """A one-step run on a shipped dataset (no full-split eval: the line and the bins are what is tested)."""
+    return tiny_cfg(data_dir, out_dir, dataset=dataset, max_iters=1, eval_interval=1, eval_iters=1,
+                    eval_full_at_end=False, **kw)
+
+
+def prepared_line(data_dir, dataset):
+    counts = {"shakespeare_char": "1,003,854 train + 111,540 val tokens (char)",
+              "shakespeare": "301,966 train + 36,059 val tokens (gpt2)"}[dataset]
+    return (f"{os.path.join(data_dir, dataset)} was missing: prepared it from tests/data/tinyshakespeare/input.txt "
+            f"(shipped with nlq), as python prepare_data.py {dataset} does: {counts}")
+
+
+def assert_same_dataset(folder, reference):
+    """folder holds exactly the files of reference (train.bin, val.bin, meta.json), byte for byte."""
+    assert sorted(p.name for p in folder.iterdir()) == sorted(prepare_data.BIN_FILES)  # no temp files left
+    assert all((folder / f).read_bytes() == (reference / f).read_bytes() for f in prepare_data.BIN_FILES)
+
+
+@pytest.mark.parametrize("dataset", prepare_data.SHIPPED_DATASETS)
+def test_shipped_dataset_is_prepared_on_first_use(dataset, shipped_data, tmp_path, capsys):
+    """train.py on a data_dir without the dataset prepares it (one log line), as prepare_data.py DATASET does;
+    the next run finds it and says nothing."""
+    data = tmp_path / "data"
+    train.train(first_use_cfg(data, tmp_path / "a", dataset))
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == prepared_line(data, dataset)
+    assert sum("was missing" in line for line in lines) == 1
+    prepare_data.main([dataset, "--data_dir", str(tmp_path / "reference")])
+    assert_same_dataset(data / dataset, tmp_path / "reference" / dataset)
+    capsys.readouterr()
+    train.train(first_use_cfg(data, tmp_path / "b", dataset))
+    assert "was missing" not in capsys.readouterr().out
+
+
+def test_only_a_missing_shipped_dataset_is_prepared(data_dir, tmp_path):
+    """Another dataset, or a shipped one whose folder holds some of its files, is never prepared or touched:
+    load_meta's error says what to do. An unwritable data_dir is a named error."""
+    with pytest.raises(FileNotFoundError, match="not a prepared dataset"):
+        train.train(tiny_cfg(tmp_path / "data", tmp_path / "a", dataset="openwebtext"))
+    assert not (tmp_path / "data").exists()
+    partial = tmp_path / "data" / "shakespeare_char"
+    partial.mkdir(parents=True)
+    (partial / "train.bin").write_bytes(b"old")
+    with pytest.raises(FileNotFoundError, match="not a prepared dataset"):
+        train.train(first_use_cfg(tmp_path / "data", tmp_path / "b", "shakespeare_char"))
+    assert [p.name for p in partial.iterdir()] == ["train.bin"] and (partial / "train.bin").read_bytes() == b"old"
+    (tmp_path / "file").write_text("not a folder")
+    with pytest.raises(ValueError, match=r"cannot prepare .*file/shakespeare_char on first use: cannot write the "
+                                         r"output folder"):
+        train.train(first_use_cfg(tmp_path / "file", tmp_path / "c", "shakespeare_char"))
+
+
+def test_first_use_under_torchrun(shipped_data, tmp_path):
+    """2 processes: rank 0 prepares, rank 1 waits; both then train on the same bins."""
+    data = tmp_path / "data"
+    cfg = first_use_cfg(data, tmp_path / "ddp", "shakespeare_char", dropout=0.0)
+    result = run_torchrun([f"--{k}={v}" for k, v in cfg.items() if v != common.DEFAULTS[k]])
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.splitlines().count(prepared_line(data, "shakespeare_char")) == 1
+    prepare_data.main(["shakespeare_char", "--data_dir", str(tmp_path / "reference")])
+    assert_same_dataset(data / "shakespeare_char", tmp_path / "reference" / "shakespeare_char")
+
+
+def test_quick_start_offline(shipped_data, tmp_path):
+    """The README's quick start in an empty folder, with the network cut and an empty tiktoken cache (2 steps
+    instead of 2000): train.py prepares Tiny Shakespeare and trains, sample.py samples."""
+    config = str(ROOT / "config" / "shakespeare_char.py")
+    run = run_offline("train.py", config, "--max_iters=2", "--eval_interval=2", "--eval_iters=1", cwd=tmp_path)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert run.stdout.splitlines()[0] == prepared_line("data", "shakespeare_char")
+    assert (tmp_path / "out" / "shakespeare_char" / "ckpt.pt").is_file()
+    sample = run_offline("sample.py", "--out_dir=out/shakespeare_char", "--max_new_tokens=20", cwd=tmp_path)
+    assert sample.returncode == 0, sample.stderr[-3000:]
+    assert len(sample.stdout.strip()) >= 20
