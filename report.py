@@ -237,6 +237,141 @@ def contrasts_table(study, data):
     return "\n".join(lines)
 
 
+# ------------------------------------------------------------------------------- learning-rate curves
+# A run is *stalled* when half-way through training (the first eval at or after STALL_AT · max_iters) its val
+# loss on the fixed windows is still within STALL_DROP of its loss at the first eval after step 0: it has not
+# left the early plateau. The one definition of report.py, for curves, bands and final runs alike.
+STALL_AT, STALL_DROP = 0.5, 0.05
+
+
+def is_stalled(run):
+    """True if the run is stalled (see STALL_AT and STALL_DROP), False if not, None if it cannot tell yet (no
+    finite eval after step 0, or none at or after STALL_AT · max_iters that comes later than the first)."""
+    evals = [r for r in run["rows"]
+             if r["iter"] > 0 and r.get("val_loss") is not None and math.isfinite(r["val_loss"])]
+    mid = next((r for r in evals if r["iter"] >= STALL_AT * run["max_iters"]), None)
+    if mid is None or mid is evals[0]:
+        return None
+    return mid["val_loss"] > (1 - STALL_DROP) * evals[0]["val_loss"]
+
+
+def mean_ci(values, confidence=0.95):
+    """Values -> (mean, (lo, hi)) with a Student's t CI over n - 1 df; the CI is None for n < 2."""
+    mean, std, n = summarize(values)
+    if n < 2:
+        return mean, None
+    half = stats.t.ppf(0.5 + confidence / 2, n - 1) * std / math.sqrt(n)
+    return mean, (mean - half, mean + half)
+
+
+def curve_points(study, d):
+    """One arm's learning-rate curve: {lr: dict(losses=[final loss of each finished selection run], stalled,
+    diverged, unfinished: counts of runs)}, over the rates swept."""
+    points = {}
+    for lr in d["plan"]["swept"]:
+        runs = [d["search"][(lr, s)] for s in study["selection_seeds"]]
+        points[lr] = dict(losses=[r["final"] for r in runs if r["final"] is not None],
+                          stalled=sum(bool(r["status"] == "done" and is_stalled(r)) for r in runs),
+                          diverged=sum(r["status"] == "diverged" for r in runs),
+                          unfinished=sum(r["status"] in ("missing", "unfinished") for r in runs))
+    return points
+
+
+def band(losses, within=0.01):
+    """{lr: mean selection loss, or None/inf} -> (best lr, [rates whose mean is within `within` (a fraction)
+    of the best mean]); (None, []) while no rate has a finite mean."""
+    best = sweep.pick_best_lr(losses)
+    if best is None:
+        return None, []
+    return best, sorted(lr for lr, v in losses.items()
+                        if v is not None and math.isfinite(v) and v <= (1 + within) * losses[best])
+
+
+def curve_table(study, data):
+    """Rows: learning rates; a cell per arm: mean final loss over the selection seeds, its 95% CI, and how
+    many of those runs stalled or diverged ('·' = not swept)."""
+    lrs = sorted({lr for d in data.values() for lr in d["plan"]["swept"]})
+    lines = ["| learning rate | " + " | ".join(data) + " |", "|---:|" + "---:|" * len(data)]
+    curves = {arm: curve_points(study, d) for arm, d in data.items()}
+    for lr in lrs:
+        cells = []
+        for arm in data:
+            p = curves[arm].get(lr)
+            if p is None:
+                cells.append("·")
+                continue
+            mean, ci = mean_ci(p["losses"])
+            text = "—" if not p["losses"] else f"{mean:.4f} {fmt_ci(ci)} (n={len(p['losses'])})"
+            marks = [f"{p[k]} {k}" for k in ("stalled", "diverged", "unfinished") if p[k]]
+            cells.append(text + ("; " + ", ".join(marks) if marks else ""))
+        lines.append(f"| {lr:g} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def band_table(study, data, within=0.01):
+    """Per arm: the best rate (lowest mean over the selection seeds, a diverged seed counting +inf), its mean,
+    the band of rates whose mean is within 1% of it, and the stalled and diverged runs over the whole curve and
+    among the final runs."""
+    cols = ["arm", "best lr", "mean at best", f"rates within {within:.0%} of best", "band width",
+            "curve runs stalled / diverged", "final runs stalled / diverged"]
+    lines = ["| " + " | ".join(cols) + " |", "|---|" + "---:|" * (len(cols) - 1)]
+    for arm, d in data.items():
+        best, rates = band(d["plan"]["losses"], within)
+        points = curve_points(study, d).values()
+        curve_runs = sum(len(p["losses"]) + p["diverged"] for p in points)
+        finals = list(d["finals"].values())
+        cells = [arm, "—" if best is None else f"{best:g}",
+                 "—" if best is None else f"{d['plan']['losses'][best]:.4f}",
+                 ", ".join(f"{lr:g}" for lr in rates) or "—",
+                 f"×{max(rates) / min(rates):.2f}" if rates else "—",
+                 f"{sum(p['stalled'] for p in points)} / {sum(p['diverged'] for p in points)} of {curve_runs}",
+                 f"{sum(bool(r['status'] == 'done' and is_stalled(r)) for r in finals)} / "
+                 f"{sum(r['status'] == 'diverged' for r in finals)} of "
+                 f"{sum(r['status'] in ('done', 'diverged') for r in finals)}"]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def plot_lr_curves(study, data, path):
+    """Final loss against learning rate (log scale) per arm: the mean over the selection seeds with its 95% CI,
+    and every seed's run as a dot (stalled runs as crosses; diverged runs as triangles on the top edge)."""
+    fig, ax = plt.subplots(figsize=(8, 5))
+    finite = [r["final"] for d in data.values() for r in d["search"].values() if r["final"] is not None]
+    top = max(finite) + 0.02 * (max(finite) - min(finite) + 1e-3) if finite else 1.0
+    for k, (arm, d) in enumerate(data.items()):
+        shift = 2 ** (0.04 * (k - (len(data) - 1) / 2))  # arms side by side at each rate
+        points = curve_points(study, d)
+        xs = [lr for lr in sorted(points) if points[lr]["losses"]]
+        if not xs and not any(p["diverged"] for p in points.values()):
+            continue
+        stats_at = {lr: mean_ci(points[lr]["losses"]) for lr in xs}
+        line, = ax.plot([x * shift for x in xs], [stats_at[x][0] for x in xs], marker="o", ms=4,
+                        label=arm)
+        color = line.get_color()
+        for x in xs:
+            mean, ci = stats_at[x]
+            if ci is not None:
+                ax.errorbar(x * shift, mean, yerr=[[mean - ci[0]], [ci[1] - mean]], color=color, capsize=3)
+        for (lr, _), run in d["search"].items():
+            if run["status"] == "diverged":
+                ax.plot(lr * shift, top, marker="^", ms=7, color=color, clip_on=False)
+            elif run["final"] is not None:
+                ax.plot(lr * shift, run["final"], marker="x" if is_stalled(run) else ".", ms=7 if is_stalled(run)
+                        else 5, color=color, alpha=0.7, ls="none")
+    ax.set_xscale("log", base=2)
+    ax.set(xlabel="peak learning rate (log scale)", ylabel="final val loss (nats/token, whole val split)",
+           title=f"learning-rate curves: mean and 95% CI over selection seeds {study['selection_seeds']}\n"
+                 f"dots: each seed; ×: stalled; ▲: diverged")
+    ax.grid(alpha=0.3)
+    if ax.lines:
+        ax.legend(fontsize=8)
+    else:
+        ax.text(0.5, 0.5, "no finished curve runs yet", ha="center", transform=ax.transAxes)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
 def fmt_run(run):
     if run["status"] == "diverged":
         return f"diverged (iter {run['iter']})"
@@ -371,7 +506,8 @@ def default_out(study):
 
 
 def main(argv=None):
-    """Write <out>/README.md, <out>/forest.png and <out>/val_loss.png; returns the report's markdown.
+    """Write <out>/README.md, <out>/forest.png and <out>/val_loss.png (and <out>/lr_curves.png for a study with
+    several selection seeds); returns the report's markdown.
     <out>/reading.md, if there, is a person's reading of the numbers: it goes in after the plots,
     unchanged."""
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -393,17 +529,27 @@ def main(argv=None):
     reading = (["## Reading", open(reading_path).read().strip()] if os.path.exists(reading_path) else [])
     contrasts = (["## Contrasts between arms (paired by seed, final seeds both finished, 95% CI)",
                   contrasts_table(study, data)] if study["contrasts"] else [])
+    curves = []  # with several selection seeds, every rate's point has a spread: draw and tabulate the curves
+    if len(study["selection_seeds"]) > 1:
+        plot_lr_curves(study, data, os.path.join(out, "lr_curves.png"))
+        curves = [f"## Learning-rate curves (final loss over selection seeds {study['selection_seeds']})",
+                  f"A run is *stalled* when at the first eval at or after {STALL_AT:.0%} of its steps its val "
+                  f"loss (fixed windows) is still within {STALL_DROP:.0%} of its loss at the first eval after "
+                  f"step 0 (it has not left the early plateau). Means and 95% CIs are over the finished, "
+                  f"non-diverged seeds at each rate.",
+                  "![learning-rate curves](lr_curves.png)", band_table(study, data), curve_table(study, data)]
     text = "\n\n".join([
         header(args.study, study, out), "## Results", method(study, tokenizer),
         results_table(study, data, tokenizer), "![forest plot](forest.png)", *contrasts,
-        "![val loss](val_loss.png)", *reading,
+        "![val loss](val_loss.png)", *curves, *reading,
         f"## Learning-rate search (mean final loss over selection seeds {study['selection_seeds']})",
         search_table(study, data),
         "## The gap along training (paired Δ on the fixed eval windows, 95% CI, final seeds)",
         gap_table(study, data), "## Runs", status_section(data)]) + "\n"
     with open(os.path.join(out, "README.md"), "w") as f:
         f.write(text)
-    print(f"wrote {os.path.join(out, 'README.md')}, forest.png and val_loss.png")
+    print(f"wrote {os.path.join(out, 'README.md')}, forest.png, val_loss.png"
+          + (" and lr_curves.png" if curves else ""))
     return text
 
 

@@ -175,3 +175,77 @@ def test_report_with_no_runs(tmp_path):
 def test_elapsed_seconds_sums_step_times():
     rows = [dict(iter=0, ms_per_iter=None), dict(iter=10, ms_per_iter=100.0), dict(iter=30, ms_per_iter=50.0)]
     assert report.elapsed_seconds(rows) == pytest.approx([0.0, 1.0, 2.0])
+
+
+# ------------------------------------------------------------------------------- learning-rate curves
+def write_curve_run(study, arm, lr, seed, evals, final=None, diverged=False):
+    """A run with fixed-window val losses at iters 25, 50, 75, 100 (evals) and its whole-split final loss."""
+    out = sweep.run_dir(study, arm, lr, seed)
+    os.makedirs(out, exist_ok=True)
+    rows = [dict(iter=0, tokens=0, val_loss=5.5)]
+    rows += [dict(iter=25 * (i + 1), tokens=25 * (i + 1) * 64, val_loss=v, ms_per_iter=10.0)
+             for i, v in enumerate(evals)]
+    if diverged:
+        rows.append(dict(iter=25 * (len(evals) + 1), tokens=0, train_loss=None, diverged=True))
+    else:
+        rows[-1]["val_loss_full"] = final
+    with open(os.path.join(out, "metrics.jsonl"), "w") as f:
+        f.writelines(json.dumps(r) + "\n" for r in rows)
+    with open(os.path.join(out, "config.json"), "w") as f:
+        json.dump(sweep.run_config(study, arm, lr, seed), f)
+
+
+def test_is_stalled_at_half_way():
+    """Stalled: at the first eval at or after half of max_iters, still within 5% of the first eval's loss."""
+    run = lambda evals: dict(max_iters=100, rows=[dict(iter=0, val_loss=5.5)] + [
+        dict(iter=i, val_loss=v) for i, v in evals])
+    assert report.is_stalled(run([(25, 2.60), (50, 2.48), (100, 2.0)])) is True   # 2.48 > 0.95 x 2.60 = 2.47
+    assert report.is_stalled(run([(25, 2.60), (50, 2.46), (100, 2.0)])) is False
+    assert report.is_stalled(run([(25, 2.60), (40, 2.40), (60, 2.50)])) is True   # the eval at 60 decides
+    assert report.is_stalled(run([(50, 2.60), (100, 2.0)])) is None  # the first eval is the half-way one
+    assert report.is_stalled(run([(25, 2.60)])) is None  # not half way yet
+
+
+def test_curve_and_band_tables_by_hand(tmp_path):
+    """Two arms on a fixed grid with 3 selection seeds per rate: the mean and t-CI at each rate, the stalled,
+    diverged and unfinished counts, the best rate and the band within 1% of its mean, all by hand."""
+    (tmp_path / "cfg.py").write_text(f"data_dir = {str(tmp_path / 'data')!r}\ndataset = 'toy'\nn_layer = 1\n"
+                                     "n_head = 2\nn_embd = 16\nblock_size = 8\nmax_iters = 100\n"
+                                     "device = 'cpu'\n")
+    path = tmp_path / "curves.py"
+    path.write_text(f"name = 'curves'\nconfig = {str(tmp_path / 'cfg.py')!r}\noverrides = {{}}\n"
+                    "arms = {'linear': {}, 'nonlinear': {'query_mode': 'nonlinear'}}\n"
+                    "learning_rates = [1e-3, 2e-3, 4e-3]\nselection_seeds = [1, 2, 3]\nseeds = [11]\n"
+                    f"max_extensions = 0\nhalf_steps = False\nruns_dir = {str(tmp_path / 'runs')!r}\n")
+    study = sweep.load_study(str(path))
+    plateau = [2.60, 2.40, 2.20, 2.10]  # leaves the plateau: 2.40 < 0.95 x 2.60
+    stalled = [2.60, 2.58, 2.50, 2.45]
+    finals = {"linear": {1e-3: (2.50, 2.52, 2.54), 2e-3: (2.30, 2.31, 2.32), 4e-3: (2.32, 2.33, 2.34)},
+              "nonlinear": {1e-3: (2.40, 2.42, 2.44), 2e-3: (2.28, 2.30, 2.50), 4e-3: (2.20, 2.21, None)}}
+    for arm, by_lr in finals.items():
+        for lr, losses in by_lr.items():
+            for seed, loss in zip((1, 2, 3), losses):
+                if loss is None:
+                    write_curve_run(study, arm, lr, seed, plateau[:2], diverged=True)
+                else:
+                    write_curve_run(study, arm, lr, seed, stalled if loss == 2.50 and arm == "nonlinear"
+                                    else plateau, loss)
+    data = report.collect(study)
+    t = 4.302652729911275  # Student's t, 97.5% quantile, 2 df
+    half = t * 0.02 / math.sqrt(3)  # sd 0.02 at every rate of linear
+    table = report.curve_table(study, data)
+    assert f"| 0.001 | 2.5200 [{2.52 - half:+.4f}, {2.52 + half:+.4f}] (n=3) |" in table
+    assert "| 0.002 | 2.3100 [" in table
+    sd = math.sqrt(((2.28 - 2.36) ** 2 + (2.30 - 2.36) ** 2 + (2.50 - 2.36) ** 2) / 2)
+    assert (f"{2.36:.4f} [{2.36 - t * sd / math.sqrt(3):+.4f}, {2.36 + t * sd / math.sqrt(3):+.4f}] (n=3); "
+            f"1 stalled |") in table
+    assert "2.2050 [" in table and "(n=2); 1 diverged |" in table  # mean of 2.20, 2.21; one diverged
+    bands = report.band_table(study, data)
+    # linear: best 2e-3 (2.31); 4e-3's 2.33 <= 1.01 x 2.31 = 2.3331, so the band is 2e-3..4e-3 (x2)
+    assert "| linear | 0.002 | 2.3100 | 0.002, 0.004 | ×2.00 | 0 / 0 of 9 | 0 / 0 of 0 |" in bands
+    # nonlinear: 4e-3 has a diverged seed (+inf), so the best is 2e-3 (2.36) and 1e-3 (2.42) is outside 1%
+    assert "| nonlinear | 0.002 | 2.3600 | 0.002 | ×1.00 | 1 / 1 of 9 | 0 / 0 of 0 |" in bands
+    assert report.band({1e-3: 2.0, 2e-3: 2.03, 4e-3: None}) == (1e-3, [1e-3])  # 2.03 > 1.01 x 2.0
+    assert report.band({1e-3: math.inf}) == (None, [])
+    text = report.main([str(path), "--out", str(tmp_path / "rep")])
+    assert "## Learning-rate curves" in text and (tmp_path / "rep" / "lr_curves.png").stat().st_size > 10_000
