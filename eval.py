@@ -231,7 +231,7 @@ def hellaswag(out_dir, path, device="cpu", dtype=None, batch_size=8, data_dir=No
     stderrs and `cropped` (completions that lost context tokens to block_size). The file is read and
     tokenised completely before the model runs, so a bad line fails at once."""
     examples = read_hellaswag(path, limit)
-    model, ckpt, meta, _ = load_checkpoint(out_dir, "cpu", data_dir)
+    model, ckpt, meta, _ = load_checkpoint(out_dir, "cpu", data_dir, need_data=False)
     encode, _ = get_codec(meta, bpe_dir)
     rows, cropped = hellaswag_rows(examples, encode, model.config.block_size, path)
     device, device_type, ptdtype = resolve_device({"device": device,
