@@ -3,7 +3,6 @@ query mode, with and without biases, tied and untied; a transformers GPT-2 -> nl
 exactly; the exported tokenizers encode as nlq's do. Tiny random models, saved locally; no network
 (conftest.py sets the Hugging Face libraries offline)."""
 import json
-import math
 import os
 
 import numpy as np
