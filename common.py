@@ -47,7 +47,7 @@ DEFAULTS = dict(
     # which changes with the micro-batch: set eval_windows to keep the eval set across batch shapes)
     eval_iters=200, eval_windows=None,
     eval_full_at_end=True,  # after the last step, the val loss over every val token once (val_loss_full)
-    init_from="scratch",  # scratch | resume (from out_dir/ckpt.pt)
+    init_from="scratch",  # scratch | resume (from out_dir/ckpt.pt) | gpt2[-medium|-large|-xl] | a local HF folder
     wandb_log=False, wandb_project="nlq", wandb_run_name="run",
     # data: <data_dir>/<dataset>/{train,val}.bin and meta.json, written by prepare_data.py
     data_dir="data", dataset="openwebtext", batch_size=12, gradient_accumulation_steps=40,
@@ -161,12 +161,23 @@ def validate(cfg):
         raise ValueError(f"config key 'seed' = {cfg['seed']} is too large; use |seed| < 2**62 (torch's "
                          f"generators take 64-bit seeds, and train.py adds the rank to it)")
     for key, choices in CHOICES.items():
-        if cfg[key] not in choices:
-            raise ValueError(f"{key}={cfg[key]!r}; use {' or '.join(choices)}")
+        if cfg[key] not in choices and not (key == "init_from" and is_gpt2_source(cfg[key])):
+            more = ", a GPT-2 (gpt2, gpt2-medium, gpt2-large, gpt2-xl) or a local transformers GPT-2 folder" \
+                if key == "init_from" else ""
+            raise ValueError(f"{key}={cfg[key]!r}; use {' or '.join(choices)}{more}")
     for key in ("out_dir", "data_dir", "dataset"):
         if not cfg[key].strip():
             raise ValueError(f"config key {key!r} is empty; give a folder name, e.g. --{key}={DEFAULTS[key]}")
     model_config(cfg, data_vocab_size=cfg["vocab_size"] or 1)
+
+
+GPT2_HUB = ("gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl")  # init_from names of OpenAI's GPT-2 on the Hub
+
+
+def is_gpt2_source(init_from):
+    """Whether init_from names GPT-2 weights (hf.py imports them): a GPT2_HUB name or a local folder with a
+    transformers config.json."""
+    return init_from in GPT2_HUB or os.path.isfile(os.path.join(init_from, "config.json"))
 
 
 def padded_vocab(vocab_size):
@@ -498,11 +509,13 @@ def check_finite_weights(ckpt, path):
 
 def check_same_dataset(trained, meta, data):
     """ValueError if the dataset's meta.json differs from the one at training time
-    (tokenizer, vocab, hashes)."""
+    (tokenizer, vocab, hashes). A checkpoint that recorded only its tokenizer (tokenizer_only: convert.py
+    --tokenizer, which read no dataset) is checked on tokenizer and vocabulary only."""
     diffs = [f"{key}: {trained.get(key)!r} at training, {meta.get(key)!r} now"
              for key in ("tokenizer", "vocab_size") if trained.get(key) != meta.get(key)]
     old, new = trained.get("sha256") or {}, meta.get("sha256") or {}
-    diffs += [f"sha256 of {f} differs" for f in sorted(old.keys() | new.keys()) if old.get(f) != new.get(f)]
+    if not trained.get("tokenizer_only"):
+        diffs += [f"sha256 of {f} differs" for f in sorted(old.keys() | new.keys()) if old.get(f) != new.get(f)]
     if diffs:
         raise ValueError(f"dataset {data} is not the data this checkpoint was trained on "
                          f"({'; '.join(diffs)}): the data changed since training; "

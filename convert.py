@@ -1,10 +1,18 @@
 """
 Turn a checkpoint of the paper's official code (MarkoKarbevski/beyond_query_linearity, saved by its
-train.py) into an nlq run folder, which sample.py, eval.py and train.py then use like one of nlq's own runs.
+train.py) into an nlq run folder, which sample.py, eval.py and train.py then use like one of nlq's own runs;
+and turn an nlq run folder into a Hugging Face transformers folder (hf.py).
 
-    python convert.py official PATH/ckpt.pt --out_dir=out/paper_nlq --dataset=openwebtext
+    python convert.py official PATH/ckpt.pt --out_dir=out/paper_nlq             # GPT-2 BPE, no dataset needed
     python sample.py --out_dir=out/paper_nlq
-    python train.py out/paper_nlq/train_config.py --max_iters=70000     # goes on training (a resume)
+    python train.py out/paper_nlq/train_config.py --max_iters=70000     # goes on training (needs the dataset)
+    python convert.py hf out/paper_nlq --out=hf/paper_nlq
+
+official: the run needs a tokenizer, not a dataset. --tokenizer gpt2 (the default for a checkpoint trained on
+openwebtext) records GPT-2's BPE in the checkpoint, so sample.py and eval.py --hellaswag work at once; a prepared
+dataset is needed only to train or compute a loss on it (train.py and eval.py then find it as the config names
+it: data_dir/openwebtext). --dataset NAME instead binds the run to a prepared dataset now (its meta.json).
+hf: see hf.py (a plain GPT2LMHeadModel for GPT-2-expressible linear models, else nlq's modeling code).
 
 The folder gets ckpt.pt (train.py's format) and train_config.py (every setting, init_from="resume"). The
 model computes the same function: on the test checkpoints shipped in tests/data/official_ckpt the logits
@@ -39,10 +47,10 @@ from datetime import datetime, timezone
 
 import torch
 
-from common import (DEFAULTS, MODEL_KEYS, atomic_write_text, check_value, model_config, save_checkpoint,
-                    validate)
+from common import (DEFAULTS, MODEL_KEYS, atomic_write_text, check_value, load_checkpoint, model_config,
+                    model_from_checkpoint, save_checkpoint, validate)
 from model import GPT
-from prepare_data import load_meta
+from prepare_data import GPT2_EOT, GPT2_VOCAB, DataError, load_meta
 
 # ------------------------------------------------------------------------------------- the official format
 OFFICIAL_KEYS = ("model", "optimizer", "model_args", "iter_num", "best_val_loss", "config")
@@ -99,7 +107,7 @@ def read_official(path):
 
 
 def nlq_model_config(model_args, data_vocab_size):
-    """The official model_args -> dict of nlq GPTConfig fields (data_vocab_size: the dataset's vocabulary).
+    """The official model_args -> dict of nlq GPTConfig fields (data_vocab_size: the tokenizer's vocabulary).
 
     ValueError naming an unknown query mode, an unknown or missing field, a value of the wrong type, or a
     dataset vocabulary larger than the checkpoint's embedding.
@@ -116,11 +124,12 @@ def nlq_model_config(model_args, data_vocab_size):
         raise ValueError(f"unknown official query_mode {mode!r}; known: {', '.join(MODES)}")
     args = {nlq: check_value(nlq, model_args[official]) for official, nlq in MODEL_FIELDS.items()}
     args.update(query_mode=MODES[mode], query_hidden=args["n_embd"] // 2,  # the official f is d -> d/2 -> d
-                query_norm_in=True, query_norm_out=True, qk_norm=False, flash=True)
+                query_norm_in=True, query_norm_out=True, qk_norm=False, flash=True, activation="gelu")
     if data_vocab_size > args["vocab_size"]:
-        raise ValueError(f"the dataset's vocabulary ({data_vocab_size} tokens) does not fit the checkpoint's "
+        raise ValueError(f"the vocabulary ({data_vocab_size} tokens) does not fit the checkpoint's "
                          f"embedding ({args['vocab_size']} rows): it is not the tokenizer the model was "
-                         f"trained with; name a dataset prepared with that tokenizer (--dataset, --data_dir)")
+                         f"trained with; name that tokenizer (--tokenizer) or a dataset prepared with it "
+                         f"(--dataset, --data_dir)")
     return args
 
 
@@ -274,21 +283,69 @@ def config_file(cfg, source):
     return "\n".join(lines + [f"{k} = {v!r}" for k, v in cfg.items()]) + "\n"
 
 
-def main(argv=None):
-    """Parse the command line, convert, write out_dir/{train_config.py, ckpt.pt}; returns the checkpoint dict.
+TOKENIZERS = ("gpt2", "byte")  # --tokenizer: vocabularies known without a dataset
 
-    FileNotFoundError / ValueError (nothing written) for a bad input, a missing dataset or an out_dir that
-    holds a checkpoint already.
+
+def tokenizer_meta(tokenizer, dataset):
+    """The meta.json fields sample.py and eval.py --hellaswag need for a tokenizer known without a dataset
+    (gpt2 or byte); tokenizer_only=True says no dataset was read (train.py checks no hashes against it)."""
+    vocab = {"gpt2": GPT2_VOCAB, "byte": 256}[tokenizer]
+    return dict(name=dataset, tokenizer=tokenizer, vocab_size=vocab, dtype="uint16",
+                eot_token=GPT2_EOT if tokenizer == "gpt2" else None, tokenizer_only=True)
+
+
+def export_hf(args):
+    """convert.py hf: an nlq run folder -> a transformers folder (hf.export); returns its notes."""
+    import hf  # imports transformers
+    path = os.path.join(args.run, "ckpt.pt")
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"no checkpoint at {path}; give an nlq run folder (train.py's out_dir)")
+    ckpt = load_checkpoint(path)
+    model = model_from_checkpoint(ckpt, path)
+    meta = ckpt.get("dataset_meta")
+    if meta is None:  # checkpoints older than dataset_meta: the dataset folder has the tokenizer
+        from sample import dataset_dir
+        meta = load_meta(dataset_dir(ckpt["config"], args.data_dir))
+    notes = hf.export(model, meta, args.out, args.bpe_dir, args.code, source=args.run)
+    print("\n".join(notes))
+    remote = os.path.isfile(os.path.join(args.out, hf.MODELING_FILE))
+    print(f"load: AutoModelForCausalLM.from_pretrained({args.out!r}"
+          + (", trust_remote_code=True)" if remote else ")"))
+    return notes
+
+
+def main(argv=None):
+    """Parse the command line and convert. official: write out_dir/{train_config.py, ckpt.pt} and return the
+    checkpoint dict; hf: write the transformers folder and return notes.
+
+    FileNotFoundError / ValueError (nothing written) for a bad input, a missing dataset or an output that
+    exists already.
     """
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("format", choices=["official"], help="official: the paper's train.py checkpoint")
-    p.add_argument("path", type=os.path.expanduser, help="the checkpoint to convert (ckpt.pt)")
-    p.add_argument("--out_dir", type=os.path.expanduser, required=True, help="the nlq run folder to create")
-    p.add_argument("--dataset", default=None, help="dataset the run uses: data_dir/dataset/meta.json, from "
-                   "prepare_data.py (default: the checkpoint's config's dataset)")
-    p.add_argument("--data_dir", type=os.path.expanduser,
+    sub = p.add_subparsers(dest="format", required=True)
+    o = sub.add_parser("official", help="the paper's train.py checkpoint -> an nlq run folder")
+    o.add_argument("path", type=os.path.expanduser, help="the checkpoint to convert (ckpt.pt)")
+    o.add_argument("--out_dir", type=os.path.expanduser, required=True, help="the nlq run folder to create")
+    o.add_argument("--tokenizer", choices=TOKENIZERS, default=None, help="the model's tokenizer, with no "
+                   "dataset (default: gpt2 for a checkpoint trained on openwebtext)")
+    o.add_argument("--dataset", default=None, help="bind the run to this prepared dataset now: "
+                   "data_dir/dataset/meta.json, from prepare_data.py (default: the checkpoint's config's "
+                   "dataset, unless --tokenizer applies)")
+    o.add_argument("--data_dir", type=os.path.expanduser,
                    default="data", help="parent folder of the dataset (default: data)")
+    h = sub.add_parser("hf", help="an nlq run folder -> a Hugging Face transformers folder")
+    h.add_argument("run", type=os.path.expanduser, help="the nlq run folder (train.py's out_dir, with ckpt.pt)")
+    h.add_argument("--out", type=os.path.expanduser, required=True, help="the transformers folder to create")
+    h.add_argument("--bpe_dir", type=os.path.expanduser, default=None, help="GPT-2's encoder.json + vocab.bpe "
+                   "for the tokenizer (default: the Hub's gpt2 tokenizer, through the Hugging Face cache)")
+    h.add_argument("--code", choices=("auto", "gpt2", "nlq"), default="auto", help="auto: a plain "
+                   "GPT2LMHeadModel where GPT-2 can compute the model, else nlq's modeling code; gpt2: plain or "
+                   "an error; nlq: always nlq's modeling code")
+    h.add_argument("--data_dir", type=os.path.expanduser, default=None, help="the dataset's parent folder, "
+                   "for checkpoints that do not record their tokenizer")
     args = p.parse_args(argv)
+    if args.format == "hf":
+        return export_hf(args)
 
     if os.path.exists(args.out_dir) and not os.path.isdir(args.out_dir):
         raise ValueError(f"--out_dir {args.out_dir} is a file; choose a folder")
@@ -296,10 +353,15 @@ def main(argv=None):
     if os.path.exists(ckpt_path):
         raise ValueError(f"{ckpt_path} exists; choose a new --out_dir (or delete the old run)")
     official = read_official(args.path)
+    if args.tokenizer and args.dataset:
+        raise ValueError("pass --tokenizer (no dataset) or --dataset (a prepared one), not both")
     dataset = args.dataset or official["config"].get("dataset")
     if not dataset:
-        raise ValueError("the checkpoint names no dataset; pass --dataset NAME (a prepare_data.py dataset)")
-    meta = load_meta(os.path.join(args.data_dir, dataset))
+        raise ValueError("the checkpoint names no dataset; pass --dataset NAME (a prepare_data.py dataset) or "
+                         "--tokenizer gpt2")
+    tokenizer = args.tokenizer or ("gpt2" if dataset == "openwebtext" and not args.dataset else None)
+    meta = (tokenizer_meta(tokenizer, dataset) if tokenizer
+            else load_meta(os.path.join(args.data_dir, dataset)))
     ckpt, notes = convert(official, meta, dataset, args.data_dir, args.out_dir, args.path)
 
     os.makedirs(args.out_dir, exist_ok=True)
@@ -309,8 +371,10 @@ def main(argv=None):
     print(f"converted {args.path} (official {ckpt['converted_from']['query_mode']}, iter {ckpt['iter_num']}) "
           f"-> {ckpt_path} (nlq {m['query_mode']}, {m['n_layer']} layers x {m['n_embd']}, {m['n_head']} "
           f"heads, attn_scale {m['attn_scale']:.6g})")
-    print(f"dataset: {os.path.join(args.data_dir, dataset)} ({meta['tokenizer']}, vocab {meta['vocab_size']} "
-          f"in an embedding of {m['vocab_size']})")
+    where = (f"tokenizer {meta['tokenizer']} (no dataset read; train.py and eval.py's loss will use "
+             f"{os.path.join(args.data_dir, dataset)})" if tokenizer
+             else f"dataset: {os.path.join(args.data_dir, dataset)} ({meta['tokenizer']}")
+    print(f"{where}, vocab {meta['vocab_size']} in an embedding of {m['vocab_size']}" + ("" if tokenizer else ")"))
     print("\n".join(notes))
     print(f"next: python sample.py --out_dir={args.out_dir}\n"
           f"      python eval.py --out_dir={args.out_dir}\n"
@@ -321,5 +385,5 @@ def main(argv=None):
 if __name__ == "__main__":
     try:
         main()
-    except (FileNotFoundError, ValueError) as e:
+    except (FileNotFoundError, ValueError, DataError) as e:  # DataError: GPT-2's BPE files (--bpe_dir)
         sys.exit(f"error: {e}; nothing was written")

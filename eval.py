@@ -19,18 +19,23 @@ HellaSwag (Zellers et al. 2019, arXiv 1905.07830), instead of the loss:
 
     python eval.py --out_dir=out/owt --hellaswag=hellaswag_val.jsonl     # 10,042 examples
 
-Zero-shot, completion-style scoring: each of the 4 endings is appended to the context with a space;
-its score is the summed log-probability of the ending's tokens given everything before them. acc counts the
-examples whose highest score is the labelled ending; acc_norm does the same with each score divided by its
-ending's token count (lm-evaluation-harness divides by the ending's characters instead). A context plus ending
-longer than block_size + 1 tokens loses context tokens from the left; an ending longer than block_size is
-scored on its last block_size tokens. The file is the public hellaswag_val.jsonl (Zellers et al.'s
+Zero-shot, completion-style scoring of exactly lm-evaluation-harness's text and metrics (its hellaswag task,
+lm_eval/tasks/hellaswag/utils.py; tests/test_lm_eval.py checks that both give the same numbers): the context is
+activity_label + ": " + ctx_a + " " + ctx_b.capitalize(), and it and the 4 endings are cleaned of the WikiHow
+markers ([title], [header], [step], ...) by harness_preprocess. Each ending, with a space before it, is scored
+by the summed log-probability of its tokens given everything before them, tokenised as the harness does
+(context + ending encoded whole, the ending's tokens = what follows the context's own encoding). acc counts
+the examples whose highest score is the labelled ending; acc_norm does the same with each score divided by
+the length of the cleaned ending in characters. A context plus ending longer than block_size + 1 tokens loses
+context tokens from the left; an ending longer than block_size is scored on its last block_size tokens. The
+file is the public hellaswag_val.jsonl (Zellers et al.'s
 https://raw.githubusercontent.com/rowanz/hellaswag/master/data/hellaswag_val.jsonl).
 """
 import argparse
 import json
 import math
 import os
+import re
 import sys
 
 import numpy as np
@@ -127,13 +132,25 @@ def table(r):
 
 
 # --------------------------------------------------------------------------------------------- HellaSwag
-def read_hellaswag(path, limit=None):
-    """The examples of a HellaSwag .jsonl file: fields ctx, endings and label (others are ignored).
+def harness_preprocess(text):
+    """lm-evaluation-harness's HellaSwag text cleaning (lm_eval/tasks/hellaswag/utils.py, preprocess): strip,
+    " [title]" -> ". ", drop every [...] marker, then double spaces -> one."""
+    text = text.strip().replace(" [title]", ". ")
+    return re.sub("\\[.*?\\]", "", text).replace("  ", " ")
 
-    Returns [(line number, ctx, [4 endings], label 0..3)], blank lines skipped, only the first `limit` if
-    given. label may be an int or a string of one ('2', as in the Hugging Face copy). FileNotFoundError (with
-    the download address) if the file is missing or a folder; ValueError naming the line for anything
-    malformed (text that is not UTF-8 included), or for a file of no examples.
+
+HELLASWAG_FIELDS = ("activity_label", "ctx_a", "ctx_b", "endings", "label")
+
+
+def read_hellaswag(path, limit=None):
+    """The examples of a HellaSwag .jsonl file, as lm-evaluation-harness builds them from the fields
+    activity_label, ctx_a, ctx_b, endings and label (others are ignored).
+
+    Returns [(line number, context, [4 endings], label 0..3)] with context = harness_preprocess(activity_label
+    + ": " + ctx_a + " " + ctx_b.capitalize()) and the endings harness_preprocess-ed; blank lines skipped, only
+    the first `limit` if given. label may be an int or a string of one ('2', as in the Hugging Face copy).
+    FileNotFoundError (with the download address) if the file is missing or a folder; ValueError naming the
+    line for anything malformed (text that is not UTF-8 included), or for a file of no examples.
     """
     if not os.path.isfile(path):
         problem = "is a folder" if os.path.isdir(path) else "not found"
@@ -153,20 +170,21 @@ def read_hellaswag(path, limit=None):
             continue
         try:
             ex = json.loads(line)
-            ctx, endings, label = ex["ctx"], ex["endings"], ex["label"]
+            activity, ctx_a, ctx_b, endings, label = (ex[k] for k in HELLASWAG_FIELDS)
         except (ValueError, KeyError, TypeError) as e:
-            raise ValueError(f"{path}:{n}: expected a JSON object with fields ctx, endings and label "
+            raise ValueError(f"{path}:{n}: expected a JSON object with fields {', '.join(HELLASWAG_FIELDS)} "
                              f"({type(e).__name__}: {e})") from None
         label = int(label) if isinstance(label, str) and label.isdigit() else label
-        if not (isinstance(ctx, str) and ctx.strip()):
-            raise ValueError(f"{path}:{n}: ctx must be a non-empty string, got {ctx!r}")
+        if not all(isinstance(t, str) for t in (activity, ctx_a, ctx_b)):
+            raise ValueError(f"{path}:{n}: activity_label, ctx_a and ctx_b must be strings")
+        ctx = harness_preprocess(activity + ": " + ctx_a + " " + ctx_b.capitalize())
         if not (isinstance(endings, list) and len(endings) == 4
                 and all(isinstance(e, str) for e in endings)):
             raise ValueError(f"{path}:{n}: endings must be a list of 4 strings, got {endings!r}")
         if type(label) is not int or not 0 <= label < 4:
             raise ValueError(f"{path}:{n}: label must be 0, 1, 2 or 3 (the correct ending), "
                              f"got {label!r}")
-        examples.append((n, ctx, endings, label))
+        examples.append((n, ctx, [harness_preprocess(e) for e in endings], label))
         if limit is not None and len(examples) == limit:
             break
     if not examples:
@@ -174,18 +192,30 @@ def read_hellaswag(path, limit=None):
     return examples
 
 
+def harness_pair(encode, context, continuation):
+    """(context ids, continuation ids) as lm-evaluation-harness splits them (lm_eval/api/model.py,
+    _encode_pair): trailing spaces of the context move to the continuation, the two are encoded as one text,
+    and the continuation's ids are what follows the context's own encoding."""
+    n_spaces = len(context) - len(context.rstrip())
+    if n_spaces:
+        context, continuation = context[:-n_spaces], context[-n_spaces:] + continuation
+    context_ids = list(encode(context))
+    return context_ids, list(encode(context + continuation))[len(context_ids):]
+
+
 def hellaswag_rows(examples, encode, block_size, path=""):
     """Token rows of each example's 4 completions -> ([[(ids, n_scored) x 4], ...], number cropped).
 
-    ids = encode(ctx) + encode(" " + ending), cropped from the left to block_size + 1 tokens (counted as
-    cropped); the model reads ids[:-1] and is scored on its predictions of the last n_scored tokens, the
-    ending's (at most block_size). ValueError naming the line if the tokenizer cannot encode the text.
+    ids = context ids + ending ids of harness_pair(context, " " + ending), cropped from the left to
+    block_size + 1 tokens (counted as cropped); the model reads ids[:-1] and is scored on its predictions of
+    the last n_scored tokens, the ending's (at most block_size). ValueError naming the line if the tokenizer
+    cannot encode the text.
     """
     rows, cropped = [], 0
     for n, ctx, endings, _ in examples:
         try:
-            ctx_ids = list(encode(ctx))
-            ending_ids = [list(encode(" " + e)) for e in endings]
+            pairs = [harness_pair(encode, ctx, " " + e) for e in endings]
+            ctx_ids, ending_ids = pairs[0][0], [e for _, e in pairs]
         except ValueError as e:
             raise ValueError(f"{path}:{n}: {e}; HellaSwag needs a tokenizer that encodes any text "
                              f"(gpt2 or byte)") from None
@@ -221,8 +251,9 @@ def score_hellaswag(model, ctx, rows, batch_size, device):
 
 
 def hellaswag_metrics(scores, counts, labels):
-    """acc and acc_norm (scores / counts) with their standard errors, the sample std of the 0/1 outcomes over
-    sqrt(n) as lm-evaluation-harness reports it: sqrt(p (1 - p) / (n - 1)), nan for n = 1."""
+    """acc and acc_norm (scores / counts: the endings' lengths in characters, as lm-evaluation-harness
+    normalises) with their standard errors, the sample std of the 0/1 outcomes over sqrt(n) as the harness
+    reports it: sqrt(p (1 - p) / (n - 1)), nan for n = 1."""
     n, out = len(labels), {"examples": len(labels)}
     for name, s in (("acc", scores), ("acc_norm", scores / counts)):
         p = float(np.mean(np.argmax(s, axis=1) == labels))
@@ -235,13 +266,13 @@ def hellaswag(out_dir, path, device="cpu", dtype=None, batch_size=8, data_dir=No
     stderrs and `cropped` (completions that lost context tokens to block_size). The file is read and
     tokenised completely before the model runs, so a bad line fails at once."""
     examples = read_hellaswag(path, limit)
-    model, ckpt, meta, _ = load_checkpoint(out_dir, "cpu", data_dir)
+    model, ckpt, meta, _ = load_checkpoint(out_dir, "cpu", data_dir, need_data=False)
     encode, _ = get_codec(meta, bpe_dir)
     rows, cropped = hellaswag_rows(examples, encode, model.config.block_size, path)
     device, device_type, ptdtype = resolve_device({"device": device,
                                                    "dtype": dtype or ckpt["config"]["dtype"]})
     scores = score_hellaswag(model.to(device), autocast(device_type, ptdtype), rows, batch_size, device)
-    counts = np.array([[n for _, n in example] for example in rows], dtype=np.float64)
+    counts = np.array([[len(e) for e in endings] for _, _, endings, _ in examples], dtype=np.float64)
     labels = np.array([label for *_, label in examples])
     return dict(out_dir=out_dir, iter=ckpt["iter_num"], hellaswag=path, cropped=cropped,
                 **hellaswag_metrics(scores, counts, labels), dtype=str(ptdtype).replace("torch.", ""))

@@ -28,6 +28,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
+# GPTConfig.activation -> F.gelu's approximate argument: exact erf GELU, or GPT-2's tanh approximation
+GELU_APPROXIMATE = {"gelu": "none", "gelu_tanh": "tanh"}
 # Dense bf16 peak FLOP/s by device-name substring, most specific first. Unknown devices get no MFU at all.
 PEAK_FLOPS = (("H100 PCIe", 756e12), ("H100", 989e12), ("H200", 989e12), ("H800", 989e12),
               ("A100", 312e12), ("A800", 312e12))
@@ -51,6 +53,8 @@ class GPTConfig:
     dropout: float = 0.0
     bias: bool = False                # biases in Linear and LayerNorm layers
     tie_weights: bool = True          # share the token embedding with the LM head
+    activation: str = "gelu"          # the MLP's GELU: gelu (exact, erf) | gelu_tanh (GPT-2's tanh approximation,
+    #                                   for imported GPT-2 weights); f's GELU is always the exact one
     flash: bool = True                # F.scaled_dot_product_attention; False = plain matmul-softmax
     #                                   (same maths)
     data_vocab_size: Optional[int] = None  # the tokenizer's vocabulary; generate() never returns ids >= it
@@ -75,6 +79,8 @@ class GPTConfig:
         if self.n_embd % self.n_head != 0:
             raise ValueError(f"n_embd={self.n_embd} is not divisible by n_head={self.n_head}; "
                              f"pick n_embd as a multiple of n_head")
+        if self.activation not in GELU_APPROXIMATE:
+            raise ValueError(f"activation={self.activation!r}; use {' or '.join(GELU_APPROXIMATE)}")
         if not 0 <= self.dropout < 1:
             raise ValueError(f"dropout={self.dropout} must be in [0, 1)")
         if self.attn_scale is not None and not (self.attn_scale > 0 and math.isfinite(self.attn_scale)):
@@ -306,10 +312,11 @@ class MLP(nn.Module):
         self.c_fc = nn.Linear(cfg.n_embd, cfg.mlp_hidden, bias=cfg.bias)
         self.c_proj = nn.Linear(cfg.mlp_hidden, cfg.n_embd, bias=cfg.bias)
         self.dropout = nn.Dropout(cfg.dropout)
+        self.approximate = GELU_APPROXIMATE[cfg.activation]
 
     def forward(self, x):
         """(B, T, C) -> (B, T, C)."""
-        return self.dropout(self.c_proj(F.gelu(self.c_fc(x))))
+        return self.dropout(self.c_proj(F.gelu(self.c_fc(x), approximate=self.approximate)))
 
 
 class Block(nn.Module):

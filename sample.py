@@ -40,12 +40,13 @@ def dataset_dir(cfg, data_dir=None):
                             f"or prepare it with prepare_data.py")
 
 
-def load_checkpoint(out_dir, device="cpu", data_dir=None):
+def load_checkpoint(out_dir, device="cpu", data_dir=None, need_data=True):
     """out_dir/ckpt.pt -> (model in eval mode on device, checkpoint dict, meta dict, dataset folder).
 
     FileNotFoundError naming the path and how to make a checkpoint if there is none; ValueError if the weights
     are not finite (a diverged run), or if the checkpoint records its dataset's meta.json (dataset_meta) and
-    the dataset found now differs from it.
+    the dataset found now differs from it. need_data=False: a checkpoint that records only its tokenizer
+    (convert.py official --tokenizer) needs no dataset; its dataset folder is then None.
     """
     path = os.path.join(out_dir, "ckpt.pt")
     if not os.path.isfile(path):
@@ -53,7 +54,13 @@ def load_checkpoint(out_dir, device="cpu", data_dir=None):
                                 f"python train.py config/shakespeare_char.py --out_dir={out_dir}")
     ckpt = read_checkpoint(path)  # onto the CPU first: works for a checkpoint written on any device
     model = model_from_checkpoint(ckpt, path).to(device)
-    data = dataset_dir(ckpt["config"], data_dir)
+    saved = ckpt.get("dataset_meta") or {}
+    try:
+        data = dataset_dir(ckpt["config"], data_dir)
+    except FileNotFoundError:
+        if need_data or not saved.get("tokenizer_only"):
+            raise
+        return model, ckpt, saved, None
     meta = load_meta(data)
     if "dataset_meta" in ckpt:  # older checkpoints lack it
         check_same_dataset(ckpt["dataset_meta"], meta, data)
@@ -128,7 +135,7 @@ def main(argv=None):
     """Print the samples, separated by lines of dashes; returns them as a list of str."""
     args = parse_args(argv)
     device, _, _ = resolve_device({"device": args.device, "dtype": "float32"})  # clear error if absent
-    model, _, meta, _ = load_checkpoint(args.out_dir, device, args.data_dir)
+    model, _, meta, _ = load_checkpoint(args.out_dir, device, args.data_dir, need_data=False)
     encode, decode = get_codec(meta, args.bpe_dir)
     texts = generate(model, meta, encode, decode, args.start, args.num_samples, args.max_new_tokens,
                      args.temperature, args.top_k, args.seed, device, not args.no_cache)

@@ -71,7 +71,7 @@ def get_lr(it, cfg, decay_iters=None):
 
 # --------------------------------------------------------------------------------------- resume, logs
 def checkpoint_to_resume(cfg, model_cfg, ckpt_path):
-    """The checkpoint to resume from, or None for init_from=scratch.
+    """The checkpoint to resume from, or None for init_from=scratch (or GPT-2's weights).
 
     ValueError if out_dir is a file or cannot be written, a scratch run would overwrite a checkpoint, or a
     resumed run asks for other model settings, another dataset or another lr_schedule than its checkpoint's.
@@ -83,7 +83,7 @@ def checkpoint_to_resume(cfg, model_cfg, ckpt_path):
     except OSError as e:
         raise ValueError(f"cannot write to out_dir {cfg['out_dir']} ({e.strerror or e}); choose a writable "
                          f"folder") from e
-    if cfg["init_from"] == "scratch":
+    if cfg["init_from"] != "resume":
         if os.path.exists(ckpt_path):  # never overwrite a trained model by accident
             raise ValueError(f"{ckpt_path} exists; continue it with --init_from=resume, or pick a new "
                              f"out_dir (or delete the old run) to start from scratch")
@@ -366,10 +366,19 @@ def train(cfg):
 
     # -- model, optimizer, and the checkpoint to resume from -------------------------------------------------
     ckpt_path = os.path.join(cfg["out_dir"], "ckpt.pt")
+    gpt2_weights = None
+    if cfg["init_from"] not in ("scratch", "resume"):  # GPT-2 (hf.py): its shape sets the model keys
+        import hf
+        gpt2_weights, gpt2_config = hf.load_gpt2(cfg["init_from"])
+        settings, notes = hf.gpt2_settings(gpt2_config, cfg, meta)
+        cfg.update(settings)
+        log("\n".join(notes))
     model_cfg = model_config(cfg, meta["vocab_size"])
     ckpt = checkpoint_to_resume(cfg, model_cfg, ckpt_path)
     torch.manual_seed(cfg["seed"])  # the same initial weights for every rank and every run with this seed
     raw_model = GPT(model_cfg)
+    if gpt2_weights is not None:
+        hf.load_gpt2_weights(raw_model, gpt2_weights)
     log(raw_model.param_table())
     if cfg["fsdp"]:
         shard_model(raw_model, device_type, ptdtype)  # in place; moves each unit's shard to the device

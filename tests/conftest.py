@@ -4,9 +4,12 @@ Tests that need real data read it from tests/data, shipped with the repository (
 tests/data/PROVENANCE.md), so a fresh clone runs the whole suite with no network and nothing outside it.
 A missing file fails the tests that need it, naming the file: a skipped data test is a test that did not run.
 """
+import atexit
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -14,6 +17,12 @@ import pytest
 # The test models are tiny: one thread per process is faster than several and keeps torchrun's two
 # processes from oversubscribing a 2-core machine. Set before torch is imported by the test modules.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+# Hugging Face libraries (tests/test_hf*.py) never reach the network, and keep their caches (datasets, the
+# remote-code modules of exported models) in a folder of this session. Set before they are imported.
+os.environ.update(HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
+if "HF_HOME" not in os.environ:
+    os.environ["HF_HOME"] = tempfile.mkdtemp(prefix="nlq_tests_hf_home_")
+    atexit.register(shutil.rmtree, os.environ["HF_HOME"], ignore_errors=True)
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # import model, train, prepare_data as top-level modules

@@ -370,7 +370,8 @@ def test_ctrl_c_during_an_evaluation_is_one_line_and_writes_nothing(tmp_path):
     make_dataset(tmp_path / "data", tokenizer="byte")  # HellaSwag needs a space
     out = tmp_path / "out"
     train.train(tiny_cfg(tmp_path / "data", out, max_iters=0))
-    example = json.dumps({"ctx": "0123", "endings": ["45", "67", "89", "::"], "label": 0})
+    example = json.dumps({"activity_label": "0", "ctx_a": "12", "ctx_b": "3", "endings": ["45", "67", "89", "::"],
+                          "label": 0})
     (tmp_path / "hs.jsonl").write_text((example + "\n") * 20000)
     proc = interruptible([sys.executable, "eval.py", f"--out_dir={out}", "--batch_size=1",
                           f"--hellaswag={tmp_path / 'hs.jsonl'}", f"--json={tmp_path / 'r.json'}"])

@@ -244,7 +244,13 @@ def test_an_nlq_checkpoint_needs_no_conversion(converted, data_dir, tmp_path):
 def test_dataset_must_exist_and_fit_the_vocabulary(official, data_dir, tmp_path):
     src, out = str(official / "original" / "ckpt.pt"), tmp_path / "out"
     with pytest.raises(FileNotFoundError, match=r"openwebtext.meta.json not found.*prepare_data.py"):
-        convert.main(["official", src, f"--out_dir={out}", f"--data_dir={data_dir}"])  # its dataset: none
+        convert.main(["official", src, f"--out_dir={out}", f"--data_dir={data_dir}", "--dataset=openwebtext"])
+    # its config's dataset is openwebtext: GPT-2's tokenizer by default, whose 50257 ids do not fit 96 rows
+    with pytest.raises(ValueError, match=r"vocabulary \(50257 tokens\) does not fit the checkpoint's "
+                                         r"embedding \(96 rows\).*--tokenizer"):
+        convert.main(["official", src, f"--out_dir={out}", f"--data_dir={data_dir}"])
+    with pytest.raises(ValueError, match=r"pass --tokenizer .* or --dataset .*, not both"):
+        convert.main(["official", src, f"--out_dir={out}", "--dataset=shakespeare_char", "--tokenizer=gpt2"])
     (tmp_path / "bytes").mkdir()  # a byte-level dataset: 256 token ids, more than the 96-row embedding
     np.arange(100, dtype=np.uint16).tofile(tmp_path / "bytes" / "train.bin")
     np.arange(100, dtype=np.uint16).tofile(tmp_path / "bytes" / "val.bin")
@@ -265,3 +271,47 @@ def test_an_existing_run_is_never_overwritten(official, data_dir, tmp_path):
                       "--dataset=shakespeare_char", f"--data_dir={data_dir}"])
     assert [p.name for p in out.iterdir()] == ["ckpt.pt"]
     assert (out / "ckpt.pt").read_bytes() == b"an earlier run"
+
+
+# ----------------------------------------------------------------------------- GPT-2's vocabulary, no dataset
+def gpt2_vocab_checkpoint(official, path):
+    """The official `original` checkpoint with GPT-2's padded vocabulary (50304 rows), as the shared fixtures
+    were made (PROVENANCE.md): the same layout, a random embedding (tied: lm_head too), its AdamW moments
+    resized, model_args' vocab_size 50304; its config names openwebtext."""
+    ckpt = torch.load(official / "original" / "ckpt.pt", weights_only=True)
+    wte = torch.randn(50304, 64, generator=torch.Generator().manual_seed(0)) * 0.02
+    ckpt["model"]["_orig_mod.transformer.wte.weight"] = wte
+    ckpt["model"]["_orig_mod.lm_head.weight"] = wte
+    ckpt["model_args"]["vocab_size"] = 50304
+    first = ckpt["optimizer"]["param_groups"][0]["params"][0]  # wte: the first decayed parameter
+    ckpt["optimizer"]["state"][first].update(exp_avg=torch.zeros(50304, 64), exp_avg_sq=torch.zeros(50304, 64))
+    assert ckpt["config"]["dataset"] == "openwebtext"
+    torch.save(ckpt, path)
+    return wte
+
+
+def test_a_gpt2_vocabulary_checkpoint_converts_without_a_dataset(official, shipped_data, tmp_path):
+    wte = gpt2_vocab_checkpoint(official, tmp_path / "owt.pt")
+    out, nowhere = tmp_path / "run", tmp_path / "no_data"
+    convert.main(["official", str(tmp_path / "owt.pt"), f"--out_dir={out}", f"--data_dir={nowhere}"])
+    ckpt = common.load_checkpoint(str(out / "ckpt.pt"))
+    assert ckpt["dataset_meta"] == dict(name="openwebtext", tokenizer="gpt2", vocab_size=50257, dtype="uint16",
+                                        eot_token=50256, tokenizer_only=True)
+    assert (ckpt["model_args"]["vocab_size"], ckpt["model_args"]["data_vocab_size"]) == (50304, 50257)
+    assert torch.equal(ckpt["model"]["transformer.wte.weight"], wte)
+    assert not nowhere.exists()
+    # sample.py decodes with GPT-2's BPE: the text is the prompt plus the greedy ids, decoded
+    bpe = str(shipped_data / "gpt2")
+    texts = sample.main(["--out_dir", str(out), "--start", "Hello world", "--max_new_tokens", "8",
+                         "--temperature", "0", "--bpe_dir", bpe])
+    enc = prepare_data.gpt2_encoding(bpe)
+    model = common.model_from_checkpoint(ckpt, "")
+    ids = model.generate(torch.tensor([enc.encode_ordinary("Hello world")]), 8, temperature=0)[0].tolist()
+    assert max(ids) < 50257 and texts == [enc.decode(ids)] and texts[0].startswith("Hello world")
+    # the loss needs the dataset, and says so; once it is prepared, train.py accepts it (no hashes recorded)
+    with pytest.raises(FileNotFoundError, match=r"dataset 'openwebtext' of the checkpoint not found"):
+        nlq_eval.evaluate(str(out))
+    common.check_same_dataset(ckpt["dataset_meta"], dict(tokenizer="gpt2", vocab_size=50257,
+                                                         sha256={"train.bin": "ab"}), "data/openwebtext")
+    with pytest.raises(ValueError, match=r"tokenizer: 'gpt2' at training, 'char' now"):
+        common.check_same_dataset(ckpt["dataset_meta"], dict(tokenizer="char", vocab_size=50257), "d")

@@ -1,4 +1,5 @@
-"""eval.py --hellaswag: scores vs a hand computation with the model; acc, acc_norm; bad files."""
+"""eval.py --hellaswag: the harness's text, scores vs a hand computation with the model; acc, acc_norm (per
+character); bad files."""
 import json
 import math
 
@@ -13,13 +14,21 @@ import train
 from test_sample_eval import TEXT, small_cfg
 
 EXAMPLES = [  # byte-level: short ones fit block_size 32, the long ones lose context (and ending) tokens
-    dict(ctx="the quick brown", endings=["fox", "dog", "jugs", "box"], label=0),
-    dict(ctx="pack my box with", endings=["five dozen", "liquor", "the lazy dog", "q"], label=0),
-    dict(ctx="the quick brown fox jumps over the lazy dog; pack my box with five",
-         endings=["dozen liquor jugs.", "foxes", "brown", "the quick brown fox jumps over"], label=0),
-    dict(ctx="jumps over the", endings=["lazy dog", "quick fox", "box", "five"], label=2, ind=7),
-    dict(ctx="a", endings=["b", "c", "d", "e"], label="3"),  # label as a string, as in the HF copy
+    dict(activity_label="Fox", ctx_a="the quick", ctx_b="brown", endings=["fox", "dog", "jugs", "box"], label=0),
+    dict(activity_label="Box", ctx_a="pack", ctx_b="box [step] with",  # WikiHow markers, cleaned
+         endings=["five dozen", "liquor [title] jugs", "lazy dog", "q"], label=0),
+    dict(activity_label="Pangram", ctx_a="the quick brown fox jumps over the lazy dog;",
+         ctx_b="pack my box with five", endings=["dozen liquor jugs.", "foxes", "brown", "the quick brown fox jumps over"], label=0),
+    dict(activity_label="Dog", ctx_a="jumps over", ctx_b="the", endings=["lazy dog", "quick fox", "box", "five"],
+         label=2, ind=7),
+    dict(activity_label="A", ctx_a="", ctx_b="a", endings=["b", "c", "d", "e"], label="3"),  # label: a string
 ]
+# the harness's text: activity_label + ": " + ctx_a + " " + ctx_b.capitalize(), markers cleaned
+CONTEXTS = ["Fox: the quick Brown", "Box: pack Box with",
+            "Pangram: the quick brown fox jumps over the lazy dog; Pack my box with five", "Dog: jumps over The",
+            "A: A"]
+ENDINGS_CLEAN = [ex["endings"] for ex in EXAMPLES]
+ENDINGS_CLEAN[1] = ["five dozen", "liquor. jugs", "lazy dog", "q"]
 
 
 @pytest.fixture(scope="module")
@@ -59,9 +68,10 @@ def test_scores_match_a_hand_computation(ckpt):
     out, path = ckpt
     model, *_ = sample.load_checkpoint(str(out))
     examples = nlq_eval.read_hellaswag(str(path))
+    assert [ex[1] for ex in examples] == CONTEXTS and [ex[2] for ex in examples] == ENDINGS_CLEAN
     encode, _ = prepare_data.get_codec(dict(tokenizer="byte"))
     rows, cropped = nlq_eval.hellaswag_rows(examples, encode, 32)
-    hand = [[by_hand(model, ex["ctx"], e) for e in ex["endings"]] for ex in EXAMPLES]
+    hand = [[by_hand(model, c, e) for e in endings] for c, endings in zip(CONTEXTS, ENDINGS_CLEAN)]
     assert [[n for _, n in ex] for ex in rows] == [[n for _, n in ex] for ex in hand]
     assert hand[2][0][1] == 19 and hand[2][3][1] == 31 and hand[0][0][1] == 4  # cropped / whole endings
     assert cropped == 4  # example 3: 65 context bytes + each ending > 33
@@ -74,10 +84,11 @@ def test_scores_match_a_hand_computation(ckpt):
 def test_acc_and_acc_norm_with_standard_errors(ckpt, capsys):
     out, path = ckpt
     model, *_ = sample.load_checkpoint(str(out))
-    hand = np.array([[by_hand(model, ex["ctx"], e) for e in ex["endings"]] for ex in EXAMPLES])  # (5, 4, 2)
+    hand = np.array([[by_hand(model, c, e) for e in endings] for c, endings in zip(CONTEXTS, ENDINGS_CLEAN)])
     labels = np.array([0, 0, 0, 2, 3])
     acc = np.mean(hand[:, :, 0].argmax(1) == labels)
-    acc_norm = np.mean((hand[:, :, 0] / hand[:, :, 1]).argmax(1) == labels)
+    chars = np.array([[len(e) for e in endings] for endings in ENDINGS_CLEAN])  # the harness: per character
+    acc_norm = np.mean((hand[:, :, 0] / chars).argmax(1) == labels)
     r = nlq_eval.main(["--out_dir", str(out), "--hellaswag", str(path), "--batch_size", "2"])
     assert (r["examples"], r["cropped"]) == (5, 4)
     assert r["acc"] == pytest.approx(acc) and r["acc_norm"] == pytest.approx(acc_norm)
@@ -106,16 +117,26 @@ def test_gpt2_endings_are_joined_with_a_space(shipped_data):
     ending = [339, 4940, 10427, 510, 9753, 278, 13]  # ' he' ' starts' ' pulling' ' up' ' roof' 'ing' '.'
     assert ids == enc.encode_ordinary("A man is sitting on a roof.") + ending and n == 7
     assert enc.decode(ending) == " he starts pulling up roofing."
+    # the harness moves a context's trailing spaces to the ending, then splits the whole text's tokens
+    assert nlq_eval.harness_pair(enc.encode_ordinary, "A man is ", "sitting") == \
+        (enc.encode_ordinary("A man is"), enc.encode_ordinary(" sitting"))
 
 
-ENDINGS = '"endings": ["b", "c", "d", "e"]'
+def line(**fields):
+    ex = dict(activity_label="A", ctx_a="a", ctx_b="b", endings=["b", "c", "d", "e"], label=0)
+    ex.update(fields)
+    return json.dumps({k: v for k, v in ex.items() if v is not None}) + "\n"
+
+
 BAD_FILES = {
-    "not json": (f'{{"ctx": "a", {ENDINGS}, "label": 0}}\n{{oops\n', ":2: expected a JSON object"),
-    "no label": (f'{{"ctx": "a", {ENDINGS}}}\n', ":1: expected a JSON object with fields ctx, endings and "
-                                               "label (KeyError"),
-    "3 endings": ('\n{"ctx": "a", "endings": ["b", "c", "d"], "label": 0}\n', ":2: endings must be a list"),
-    "label 4": (f'{{"ctx": "a", {ENDINGS}, "label": 4}}\n', ":1: label must be 0, 1, 2 or 3"),
-    "empty ctx": (f'{{"ctx": " ", {ENDINGS}, "label": 1}}\n', ":1: ctx must be a non-empty string"),
+    "not json": (line() + "{oops\n", ":2: expected a JSON object"),
+    "no label": (line(label=None), ":1: expected a JSON object with fields activity_label, ctx_a, ctx_b, "
+                                   "endings, label (KeyError"),
+    "no ctx_b (ctx only)": ('{"ctx": "a", "endings": ["b", "c", "d", "e"], "label": 0}\n',
+                            ":1: expected a JSON object with fields activity_label"),
+    "3 endings": ("\n" + line(endings=["b", "c", "d"]), ":2: endings must be a list"),
+    "label 4": (line(label=4), ":1: label must be 0, 1, 2 or 3"),
+    "ctx_a a number": (line(ctx_a=3), ":1: activity_label, ctx_a and ctx_b must be strings"),
     "empty file": ("\n", " holds no examples"),
 }
 

@@ -255,7 +255,7 @@ def test_bad_checkpoints_and_mismatched_resume(data_dir, tmp_path):
     ("--n_head=0", "n_head=0 must be a positive integer"),
     ("--mlp_hidden=0", "mlp_hidden=0 must be a positive integer"),
     ("--dropout=1.5", "dropout=1.5 must be in"),
-    ("--init_from=gpt2", "init_from='gpt2'; use scratch or resume"),
+    ("--init_from=gpt5", "init_from='gpt5'; use scratch or resume, a GPT-2 (gpt2, gpt2-medium"),
 ])
 def test_out_of_range_settings_fail_before_any_run(override, message):
     with pytest.raises(ValueError, match=message.replace("(", "\\(").replace(")", "\\)")):

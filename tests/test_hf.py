@@ -1,0 +1,205 @@
+"""hf.py, convert.py hf and init_from=gpt2: nlq -> transformers -> the same logits and greedy tokens, for every
+query mode, with and without biases, tied and untied; a transformers GPT-2 -> nlq (train.py --init_from=DIR)
+exactly; the exported tokenizers encode as nlq's do. Tiny random models, saved locally; no network
+(conftest.py sets the Hugging Face libraries offline)."""
+import json
+import os
+
+import numpy as np
+import pytest
+import torch
+
+import common
+import convert
+import hf
+import prepare_data
+import sample
+import train
+from model import GPT, GPTConfig, QUERY_MODES
+from test_sample_eval import TEXT, small_cfg
+
+
+def random_gpt(seed=0, **kw):
+    """A tiny nlq GPT in eval mode with random weights everywhere (LayerNorm gains and biases too)."""
+    torch.manual_seed(seed)
+    cfg = dict(block_size=16, vocab_size=64, data_vocab_size=60, n_layer=2, n_head=2, n_embd=16)
+    model = GPT(GPTConfig(**{**cfg, **kw})).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.2 * torch.randn_like(p))
+    return model
+
+
+def load_hf(folder):
+    import transformers
+    return transformers.AutoModelForCausalLM.from_pretrained(str(folder), trust_remote_code=True).eval()
+
+
+def nlq_logits(model, x):
+    with torch.no_grad():
+        return model(x, targets=x)[0]  # all positions
+
+
+BYTE_META = dict(tokenizer="byte", vocab_size=256)
+
+
+# ------------------------------------------------------------------------------------------------ export
+@pytest.mark.parametrize("mode", QUERY_MODES)
+def test_export_computes_the_same_logits_and_greedy_tokens(mode, tmp_path):
+    for bias in (False, True):
+        for tie in (True, False):
+            model = random_gpt(query_mode=mode, bias=bias, tie_weights=tie)
+            notes = hf.export(model, BYTE_META, str(tmp_path / f"{bias}{tie}"))
+            h = load_hf(tmp_path / f"{bias}{tie}")
+            # linear at the standard scale is GPT-2 itself; the other modes carry nlq's code
+            want = "GPT2LMHeadModel" if mode == "linear" else "NlqForCausalLM"
+            assert type(h).__name__ == want, notes
+            assert (tmp_path / f"{bias}{tie}" / hf.MODELING_FILE).exists() == (mode != "linear")
+            x = torch.randint(0, 60, (3, 16), generator=torch.Generator().manual_seed(1))
+            with torch.no_grad():
+                out = h(x).logits
+            assert out.shape == (3, 16, 64)
+            assert (out - nlq_logits(model, x)).abs().max().item() <= 1e-5, (mode, bias, tie)
+            # greedy decoding: the same tokens; neither picks the embedding's padding rows (ids 60..63)
+            prompt = x[:2, :4]
+            want_ids = model.generate(prompt, 10, temperature=0)
+            got = h.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=10,
+                             do_sample=False)
+            assert got.tolist() == want_ids.tolist(), (mode, bias, tie)
+
+
+def test_export_gelu_tanh_and_other_scales(tmp_path):
+    """gelu_tanh exports as gelu_pytorch_tanh (the same F.gelu call); a linear model at another scale, or with
+    qk_norm, needs nlq's code, and --code=gpt2 says why; --code=nlq writes nlq's code for any model."""
+    model = random_gpt(activation="gelu_tanh", bias=True)
+    hf.export(model, BYTE_META, str(tmp_path / "tanh"))
+    assert json.loads((tmp_path / "tanh" / "config.json").read_text())["activation_function"] == \
+        "gelu_pytorch_tanh"
+    x = torch.randint(0, 60, (2, 16))
+    h = load_hf(tmp_path / "tanh")
+    assert (h(x).logits - nlq_logits(model, x)).abs().max().item() <= 1e-5
+    for kw, why in ((dict(attn_scale=0.1), r"attn_scale 0.1 \(GPT-2 uses 1/sqrt\(head_dim\) = 0.353553\)"),
+                    (dict(qk_norm=True), r"qk_norm \(GPT-2 has none\)")):
+        model = random_gpt(**kw)
+        with pytest.raises(ValueError, match=r"cannot be a plain GPT2LMHeadModel: " + why + r".*--code=auto"):
+            hf.export(model, BYTE_META, str(tmp_path / "plain"), code="gpt2")
+        assert not (tmp_path / "plain").exists()
+        hf.export(model, BYTE_META, str(tmp_path / "own"))
+        h = load_hf(tmp_path / "own")
+        assert type(h).__name__ == "NlqForCausalLM"
+        assert (h(x).logits - nlq_logits(model, x)).abs().max().item() <= 1e-5
+        os.rename(tmp_path / "own", tmp_path / f"done{len(kw)}{kw.get('qk_norm')}")
+    model = random_gpt()
+    hf.export(model, BYTE_META, str(tmp_path / "forced"), code="nlq")
+    assert type(load_hf(tmp_path / "forced")).__name__ == "NlqForCausalLM"
+    with pytest.raises(ValueError, match=r"forced exists; choose a new --out"):
+        hf.export(model, BYTE_META, str(tmp_path / "forced"))
+
+
+def test_the_exported_tokenizers_encode_as_nlq_does(shipped_data, tmp_path):
+    import transformers
+    bpe = str(shipped_data / "gpt2")
+    text = "Hello world! It's 2026 -- naïve café,\n\n  spaces   and\ttabs. Ünïcödé 😀"
+    chars = sorted(set(text))
+    for meta in (dict(tokenizer="gpt2", vocab_size=50257), dict(tokenizer="byte", vocab_size=256),
+                 dict(tokenizer="char", vocab_size=len(chars), chars=chars)):
+        folder = tmp_path / meta["tokenizer"]
+        hf.tokenizer_for(meta, bpe).save_pretrained(str(folder))
+        tok = transformers.AutoTokenizer.from_pretrained(str(folder))
+        encode, decode = prepare_data.get_codec(meta, bpe)
+        assert tok.encode(text) == encode(text), meta["tokenizer"]
+        assert tok.decode(encode(text)) == decode(encode(text)) == text
+
+
+def test_convert_hf_command_and_text_generation_pipeline(shipped_data, tmp_path):
+    """convert.py hf on a train.py run (byte data): a plain GPT-2 folder whose pipeline continues a prompt with
+    nlq's greedy text; the checkpoint's recorded tokenizer is used, no dataset needed."""
+    import transformers
+    (tmp_path / "tiny").mkdir()
+    data = np.frombuffer(TEXT * 50, np.uint8).astype(np.uint16)
+    data[:3000].tofile(tmp_path / "tiny" / "train.bin")
+    data[3000:3700].tofile(tmp_path / "tiny" / "val.bin")
+    (tmp_path / "tiny" / "meta.json").write_text(json.dumps(
+        dict(name="tiny", tokenizer="byte", vocab_size=256, dtype="uint16", eot_token=None)))
+    train.train(small_cfg(tmp_path, tmp_path / "out", max_iters=2, eval_interval=2))
+    os.rename(tmp_path / "tiny", tmp_path / "moved")  # the export reads the checkpoint only
+    notes = convert.main(["hf", str(tmp_path / "out"), f"--out={tmp_path / 'hf'}"])
+    assert "as a plain GPT2LMHeadModel (no custom code)" in notes[0]
+    assert sorted(os.listdir(tmp_path / "hf")) == ["config.json", "generation_config.json", "model.safetensors",
+                                                   "tokenizer.json", "tokenizer_config.json"]
+    pipe = transformers.pipeline("text-generation", model=str(tmp_path / "hf"), device="cpu")
+    got = pipe("the quick", max_new_tokens=6, do_sample=False)[0]["generated_text"]
+    model = common.model_from_checkpoint(common.load_checkpoint(str(tmp_path / "out" / "ckpt.pt")), "")
+    want = model.generate(torch.tensor([list(b"the quick")]), 6, temperature=0)[0].tolist()
+    assert got == bytes(want).decode()
+    with pytest.raises(FileNotFoundError, match=r"no checkpoint at .*nope.ckpt.pt"):
+        convert.main(["hf", str(tmp_path / "nope"), f"--out={tmp_path / 'x'}"])
+
+
+# ------------------------------------------------------------------------------------------------ import
+def tiny_gpt2(folder, seed=0, **kw):
+    """A random transformers GPT2LMHeadModel (GPT-2's own gelu_new activation), saved to folder."""
+    import transformers
+    torch.manual_seed(seed)
+    cfg = dict(vocab_size=256, n_positions=32, n_embd=32, n_layer=2, n_head=4, bos_token_id=None,
+               eos_token_id=None)
+    model = transformers.GPT2LMHeadModel(transformers.GPT2Config(**{**cfg, **kw})).eval()
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.2 * torch.randn_like(p))
+    model.save_pretrained(str(folder))
+    return model
+
+
+@pytest.mark.parametrize("mode", QUERY_MODES)
+def test_gpt2_weights_load_exactly(mode, tmp_path):
+    """linear and residual (w_q = W_Q - I at 1/sqrt(hd)) compute GPT-2's logits; identity and nonlinear keep
+    everything but W_Q (f: its random init)."""
+    for tie in (True, False):
+        ref = tiny_gpt2(tmp_path / f"gpt2{tie}", tie_word_embeddings=tie)
+        sd, config = hf.load_gpt2(str(tmp_path / f"gpt2{tie}"))
+        cfg = dict(common.DEFAULTS, query_mode=mode, block_size=32)
+        settings, notes = hf.gpt2_settings(config, cfg, dict(tokenizer="byte", vocab_size=256))
+        model = GPT(common.model_config({**cfg, **settings}, 256)).eval()
+        fresh = hf.load_gpt2_weights(model, sd)
+        x = torch.randint(0, 256, (2, 32))
+        with torch.no_grad():
+            want = ref(x).logits
+        diff = (nlq_logits(model, x) - want).abs().max().item()
+        if mode in ("linear", "residual"):
+            assert diff <= 1e-5 and fresh == [] and "computes GPT-2's function exactly" in notes[1]
+            assert model.generate(x[:, :5], 12, temperature=0).tolist() == \
+                ref.generate(x[:, :5], max_new_tokens=12, do_sample=False).tolist()
+        else:
+            assert diff > 1e-3 and "does NOT compute GPT-2's function" in notes[1]
+            assert all(".attn.query." in k for k in fresh) and (mode == "identity") == (fresh == [])
+        assert (model.config.bias, model.config.activation, model.config.tie_weights) == (True, "gelu_tanh", tie)
+
+
+def test_train_init_from_a_gpt2_folder_then_resume(tmp_path, capsys):
+    (tmp_path / "tiny").mkdir()
+    data = np.frombuffer(TEXT * 50, np.uint8).astype(np.uint16)
+    data[:3000].tofile(tmp_path / "tiny" / "train.bin")
+    data[3000:3700].tofile(tmp_path / "tiny" / "val.bin")
+    (tmp_path / "tiny" / "meta.json").write_text(json.dumps(
+        dict(name="tiny", tokenizer="byte", vocab_size=256, dtype="uint16", eot_token=None)))
+    ref = tiny_gpt2(tmp_path / "gpt2", tie_word_embeddings=False)
+    out = tmp_path / "out"
+    cfg = small_cfg(tmp_path, out, init_from=str(tmp_path / "gpt2"), max_iters=0, block_size=16)
+    train.train(common.parse_config([f"--{k}={v}" for k, v in cfg.items() if k != "init_from"]
+                                    + [f"--init_from={tmp_path / 'gpt2'}"]))
+    log = capsys.readouterr().out
+    assert "GPT-2 weights: 2 layers x 32, 4 heads, vocab 256, bias=True, activation=gelu_tanh" in log
+    assert "query_mode linear: W_Q as it is; the model computes GPT-2's function exactly" in log
+    model, *_ = sample.load_checkpoint(str(out))  # iter 0: the imported weights as they are
+    x = torch.randint(0, 256, (2, 16))
+    with torch.no_grad():
+        assert (nlq_logits(model, x) - ref(x).logits).abs().max().item() <= 1e-5
+    hint = log.split("to resume this run later: ")[1].splitlines()[0].split()
+    cfg.update(max_iters=2, eval_interval=2)
+    resumed = common.parse_config([f"--{k}={v}" for k, v in cfg.items() if k != "init_from"] + hint)
+    assert np.isfinite(train.train(resumed)["val"])
+    with pytest.raises(ValueError, match=r"init_from='gpt3'; use scratch or resume, a GPT-2 \(gpt2, gpt2-m"):
+        common.parse_config(["--init_from=gpt3"])
+    with pytest.raises(ValueError, match=r"tokenized with 'byte', but GPT-2 reads GPT-2 BPE ids"):
+        hf.gpt2_settings(hf._transformers().GPT2Config(), common.DEFAULTS, dict(tokenizer="byte"))

@@ -1,0 +1,99 @@
+"""lm-evaluation-harness on an exported nlq model gives eval.py --hellaswag's acc and acc_norm on the same
+examples: a tiny random nonlinear model with GPT-2's vocabulary, exported with its modeling code, a local
+HellaSwag-format file and a local task config (no download; conftest.py sets the Hugging Face libraries
+offline)."""
+import json
+
+import numpy as np
+import pytest
+import torch
+
+import common
+import convert
+import eval as nlq_eval
+from model import GPT, GPTConfig
+
+EXAMPLES = [  # HellaSwag's fields, WikiHow markers included; the last context is longer than block_size
+    dict(activity_label="Making a cake", ctx_a="A woman stands in a kitchen.", ctx_b="she",
+         endings=["cracks eggs into a bowl.", "rides a horse [title] fast.", "sings loudly.", "reads."], label=0),
+    dict(activity_label="Home and Garden", ctx_a="[header] How to water plants [title] Check the soil.",
+         ctx_b="[step] if it is dry,", endings=["water it.", "leave it [step] alone.", "paint it.", "eat it."],
+         label="1"),
+    dict(activity_label="Running", ctx_a="A man runs down a road.", ctx_b="he",
+         endings=["stops.", "keeps running down the road.", "flies.", "is a cat."], label=2),
+    dict(activity_label="Piano", ctx_a="A girl sits at a piano.", ctx_b="she",
+         endings=["plays a song.", "eats it.", "jumps.", "runs away from the piano quickly."], label=3),
+    dict(activity_label="Long", ctx_a="The quick brown fox jumps over the lazy dog. " * 6, ctx_b="then it",
+         endings=["sleeps.", "barks at the moon for a very long time.", "runs.", "eats."], label=1),
+]
+
+
+@pytest.fixture(scope="module")
+def exported(shipped_data, tmp_path_factory):
+    """(nlq run folder, transformers folder, HellaSwag file, task folder)."""
+    root = tmp_path_factory.mktemp("lm_eval")
+    torch.manual_seed(0)
+    cfg = GPTConfig(block_size=48, vocab_size=50304, data_vocab_size=50257, n_layer=2, n_head=2, n_embd=32,
+                    query_mode="nonlinear")
+    model = GPT(cfg)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.3 * torch.randn_like(p))
+    run = root / "run"  # a run folder as convert.py official --tokenizer gpt2 writes it: no dataset
+    run.mkdir()
+    meta = convert.tokenizer_meta("gpt2", "openwebtext")
+    common.save_checkpoint(str(run / "ckpt.pt"), dict(
+        model=model.state_dict(), optimizer={}, iter_num=0, rng=[], model_args=vars(cfg), dataset_meta=meta,
+        config=dict(common.DEFAULTS, data_dir=str(root / "no_data"))))
+    convert.main(["hf", str(run), f"--out={root / 'hf'}", f"--bpe_dir={shipped_data / 'gpt2'}"])
+    path = root / "hs.jsonl"
+    path.write_text("".join(json.dumps(ex) + "\n" for ex in EXAMPLES))
+    tasks = root / "tasks"
+    tasks.mkdir()
+    (tasks / "hs_utils.py").write_text("from lm_eval.tasks.hellaswag.utils import process_docs  # noqa\n")
+    (tasks / "nlq_hellaswag_local.yaml").write_text(f"""\
+task: nlq_hellaswag_local
+dataset_path: json
+dataset_kwargs:
+  data_files:
+    validation: {path}
+output_type: multiple_choice
+validation_split: validation
+process_docs: !function hs_utils.process_docs
+doc_to_text: "{{{{query}}}}"
+doc_to_target: "{{{{label}}}}"
+doc_to_choice: "choices"
+metric_list:
+  - metric: acc
+    aggregation: mean
+    higher_is_better: true
+  - metric: acc_norm
+    aggregation: mean
+    higher_is_better: true
+""")
+    return run, root / "hf", path, tasks
+
+
+def test_harness_preprocess_is_the_harness_one():
+    from lm_eval.tasks.hellaswag.utils import preprocess
+    for text in ("[header] How to water plants [title] Check the soil. [step] if it is dry,",
+                 "  leave it [step] alone.  ", "a [substeps] b  [title] c", "no markers"):
+        assert nlq_eval.harness_preprocess(text) == preprocess(text)
+
+
+def test_lm_eval_equals_eval_py(exported, shipped_data):
+    import lm_eval
+    from lm_eval.tasks import TaskManager
+    run, hf_dir, path, tasks = exported
+    ours = nlq_eval.hellaswag(str(run), str(path), bpe_dir=str(shipped_data / "gpt2"), batch_size=2)
+    assert ours["examples"] == 5 and ours["cropped"] == 4  # the long context loses tokens to block_size 48
+    res = lm_eval.simple_evaluate(model="hf", model_args=f"pretrained={hf_dir},trust_remote_code=True,"
+                                  "dtype=float32", tasks=["nlq_hellaswag_local"], device="cpu", batch_size=2,
+                                  task_manager=TaskManager(include_path=str(tasks)))
+    theirs = res["results"]["nlq_hellaswag_local"]
+    assert theirs["acc,none"] == pytest.approx(ours["acc"]) and \
+        theirs["acc_norm,none"] == pytest.approx(ours["acc_norm"])
+    assert theirs["acc_stderr,none"] == pytest.approx(ours["acc_stderr"])
+    # and the harness's per-ending log-likelihoods are eval.py's scores
+    lls = np.array([[r[0][0] for r in s["resps"]] for s in res["samples"]["nlq_hellaswag_local"]])
+    assert 0 < ours["acc"] < 1 and lls.shape == (5, 4)
