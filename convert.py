@@ -39,8 +39,8 @@ from datetime import datetime, timezone
 
 import torch
 
-from common import (DEFAULTS, MODEL_KEYS, atomic_write_text, check_value, model_config, save_checkpoint,
-                    validate)
+from common import (DEFAULTS, MODEL_KEYS, HelpFormatter, atomic_write_text, check_value, model_config,
+                    save_checkpoint, validate)
 from model import GPT
 from prepare_data import load_meta
 
@@ -280,7 +280,7 @@ def main(argv=None):
     FileNotFoundError / ValueError (nothing written) for a bad input, a missing dataset or an out_dir that
     holds a checkpoint already.
     """
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
     p.add_argument("format", choices=["official"], help="official: the paper's train.py checkpoint")
     p.add_argument("path", type=os.path.expanduser, help="the checkpoint to convert (ckpt.pt)")
     p.add_argument("--out_dir", type=os.path.expanduser, required=True, help="the nlq run folder to create")

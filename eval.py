@@ -35,10 +35,10 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
-from common import (atomic_write_text, autocast, check_output_file, estimate_loss, eval_windows,
-                    full_split_loss, get_batch, open_split, resolve_device, safe_exp)
+from common import (HelpFormatter, atomic_write_text, autocast, check_output_file, estimate_loss,
+                    eval_windows, full_split_loss, get_batch, open_split, resolve_device, safe_exp)
 from prepare_data import GPT2_EOT, get_codec, gpt2_encoding
-from sample import load_checkpoint
+from sample import find_dataset, load_checkpoint
 
 HELLASWAG_URL = "https://raw.githubusercontent.com/rowanz/hellaswag/master/data/hellaswag_val.jsonl"
 
@@ -96,12 +96,13 @@ def metrics(nats, tokens, n_bytes):
 def evaluate(out_dir, split="val", full=False, device="cpu", dtype=None, batch_size=None, data_dir=None,
              bpe_dir=None):
     """Evaluate out_dir/ckpt.pt; returns a dict of the numbers (see metrics) and what was evaluated."""
+    meta, _ = find_dataset(out_dir, data_dir)  # the dataset and the tokenizer before the weights are read
+    nbytes = token_bytes(meta, bpe_dir)
     model, ckpt, meta, data = load_checkpoint(out_dir, "cpu", data_dir)
     cfg = ckpt["config"]
     device, device_type, ptdtype = resolve_device({"device": device, "dtype": dtype or cfg["dtype"]})
     model.to(device)
     ctx = autocast(device_type, ptdtype)
-    nbytes = token_bytes(meta, bpe_dir)
     if full:
         res = full_split(model, ctx, cfg, data, meta, split, device, nbytes, batch_size or cfg["batch_size"])
     else:
@@ -231,8 +232,9 @@ def hellaswag(out_dir, path, device="cpu", dtype=None, batch_size=8, data_dir=No
     stderrs and `cropped` (completions that lost context tokens to block_size). The file is read and
     tokenised completely before the model runs, so a bad line fails at once."""
     examples = read_hellaswag(path, limit)
-    model, ckpt, meta, _ = load_checkpoint(out_dir, "cpu", data_dir)
+    meta, _ = find_dataset(out_dir, data_dir)  # the dataset and the tokenizer before the weights are read
     encode, _ = get_codec(meta, bpe_dir)
+    model, ckpt, meta, _ = load_checkpoint(out_dir, "cpu", data_dir)
     rows, cropped = hellaswag_rows(examples, encode, model.config.block_size, path)
     device, device_type, ptdtype = resolve_device({"device": device,
                                                    "dtype": dtype or ckpt["config"]["dtype"]})
@@ -252,10 +254,10 @@ def hellaswag_table(r):
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
     p.add_argument("--out_dir", type=os.path.expanduser,
                    default="out", help="folder with ckpt.pt (a train.py out_dir)")
-    p.add_argument("--split", choices=("train", "val"), default="val")
+    p.add_argument("--split", choices=("train", "val"), default="val", help="the split to evaluate")
     p.add_argument("--full", action="store_true", help="the whole split in consecutive windows of block_size")
     p.add_argument("--batch_size", type=int, default=None, help="windows per forward pass with --full "
                    "(default: the checkpoint's batch_size); HellaSwag examples per forward pass (default 8)")
@@ -268,7 +270,7 @@ def main(argv=None):
                    "(default: the checkpoint's)")
     p.add_argument("--data_dir", type=os.path.expanduser,
                    default=None, help="override the checkpoint's data_dir "
-                   "(parent of the dataset)")
+                   "(parent of the dataset; default: the checkpoint's)")
     p.add_argument("--bpe_dir", type=os.path.expanduser, default=None, help="GPT-2 encoder.json + vocab.bpe "
                    "(gpt2 data, bytes per token)")
     p.add_argument("--json", type=os.path.expanduser,

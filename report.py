@@ -32,7 +32,7 @@ import torch
 from scipy import stats
 
 import sweep
-from common import model_config
+from common import HelpFormatter, model_config
 from model import GPT
 
 
@@ -374,7 +374,7 @@ def main(argv=None):
     """Write <out>/README.md, <out>/forest.png and <out>/val_loss.png; returns the report's markdown.
     <out>/reading.md, if there, is a person's reading of the numbers: it goes in after the plots,
     unchanged."""
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
     p.add_argument("study", help="study file, e.g. studies/enwiki_cpu.py")
     p.add_argument("--out", type=os.path.expanduser,
                    default=None, help="output folder (default: results/<study name>)")

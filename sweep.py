@@ -42,7 +42,7 @@ import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
 
-from common import DEFAULTS, EXIT_DIVERGED, parse_config, read_config_file, read_metrics
+from common import DEFAULTS, EXIT_DIVERGED, HelpFormatter, parse_config, read_config_file, read_metrics
 
 TRAIN_PY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "train.py")
 STUDY_KEYS = ("name", "config", "overrides", "arms", "learning_rates", "selection_seeds", "seeds")
@@ -361,7 +361,7 @@ def due_runs(study):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+                                     formatter_class=HelpFormatter)
     parser.add_argument("study", help="study file, e.g. studies/enwiki_cpu.py")
     parser.add_argument("--jobs", type=int, default=1, help="runs at a time on this machine")
     parser.add_argument("--threads", type=int, default=None,

@@ -36,9 +36,10 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from common import (DEFAULTS, EXIT_DIVERGED, MODEL_KEYS, atomic_write_text, autocast, check_fsdp_support,
                     check_same_dataset, damaged_checkpoint, end_distributed, estimate_loss, eval_windows,
-                    full_split_loss, get_batch, load_checkpoint, load_meta, make_writable_folder,
-                    model_config, open_split, parse_config, read_metrics, resolve_device, safe_exp,
-                    save_checkpoint, setup_distributed, shard_model, use_compile, validate, window_starts)
+                    format_config, full_split_loss, get_batch, load_checkpoint, load_meta,
+                    make_writable_folder, model_config, open_split, parse_config, read_metrics,
+                    resolve_device, safe_exp, save_checkpoint, settings_help, setup_distributed, shard_model, use_compile,
+                    validate, window_starts)
 from model import GPT
 
 # Settings a resumed run must share with its checkpoint, besides the model's: they define the experiment.
@@ -326,7 +327,7 @@ def train(cfg):
              decay_iters, "dataset_meta": meta}, indent=2))
         # a fresh run starts a fresh log; a resumed one drops lines written after its checkpoint
         append_metrics(cfg["out_dir"], None, truncate_after=-1 if resumed_at is None else resumed_at)
-    log(json.dumps(cfg))
+    log("config:\n" + format_config(cfg))
     log(f"tokens per iteration: {tokens_per_iter:,} ({accum} micro-batches of {B} x {T}, {world_size} "
         f"processes{', FSDP' if cfg['fsdp'] else ', DDP' if world_size > 1 else ''})")
 
@@ -440,9 +441,8 @@ def train(cfg):
 
 
 def usage():
-    """The module docstring and every config key with its default, for --help."""
-    keys = "\n".join(f"  --{k}={v!r}" for k, v in DEFAULTS.items())
-    return f"{__doc__}\nConfig keys and their defaults:\n{keys}"
+    """The module docstring and every config key with its default, meaning and allowed values, for --help."""
+    return f"{__doc__}\nConfig keys, their defaults and meanings:\n{settings_help()}"
 
 
 if __name__ == "__main__":
