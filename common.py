@@ -31,6 +31,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+from tqdm import tqdm
 
 from model import GPT, QUERY_MODE_ALIASES, QUERY_MODES, GPTConfig
 from prepare_data import GPT2_VOCAB, load_meta  # noqa: F401  (load_meta is part of this module's interface)
@@ -459,21 +460,27 @@ def my_share(n, rank, world_size):
     return [(min(k, n - 1), k < n) for k in indices]
 
 
+def progress_bar(items, show, desc):
+    """items under a tqdm bar (on stderr) if show, and only where stderr is a terminal: a log file stays
+    clean."""
+    return tqdm(items, desc=desc, unit="batch", leave=False, disable=None if show else True)
+
+
 @torch.no_grad()
-def estimate_loss(model, splits, ctx, rank=0, world_size=1, device="cpu", vocab_size=None):
+def estimate_loss(model, splits, ctx, rank=0, world_size=1, device="cpu", vocab_size=None, progress=False):
     """Mean cross-entropy (nats/token) per split over its fixed eval windows, sharded over ranks.
 
     splits: {name: (bin path, dtype, windows (eval_iters, batch_size), block_size)}; vocab_size: see
     get_batch. Returns {name: float}; a diverged model gives nan or inf, never an error. The model's
     train/eval mode is restored. Every rank runs the same number of forward passes (see my_share), as FSDP's
-    collective forward needs.
+    collective forward needs. progress: a tqdm bar per split (see progress_bar).
     """
     was_training = model.training
     model.eval()
     out = {}
     for split, (path, dtype, windows, block_size) in splits.items():
         total = torch.zeros(2, device=device)  # loss sum, batch count
-        for k, counts in my_share(len(windows), rank, world_size):
+        for k, counts in progress_bar(my_share(len(windows), rank, world_size), progress, f"eval {split}"):
             x, y = get_batch(path, dtype, windows[k], block_size, device, vocab_size)
             with ctx:
                 _, loss = model(x, y)
@@ -501,19 +508,19 @@ def full_split_windows(n_tokens, block_size, batch_size):
 
 @torch.no_grad()
 def full_split_loss(model, ctx, path, dtype, block_size, batch_size, device, rank=0, world_size=1,
-                    on_batch=None, vocab_size=None):
+                    on_batch=None, vocab_size=None, progress=False):
     """Summed cross-entropy over every target of a split once -> (total nats, tokens, windows).
 
     Batches are sharded over ranks (see my_share) and the sums all-reduced. on_batch(y) is called with each
     batch's targets (B, T) on the CPU (eval.py counts bytes with it). vocab_size: see get_batch. The model's
-    train/eval mode is restored.
+    train/eval mode is restored. progress: a tqdm bar (see progress_bar).
     """
     was_training = model.training
     model.eval()
     n = len(np.memmap(path, dtype=dtype, mode="r"))
     batches = full_split_windows(n, block_size, batch_size)
     total = torch.zeros(2, dtype=torch.float64, device=device)  # nats, tokens
-    for k, counts in my_share(len(batches), rank, world_size):
+    for k, counts in progress_bar(my_share(len(batches), rank, world_size), progress, "whole-split eval"):
         starts, length = batches[k]
         x, y = get_batch(path, dtype, starts, length, device, vocab_size)
         with ctx:

@@ -68,7 +68,7 @@ def fixed_windows(model, ctx, cfg, data, meta, split, device, nbytes):
     n = len(open_split(data, split, dtype, T))
     windows = eval_windows(n, T, cfg["batch_size"], cfg["eval_iters"], cfg["seed"])
     loss = estimate_loss(model, {split: (path, dtype, windows, T)}, ctx, 0, 1, device,
-                         meta["vocab_size"])[split]
+                         meta["vocab_size"], progress=True)[split]
     n_bytes = sum(int(nbytes[get_batch(path, dtype, w, T, "cpu")[1].numpy()].sum()) for w in windows)
     return loss * windows.numel() * T, windows.numel() * T, n_bytes, windows.numel()
 
@@ -81,7 +81,7 @@ def full_split(model, ctx, cfg, data, meta, split, device, nbytes, batch_size):
     nats, tokens, windows = full_split_loss(model, ctx, path, meta["dtype"], cfg["block_size"],
                                             batch_size, device,
                                             on_batch=lambda y: n_bytes.append(int(nbytes[y.numpy()].sum())),
-                                            vocab_size=meta["vocab_size"])
+                                            vocab_size=meta["vocab_size"], progress=True)
     return nats, tokens, sum(n_bytes), windows
 
 
