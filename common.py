@@ -559,7 +559,7 @@ def load_checkpoint(path, mmap=False):
     """A train.py checkpoint, loaded onto the CPU with weights_only=True.
 
     mmap=True maps the file instead of reading it: its settings (config, model_args) at once, the tensors read
-    only when touched (sample.py and eval.py check the dataset and the tokenizer that way before a 500 MB read).
+    only when touched (sample.py and eval.py check the dataset and the tokenizer that way before a long read).
     ValueError if it cannot be read (corrupt, truncated, or another program's format) or lacks train.py's
     keys.
     """

@@ -382,8 +382,8 @@ def train(cfg):
         wandb.init(project=cfg["wandb_project"], name=cfg["wandb_run_name"], config=cfg)
 
     # -- the loop: eval + checkpoint, then one optimizer step of accum micro-batches -------------------------
-    # Timing: ms_per_iter in metrics.jsonl is the mean step time since the previous eval, and the log line's the
-    # mean since the previous log line; both leave out eval time and the first step after a start (it pays for
+    # Timing: ms_per_iter in metrics.jsonl is the mean step time since the previous eval, and the log line's
+    # the mean since the previous log line; both leave out eval time and the first step after a start (it pays for
     # compilation and warm-up). The ETA adds the evals still to come at their mean time so far.
     losses, nonfinite_steps = {}, 0
     steps_timed, time_timed = 0, 0.0      # since the last eval: -> metrics.jsonl's ms_per_iter
@@ -402,8 +402,8 @@ def train(cfg):
             if cfg["eval_full_at_end"] and iter_num == cfg["max_iters"]:
                 batches = full_split_windows(n_tokens["val"], T, 4 * B)
                 log(f"whole-split eval: val loss over all {n_tokens['val']:,} val tokens "
-                    f"({sum(len(s) for s, _ in batches):,} windows of {T}, {len(batches):,} batches of {4 * B}); "
-                    f"turn it off with --eval_full_at_end=False")
+                    f"({sum(len(s) for s, _ in batches):,} windows of {T}, {len(batches):,} batches of "
+                    f"{4 * B}); turn it off with --eval_full_at_end=False")
                 nats, n, _ = full_split_loss(raw_model, ctx, bins["val"], meta["dtype"], T, 4 * B, device,
                                              rank, world_size, vocab_size=meta["vocab_size"], progress=master)
                 losses["val_full"] = nats / n
@@ -493,7 +493,8 @@ def train(cfg):
                    + evals_after(iter_num, cfg) * (eval_time / evals_done if evals_done else 0.0))
             mfu = raw_model.estimate_mfu(B * local_accum, step) if step > 0 else None
             log(f"iter {iter_num}: loss {step_loss:.4f}, lr {lr:.2e}, {1000 * step:.1f} ms/iter, "
-                f"{tokens_per_iter / max(step, 1e-9):,.0f} tokens/s" + (f", MFU {100 * mfu:.1f}%" if mfu else "")
+                f"{tokens_per_iter / max(step, 1e-9):,.0f} tokens/s"
+                + (f", MFU {100 * mfu:.1f}%" if mfu else "")
                 + f", elapsed {clock(time.time() - started)}, ETA {clock(eta)}"
                 + (" + the whole-split eval" if cfg["eval_full_at_end"] else ""))
             log_steps, log_time = 0, 0.0
