@@ -304,6 +304,11 @@ def header(study_path, study, out):
     report_cmd = f"python report.py {study_path}" + ("" if out == default_out(study) else f" --out {out}")
     cmds += [] if any(c.startswith("python report.py") for c in cmds) else [report_cmd]
     about = " ".join(c for c in comment if not c.startswith("python "))
+    if study.get("quick"):  # the study at a fraction of its steps: say so first
+        q = study["quick"]
+        cmds = [f"python sweep.py {study_path} --quick {q:g}", f"python report.py {study_path} --quick {q:g}"]
+        about = (f"**A --quick try of this study: every run at {q:g} of its steps. For trying the machinery, "
+                 f"not for comparing arms.** {about}")
     now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     machine = f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs"
     return (f"# Study {study['name']}\n\n{about}\n\nProduced by (from the repository root):\n\n```\n"
@@ -514,7 +519,8 @@ def status_section(data):
 
 
 def default_out(study):
-    return os.path.join("results", study["name"])
+    """results/<name>, or out/quick/<name> for a --quick study (never results/)."""
+    return os.path.join(sweep.QUICK_DIR if study.get("quick") else "results", study["name"])
 
 
 def main(argv=None):
@@ -527,6 +533,9 @@ def main(argv=None):
     p.add_argument("--out", type=os.path.expanduser,
                    default=None, help="output folder (default: results/<study name>; for run folders: "
                    "out/compare)")
+    p.add_argument("--quick", type=float, nargs="?", const=sweep.QUICK_FRACTION, metavar="FRACTION",
+                   help="the runs of python sweep.py STUDY --quick (in out/quick/<name>/runs; the report in "
+                   "out/quick/<name>)")
     p.add_argument("--bpe_dir", type=os.path.expanduser, default=None, help="run folders: GPT-2's "
                    "encoder.json + vocab.bpe, to count bytes for bits/byte of gpt2 runs without network")
     args = p.parse_args(argv)
@@ -536,7 +545,7 @@ def main(argv=None):
         p.error(f"give one study file, or run folders to compare; not a folder: "
                 f"{', '.join(x for x in args.study if not os.path.isdir(x))}")
     args.study = args.study[0]
-    study = sweep.load_study(args.study)
+    study = sweep.load_study(args.study, args.quick)
     out = args.out or default_out(study)
     try:  # now, before the runs are read
         os.makedirs(out, exist_ok=True)
