@@ -39,8 +39,8 @@ exactly. Stop the sweep at any time and start it again. Before it starts, the sw
 prints how many runs are due and a time estimate from the study's finished runs.
 
 --quick [FRACTION] runs the study at that fraction of each run's steps (default 0.05; warmup, decay and eval
-interval scaled alike) in the scratch folder out/quick/<name>/runs: for trying the machinery, not for
-comparing arms (report.py --quick reports it).
+interval scaled alike; no whole-split eval) in the scratch folder out/quick/<name>/runs: for trying the
+machinery, not for comparing arms (report.py --quick reports it).
 """
 import argparse
 import json
@@ -101,7 +101,8 @@ def load_study(path, quick=None):
     study["shared_runs_dir"] = study["runs_dir"]  # its full-length runs, even under --quick (time estimates)
     if quick is not None:
         if not (isinstance(quick, (int, float)) and 0 < quick <= 1):
-            raise ValueError(f"--quick {quick}: the fraction of the study's steps must be in (0, 1], e.g. 0.05")
+            raise ValueError(f"--quick {quick}: the fraction of the study's steps must be in (0, 1], "
+                             f"e.g. 0.05")
         study["quick"] = quick
         study["runs_dir"] = os.path.join(QUICK_DIR, study["name"], "runs")
     if os.path.exists(study["runs_dir"]) and not os.path.isdir(study["runs_dir"]):
@@ -185,10 +186,12 @@ QUICK_FRACTION = 0.05
 
 def quick_keys(cfg, fraction):
     """The settings that shorten a run to fraction of its steps: max_iters, and with it the warmup, the decay
-    and the eval interval, so the run keeps its shape (warmup, decay, 4 evals) in fewer steps."""
+    and the eval interval, so the run keeps its shape (warmup, decay, evals) in fewer steps. The whole-split
+    eval is skipped (its cost does not shrink with the steps: on the CPU study it is longer than the short
+    run), so a quick run's final loss is its last fixed-window val loss."""
     scale = lambda n: max(1, round(n * fraction))
     keys = dict(max_iters=scale(cfg["max_iters"]), warmup_iters=round(cfg["warmup_iters"] * fraction),
-                eval_interval=scale(cfg["eval_interval"]))
+                eval_interval=scale(cfg["eval_interval"]), eval_full_at_end=False)
     if cfg["lr_decay_iters"] is not None:
         keys["lr_decay_iters"] = scale(cfg["lr_decay_iters"])
     return keys
@@ -255,12 +258,12 @@ def settings_diff(study, arm, lr, seed):
 def clash_fix(study):
     """What to do when a study's runs folder holds other experiments: never delete runs someone made."""
     if study.get("quick"):
-        return (f"{study['runs_dir']} is scratch space for --quick (nothing committed is there): delete it and "
-                f"run again, or use another --quick fraction after deleting it")
+        return (f"{study['runs_dir']} is scratch space for --quick (nothing committed is there): delete it "
+                f"and run again")
     return (f"give this study its own runs folder: leave out runs_dir (the default is "
-            f"{study['own_runs_dir']}) or set runs_dir to a new folder. Share a runs_dir only between studies "
-            f"whose arms are the same experiments (same config, overrides and arm settings); to try a study at "
-            f"fewer steps, use python sweep.py STUDY --quick")
+            f"{study['own_runs_dir']}) or set runs_dir to a new folder. Share a runs_dir only between "
+            f"studies whose arms are the same experiments (same config, overrides and arm settings); to try a "
+            f"study at fewer steps, use python sweep.py STUDY --quick")
 
 
 def check_settings(study, arm, lr, seed):
@@ -292,7 +295,8 @@ def check_shared_runs(study, path):
                     clashes.append(f"{run_dir(study, arm, lr, seed)}: " + ", ".join(
                         f"{k} {saved!r} (study: {wanted!r})" for k, (saved, wanted) in diff.items()))
     if clashes:
-        shown = "\n  ".join(clashes[:3]) + (f"\n  ... and {len(clashes) - 3} more" if len(clashes) > 3 else "")
+        shown = "\n  ".join(clashes[:3]) + (f"\n  ... and {len(clashes) - 3} more"
+                                            if len(clashes) > 3 else "")
         raise ValueError(f"study file {path}: {len(clashes)} run folder(s) in {study['runs_dir']} hold runs "
                          f"made with other settings than this study's, which it would take as its own:\n  "
                          f"{shown}\nTo fix it, {clash_fix(study)}.")
@@ -457,51 +461,55 @@ def check_data(study):
                           f"its config's comment shows the command that prepares it") from None
 
 
-def seconds_per_step(study):
-    """{arm: seconds per training step} measured on the finished runs in the study's runs folder (a --quick
-    study: its scratch folder, else the study's full-length runs), and whether evals are included (runs
-    with elapsed_s) or not (older runs: step times alone). (None, ...) when no run has finished."""
-    measured, evals_in = {}, True
-    for runs_dir in ([study["runs_dir"]] + ([study["shared_runs_dir"]] if study.get("quick") else [])):
+def run_timing(study):
+    """How long the study's runs take, measured on its finished runs: (folder measured, {arm: (seconds per
+    training step, seconds per run outside the steps or None)}). The second part (evals, start-up) is
+    elapsed_s minus the step times, known only for runs that logged elapsed_s. The folder is the study's
+    runs folder, else (a --quick study) its full-length runs, else (a full study) its --quick runs: a quick
+    try times the real study. (None, {}) when none has finished."""
+    quick_dir = os.path.join(QUICK_DIR, study["name"], "runs")
+    folders = [study["runs_dir"], study["shared_runs_dir"] if study.get("quick") else quick_dir]
+    for runs_dir in folders:
+        measured = {}
         for arm in study["arms"]:
             folder = os.path.join(runs_dir, arm)
             for name in sorted(os.listdir(folder)) if os.path.isdir(folder) else []:
                 rows = read_metrics(os.path.join(folder, name)) if RUN_NAME.fullmatch(name) else []
                 if not rows or rows[-1]["iter"] == 0 or is_diverged(rows[-1]):
                     continue
-                if rows[-1].get("elapsed_s") is not None:
-                    seconds = rows[-1]["elapsed_s"]
-                else:  # the step times alone: sum of ms_per_iter x steps between rows
-                    evals_in = False
-                    seconds = sum((r.get("ms_per_iter") or 0) / 1000 * (r["iter"] - p["iter"])
-                                  for p, r in zip(rows, rows[1:]))
-                measured.setdefault(arm, []).append((seconds, rows[-1]["iter"]))
+                steps = sum((r.get("ms_per_iter") or 0) / 1000 * (r["iter"] - p["iter"])
+                            for p, r in zip(rows, rows[1:]))
+                elapsed = rows[-1].get("elapsed_s")
+                measured.setdefault(arm, []).append((steps, rows[-1]["iter"],
+                                                     None if elapsed is None else max(0.0, elapsed - steps)))
         if measured:
-            break
-    per_arm = {arm: sum(s for s, _ in m) / sum(n for _, n in m) for arm, m in measured.items()}
-    return per_arm, evals_in
+            return runs_dir, {arm: (sum(s for s, _, _ in m) / sum(n for _, n, _ in m),
+                                    None if any(o is None for *_, o in m) else sum(o for *_, o in m) / len(m))
+                              for arm, m in measured.items()}
+    return None, {}
 
 
 def announce(study, due, jobs):
     """The line printed before a sweep starts: how many runs are due now and about how long they take."""
-    per_arm, evals_in = seconds_per_step(study)
-    steps = {run: run_config(study, *run)["max_iters"] - (final_row(run_dir(study, *run)) or {}).get("iter", 0)
-             for run in due}
-    head = (f"{len(due)} run(s) due now" + (" (more follow as each arm's search goes on: extensions, half "
-            "steps, final seeds)" if any(plan(study, arm)["chosen"] is None for arm in study["arms"]) else ""))
-    if not per_arm:
+    source, timing = run_timing(study)
+    done = lambda run: (final_row(run_dir(study, *run)) or {}).get("iter", 0)  # a run resumes where it was
+    steps = {run: run_config(study, *run)["max_iters"] - done(run) for run in due}
+    searching = any(plan(study, arm)["chosen"] is None for arm in study["arms"])
+    head = f"{len(due)} run(s) due now" + (" (more follow as each arm's search goes on: extensions, half "
+                                           "steps, final seeds)" if searching else "")
+    if not timing:
         return (f"{head}; time: unknown (no finished run of this study to time yet; a run is "
                 f"{max(steps.values(), default=0):,} steps of {study['config']})")
-    fallback = sum(per_arm.values()) / len(per_arm)  # arms not timed yet: the mean of the others
-    total = sum(n * per_arm.get(run[0], fallback) for run, n in steps.items())
-    wall = total / max(1, min(jobs, len(due)))
-    speed = sorted(1000 * s for s in per_arm.values())
-    full_eval = run_config(study, *due[0])["eval_full_at_end"] if due else False
+    evals_known = all(other is not None for _, other in timing.values())
+    mean = lambda i: sum(t[i] for t in timing.values()) / len(timing)  # arms not timed yet: the others' mean
+    per_run = lambda arm, n: n * timing.get(arm, (mean(0),))[0] + (
+        (timing[arm][1] if arm in timing else mean(1)) if evals_known else 0.0)
+    wall = sum(per_run(run[0], n) for run, n in steps.items()) / max(1, min(jobs, len(due)))
+    speed = sorted(1000 * step for step, _ in timing.values())
     return (f"{head}; about {f'{wall / 3600:.1f} h' if wall >= 3600 else f'{wall / 60:.0f} min'} at --jobs "
-            f"{jobs}, at the speed of the study's finished runs ({speed[0]:.0f}-{speed[-1]:.0f} ms/step by arm, "
-            f"measured when and where they were made"
-            + ("" if evals_in else "; evals not included" + (", and each run ends with an eval of the whole "
-                                                            "val split" if full_eval else "")) + ")")
+            f"{jobs}, timed on the finished runs in {source} ({speed[0]:.0f}-{speed[-1]:.0f} ms/step by arm"
+            + (f", plus {mean(1):.0f} s of evals per run" if evals_known else "; evals not included")
+            + "; measured when and where those runs were made)")
 
 
 def main(argv=None):
@@ -522,8 +530,8 @@ def main(argv=None):
             parser.error(f"--{option.replace('nproc', 'print')} must be >= 1")
     study = load_study(args.study, args.quick)
     if args.quick:
-        print(f"quick: every run at {args.quick:g} of its steps, in {study['runs_dir']} (scratch; results/ is "
-              f"not touched). For trying the machinery, not for comparing arms; report: python report.py "
+        print(f"quick: every run at {args.quick:g} of its steps, in {study['runs_dir']} (scratch; results/ "
+              f"is not touched). For trying the machinery, not for comparing arms; report: python report.py "
               f"{args.study} --quick {args.quick:g}", flush=True)
     if args.nproc:
         due = due_runs(study)

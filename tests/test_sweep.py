@@ -297,6 +297,7 @@ def test_quick_writes_only_under_the_scratch_folder(study_file, tmp_path, monkey
     quick = sweep.load_study(str(study_file), quick=0.1)
     cfg = sweep.run_config(quick, "linear", 1e-2, 1)
     assert (cfg["max_iters"], cfg["lr_decay_iters"], cfg["warmup_iters"], cfg["eval_interval"]) == (2, 2, 0, 1)
+    assert cfg["eval_full_at_end"] is False
     assert sweep.final_row(sweep.run_dir(quick, "linear", 1e-2, 1))["iter"] == 2
     assert all(sweep.plan(quick, arm)["chosen"] is not None and not sweep.plan(quick, arm)["due"]
                for arm in quick["arms"])
