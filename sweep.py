@@ -509,7 +509,8 @@ def announce(study, due, jobs):
     return (f"{head}; about {f'{wall / 3600:.1f} h' if wall >= 3600 else f'{wall / 60:.0f} min'} at --jobs "
             f"{jobs}, timed on the finished runs in {source} ({speed[0]:.0f}-{speed[-1]:.0f} ms/step by arm"
             + (f", plus {mean(1):.0f} s of evals per run" if evals_known else "; evals not included")
-            + "; measured when and where those runs were made)")
+            + ("; quick runs skip the whole-split eval, a full run adds it" if QUICK_DIR in source
+               and not study.get("quick") else "") + "; measured when and where those runs were made)")
 
 
 def main(argv=None):
