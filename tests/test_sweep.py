@@ -88,12 +88,12 @@ def test_chosen_lr_and_print_mode(study_file, capsys):
     assert sweep.plan(study, "nonlinear")["chosen"] is None  # not swept yet
     sweep.main([str(study_file), "--print", "2"])
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0].startswith("torchrun --standalone --nproc_per_node=2 train.py ")
-    # linear's final run
-    assert "--min_lr=0.0003 --query_mode=linear --learning_rate=0.003 --seed=2" in lines[0]
+    assert all(line.startswith("torchrun --standalone --nproc_per_node=2 train.py ") for line in lines[:-1])
+    # seed by seed (due_runs): nonlinear's search at seed 1 first, then linear's final run at seed 2
+    assert "--query_mode=nonlinear --learning_rate=0.003 --seed=1" in lines[0]
+    assert "--min_lr=0.0003 --query_mode=linear --learning_rate=0.003 --seed=2" in lines[2]
     # the study's 1 micro-batch of 4 cannot be shared by 2 processes: 2 micro-batches of 2, same global batch
-    assert lines[0].endswith("--batch_size=2 --gradient_accumulation_steps=2")
-    assert "--query_mode=nonlinear --learning_rate=0.003 --seed=1" in lines[1]  # nonlinear: its search
+    assert lines[2].endswith("--batch_size=2 --gradient_accumulation_steps=2")
     assert lines[-1].startswith("# more runs follow")
     with pytest.raises(ValueError,
                        match="neither gradient_accumulation_steps=1 nor batch_size=4 divides among 3"):
@@ -297,7 +297,7 @@ def test_quick_writes_only_under_the_scratch_folder(study_file, tmp_path, monkey
     quick = sweep.load_study(str(study_file), quick=0.1)
     cfg = sweep.run_config(quick, "linear", 1e-2, 1)
     assert (cfg["max_iters"], cfg["lr_decay_iters"], cfg["warmup_iters"], cfg["eval_interval"]) == (2, 2, 0, 1)
-    assert cfg["eval_full_at_end"] is False
+    assert cfg["eval_full_at_end"] is False and cfg["eval_iters"] == 1  # the config's 2, scaled
     assert sweep.final_row(sweep.run_dir(quick, "linear", 1e-2, 1))["iter"] == 2
     assert all(sweep.plan(quick, arm)["chosen"] is not None and not sweep.plan(quick, arm)["due"]
                for arm in quick["arms"])
