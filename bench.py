@@ -15,9 +15,10 @@ A config file and --key=value overrides as in train.py, plus the bench's own opt
     --warmup=10 --steps=50                    untimed and timed steps per mode
     --rounds=5                                timed steps are taken in this many rounds, modes interleaved, so
                                               slow drifts of the machine hit every mode alike
-    --data=synthetic|real                     random token ids, or windows of <data_dir>/<dataset>/train.bin
+    --data=synthetic|real                     random token ids (the default), or windows of
+                                              <data_dir>/<dataset>/train.bin
     --threads=N                               torch CPU threads (default: torch's choice)
-    --json=PATH                               also write the rows as a JSON list
+    --json=PATH                               also write the rows as a JSON list (default: none)
 A step is one micro-batch (batch_size x block_size tokens) per rank: forward, backward, clip, AdamW step.
 ms/iter, tokens/s and MFU are rank 0's (per rank); peak memory is each rank's own (the table: the largest).
 Peak memory on CUDA counts what the mode allocates (its model, optimizer, gradients, activations, buffers),
@@ -38,7 +39,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from common import (atomic_write_text, autocast, check_fsdp_support, check_output_file, end_distributed,
                     get_batch, load_meta, model_config, open_split, parse_config, resolve_device,
-                    setup_distributed, shard_model, use_compile, window_starts)
+                    settings_help, setup_distributed, shard_model, use_compile, window_starts)
 from model import GPT, QUERY_MODES
 
 BENCH_DEFAULTS = dict(query_modes="linear,identity,nonlinear", warmup=10, steps=50, rounds=5,
@@ -223,6 +224,11 @@ def device_name(device):
     return f"{platform.processor() or platform.machine()} CPU, {torch.get_num_threads()} threads"
 
 
+def usage():
+    """--help: the bench's own options with their defaults (the docstring), then train.py's config keys."""
+    return f"{__doc__}\ntrain.py's config keys, their defaults and meanings:\n{settings_help()}"
+
+
 def main(argv):
     opts, rest = split_args(argv)
     cfg = parse_config(rest)
@@ -238,7 +244,7 @@ def main(argv):
 
 if __name__ == "__main__":
     if {"-h", "--help"} & set(sys.argv[1:]):
-        sys.exit(print(__doc__))
+        sys.exit(print(usage()))
     try:
         main(sys.argv[1:])
     except (ValueError, OSError) as e:

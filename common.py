@@ -5,7 +5,8 @@ train.py trains; sample.py, eval.py, bench.py, sweep.py, report.py and convert.p
 the same data windows and the same checkpoints through the functions here, so a change made here changes all
 of them alike. Everything else lives in the script that uses it.
 
-    settings     DEFAULTS, parse_config, validate, model_config    (the model's keys come from GPTConfig)
+    settings     SETTINGS (every key's default and meaning), DEFAULTS, settings_help, parse_config, validate,
+                 model_config, format_config, HelpFormatter    (the model's defaults come from GPTConfig)
     devices      resolve_device, autocast, use_compile
     processes    setup_distributed (torchrun), end_distributed, check_fsdp_support, shard_model (FSDP2)
     data         load_meta, open_split, window_starts, eval_window_count, eval_windows, get_batch
@@ -13,6 +14,7 @@ of them alike. Everything else lives in the script that uses it.
     checkpoints  load_checkpoint, check_same_dataset, model_from_checkpoint, save_checkpoint,
                  atomic_write_text, replace_atomically, check_output_file, make_writable_folder, read_metrics
 """
+import argparse
 import ast
 import dataclasses
 import json
@@ -29,8 +31,9 @@ import torch
 import torch.distributed as dist
 from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+from tqdm import tqdm
 
-from model import GPT, GPTConfig
+from model import GPT, QUERY_MODE_ALIASES, QUERY_MODES, GPTConfig
 from prepare_data import GPT2_VOCAB, load_meta  # noqa: F401  (load_meta is part of this module's interface)
 
 # ----------------------------------------------------------------------------------------------- settings
@@ -40,32 +43,84 @@ MODEL_KEYS = tuple(f.name for f in dataclasses.fields(GPTConfig) if f.name not i
 MODEL_DEFAULTS = {f.name: f.default for f in dataclasses.fields(GPTConfig) if f.name in MODEL_KEYS}
 MODEL_DEFAULTS["vocab_size"] = None  # None = the dataset's vocabulary rounded up to a multiple of 64
 
-DEFAULTS = dict(
+# Every config key once: (default, one-line meaning). DEFAULTS and train.py --help both come from this table.
+# The model's keys take their defaults from GPTConfig (model.py); their meanings are written here.
+SETTINGS = dict(
     # I/O
-    out_dir="out", eval_interval=1000, log_interval=10, always_save_checkpoint=True,
-    # the fixed eval set: eval_windows windows per split, drawn from the seed alone (None: eval_iters x batch_size,
-    # which changes with the micro-batch: set eval_windows to keep the eval set across batch shapes)
-    eval_iters=200, eval_windows=None,
-    eval_full_at_end=True,  # after the last step, the val loss over every val token once (val_loss_full)
-    init_from="scratch",  # scratch | resume (from out_dir/ckpt.pt) | gpt2[-medium|-large|-xl] | a local HF folder
-    wandb_log=False, wandb_project="nlq", wandb_run_name="run",
+    out_dir=("out", "this run's folder: ckpt.pt, metrics.jsonl, config.json"),
+    eval_interval=(1000, "evaluate and checkpoint every N steps (and at max_iters)"),
+    log_interval=(10, "print the training loss, ms/iter, elapsed time and ETA every N steps"),
+    eval_iters=(200, "with eval_windows unset: eval_iters x batch_size windows per split in each fixed-window "
+                     "eval"),
+    eval_windows=(None, "fixed eval windows per split, drawn from the seed alone, so the eval set does not "
+                        "change with the micro-batch or the number of processes; None = eval_iters x "
+                        "batch_size"),
+    always_save_checkpoint=(True, "checkpoint at every eval; False: only when the val loss improves"),
+    eval_full_at_end=(True, "after the last step, also the val loss over every val token once "
+                            "(val_loss_full); hours for a 124M model on a CPU"),
+    init_from=("scratch", "scratch: a new run; resume: continue from out_dir/ckpt.pt; gpt2, gpt2-medium, "
+                          "gpt2-large, gpt2-xl or a local Hugging Face GPT-2 folder: start from its weights"),
+    wandb_log=(False, "log to Weights & Biases (the wandb package is needed only then)"),
+    wandb_project=("nlq", "wandb project name"),
+    wandb_run_name=("run", "wandb run name"),
     # data: <data_dir>/<dataset>/{train,val}.bin and meta.json, written by prepare_data.py
-    data_dir="data", dataset="openwebtext", batch_size=12, gradient_accumulation_steps=40,
-    # model: every GPTConfig field (block_size, n_layer, ..., query_mode, ...), defaults from model.py
-    **MODEL_DEFAULTS,
+    data_dir=("data", "parent folder of the datasets prepare_data.py writes"),
+    dataset=("openwebtext", "the dataset: data_dir/dataset/{train,val}.bin and meta.json"),
+    batch_size=(12, "windows of block_size tokens per micro-batch, per process"),
+    gradient_accumulation_steps=(40, "micro-batches per optimizer step, over all processes together"),
+    # model: every GPTConfig field, defaults from model.py
+    block_size=(MODEL_DEFAULTS["block_size"], "context length in tokens"),
+    vocab_size=(MODEL_DEFAULTS["vocab_size"], "embedding rows; None = the dataset's vocabulary rounded up "
+                                              "to a multiple of 64"),
+    n_layer=(MODEL_DEFAULTS["n_layer"], "transformer blocks"),
+    n_head=(MODEL_DEFAULTS["n_head"], "attention heads (n_embd must be a multiple of it)"),
+    n_embd=(MODEL_DEFAULTS["n_embd"], "model width d"),
+    mlp_hidden=(MODEL_DEFAULTS["mlp_hidden"], "MLP hidden width; None = 4 * n_embd"),
+    query_mode=(MODEL_DEFAULTS["query_mode"], "how attention makes its query q from x (see model.py)"),
+    query_hidden=(MODEL_DEFAULTS["query_hidden"], "width of f's hidden layer (nonlinear); None = "
+                                                  "n_embd // 2"),
+    query_norm_in=(MODEL_DEFAULTS["query_norm_in"], "nonlinear: f's input RMSNorm (False: an ablation)"),
+    query_norm_out=(MODEL_DEFAULTS["query_norm_out"], "nonlinear: f's output LayerNorm (False: an "
+                                                      "ablation)"),
+    attn_scale=(MODEL_DEFAULTS["attn_scale"], "attention scale; None = the mode's default, 1/sqrt(head_dim) "
+                                              "(linear) or half that"),
+    qk_norm=(MODEL_DEFAULTS["qk_norm"], "RMS-normalise each head's q and k before their dot product"),
+    dropout=(MODEL_DEFAULTS["dropout"], "dropout probability, in [0, 1)"),
+    bias=(MODEL_DEFAULTS["bias"], "biases in the Linear and LayerNorm layers"),
+    tie_weights=(MODEL_DEFAULTS["tie_weights"], "share the token embedding with the LM head"),
+    flash=(MODEL_DEFAULTS["flash"], "F.scaled_dot_product_attention; False: plain matmul-softmax (same "
+                                    "maths)"),
+    activation=(MODEL_DEFAULTS["activation"], "the MLP's GELU: gelu (exact, erf) or gelu_tanh (GPT-2's tanh "
+                                              "approximation; init_from=gpt2 sets it)"),
     # AdamW and the learning-rate schedule: linear warmup, then cosine (or linear) decay to min_lr
-    learning_rate=6e-4, max_iters=60000, weight_decay=0.1, beta1=0.9, beta2=0.95, grad_clip=1.0,
-    decay_lr=True, lr_schedule="cosine", warmup_iters=2000, lr_decay_iters=None, min_lr=6e-5,
-    # divergence: stop after this many consecutive steps with a non-finite training loss
-    max_nonfinite_steps=10,
+    learning_rate=(6e-4, "peak AdamW learning rate, reached after warmup_iters"),
+    max_iters=(60000, "optimizer steps to train"),
+    weight_decay=(0.1, "AdamW weight decay (on tensors of 2 or more dimensions only)"),
+    beta1=(0.9, "AdamW beta1"),
+    beta2=(0.95, "AdamW beta2"),
+    grad_clip=(1.0, "clip the gradient norm to this; 0 = no clipping"),
+    decay_lr=(True, "warmup, then decay to min_lr; False: learning_rate throughout, no warmup"),
+    lr_schedule=("cosine", "the decay's shape after warmup (linear with min_lr=0 decays to zero)"),
+    warmup_iters=(2000, "steps of linear warmup up to learning_rate"),
+    lr_decay_iters=(None, "the step at which the decay reaches min_lr; None = max_iters (a resumed run: "
+                          "its checkpoint's)"),
+    min_lr=(6e-5, "the learning rate at the end of the decay"),
+    # divergence
+    max_nonfinite_steps=(10, "stop (exit status 3) after this many consecutive steps with a NaN/inf "
+                             "training loss"),
     # system
-    device="auto",  # auto | cpu | cuda | cuda:N | mps
-    # auto (bfloat16 on CUDA if supported, else float16; float32 elsewhere) | float32 | bfloat16 | float16
-    dtype="auto",
-    compile=None,   # None = on for CUDA, off elsewhere
-    fsdp=False,     # under torchrun: shard weights, gradients, AdamW states over the processes (FSDP2)
-    seed=1337,
+    device=("auto", "auto (CUDA, else MPS, else CPU) | cpu | cuda | cuda:N | mps"),
+    dtype=("auto", "auto (bfloat16 on CUDA if supported, else float16; float32 elsewhere) | float32 | "
+                   "bfloat16 | float16"),
+    compile=(None, "torch.compile the model; None = on for CUDA, off elsewhere"),
+    fsdp=(False, "under torchrun: shard weights, gradients and AdamW states over the processes (FSDP2)"),
+    seed=(1337, "the initial weights, the training stream of windows and the eval windows"),
 )
+_unexplained = [k for k in MODEL_KEYS if k not in SETTINGS]
+if _unexplained:  # a new GPTConfig field needs its line above, or it could not be set from a config
+    raise RuntimeError(f"GPTConfig fields {_unexplained} have no line in common.SETTINGS; add one "
+                       f"(key=(MODEL_DEFAULTS[key], 'its meaning'))")
+DEFAULTS = {key: default for key, (default, _) in SETTINGS.items()}
 
 
 def _optional_types():
@@ -77,7 +132,56 @@ def _optional_types():
 
 OPTIONAL_TYPES = _optional_types()
 CHOICES = dict(init_from=("scratch", "resume"), lr_schedule=("cosine", "linear"))
-POSITIVE = ("batch_size", "block_size", "gradient_accumulation_steps", "eval_iters", "eval_windows", "eval_interval",
+
+
+def allowed_values(key):
+    """The values a key accepts, as text for --help ("" when any value of its type will do). query_mode's
+    are read from model.QUERY_MODES when asked, so a mode registered later (e.g. from a test) is listed."""
+    if key == "query_mode":
+        return (f"one of {', '.join(QUERY_MODES)} "
+                f"(aliases: {', '.join(f'{a} = {m}' for a, m in QUERY_MODE_ALIASES.items())})")
+    if key == "activation":
+        return "gelu or gelu_tanh"
+    if key in CHOICES:
+        return f"one of {', '.join(CHOICES[key])}" + (", a GPT-2 name or a local GPT-2 folder"
+                                                      if key == "init_from" else "")
+    if type(DEFAULTS[key]) is bool or OPTIONAL_TYPES.get(key) is bool:
+        return "True or False" + (" or None" if key in OPTIONAL_TYPES else "")
+    return ""
+
+
+def settings_help():
+    """Every config key as '--key=default  meaning [allowed values]', one line each, in SETTINGS' order."""
+    width = max(len(f"--{k}={d!r}") for k, d in DEFAULTS.items())
+    lines = []
+    for key, (default, meaning) in SETTINGS.items():
+        allowed = allowed_values(key)
+        lines.append(f"  {f'--{key}={default!r}':<{width}}  {meaning}" + (f" [{allowed}]" if allowed else ""))
+    return "\n".join(lines)
+
+
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """argparse help that keeps the script's docstring as written and adds each option's default,
+    "(default: X)", unless the option's help already names its default or the default is None, False or ""
+    (nothing to show)."""
+
+    def _get_help_string(self, action):
+        help_text = action.help or ""
+        if (action.default not in (None, False, "", argparse.SUPPRESS) and "default" not in help_text
+                and (action.option_strings or action.nargs in ("?", "*"))):
+            help_text += " (default: %(default)s)"
+        return help_text
+
+
+def format_config(cfg, width=110):
+    """A resolved config as an aligned block, key = value cells in columns, for train.py's start-up log."""
+    cells = [f"{k} = {v!r}" for k, v in cfg.items()]
+    cell = max(len(c) for c in cells) + 2
+    per_line = max(1, width // cell)
+    rows = [cells[i:i + per_line] for i in range(0, len(cells), per_line)]
+    return "\n".join("  " + "".join(c.ljust(cell) for c in row).rstrip() for row in rows)
+POSITIVE = ("batch_size", "block_size", "gradient_accumulation_steps", "eval_iters", "eval_windows",
+            "eval_interval",
             "log_interval", "learning_rate", "lr_decay_iters", "max_nonfinite_steps", "vocab_size")
 NON_NEGATIVE = ("max_iters", "warmup_iters", "min_lr", "weight_decay", "grad_clip", "beta1", "beta2")
 MAX_SEED = 2 ** 62  # |seed| below it: torch's generators take 64-bit seeds, and train.py adds the rank
@@ -386,14 +490,22 @@ def my_share(n, rank, world_size):
     return [(min(k, n - 1), k < n) for k in indices]
 
 
+def progress_bar(items, show, desc):
+    """items under a tqdm bar (on stderr) if show, and only where stderr is a terminal: a log file stays
+    clean."""
+    return tqdm(items, desc=desc, unit="batch", leave=False, disable=None if show else True)
+
+
 @torch.no_grad()
-def estimate_loss(model, splits, ctx, rank=0, world_size=1, device="cpu", vocab_size=None, batch_size=12):
+def estimate_loss(model, splits, ctx, rank=0, world_size=1, device="cpu", vocab_size=None, batch_size=12,
+                  progress=False):
     """Mean cross-entropy (nats/token) per split over its fixed eval windows, sharded over ranks.
 
     splits: {name: (bin path, dtype, windows (N,) offsets, block_size)}, evaluated batch_size windows at a time
     (the last batch may be smaller; every window weighs the same); vocab_size: see get_batch. Returns
     {name: float}; a diverged model gives nan or inf, never an error. The model's train/eval mode is restored.
     Every rank runs the same number of forward passes (see my_share), as FSDP's collective forward needs.
+    progress: a tqdm bar per split (see progress_bar).
     """
     was_training = model.training
     model.eval()
@@ -401,7 +513,7 @@ def estimate_loss(model, splits, ctx, rank=0, world_size=1, device="cpu", vocab_
     for split, (path, dtype, windows, block_size) in splits.items():
         batches = windows.split(batch_size)
         total = torch.zeros(2, device=device)  # loss sum over windows, window count
-        for k, counts in my_share(len(batches), rank, world_size):
+        for k, counts in progress_bar(my_share(len(batches), rank, world_size), progress, f"eval {split}"):
             x, y = get_batch(path, dtype, batches[k], block_size, device, vocab_size)
             with ctx:
                 _, loss = model(x, y)
@@ -429,19 +541,19 @@ def full_split_windows(n_tokens, block_size, batch_size):
 
 @torch.no_grad()
 def full_split_loss(model, ctx, path, dtype, block_size, batch_size, device, rank=0, world_size=1,
-                    on_batch=None, vocab_size=None):
+                    on_batch=None, vocab_size=None, progress=False):
     """Summed cross-entropy over every target of a split once -> (total nats, tokens, windows).
 
     Batches are sharded over ranks (see my_share) and the sums all-reduced. on_batch(y) is called with each
     batch's targets (B, T) on the CPU (eval.py counts bytes with it). vocab_size: see get_batch. The model's
-    train/eval mode is restored.
+    train/eval mode is restored. progress: a tqdm bar (see progress_bar).
     """
     was_training = model.training
     model.eval()
     n = len(np.memmap(path, dtype=dtype, mode="r"))
     batches = full_split_windows(n, block_size, batch_size)
     total = torch.zeros(2, dtype=torch.float64, device=device)  # nats, tokens
-    for k, counts in my_share(len(batches), rank, world_size):
+    for k, counts in progress_bar(my_share(len(batches), rank, world_size), progress, "whole-split eval"):
         starts, length = batches[k]
         x, y = get_batch(path, dtype, starts, length, device, vocab_size)
         with ctx:
@@ -476,14 +588,16 @@ def upgrade_state_dict(state_dict):
     return renamed
 
 
-def load_checkpoint(path):
+def load_checkpoint(path, mmap=False):
     """A train.py checkpoint, loaded onto the CPU with weights_only=True.
 
+    mmap=True maps the file instead of reading it: its settings (config, model_args) at once, the tensors read
+    only when touched (sample.py and eval.py check the dataset and the tokenizer that way before a long read).
     ValueError if it cannot be read (corrupt, truncated, or another program's format) or lacks train.py's
     keys.
     """
-    try:
-        ckpt = torch.load(path, map_location="cpu", weights_only=True)  # CPU first: resume peaks lower
+    try:  # CPU first: resume peaks lower
+        ckpt = torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
     except Exception as e:
         raise ValueError(f"{path} is corrupt or not a train.py checkpoint ({type(e).__name__}); "
                          f"restore a copy, or delete it to start again") from e

@@ -47,8 +47,8 @@ from datetime import datetime, timezone
 
 import torch
 
-from common import (DEFAULTS, MODEL_KEYS, atomic_write_text, check_value, load_checkpoint, model_config,
-                    model_from_checkpoint, save_checkpoint, validate)
+from common import (DEFAULTS, MODEL_KEYS, HelpFormatter, atomic_write_text, check_value, load_checkpoint,
+                    model_config, model_from_checkpoint, save_checkpoint, validate)
 from model import GPT
 from prepare_data import GPT2_EOT, GPT2_VOCAB, DataError, load_meta
 
@@ -321,9 +321,10 @@ def main(argv=None):
     FileNotFoundError / ValueError (nothing written) for a bad input, a missing dataset or an output that
     exists already.
     """
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
     sub = p.add_subparsers(dest="format", required=True)
-    o = sub.add_parser("official", help="the paper's train.py checkpoint -> an nlq run folder")
+    o = sub.add_parser("official", help="the paper's train.py checkpoint -> an nlq run folder",
+                       formatter_class=HelpFormatter)
     o.add_argument("path", type=os.path.expanduser, help="the checkpoint to convert (ckpt.pt)")
     o.add_argument("--out_dir", type=os.path.expanduser, required=True, help="the nlq run folder to create")
     o.add_argument("--tokenizer", choices=TOKENIZERS, default=None, help="the model's tokenizer, with no "
@@ -333,7 +334,8 @@ def main(argv=None):
                    "dataset, unless --tokenizer applies)")
     o.add_argument("--data_dir", type=os.path.expanduser,
                    default="data", help="parent folder of the dataset (default: data)")
-    h = sub.add_parser("hf", help="an nlq run folder -> a Hugging Face transformers folder")
+    h = sub.add_parser("hf", help="an nlq run folder -> a Hugging Face transformers folder",
+                       formatter_class=HelpFormatter)
     h.add_argument("run", type=os.path.expanduser, help="the nlq run folder (train.py's out_dir, with ckpt.pt)")
     h.add_argument("--out", type=os.path.expanduser, required=True, help="the transformers folder to create")
     h.add_argument("--bpe_dir", type=os.path.expanduser, default=None, help="GPT-2's encoder.json + vocab.bpe "

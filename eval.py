@@ -43,10 +43,10 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
-from common import (atomic_write_text, autocast, check_output_file, estimate_loss, eval_window_count,
-                    eval_windows, full_split_loss, get_batch, open_split, resolve_device, safe_exp)
+from common import (HelpFormatter, atomic_write_text, autocast, check_output_file, estimate_loss,
+                    eval_window_count, eval_windows, full_split_loss, get_batch, open_split, resolve_device, safe_exp)
 from prepare_data import GPT2_EOT, get_codec, gpt2_encoding
-from sample import load_checkpoint
+from sample import find_dataset, load_checkpoint
 
 HELLASWAG_URL = "https://raw.githubusercontent.com/rowanz/hellaswag/master/data/hellaswag_val.jsonl"
 
@@ -76,7 +76,7 @@ def fixed_windows(model, ctx, cfg, data, meta, split, device, nbytes):
     n = len(open_split(data, split, dtype, T))
     windows = eval_windows(n, T, eval_window_count(cfg), cfg["seed"])  # (N,)
     loss = estimate_loss(model, {split: (path, dtype, windows, T)}, ctx, 0, 1, device,
-                         meta["vocab_size"], cfg["batch_size"])[split]
+                         meta["vocab_size"], cfg["batch_size"], progress=True)[split]
     n_bytes = sum(int(nbytes[get_batch(path, dtype, w, T, "cpu")[1].numpy()].sum())
                   for w in windows.split(cfg["batch_size"]))
     return loss * windows.numel() * T, windows.numel() * T, n_bytes, windows.numel()
@@ -90,7 +90,7 @@ def full_split(model, ctx, cfg, data, meta, split, device, nbytes, batch_size):
     nats, tokens, windows = full_split_loss(model, ctx, path, meta["dtype"], cfg["block_size"],
                                             batch_size, device,
                                             on_batch=lambda y: n_bytes.append(int(nbytes[y.numpy()].sum())),
-                                            vocab_size=meta["vocab_size"])
+                                            vocab_size=meta["vocab_size"], progress=True)
     return nats, tokens, sum(n_bytes), windows
 
 
@@ -105,12 +105,13 @@ def metrics(nats, tokens, n_bytes):
 def evaluate(out_dir, split="val", full=False, device="cpu", dtype=None, batch_size=None, data_dir=None,
              bpe_dir=None):
     """Evaluate out_dir/ckpt.pt; returns a dict of the numbers (see metrics) and what was evaluated."""
+    meta, _ = find_dataset(out_dir, data_dir)  # the dataset and the tokenizer before the weights are read
+    nbytes = token_bytes(meta, bpe_dir)
     model, ckpt, meta, data = load_checkpoint(out_dir, "cpu", data_dir)
     cfg = ckpt["config"]
     device, device_type, ptdtype = resolve_device({"device": device, "dtype": dtype or cfg["dtype"]})
     model.to(device)
     ctx = autocast(device_type, ptdtype)
-    nbytes = token_bytes(meta, bpe_dir)
     if full:
         res = full_split(model, ctx, cfg, data, meta, split, device, nbytes, batch_size or cfg["batch_size"])
     else:
@@ -266,8 +267,9 @@ def hellaswag(out_dir, path, device="cpu", dtype=None, batch_size=8, data_dir=No
     stderrs and `cropped` (completions that lost context tokens to block_size). The file is read and
     tokenised completely before the model runs, so a bad line fails at once."""
     examples = read_hellaswag(path, limit)
-    model, ckpt, meta, _ = load_checkpoint(out_dir, "cpu", data_dir, need_data=False)
+    meta, _ = find_dataset(out_dir, data_dir, need_data=False)  # the tokenizer before the weights are read
     encode, _ = get_codec(meta, bpe_dir)
+    model, ckpt, meta, _ = load_checkpoint(out_dir, "cpu", data_dir, need_data=False)
     rows, cropped = hellaswag_rows(examples, encode, model.config.block_size, path)
     device, device_type, ptdtype = resolve_device({"device": device,
                                                    "dtype": dtype or ckpt["config"]["dtype"]})
@@ -287,10 +289,10 @@ def hellaswag_table(r):
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
     p.add_argument("--out_dir", type=os.path.expanduser,
                    default="out", help="folder with ckpt.pt (a train.py out_dir)")
-    p.add_argument("--split", choices=("train", "val"), default="val")
+    p.add_argument("--split", choices=("train", "val"), default="val", help="the split to evaluate")
     p.add_argument("--full", action="store_true", help="the whole split in consecutive windows of block_size")
     p.add_argument("--batch_size", type=int, default=None, help="windows per forward pass with --full "
                    "(default: the checkpoint's batch_size); HellaSwag examples per forward pass (default 8)")
@@ -303,7 +305,7 @@ def main(argv=None):
                    "(default: the checkpoint's)")
     p.add_argument("--data_dir", type=os.path.expanduser,
                    default=None, help="override the checkpoint's data_dir "
-                   "(parent of the dataset)")
+                   "(parent of the dataset; default: the checkpoint's)")
     p.add_argument("--bpe_dir", type=os.path.expanduser, default=None, help="GPT-2 encoder.json + vocab.bpe "
                    "(gpt2 data, bytes per token; default: the copy shipped in tests/data/gpt2)")
     p.add_argument("--json", type=os.path.expanduser,

@@ -669,7 +669,8 @@ def load_hf_stream(name, config=None, split="train"):
 # ---------------------------------------------------------------- command line
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    from common import HelpFormatter  # here: common imports this module
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
     p.add_argument("dataset", choices=DATASETS)
     p.add_argument("--data_dir", type=os.path.expanduser,
                    default="data", help="output goes to DATA_DIR/NAME/")

@@ -1,8 +1,10 @@
 """
-The report of a sweep.py study: paired statistics over seeds, the learning-rate search, plots.
+The report of a sweep.py study: paired statistics over seeds, the learning-rate search, plots. Or, given run
+folders instead of a study file, a side-by-side look at plain train.py runs (no statistics).
 
     python report.py studies/enwiki_cpu.py                   # -> results/enwiki_cpu/README.md and plots
     python report.py studies/enwiki_cpu.py --out /tmp/rep    # elsewhere
+    python report.py out/a out/b                             # a table and out/compare/val_loss.png
 
 Everything is rebuilt from the runs' metrics.jsonl and config.json alone (results/<study>/runs/ is committed),
 so anyone can recompute the tables. Run it from the repository root: the study's paths are relative.
@@ -19,6 +21,7 @@ listed, never fatal.
 """
 import argparse
 import datetime
+import json
 import math
 import os
 import platform
@@ -31,8 +34,10 @@ import numpy as np
 import torch
 from scipy import stats
 
+import common
+import eval as nlq_eval  # eval.py (the name shadows the builtin only in this module)
 import sweep
-from common import model_config
+from common import HelpFormatter, model_config
 from model import GPT
 
 
@@ -148,6 +153,148 @@ def elapsed_seconds(rows):
     return out
 
 
+# ---------------------------------------------------------------------------------- plain runs compared
+# Settings that say where a run lives, not what it is, besides sweep.NOT_EXPERIMENT's.
+NOT_COMPARED = sweep.NOT_EXPERIMENT | {"out_dir"}
+
+
+def read_plain_run(path):
+    """A train.py run folder -> dict(name, config, rows). ValueError naming what is missing."""
+    rows = sweep.read_metrics(path)
+    config = sweep.read_saved_config(os.path.join(path, "config.json"))
+    if not rows or config is None:
+        missing = " and ".join(f for f, ok in (("metrics.jsonl", rows), ("config.json", config)) if not ok)
+        raise ValueError(f"{path} is not a train.py run folder with results: no {missing} (a run writes both "
+                         f"once it has evaluated; give run folders, e.g. out/a out/b, or one study file)")
+    return dict(name=path, config=config, rows=rows)
+
+
+def val_bytes_per_token(config, cache, bpe_dir=None):
+    """UTF-8 bytes per target token of the run's whole val split (the targets val_loss_full averages over),
+    or (None, why) where it cannot be counted. byte: 1. char and gpt2: counted from the dataset's val.bin,
+    which must be the one the run was trained on (its sha256 in config.json); gpt2 needs GPT-2's BPE files
+    (bpe_dir, or tiktoken's cache)."""
+    meta = config.get("dataset_meta") or {}
+    if meta.get("tokenizer") == "byte":
+        return 1.0, None
+    folder = os.path.join(config["data_dir"], config["dataset"])
+    if folder not in cache:
+        try:
+            found = common.load_meta(folder)
+            common.check_same_dataset(meta, found, folder)
+            ids = np.memmap(os.path.join(folder, "val.bin"), dtype=found["dtype"], mode="r")[1:]
+            counts = np.bincount(ids, minlength=found["vocab_size"])
+            cache[folder] = (int(counts @ nlq_eval.token_bytes(found, bpe_dir)) / len(ids), None)
+        except (OSError, ValueError, RuntimeError) as e:  # RuntimeError: DataError (no GPT-2 BPE files)
+            cache[folder] = (None, f"{folder}: {e}")
+    bytes_per_token, why = cache[folder]
+    return (1 / bytes_per_token, None) if bytes_per_token else (None, why)
+
+
+def compare_table(runs, bpe_dir=None):
+    """Markdown table of plain runs: iterations, tokens, the last fixed-window val loss, the whole-split val
+    loss, bits per byte (whole split), wall time. Returns (table, notes)."""
+    cols = ["run", "iters", "tokens", "val loss (fixed windows)", "val loss (whole split)", "bits/byte",
+            "wall time"]
+    lines = ["| " + " | ".join(cols) + " |", "|---|" + "---:|" * (len(cols) - 1)]
+    notes, cache = [], {}
+    for run in runs:
+        last, cfg = run["rows"][-1], run["config"]
+        status = ("" if last["iter"] >= cfg["max_iters"] or sweep.is_diverged(last)
+                  else f" (unfinished: max_iters {cfg['max_iters']})")
+        full = last.get("val_loss_full")
+        bpb = "—"
+        if full is not None:
+            tokens_per_byte, why = val_bytes_per_token(cfg, cache, bpe_dir)
+            if tokens_per_byte is None:
+                notes.append(f"bits/byte of {run['name']}: not counted ({why})")
+            else:
+                bpb = f"{full / math.log(2) * tokens_per_byte:.4f}"
+        if last.get("elapsed_s") is not None:
+            wall = f"{last['elapsed_s']:.0f} s"
+        else:  # runs made before metrics.jsonl had elapsed_s: the step times alone
+            wall = f"{elapsed_seconds(run['rows'])[-1]:.0f} s*"
+            notes.append(f"* {run['name']}: training steps only (evals not counted; the run predates "
+                         f"elapsed_s)")
+        val = "diverged" if sweep.is_diverged(last) else fmt_loss(last.get("val_loss"))
+        lines.append(f"| {run['name']} | {last['iter']:,}{status} | {last.get('tokens', 0):,} | {val} | "
+                     f"{fmt_loss(full)} | {bpb} | {wall} |")
+    return "\n".join(lines), notes
+
+
+def fmt_loss(x):
+    return "—" if x is None else f"{x:.4f}"
+
+
+def config_differences(runs):
+    """{key: [value per run]} for the settings (and the dataset's contents) that are not the same in every
+    run, leaving out where a run lives and how it ran (NOT_COMPARED)."""
+    keys = sorted({k for run in runs for k in run["config"]
+                   if k in common.DEFAULTS and k not in NOT_COMPARED})
+    diffs = {k: [run["config"].get(k, common.DEFAULTS[k]) for run in runs] for k in keys}
+    diffs = {k: v for k, v in diffs.items() if any(x != v[0] for x in v)}
+    shas = [json.dumps((run["config"].get("dataset_meta") or {}).get("sha256"), sort_keys=True)
+            for run in runs]
+    if len(set(shas)) > 1:  # a sha per run would be noise: say which runs share their data
+        groups = {sha: i + 1 for i, sha in enumerate(dict.fromkeys(shas))}
+        diffs["dataset contents"] = [f"data {groups[sha]}" for sha in shas]
+    return diffs
+
+
+def plot_runs(runs, path):
+    """Each run's val loss (fixed windows) against training tokens, on one plot; its whole-split val loss as
+    an x at its last point."""
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    for run in runs:
+        rows = [r for r in run["rows"] if r["iter"] > 0 and r.get("val_loss") is not None]
+        if not rows:
+            continue
+        line, = ax.plot([r["tokens"] for r in rows], [r["val_loss"] for r in rows], marker="o", ms=3,
+                        label=run["name"])
+        if rows[-1].get("val_loss_full") is not None:
+            ax.plot(rows[-1]["tokens"], rows[-1]["val_loss_full"], "x", ms=8, color=line.get_color())
+    ax.set(xlabel="training tokens", ylabel="val loss (nats/token; x: whole split)",
+           title="val loss of each run (one seed each: no call)")
+    ax.grid(alpha=0.3)
+    if ax.lines:
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def compare(paths, out, bpe_dir=None):
+    """Print a table of plain train.py runs, what differs between their settings, and what such a comparison
+    cannot tell; draw their val-loss curves to <out>/val_loss.png. Returns the printed text."""
+    runs = [read_plain_run(path) for path in paths]
+    table, notes = compare_table(runs, bpe_dir)
+    diffs = config_differences(runs)
+    show = lambda k, values: ", ".join(f"{run['name']}: {v if k == 'dataset contents' else repr(v)}"
+                                       for run, v in zip(runs, values))
+    if not diffs:
+        differ = "Their settings are the same (" + ", ".join(sorted(NOT_COMPARED)) + " not compared)."
+    elif len(diffs) == 1:
+        (key, values), = diffs.items()
+        differ = f"They differ only in {key}: {show(key, values)}."
+    else:
+        width = max(len(k) for k in diffs)
+        differ = "Settings that differ:\n" + "\n".join(f"  {k:<{width}}  {show(k, v)}"
+                                                       for k, v in diffs.items())
+    seeds = sorted({run["config"].get("seed") for run in runs})
+    caveat = (f"One seed per run (seed{'s' if len(seeds) > 1 else ''} {', '.join(map(str, seeds))}): a gap "
+              f"between these runs can be seed noise, so this comparison supports no call. For one, write a "
+              f"study file (studies/*.py: arms, a learning-rate grid, selection and final seeds), then run "
+              f"python sweep.py STUDY and python report.py STUDY (README: \"Experiments\" and \"Add your own "
+              f"query mode\").")
+    os.makedirs(out, exist_ok=True)
+    plot = os.path.join(out, "val_loss.png")
+    plot_runs(runs, plot)
+    text = "\n\n".join([table, *(["\n".join(notes)] if notes else []), differ, caveat,
+                         f"val-loss curves: {plot}"])
+    print(text)
+    return text
+
+
 # ------------------------------------------------------------------------------------------- the report
 def header(study_path, study, out):
     """Title, the study file's comment, the commands that produce the report, date and machine."""
@@ -157,6 +304,11 @@ def header(study_path, study, out):
     report_cmd = f"python report.py {study_path}" + ("" if out == default_out(study) else f" --out {out}")
     cmds += [] if any(c.startswith("python report.py") for c in cmds) else [report_cmd]
     about = " ".join(c for c in comment if not c.startswith("python "))
+    if study.get("quick"):  # the study at a fraction of its steps: say so first
+        q = study["quick"]
+        cmds = [f"python sweep.py {study_path} --quick {q:g}", f"python report.py {study_path} --quick {q:g}"]
+        about = (f"**A --quick try of this study: every run at {q:g} of its steps. For trying the machinery, "
+                 f"not for comparing arms.** {about}")
     now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     machine = f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs"
     return (f"# Study {study['name']}\n\n{about}\n\nProduced by (from the repository root):\n\n```\n"
@@ -502,7 +654,8 @@ def status_section(data):
 
 
 def default_out(study):
-    return os.path.join("results", study["name"])
+    """results/<name>, or out/quick/<name> for a --quick study (never results/)."""
+    return os.path.join(sweep.QUICK_DIR if study.get("quick") else "results", study["name"])
 
 
 def main(argv=None):
@@ -510,12 +663,25 @@ def main(argv=None):
     several selection seeds); returns the report's markdown.
     <out>/reading.md, if there, is a person's reading of the numbers: it goes in after the plots,
     unchanged."""
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("study", help="study file, e.g. studies/enwiki_cpu.py")
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
+    p.add_argument("study", nargs="+", help="a study file, e.g. studies/enwiki_cpu.py; or train.py run "
+                   "folders (each with metrics.jsonl and config.json) to compare, e.g. out/a out/b")
     p.add_argument("--out", type=os.path.expanduser,
-                   default=None, help="output folder (default: results/<study name>)")
+                   default=None, help="output folder (default: results/<study name>; for run folders: "
+                   "out/compare)")
+    p.add_argument("--quick", type=float, nargs="?", const=sweep.QUICK_FRACTION, metavar="FRACTION",
+                   help="the runs of python sweep.py STUDY --quick (in out/quick/<name>/runs; the report in "
+                   "out/quick/<name>)")
+    p.add_argument("--bpe_dir", type=os.path.expanduser, default=None, help="run folders: GPT-2's "
+                   "encoder.json + vocab.bpe, to count bytes for bits/byte of gpt2 runs without network")
     args = p.parse_args(argv)
-    study = sweep.load_study(args.study)
+    if all(os.path.isdir(path) for path in args.study):
+        return compare(args.study, args.out or os.path.join("out", "compare"), args.bpe_dir)
+    if len(args.study) > 1:
+        p.error(f"give one study file, or run folders to compare; not a folder: "
+                f"{', '.join(x for x in args.study if not os.path.isdir(x))}")
+    args.study = args.study[0]
+    study = sweep.load_study(args.study, args.quick)
     out = args.out or default_out(study)
     try:  # now, before the runs are read
         os.makedirs(out, exist_ok=True)

@@ -16,8 +16,8 @@ import sys
 
 import torch
 
-from common import (MAX_SEED, check_same_dataset, load_checkpoint as read_checkpoint, model_from_checkpoint,
-                    resolve_device)
+from common import (MAX_SEED, HelpFormatter, check_same_dataset, load_checkpoint as read_checkpoint,
+                    model_from_checkpoint, resolve_device)
 from prepare_data import DataError, get_codec, load_meta, read_text
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -40,30 +40,44 @@ def dataset_dir(cfg, data_dir=None):
                             f"or prepare it with prepare_data.py")
 
 
-def load_checkpoint(out_dir, device="cpu", data_dir=None, need_data=True):
-    """out_dir/ckpt.pt -> (model in eval mode on device, checkpoint dict, meta dict, dataset folder).
+def find_dataset(out_dir, data_dir=None, need_data=True):
+    """The dataset of out_dir/ckpt.pt, found without reading its weights (the file is memory-mapped) ->
+    (meta dict, dataset folder). Call it first, and check the tokenizer, before load_checkpoint reads a large
+    file. need_data=False: a checkpoint that records only its tokenizer (convert.py official --tokenizer)
+    needs no dataset; its dataset folder is then None.
 
-    FileNotFoundError naming the path and how to make a checkpoint if there is none; ValueError if the weights
-    are not finite (a diverged run), or if the checkpoint records its dataset's meta.json (dataset_meta) and
-    the dataset found now differs from it. need_data=False: a checkpoint that records only its tokenizer
-    (convert.py official --tokenizer) needs no dataset; its dataset folder is then None.
+    FileNotFoundError naming the path and how to make a checkpoint if there is none, or the dataset if it is
+    not found (and needed); ValueError if the checkpoint records its dataset's meta.json (dataset_meta) and the
+    dataset found now differs from it.
     """
     path = os.path.join(out_dir, "ckpt.pt")
     if not os.path.isfile(path):
         raise FileNotFoundError(f"no checkpoint at {path}; train one first, e.g. "
                                 f"python train.py config/shakespeare_char.py --out_dir={out_dir}")
-    ckpt = read_checkpoint(path)  # onto the CPU first: works for a checkpoint written on any device
-    model = model_from_checkpoint(ckpt, path).to(device)
+    ckpt = read_checkpoint(path, mmap=True)
     saved = ckpt.get("dataset_meta") or {}
     try:
         data = dataset_dir(ckpt["config"], data_dir)
     except FileNotFoundError:
         if need_data or not saved.get("tokenizer_only"):
             raise
-        return model, ckpt, saved, None
+        return saved, None
     meta = load_meta(data)
     if "dataset_meta" in ckpt:  # older checkpoints lack it
         check_same_dataset(ckpt["dataset_meta"], meta, data)
+    return meta, data
+
+
+def load_checkpoint(out_dir, device="cpu", data_dir=None, need_data=True):
+    """out_dir/ckpt.pt -> (model in eval mode on device, checkpoint dict, meta dict, dataset folder).
+
+    The dataset is checked first (find_dataset: its errors; need_data as there), then the weights are read;
+    ValueError if they are not finite (a diverged run) or do not fit the checkpoint's settings.
+    """
+    meta, data = find_dataset(out_dir, data_dir, need_data)
+    path = os.path.join(out_dir, "ckpt.pt")
+    ckpt = read_checkpoint(path)  # onto the CPU first: works for a checkpoint written on any device
+    model = model_from_checkpoint(ckpt, path).to(device)
     return model, ckpt, meta, data
 
 
@@ -102,22 +116,23 @@ def generate(model, meta, encode, decode, start="", num_samples=1, max_new_token
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
     p.add_argument("--out_dir", type=os.path.expanduser,
                    default="out", help="folder with ckpt.pt (a train.py out_dir)")
-    p.add_argument("--start", default="", help="prompt text, or FILE:path to read it from a file")
-    p.add_argument("--num_samples", type=int, default=1)
-    p.add_argument("--max_new_tokens", type=int, default=200)
+    p.add_argument("--start", default="", help="prompt text, or FILE:path to read it from a file; "
+                   "empty (the default): the end-of-text token (gpt2) or a newline (char, byte)")
+    p.add_argument("--num_samples", type=int, default=1, help="texts to generate")
+    p.add_argument("--max_new_tokens", type=int, default=200, help="tokens generated after the prompt")
     p.add_argument("--temperature", type=float, default=0.8, help="0 = greedy (argmax) decoding")
     p.add_argument("--top_k", type=int, default=None, help="sample from the k most likely tokens only "
-                   "(more than the vocabulary = no limit)")
-    p.add_argument("--seed", type=int, default=1337)
+                   "(default: no limit)")
+    p.add_argument("--seed", type=int, default=1337, help="seed of the sampling RNG (same seed, same texts)")
     p.add_argument("--no_cache", action="store_true", help="run the model on the whole context for every "
                    "token instead of keeping past keys and values (same text, slower)")
     p.add_argument("--device", default="cpu", help="cpu | cuda | cuda:N | mps | auto")
     p.add_argument("--data_dir", type=os.path.expanduser,
                    default=None, help="override the checkpoint's data_dir "
-                   "(parent of the dataset)")
+                   "(parent of the dataset; default: the checkpoint's)")
     p.add_argument("--bpe_dir", type=os.path.expanduser, default=None, help="GPT-2 encoder.json + vocab.bpe "
                    "(default: the copy shipped in tests/data/gpt2)")
     args = p.parse_args(argv)
@@ -135,8 +150,9 @@ def main(argv=None):
     """Print the samples, separated by lines of dashes; returns them as a list of str."""
     args = parse_args(argv)
     device, _, _ = resolve_device({"device": args.device, "dtype": "float32"})  # clear error if absent
+    meta, _ = find_dataset(args.out_dir, args.data_dir, need_data=False)  # the dataset and its tokenizer
+    encode, decode = get_codec(meta, args.bpe_dir)  # first: quick to check, the weights may take minutes
     model, _, meta, _ = load_checkpoint(args.out_dir, device, args.data_dir, need_data=False)
-    encode, decode = get_codec(meta, args.bpe_dir)
     texts = generate(model, meta, encode, decode, args.start, args.num_samples, args.max_new_tokens,
                      args.temperature, args.top_k, args.seed, device, not args.no_cache)
     for text in texts:

@@ -4,6 +4,7 @@ the final seeds, which are never the seeds the rate was chosen on (no winner's c
 
     python sweep.py studies/enwiki_cpu.py --jobs 2 --threads 1 # run it here (2 runs at a time, 1 thread each)
     python sweep.py studies/enwiki_cpu.py --print 8            # the torchrun commands of the runs due now
+    python sweep.py studies/enwiki_cpu.py --quick --jobs 2     # try it: 5% of the steps, in out/quick/
     python report.py studies/enwiki_cpu.py                     # tables, paired statistics, plots
 
 A study file is plain Python that sets:
@@ -19,7 +20,9 @@ A study file is plain Python that sets:
                           rate and seed appears once in its list)
 and optionally seeds_per_arm (dict arm -> how many of seeds it runs; default all), reference (the arm others
 are compared with; default "linear"), max_extensions (default 2), half_steps (default True), runs_dir
-(default results/<name>/runs; two studies that name the same runs_dir share the runs of their identical arms),
+(default results/<name>/runs; two studies that name the same runs_dir share the runs of their arms, which
+must then be the same experiments: a study whose runs folder holds runs of other settings is refused before
+anything starts, by sweep.py and report.py alike),
 and contrasts (default []: a list of (arm, other, "what the pair isolates"), paired comparisons between two
 arms that report.py adds to the comparisons with the reference, e.g. ("nonlinear", "residual", "f's
 nonlinearity")).
@@ -32,17 +35,24 @@ whole val split (val_loss_full), else its last fixed-window val loss; a diverged
 Each run has its own out_dir, <runs_dir>/<arm>/lr<lr>_seed<seed>. A run whose metrics.jsonl reaches max_iters
 (or records divergence) is finished and never rerun, also when only its committed metrics.jsonl and
 config.json are there (a study started on one machine finishes on another); one with a checkpoint resumes
-exactly. Stop the sweep at any time and start it again.
+exactly. Stop the sweep at any time and start it again. Before it starts, the sweep checks the dataset and
+prints how many runs are due and a time estimate from the study's finished runs.
+
+--quick [FRACTION] runs the study at that fraction of each run's steps (default 0.05; warmup, decay, eval
+interval and eval batches scaled alike; no whole-split eval) in the scratch folder out/quick/<name>/runs: for trying the
+machinery, not for comparing arms (report.py --quick reports it).
 """
 import argparse
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
 
-from common import DEFAULTS, EXIT_DIVERGED, parse_config, read_config_file, read_metrics
+from common import (DEFAULTS, EXIT_DIVERGED, HelpFormatter, load_meta, parse_config, read_config_file,
+                    read_metrics)
 
 TRAIN_PY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "train.py")
 STUDY_KEYS = ("name", "config", "overrides", "arms", "learning_rates", "selection_seeds", "seeds")
@@ -54,8 +64,14 @@ PER_RUN = dict(learning_rate="learning_rates", seed="selection_seeds and seeds",
 
 
 # ------------------------------------------------------------------------------------------- the study file
-def load_study(path):
-    """Study file -> dict. ValueError names a missing key, an unknown train.py key or a bad value."""
+def load_study(path, quick=None):
+    """Study file -> dict. ValueError names a missing key, an unknown train.py key or a bad value, or run
+    folders in its runs_dir that hold other experiments (check_shared_runs): sweep.py and report.py accept
+    the same studies.
+
+    quick: a fraction in (0, 1]: the study at that fraction of its steps (see quick_keys), its runs in the
+    scratch folder out/quick/<name>/runs, whatever its runs_dir (results/ is never touched).
+    """
     namespace = read_config_file(path)  # plain Python, like a config file
     missing = [k for k in STUDY_KEYS if k not in namespace]
     if missing:
@@ -80,7 +96,15 @@ def load_study(path):
     for key, (ok, want) in first.items():
         if not ok:
             raise ValueError(f"study file {path}: {key} must be {want}")
-    study["runs_dir"] = study["runs_dir"] or os.path.join("results", study["name"], "runs")
+    study["own_runs_dir"] = os.path.join("results", study["name"], "runs")  # the default
+    study["runs_dir"] = study["runs_dir"] or study["own_runs_dir"]
+    study["shared_runs_dir"] = study["runs_dir"]  # its full-length runs, even under --quick (time estimates)
+    if quick is not None:
+        if not (isinstance(quick, (int, float)) and 0 < quick <= 1):
+            raise ValueError(f"--quick {quick}: the fraction of the study's steps must be in (0, 1], "
+                             f"e.g. 0.05")
+        study["quick"] = quick
+        study["runs_dir"] = os.path.join(QUICK_DIR, study["name"], "runs")
     if os.path.exists(study["runs_dir"]) and not os.path.isdir(study["runs_dir"]):
         raise ValueError(f"study file {path}: runs_dir {study['runs_dir']} is a file; choose a folder")
     number = lambda x: isinstance(x, (int, float)) and not isinstance(x, bool)
@@ -135,6 +159,7 @@ def load_study(path):
     # resolve every arm now: a typo or a bad value fails here, not hours into the sweep
     for arm in study["arms"]:
         run_config(study, arm, study["grids"][arm][0], study["seeds"][0])
+    check_shared_runs(study, path)  # and every run already in its folder, before anything starts
     return study
 
 
@@ -144,11 +169,33 @@ def run_dir(study, arm, lr, seed):
 
 def run_args(study, arm, lr, seed):
     """The train.py arguments of one run: config file, then shared overrides, min_lr = lr / 10, the arm's
-    keys, then lr, seed and out_dir."""
+    keys, then lr, seed and out_dir (and, for a --quick study, its shortened schedule: quick_keys)."""
     min_lr = float(f"{lr / 10:.6g}")  # 0.0003, not 0.00030000000000000003
     overrides = {**study["overrides"], "min_lr": min_lr, **study["arms"][arm], "learning_rate": lr,
                  "seed": seed, "out_dir": run_dir(study, arm, lr, seed)}
-    return [study["config"]] + [f"--{k}={v}" for k, v in overrides.items()]
+    args = [study["config"]] + [f"--{k}={v}" for k, v in overrides.items()]
+    if study.get("quick"):
+        args += [f"--{k}={v}" for k, v in quick_keys(parse_config(args), study["quick"]).items()]
+    return args
+
+
+# --quick: any study at a fraction of its steps, in a scratch folder, to try the machinery (not to compare).
+QUICK_DIR = os.path.join("out", "quick")
+QUICK_FRACTION = 0.05
+
+
+def quick_keys(cfg, fraction):
+    """The settings that shorten a run to fraction of its steps: max_iters, and with it the warmup, the decay
+    and the eval interval, so the run keeps its shape (warmup, decay, evals) in fewer steps; the evals shrink
+    alike (eval_iters: fewer batches). The whole-split eval is skipped (on the CPU study it took 4 of a quick
+    run's 5 minutes), so a quick run's final loss is its last fixed-window val loss."""
+    scale = lambda n: max(1, round(n * fraction))
+    keys = dict(max_iters=scale(cfg["max_iters"]), warmup_iters=round(cfg["warmup_iters"] * fraction),
+                eval_interval=scale(cfg["eval_interval"]), eval_iters=scale(cfg["eval_iters"]),
+                eval_full_at_end=False)
+    if cfg["lr_decay_iters"] is not None:
+        keys["lr_decay_iters"] = scale(cfg["lr_decay_iters"])
+    return keys
 
 
 def run_config(study, arm, lr, seed):
@@ -197,20 +244,64 @@ def read_saved_config(path):
     return saved
 
 
+def settings_diff(study, arm, lr, seed):
+    """{key: (saved, study)} for the settings in which the run dir's saved config differs from what the study
+    asks now; {} if they agree or there is no run yet. A key added to nlq after the run was made counts as
+    its default (committed runs stay valid); out_dir is where the run was made, not what it is (runs copied
+    to another clone or folder stay valid)."""
+    saved = read_saved_config(os.path.join(run_dir(study, arm, lr, seed), "config.json"))
+    if saved is None:
+        return {}
+    wanted = run_config(study, arm, lr, seed)
+    return {k: (saved.get(k, DEFAULTS[k]), v) for k, v in wanted.items()
+            if k not in NOT_EXPERIMENT and k != "out_dir" and saved.get(k, DEFAULTS[k]) != v}
+
+
+def clash_fix(study):
+    """What to do when a study's runs folder holds other experiments: never delete runs someone made."""
+    if study.get("quick"):
+        return (f"{study['runs_dir']} is scratch space for --quick (nothing committed is there): delete it "
+                f"and run again")
+    return (f"give this study its own runs folder: leave out runs_dir (the default is "
+            f"{study['own_runs_dir']}) or set runs_dir to a new folder. Share a runs_dir only between "
+            f"studies whose arms are the same experiments (same config, overrides and arm settings); to try a "
+            f"study at fewer steps, use python sweep.py STUDY --quick")
+
+
 def check_settings(study, arm, lr, seed):
     """ValueError if the run dir already holds a run whose saved config differs from what the study asks now
     (e.g. the study file was edited): its results would be silently reused."""
-    path = os.path.join(run_dir(study, arm, lr, seed), "config.json")
-    saved = read_saved_config(path)
-    if saved is None:
-        return
-    wanted = run_config(study, arm, lr, seed)
-    # a key added to nlq after the run was made counts as its default (committed runs stay valid)
-    diff = {k: (saved.get(k, DEFAULTS[k]), v) for k, v in wanted.items()
-            if k not in NOT_EXPERIMENT and saved.get(k, DEFAULTS[k]) != v}
+    diff = settings_diff(study, arm, lr, seed)
     if diff:
-        raise ValueError(f"{os.path.dirname(path)} holds a run with other settings (saved, study): {diff}; "
-                         f"delete it, or give the changed study a new name")
+        raise ValueError(f"{run_dir(study, arm, lr, seed)} holds a run with other settings (saved, study): "
+                         f"{diff}; {clash_fix(study)}")
+
+
+RUN_NAME = re.compile(r"lr(.+)_seed(-?\d+)")
+
+
+def check_shared_runs(study, path):
+    """ValueError, before anything runs, if any run folder of the study's arms in its runs_dir (also one made
+    by another study that shares the folder, at any learning rate and seed) holds a run with other settings
+    than this study would give it: the study would read another experiment's results as its own. Names how
+    many, the first few with their differences, and a fix that deletes nothing."""
+    clashes = []
+    for arm in study["arms"]:
+        folder = os.path.join(study["runs_dir"], arm)
+        for name in sorted(os.listdir(folder)) if os.path.isdir(folder) else []:
+            match = RUN_NAME.fullmatch(name)
+            if match and os.path.isdir(os.path.join(folder, name)):
+                lr, seed = float(match.group(1)), int(match.group(2))
+                diff = settings_diff(study, arm, lr, seed)
+                if diff:
+                    clashes.append(f"{run_dir(study, arm, lr, seed)}: " + ", ".join(
+                        f"{k} {saved!r} (study: {wanted!r})" for k, (saved, wanted) in diff.items()))
+    if clashes:
+        shown = "\n  ".join(clashes[:3]) + (f"\n  ... and {len(clashes) - 3} more"
+                                            if len(clashes) > 3 else "")
+        raise ValueError(f"study file {path}: {len(clashes)} run folder(s) in {study['runs_dir']} hold runs "
+                         f"made with other settings than this study's, which it would take as its own:\n  "
+                         f"{shown}\nTo fix it, {clash_fix(study)}.")
 
 
 # ----------------------------------------------------------------------------------------------- the runs
@@ -359,20 +450,92 @@ def due_runs(study):
     return sorted(due, key=lambda run: seeds.index(run[2]))  # stable: arms and rates keep their order
 
 
+def check_data(study):
+    """FileNotFoundError / ValueError before any run starts if a dataset the study's runs read is missing or
+    damaged (else every run would fail, the cause only in its train.log)."""
+    for arm in study["arms"]:
+        cfg = run_config(study, arm, study["grids"][arm][0], study["seeds"][0])
+        folder = os.path.join(cfg["data_dir"], cfg["dataset"])
+        try:
+            load_meta(folder)
+        except (FileNotFoundError, ValueError) as e:
+            raise type(e)(f"the study's runs read the dataset {folder} (arm {arm}): {e}; the study file's or "
+                          f"its config's comment shows the command that prepares it") from None
+
+
+def run_timing(study):
+    """How long the study's runs take, measured on its finished runs: (folder measured, {arm: (seconds per
+    training step, seconds per run outside the steps or None)}). The second part (evals, start-up) is
+    elapsed_s minus the step times, known only for runs that logged elapsed_s. The folder is the study's
+    runs folder, else (a --quick study) its full-length runs, else (a full study) its --quick runs: a quick
+    try times the real study. (None, {}) when none has finished."""
+    quick_dir = os.path.join(QUICK_DIR, study["name"], "runs")
+    folders = [study["runs_dir"], study["shared_runs_dir"] if study.get("quick") else quick_dir]
+    for runs_dir in folders:
+        measured = {}
+        for arm in study["arms"]:
+            folder = os.path.join(runs_dir, arm)
+            for name in sorted(os.listdir(folder)) if os.path.isdir(folder) else []:
+                rows = read_metrics(os.path.join(folder, name)) if RUN_NAME.fullmatch(name) else []
+                if not rows or rows[-1]["iter"] == 0 or is_diverged(rows[-1]):
+                    continue
+                steps = sum((r.get("ms_per_iter") or 0) / 1000 * (r["iter"] - p["iter"])
+                            for p, r in zip(rows, rows[1:]))
+                elapsed = rows[-1].get("elapsed_s")
+                measured.setdefault(arm, []).append((steps, rows[-1]["iter"],
+                                                     None if elapsed is None else max(0.0, elapsed - steps)))
+        if measured:
+            return runs_dir, {arm: (sum(s for s, _, _ in m) / sum(n for _, n, _ in m),
+                                    None if any(o is None for *_, o in m) else sum(o for *_, o in m) / len(m))
+                              for arm, m in measured.items()}
+    return None, {}
+
+
+def announce(study, due, jobs):
+    """The line printed before a sweep starts: how many runs are due now and about how long they take."""
+    source, timing = run_timing(study)
+    done = lambda run: (final_row(run_dir(study, *run)) or {}).get("iter", 0)  # a run resumes where it was
+    steps = {run: run_config(study, *run)["max_iters"] - done(run) for run in due}
+    searching = any(plan(study, arm)["chosen"] is None for arm in study["arms"])
+    head = f"{len(due)} run(s) due now" + (" (more follow as each arm's search goes on: extensions, half "
+                                           "steps, final seeds)" if searching else "")
+    if not timing:
+        return (f"{head}; time: unknown (no finished run of this study to time yet; a run is "
+                f"{max(steps.values(), default=0):,} steps of {study['config']})")
+    evals_known = all(other is not None for _, other in timing.values())
+    mean = lambda i: sum(t[i] for t in timing.values()) / len(timing)  # arms not timed yet: the others' mean
+    per_run = lambda arm, n: n * timing.get(arm, (mean(0),))[0] + (
+        (timing[arm][1] if arm in timing else mean(1)) if evals_known else 0.0)
+    wall = sum(per_run(run[0], n) for run, n in steps.items()) / max(1, min(jobs, len(due)))
+    speed = sorted(1000 * step for step, _ in timing.values())
+    return (f"{head}; about {f'{wall / 3600:.1f} h' if wall >= 3600 else f'{wall / 60:.0f} min'} at --jobs "
+            f"{jobs}, timed on the finished runs in {source} ({speed[0]:.0f}-{speed[-1]:.0f} ms/step by arm"
+            + (f", plus {mean(1):.0f} s of evals per run" if evals_known else "; evals not included")
+            + ("; quick runs skip the whole-split eval, a full run adds it" if QUICK_DIR in source
+               and not study.get("quick") else "") + "; measured when and where those runs were made)")
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+                                     formatter_class=HelpFormatter)
     parser.add_argument("study", help="study file, e.g. studies/enwiki_cpu.py")
     parser.add_argument("--jobs", type=int, default=1, help="runs at a time on this machine")
     parser.add_argument("--threads", type=int, default=None,
                         help="OMP_NUM_THREADS per run (default: torch's)")
     parser.add_argument("--print", type=int, metavar="NPROC", dest="nproc",
                         help="print the torchrun commands of the runs due now, with this many processes each")
+    parser.add_argument("--quick", type=float, nargs="?", const=QUICK_FRACTION, metavar="FRACTION",
+                        help=f"try the machinery: every run at this fraction of its steps (alone: "
+                        f"{QUICK_FRACTION}), in {QUICK_DIR}/<name>/runs; results/ is never touched")
     args = parser.parse_args(argv)
     for option in ("jobs", "threads", "nproc"):
         if getattr(args, option) is not None and getattr(args, option) < 1:
             parser.error(f"--{option.replace('nproc', 'print')} must be >= 1")
-    study = load_study(args.study)
+    study = load_study(args.study, args.quick)
+    if args.quick:
+        print(f"quick: every run at {args.quick:g} of its steps, in {study['runs_dir']} (scratch; results/ "
+              f"is not touched). For trying the machinery, not for comparing arms; report: python report.py "
+              f"{args.study} --quick {args.quick:g}", flush=True)
     if args.nproc:
         due = due_runs(study)
         print("\n".join(torchrun_command(study, *run, args.nproc) for run in due))
@@ -380,6 +543,8 @@ def main(argv=None):
             print("# more runs follow (grid extensions, half steps, final seeds): "
                   "run this again once these finish")
         return
+    check_data(study)
+    print(announce(study, due_runs(study), args.jobs), flush=True)
     failed = {}
     with ThreadPoolExecutor(args.jobs) as pool:
         while True:  # each round runs what is due; finished runs then decide the next phase of each arm

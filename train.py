@@ -38,14 +38,19 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from common import (DEFAULTS, EXIT_DIVERGED, MODEL_KEYS, atomic_write_text, autocast, check_fsdp_support,
                     check_same_dataset, damaged_checkpoint, end_distributed, estimate_loss, eval_window_count,
-                    eval_windows, full_split_loss, get_batch, load_checkpoint, load_meta, make_writable_folder,
-                    model_config, open_split, parse_config, read_metrics, resolve_device, safe_exp,
-                    save_checkpoint, setup_distributed, shard_model, use_compile, validate, window_starts)
+                    eval_windows, format_config, full_split_loss, full_split_windows, get_batch,
+                    load_checkpoint, load_meta, make_writable_folder, model_config, open_split, parse_config,
+                    read_metrics, resolve_device, safe_exp, save_checkpoint, settings_help, setup_distributed,
+                    shard_model, use_compile, validate, window_starts)
 from model import GPT
 from prepare_data import BIN_FILES, SHIPPED_DATASETS, DataError, prepare_shipped
 
 # Settings a resumed run must share with its checkpoint, besides the model's: they define the experiment.
 RESUME_FIXED = MODEL_KEYS + ("dataset", "lr_schedule")
+# Progress bars for the fixed-window evals above this many forward FLOPs (a minute or more on a CPU), and a
+# line before and after each checkpoint write above this many bytes.
+LARGE_EVAL_FLOPS = 1e13
+LARGE_CHECKPOINT_BYTES = 100e6
 
 
 class TrainingDiverged(RuntimeError):
@@ -197,6 +202,38 @@ def tokens_in_checkpoint(ckpt):
         return ckpt["tokens"]
     c = ckpt["config"]
     return ckpt["iter_num"] * c["gradient_accumulation_steps"] * c["batch_size"] * c["block_size"]
+
+
+def clock(seconds):
+    """Seconds as h:mm:ss (or m:ss under an hour), for the log's elapsed time and ETA."""
+    m, s = divmod(int(round(seconds)), 60)
+    h, m = divmod(m, 60)
+    return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"
+
+
+def evals_after(iter_num, cfg):
+    """How many fixed-window evals the loop still runs after iter_num: at every multiple of eval_interval up
+    to max_iters, and at max_iters."""
+    last, interval = cfg["max_iters"], cfg["eval_interval"]
+    n = last // interval - iter_num // interval
+    return n + (last % interval != 0 and iter_num < last)
+
+
+def state_bytes(obj, seen=None):
+    """Bytes of the tensors in a (nested) state dict, each storage once (tied weights share one), as
+    torch.save writes them: about the size of its checkpoint file."""
+    seen = set() if seen is None else seen
+    if isinstance(obj, torch.Tensor):
+        storage = obj.untyped_storage()
+        if storage.data_ptr() in seen:
+            return 0
+        seen.add(storage.data_ptr())
+        return storage.nbytes()
+    if isinstance(obj, dict):
+        return sum(state_bytes(v, seen) for v in obj.values())
+    if isinstance(obj, (list, tuple)):
+        return sum(state_bytes(v, seen) for v in obj)
+    return 0
 
 
 def json_safe(row):
@@ -380,6 +417,8 @@ def train(cfg):
     if gpt2_weights is not None:
         hf.load_gpt2_weights(raw_model, gpt2_weights)
     log(raw_model.param_table())
+    # a fixed-window eval's forward FLOPs (both splits): above LARGE_EVAL_FLOPS it gets a progress bar
+    eval_flops = 2 * sum(p.numel() for p in raw_model.parameters()) * 2 * eval_window_count(cfg) * T
     if cfg["fsdp"]:
         shard_model(raw_model, device_type, ptdtype)  # in place; moves each unit's shard to the device
     else:
@@ -390,7 +429,7 @@ def train(cfg):
     train_gen = torch.Generator().manual_seed(cfg["seed"] + 1)  # the training stream of windows
     torch.manual_seed(cfg["seed"] + rank)  # dropout differs per rank
     decay_iters = lr_decay_iters_for(cfg, ckpt, log)
-    iter_num, best_val, resumed_at, tokens_seen = 0, math.inf, None, 0
+    iter_num, best_val, resumed_at, tokens_seen, elapsed_before = 0, math.inf, None, 0, 0.0
     if ckpt is not None:
         if "dataset_meta" in ckpt:  # older checkpoints lack it
             check_same_dataset(ckpt["dataset_meta"], meta, data_dir)
@@ -408,6 +447,7 @@ def train(cfg):
                 f"{saved_per_iter:,}: training goes on from the same point of the same window stream, the "
                 f"token counts stay true ({tokens_seen:,} so far), but the steps from here are not those of "
                 f"an uninterrupted run")
+        elapsed_before = ckpt.get("elapsed_s", 0.0)  # the run's seconds before this start (older: none)
         resumed_at = iter_num  # its eval is in the log already
         log(f"resumed from {ckpt_path} at iter {iter_num}" + (f"; max_iters={cfg['max_iters']} is reached "
             "already, nothing to train (raise max_iters to go on)" if iter_num >= cfg["max_iters"] else ""))
@@ -422,7 +462,7 @@ def train(cfg):
              decay_iters, "dataset_meta": meta}, indent=2))
         # a fresh run starts a fresh log; a resumed one drops lines written after its checkpoint
         append_metrics(cfg["out_dir"], None, truncate_after=-1 if resumed_at is None else resumed_at)
-    log(json.dumps(cfg))
+    log("config:\n" + format_config(cfg))
     log(f"tokens per iteration: {tokens_per_iter:,} ({accum} micro-batches of {B} x {T}, {world_size} "
         f"processes{', FSDP' if cfg['fsdp'] else ', DDP' if world_size > 1 else ''})")
 
@@ -438,22 +478,38 @@ def train(cfg):
         wandb.init(project=cfg["wandb_project"], name=cfg["wandb_run_name"], config=cfg)
 
     # -- the loop: eval + checkpoint, then one optimizer step of accum micro-batches -------------------------
-    losses, nonfinite_steps, steps_timed, time_timed = {}, 0, 0, 0.0
+    # Timing: ms_per_iter in metrics.jsonl is the mean step time since the previous eval, and the log line's
+    # the mean since the previous log line; both leave out eval time and the first step after a start (it pays for
+    # compilation and warm-up). The ETA adds the evals still to come at their mean time so far.
+    losses, nonfinite_steps = {}, 0
+    steps_timed, time_timed = 0, 0.0      # since the last eval: -> metrics.jsonl's ms_per_iter
+    log_steps, log_time = 0, 0.0          # since the last log line: -> the log line's ms/iter
+    all_steps, all_time = 0, 0.0          # since this start: -> the ETA
+    evals_done, eval_time = 0, 0.0
+    started = time.time()
     t0 = time.time()
     while True:
         if (iter_num % cfg["eval_interval"] == 0 or iter_num == cfg["max_iters"]) and iter_num != resumed_at:
-            losses = estimate_loss(model, splits, ctx, rank, world_size, device, meta["vocab_size"], B)
+            t_eval = time.time()
+            losses = estimate_loss(model, splits, ctx, rank, world_size, device, meta["vocab_size"], B,
+                                   progress=master and eval_flops > LARGE_EVAL_FLOPS)
+            evals_done, eval_time = evals_done + 1, eval_time + time.time() - t_eval
             # every val token once: the final figure
             if cfg["eval_full_at_end"] and iter_num == cfg["max_iters"]:
+                batches = full_split_windows(n_tokens["val"], T, 4 * B)
+                log(f"whole-split eval: val loss over all {n_tokens['val']:,} val tokens "
+                    f"({sum(len(s) for s, _ in batches):,} windows of {T}, {len(batches):,} batches of "
+                    f"{4 * B}); turn it off with --eval_full_at_end=False")
                 nats, n, _ = full_split_loss(raw_model, ctx, bins["val"], meta["dtype"], T, 4 * B, device,
-                                             rank, world_size, vocab_size=meta["vocab_size"])
+                                             rank, world_size, vocab_size=meta["vocab_size"], progress=master)
                 losses["val_full"] = nats / n
             dt = time_timed / steps_timed if steps_timed else None
             row = dict(iter=iter_num, tokens=tokens_seen, lr=get_lr(max(iter_num - 1, 0), cfg,
                        decay_iters), train_loss=losses["train"], val_loss=losses["val"],
                        val_ppl=safe_exp(losses["val"]), ms_per_iter=dt and 1000 * dt,
                        tokens_per_s=dt and tokens_per_iter / dt,
-                       mfu=dt and raw_model.estimate_mfu(B * local_accum, dt))
+                       mfu=dt and raw_model.estimate_mfu(B * local_accum, dt),
+                       elapsed_s=round(elapsed_before + time.time() - started, 3))
             if "val_full" in losses:
                 row["val_loss_full"] = losses["val_full"]
             log(f"eval iter {iter_num}: train loss {losses['train']:.4f}, val loss {losses['val']:.4f}, "
@@ -475,10 +531,16 @@ def train(cfg):
                 best_val = min(best_val, losses["val"])
                 model_state, optimizer_state = full_state_dicts(raw_model, optimizer)  # FSDP: every rank
                 if master:
+                    size, t_save = state_bytes((model_state, optimizer_state)), time.time()
+                    if size > LARGE_CHECKPOINT_BYTES:  # a 124M model's checkpoint is 0.5-1.5 GB
+                        log(f"writing checkpoint {ckpt_path} ({size / 1e6:,.0f} MB) ...", flush=True)
                     save_checkpoint(ckpt_path, dict(
                         model=model_state, optimizer=optimizer_state, scaler=scaler.state_dict(),
                         iter_num=iter_num, best_val_loss=best_val, config=cfg, model_args=vars(model_cfg),
-                        rng=rngs, dataset_meta=meta, lr_decay_iters=decay_iters, tokens=tokens_seen))
+                        rng=rngs, dataset_meta=meta, lr_decay_iters=decay_iters, tokens=tokens_seen,
+                        elapsed_s=row["elapsed_s"]))
+                    if size > LARGE_CHECKPOINT_BYTES:
+                        log(f"checkpoint written in {time.time() - t_save:.1f} s")
                 last_saved = iter_num
             steps_timed, time_timed = 0, 0.0
             t0 = time.time()  # eval time is not step time
@@ -519,12 +581,21 @@ def train(cfg):
         dt, t0 = t1 - t0, t1
         if iter_num > 1 + (resumed_at or 0):  # the first step pays for compilation and warm-up
             steps_timed, time_timed = steps_timed + 1, time_timed + dt
+            log_steps, log_time = log_steps + 1, log_time + dt
+            all_steps, all_time = all_steps + 1, all_time + dt
         nonfinite_steps = 0 if math.isfinite(step_loss) else nonfinite_steps + 1
         if iter_num % cfg["log_interval"] == 0 or nonfinite_steps == 1:
-            mfu = raw_model.estimate_mfu(B * local_accum, dt) if dt > 0 else None
-            log(f"iter {iter_num}: loss {step_loss:.4f}, lr {lr:.2e}, {1000 * dt:.1f} ms, "
-                f"{tokens_per_iter / max(dt, 1e-9):,.0f} tokens/s"
-                + (f", MFU {100 * mfu:.1f}%" if mfu else ""))
+            step = log_time / log_steps if log_steps else dt  # the mean since the last log line
+            per_step = all_time / all_steps if all_steps else dt
+            eta = ((cfg["max_iters"] - iter_num) * per_step
+                   + evals_after(iter_num, cfg) * (eval_time / evals_done if evals_done else 0.0))
+            mfu = raw_model.estimate_mfu(B * local_accum, step) if step > 0 else None
+            log(f"iter {iter_num}: loss {step_loss:.4f}, lr {lr:.2e}, {1000 * step:.1f} ms/iter, "
+                f"{tokens_per_iter / max(step, 1e-9):,.0f} tokens/s"
+                + (f", MFU {100 * mfu:.1f}%" if mfu else "")
+                + f", elapsed {clock(time.time() - started)}, ETA {clock(eta)}"
+                + (" + the whole-split eval" if cfg["eval_full_at_end"] else ""))
+            log_steps, log_time = 0, 0.0
         if nonfinite_steps >= cfg["max_nonfinite_steps"]:
             stop_diverged(cfg, master, dict(iter=iter_num, tokens=tokens_seen, lr=lr,
                                             train_loss=step_loss),
@@ -537,9 +608,8 @@ def train(cfg):
 
 
 def usage():
-    """The module docstring and every config key with its default, for --help."""
-    keys = "\n".join(f"  --{k}={v!r}" for k, v in DEFAULTS.items())
-    return f"{__doc__}\nConfig keys and their defaults:\n{keys}"
+    """The module docstring and every config key with its default, meaning and allowed values, for --help."""
+    return f"{__doc__}\nConfig keys, their defaults and meanings:\n{settings_help()}"
 
 
 if __name__ == "__main__":

@@ -312,6 +312,7 @@ def test_report_names_a_damaged_config_json_and_an_out_that_is_a_file(study, cap
         with pytest.raises(ValueError, match=r"config.json is damaged \(not a JSON object of settings\); "
                                              r"restore it from a copy, or delete its run folder"):
             report.main([str(study), "--out", str(study.parent / "report")])
+    os.remove(Path(out) / "config.json")  # (load_study checks the runs first)
     (study.parent / "file").write_text("")
     with pytest.raises(SystemExit) as e:
         report.main([str(study), "--out", str(study.parent / "file")])

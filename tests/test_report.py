@@ -4,8 +4,10 @@ import json
 import math
 import os
 
+import numpy as np
 import pytest
 
+import common
 import report
 import sweep
 
@@ -249,3 +251,62 @@ def test_curve_and_band_tables_by_hand(tmp_path):
     assert report.band({1e-3: math.inf}) == (None, [])
     text = report.main([str(path), "--out", str(tmp_path / "rep")])
     assert "## Learning-rate curves" in text and (tmp_path / "rep" / "lr_curves.png").stat().st_size > 10_000
+
+
+def write_plain_run(out, rows, **config):
+    """A train.py run folder by hand: metrics.jsonl and config.json (DEFAULTS with the given settings)."""
+    os.makedirs(out, exist_ok=True)
+    with open(os.path.join(out, "metrics.jsonl"), "w") as f:
+        f.writelines(json.dumps(r) + "\n" for r in rows)
+    with open(os.path.join(out, "config.json"), "w") as f:
+        json.dump({**common.DEFAULTS, "out_dir": str(out), **config}, f)
+
+
+def test_compare_plain_runs(tmp_path, capsys, monkeypatch):
+    """report.py RUN RUN ...: the table's exact values, bits per byte for byte and char data (UTF-8 bytes of
+    the val split's targets), the one setting that differs, the no-call caveat and the plot."""
+    monkeypatch.chdir(tmp_path)
+    data = tmp_path / "data" / "chars"
+    data.mkdir(parents=True)
+    meta = dict(tokenizer="char", vocab_size=2, dtype="uint16", chars=["a", "é"])  # é: 2 UTF-8 bytes
+    (data / "meta.json").write_text(json.dumps(meta))
+    np.array([0, 1, 1, 0, 1], np.uint16).tofile(data / "val.bin")  # targets 1, 1, 0, 1: 4 tokens, 7 bytes
+    byte_meta = dict(tokenizer="byte", vocab_size=256)
+    common_keys = dict(max_iters=100, dataset="enwiki_bytes", dataset_meta=byte_meta)
+    write_plain_run("out/a", [dict(iter=0, tokens=0, val_loss=5.5, ms_per_iter=None, elapsed_s=2.0),
+                              dict(iter=100, tokens=6400, val_loss=1.9, val_loss_full=1.8897,
+                                   ms_per_iter=90.0, elapsed_s=12.6)], query_mode="nonlinear", **common_keys)
+    write_plain_run("out/b", [dict(iter=0, tokens=0, val_loss=5.5, ms_per_iter=None),  # no elapsed_s: older
+                              dict(iter=50, tokens=3200, val_loss=2.5, ms_per_iter=100.0),
+                              dict(iter=100, tokens=6400, val_loss=1.9, val_loss_full=1.8847,
+                                   ms_per_iter=80.0)], query_mode="linear", **common_keys)
+    write_plain_run("out/c", [dict(iter=40, tokens=2560, val_loss=2.0, val_loss_full=1.5, ms_per_iter=1.0,
+                                   elapsed_s=1.0)],
+                    max_iters=80, data_dir="data", dataset="chars", dataset_meta=meta)
+    text = report.main(["out/a", "out/b", "out/c"])
+    assert text == capsys.readouterr().out.rstrip("\n")
+    assert text.splitlines()[2:5] == [
+        "| out/a | 100 | 6,400 | 1.9000 | 1.8897 | 2.7263 | 13 s |",  # 1.8897 / ln 2
+        "| out/b | 100 | 6,400 | 1.9000 | 1.8847 | 2.7190 | 9 s* |",  # 5 s + 4 s of steps
+        "| out/c | 40 (unfinished: max_iters 80) | 2,560 | 2.0000 | 1.5000 | 1.2366 | 1 s |"]  # x 4/7
+    assert "* out/b: training steps only" in text
+    assert ("Settings that differ:\n"
+            "  dataset     out/a: 'enwiki_bytes', out/b: 'enwiki_bytes', out/c: 'chars'\n"
+            "  max_iters   out/a: 100, out/b: 100, out/c: 80\n"
+            "  query_mode  out/a: 'nonlinear', out/b: 'linear', out/c: 'linear'\n\n") in text  # not out_dir
+    assert "supports no call" in text and "python sweep.py STUDY" in text
+    assert os.path.getsize("out/compare/val_loss.png") > 0
+    assert text.endswith("val-loss curves: out/compare/val_loss.png")
+
+
+def test_compare_names_the_one_difference_and_refuses_a_folder_without_results(tmp_path, capsys):
+    rows = [dict(iter=10, tokens=640, val_loss=2.0, ms_per_iter=1.0)]
+    write_plain_run(tmp_path / "a", rows, max_iters=10, query_mode="nonlinear")
+    write_plain_run(tmp_path / "b", rows, max_iters=10)
+    text = report.main([str(tmp_path / "a"), str(tmp_path / "b"), "--out", str(tmp_path / "cmp")])
+    a, b = tmp_path / "a", tmp_path / "b"
+    assert f"They differ only in query_mode: {a}: 'nonlinear', {b}: 'linear'." in text
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ValueError, match="empty is not a train.py run folder with results: no metrics.jsonl "
+                                         "and config.json"):
+        report.main([str(tmp_path / "a"), str(tmp_path / "empty")])

@@ -220,3 +220,25 @@ def test_shakespeare_end_to_end(shipped_data, tmp_path):
     r = nlq_eval.main(["--out_dir", str(out)])
     last = json.loads((out / "metrics.jsonl").read_text().splitlines()[-1])
     assert abs(r["loss"] - last["val_loss"]) < 1e-4 and r["bytes"] >= r["tokens"]
+
+
+@pytest.mark.parametrize("script", ["sample", "eval", "hellaswag"])
+def test_missing_tokenizer_is_found_before_the_weights_are_read(script, run, tmp_path, monkeypatch):
+    """The tokenizer check (gpt2's BPE files offline, here made to fail) comes before the checkpoint's weights
+    are read: only a memory-mapped look at its settings happens first."""
+    reads = []
+    real = sample.read_checkpoint
+    monkeypatch.setattr(sample, "read_checkpoint",
+                        lambda path, mmap=False: reads.append(mmap) or real(path, mmap))
+
+    def no_tokenizer(*args, **kwargs):
+        raise prepare_data.DataError("GPT-2's BPE files are not available")
+    monkeypatch.setattr(nlq_eval if script != "sample" else sample,
+                        "token_bytes" if script == "eval" else "get_codec", no_tokenizer)
+    hellaswag = tmp_path / "h.jsonl"
+    hellaswag.write_text(json.dumps(dict(ctx="the", endings=["a", "b", "c", "d"], label=0)) + "\n")
+    argv = {"sample": ["--out_dir", str(run[1])], "eval": ["--out_dir", str(run[1])],
+            "hellaswag": ["--out_dir", str(run[1]), "--hellaswag", str(hellaswag)]}[script]
+    with pytest.raises(prepare_data.DataError, match="BPE"):
+        (sample.main if script == "sample" else nlq_eval.main)(argv)
+    assert reads == [True]  # settings only, no weights

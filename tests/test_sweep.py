@@ -2,6 +2,7 @@
 import json
 import math
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -10,6 +11,7 @@ import time
 import numpy as np
 import pytest
 
+import report
 import sweep
 from conftest import ROOT
 
@@ -230,3 +232,76 @@ def test_per_arm_given_learning_rates_skip_the_search(study_file):
     study_file.write_text(bad)
     with pytest.raises(ValueError, match="selection_seeds must be a non-empty list of ints"):
         sweep.load_study(str(study_file))
+
+
+def finished_run(study, arm, lr, seed):
+    """A finished run of the study, as a committed one is: metrics.jsonl and config.json only."""
+    out = sweep.run_dir(study, arm, lr, seed)
+    os.makedirs(out)
+    cfg = sweep.run_config(study, arm, lr, seed)
+    with open(os.path.join(out, "config.json"), "w") as f:
+        json.dump(cfg, f)
+    with open(os.path.join(out, "metrics.jsonl"), "w") as f:
+        f.write(json.dumps(dict(iter=cfg["max_iters"], tokens=0, val_loss=2.0, val_loss_full=2.0,
+                                ms_per_iter=10.0)) + "\n")
+
+
+def test_a_clashing_study_is_refused_before_any_run_starts(study_file, tmp_path, monkeypatch):
+    """A study that shares a runs folder holding other experiments (here: the same arms cut to 10 steps by its
+    overrides) is refused by sweep.py before anything launches, and by report.py alike, with a fix that
+    deletes nothing; the study that made those runs is accepted."""
+    study = sweep.load_study(str(study_file))
+    finished_run(study, "linear", 1e-2, 1)
+    finished_run(study, "nonlinear", 3e-3, 1)
+    clash = tmp_path / "short_study.py"
+    clash.write_text(study_file.read_text().replace("overrides = {}", "overrides = {'max_iters': 10}"))
+    launched = []
+    monkeypatch.setattr(sweep.subprocess, "run", lambda *a, **k: launched.append(a))
+    for main in (sweep.main, report.main):
+        with pytest.raises(ValueError) as e:
+            main([str(clash)])
+        message = str(e.value)
+        assert "2 run folder(s) in " in message and "hold runs made with other settings" in message
+        assert "lr0.01_seed1: max_iters 20 (study: 10)" in message
+        assert "give this study its own runs folder" in message and "--quick" in message
+        assert "delet" not in message.lower()
+    assert launched == [] and not os.path.exists(tmp_path / "results")
+    sweep.load_study(str(study_file))  # the runs' own study
+    shutil.rmtree(sweep.run_dir(study, "nonlinear", 3e-3, 1))
+    with pytest.raises(ValueError, match="1 run folder"):
+        sweep.load_study(str(clash))
+
+
+def test_a_missing_dataset_stops_the_sweep_before_any_run(study_file, tmp_path, monkeypatch):
+    config = tmp_path / "tiny_config.py"
+    config.write_text(config.read_text().replace("dataset = 'tiny'", "dataset = 'not_prepared'"))
+    monkeypatch.setattr(sweep.subprocess, "run", lambda *a, **k: pytest.fail("a run was launched"))
+    with pytest.raises(FileNotFoundError, match=r"the study's runs read the dataset .*not_prepared "
+                                                r"\(arm linear\).*shows the command that prepares it"):
+        sweep.main([str(study_file)])
+
+
+def test_quick_writes_only_under_the_scratch_folder(study_file, tmp_path, monkeypatch, capsys):
+    """--quick 0.1: every run at a tenth of its steps (schedule scaled alike), in out/quick/<name>/runs under
+    the working folder; the study's runs_dir is never made. report.py --quick reads those runs."""
+    monkeypatch.chdir(tmp_path)
+    before = {p for p in tmp_path.rglob("*")}
+    sweep.main([str(study_file), "--quick", "0.1", "--threads", "1"])
+    printed = capsys.readouterr().out
+    assert "quick: every run at 0.1 of its steps, in out/quick/tiny/runs (scratch" in printed
+    assert "4 run(s) due now (more follow as each arm's search goes on" in printed
+    assert "time: unknown (no finished run of this study to time yet; a run is 2 steps of" in printed
+    new = {p.relative_to(tmp_path) for p in tmp_path.rglob("*")} - {p.relative_to(tmp_path) for p in before}
+    assert new and all(str(p) == "out" or str(p).startswith(os.path.join("out", "quick")) for p in new)
+    assert not (tmp_path / "runs").exists()  # the study's own runs_dir
+    quick = sweep.load_study(str(study_file), quick=0.1)
+    cfg = sweep.run_config(quick, "linear", 1e-2, 1)
+    assert (cfg["max_iters"], cfg["lr_decay_iters"], cfg["warmup_iters"], cfg["eval_interval"]) == (2, 2, 0, 1)
+    assert cfg["eval_full_at_end"] is False and cfg["eval_iters"] == 1  # the config's 2, scaled
+    assert sweep.final_row(sweep.run_dir(quick, "linear", 1e-2, 1))["iter"] == 2
+    assert all(sweep.plan(quick, arm)["chosen"] is not None and not sweep.plan(quick, arm)["due"]
+               for arm in quick["arms"])
+    text = report.main([str(study_file), "--quick", "0.1"])
+    assert "A --quick try of this study" in text and os.path.isfile("out/quick/tiny/README.md")
+    again = sweep.load_study(str(study_file), quick=0.1)  # timed now: the next estimate uses these runs
+    assert "ms/step by arm" in sweep.announce(again, [("linear", 1e-2, 5)], 1)

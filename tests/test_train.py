@@ -373,3 +373,40 @@ def test_quick_start_offline(shipped_data, tmp_path):
     sample = run_offline("sample.py", "--out_dir=out/shakespeare_char", "--max_new_tokens=20", cwd=tmp_path)
     assert sample.returncode == 0, sample.stderr[-3000:]
     assert len(sample.stdout.strip()) >= 20
+
+
+def test_whole_split_eval_announces_itself_and_the_log_times_each_interval(data_dir, tmp_path, capsys,
+                                                                         monkeypatch):
+    """Before the whole-split eval, one line: what it evaluates, how many windows, how to turn it off. Each log
+    line's ms/iter is the mean over its interval, as metrics.jsonl's ms_per_iter is over an eval interval (so
+    with log_interval = eval_interval they agree), with the elapsed time and an ETA; a large checkpoint write
+    says so."""
+    monkeypatch.setattr(train, "LARGE_CHECKPOINT_BYTES", 0)  # every write counts as large here
+    cfg = tiny_cfg(data_dir, tmp_path / "run", eval_full_at_end=True, log_interval=3, dropout=0.0)
+    capsys.readouterr()
+    train.train(cfg)
+    printed = capsys.readouterr().out.splitlines()
+    n_val = 97 * 8  # tokens of val.bin: windows of 16 at 0, 16, ..., each target once
+    windows = len(range(0, n_val - 1, 16))
+    batches = -(-windows // 16)  # 4 x batch_size windows per batch
+    announce = [line for line in printed if line.startswith("whole-split eval:")]
+    assert announce == [f"whole-split eval: val loss over all {n_val:,} val tokens ({windows} windows of 16, "
+                        f"{batches} batches of 16); turn it off with --eval_full_at_end=False"]
+    assert printed.index(announce[0]) < next(i for i, line in enumerate(printed)
+                                             if "val loss (whole split)" in line)
+    logged = [line for line in printed if line.startswith("iter ")]
+    assert [line.split(":")[0] for line in logged] == ["iter 3", "iter 6"]
+    rows = [json.loads(line) for line in open(tmp_path / "run" / "metrics.jsonl")]
+    ms = [float(line.split(" ms/iter")[0].rsplit(", ", 1)[1]) for line in logged]
+    assert ms == [round(r["ms_per_iter"], 1) for r in rows[1:]]
+    assert all(", elapsed " in line and ", ETA " in line for line in logged)
+    assert logged[-1].endswith("ETA 0:00 + the whole-split eval")
+    assert all(r["elapsed_s"] >= 0 for r in rows) and rows[-1]["elapsed_s"] >= rows[1]["elapsed_s"]
+    assert sum(line.startswith(f"writing checkpoint {tmp_path / 'run' / 'ckpt.pt'} (") for line in printed) == 3
+
+
+def test_eta_counts_the_evals_to_come():
+    cfg = dict(max_iters=10, eval_interval=4)  # evals at 0, 4, 8 and 10
+    assert [train.evals_after(i, cfg) for i in (0, 3, 4, 9, 10)] == [3, 3, 2, 1, 0]
+    assert train.evals_after(0, dict(max_iters=8, eval_interval=4)) == 2
+    assert [train.clock(s) for s in (0, 59.6, 61, 3600 + 62)] == ["0:00", "1:00", "1:01", "1:01:02"]

@@ -1,0 +1,66 @@
+"""--help teaches: every train.py key with its default, a meaning and its allowed values; every script's
+options with their defaults; sample.py and eval.py check the dataset's tokenizer before reading weights."""
+import re
+
+import pytest
+
+import bench
+import common
+import convert
+import eval as nlq_eval
+import prepare_data
+import report
+import sample
+import sweep
+import train
+from model import QUERY_MODE_ALIASES, QUERY_MODES
+
+
+def test_train_help_gives_every_key_a_meaning():
+    text = train.usage()
+    lines = {m.group(1): m.group(2) for m in re.finditer(r"^  --(\w+)=\S+\s+(.*)$", text, re.M)}
+    assert set(lines) == set(common.DEFAULTS)  # every key, nothing else
+    assert all(len(meaning.strip()) > 10 for meaning in lines.values())
+    assert all(f"--{k}={v!r} " in text for k, v in common.DEFAULTS.items())  # with its default
+    for mode in [*QUERY_MODES, *QUERY_MODE_ALIASES]:  # query_mode's allowed values, from model.QUERY_MODES
+        assert re.search(rf"\b{mode}\b", lines["query_mode"]), mode
+    assert "one of cosine, linear" in lines["lr_schedule"] and "scratch, resume" in lines["init_from"]
+
+
+def test_help_lists_a_query_mode_registered_later(monkeypatch):
+    monkeypatch.setitem(QUERY_MODES, "lowrank_test", QUERY_MODES["linear"])
+    assert "lowrank_test" in common.allowed_values("query_mode")
+
+
+def test_defaults_and_help_come_from_one_table():
+    assert common.DEFAULTS == {k: default for k, (default, _) in common.SETTINGS.items()}
+    assert all(common.DEFAULTS[k] == common.MODEL_DEFAULTS[k] for k in common.MODEL_KEYS)
+
+
+@pytest.mark.parametrize("main, expected", [
+    (sample.main, ["(default: out)", "(default: 200)", "(default: 0.8)", "(default: 1337)", "(default: cpu)",
+                   "(default: no limit)"]),
+    (nlq_eval.main, ["(default: out)", "(default: val)", "(default: cpu)", "default: the checkpoint's"]),
+    (convert.main, ["(default: data)"]),
+    (sweep.main, ["(default: 1)"]),
+    (report.main, ["default: results/<study name>"]),
+    (prepare_data.parse_args, ["(default: data)", "(default: 1234)"]),
+])
+def test_every_script_help_shows_its_defaults(main, expected, capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["--help"])
+    out = " ".join(capsys.readouterr().out.split())  # argparse wraps lines
+    assert e.value.code == 0 and all(x in out for x in expected), out
+
+
+def test_bench_help_shows_its_defaults_and_the_config_keys():
+    text = bench.usage()
+    assert all(f"--{k}=" in text for k in ("query_modes", "warmup", "steps", "rounds", "data", "threads"))
+    assert "--warmup=10 --steps=50" in text and "--rounds=5" in text
+    assert all(f"--{k}=" in text for k in common.DEFAULTS)
+
+
+def test_start_up_config_is_a_block_of_short_lines():
+    block = common.format_config(common.DEFAULTS)
+    assert all(len(line) <= 110 for line in block.splitlines()) and len(block.splitlines()) > 5
+    assert all(f"{k} = {v!r}" in block for k, v in common.DEFAULTS.items())
