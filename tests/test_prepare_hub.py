@@ -215,8 +215,8 @@ def test_usage_errors(args, expected, capsys):
 
 
 def test_readme_commands_parse():
-    """The README's fineweb_edu and hf commands are valid command lines."""
-    lines = [line for line in (ROOT / "README.md").read_text().splitlines()
+    """The fineweb_edu and hf commands of docs/data.md are valid command lines."""
+    lines = [line for line in (ROOT / "docs" / "data.md").read_text().splitlines()
              if line.startswith(("python prepare_data.py fineweb_edu", "python prepare_data.py hf"))]
     assert len(lines) == 3
     for line in lines:
