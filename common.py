@@ -511,14 +511,15 @@ def estimate_loss(model, splits, ctx, rank=0, world_size=1, device="cpu", vocab_
     model.eval()
     out = {}
     for split, (path, dtype, windows, block_size) in splits.items():
-        batches = windows.split(batch_size)
+        n_batches = -(-len(windows) // batch_size)  # batch k: windows[k * batch_size : (k + 1) * batch_size]
         total = torch.zeros(2, device=device)  # loss sum over windows, window count
-        for k, counts in progress_bar(my_share(len(batches), rank, world_size), progress, f"eval {split}"):
-            x, y = get_batch(path, dtype, batches[k], block_size, device, vocab_size)
+        for k, counts in progress_bar(my_share(n_batches, rank, world_size), progress, f"eval {split}"):
+            starts = windows[k * batch_size:(k + 1) * batch_size]
+            x, y = get_batch(path, dtype, starts, block_size, device, vocab_size)
             with ctx:
                 _, loss = model(x, y)
             if counts:
-                total += len(batches[k]) * torch.stack([loss.float(), torch.ones((), device=device)])
+                total += len(starts) * torch.stack([loss.float(), torch.ones((), device=device)])
         if world_size > 1:
             dist.all_reduce(total)
         out[split] = (total[0] / total[1]).item()

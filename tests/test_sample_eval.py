@@ -236,7 +236,8 @@ def test_missing_tokenizer_is_found_before_the_weights_are_read(script, run, tmp
     monkeypatch.setattr(nlq_eval if script != "sample" else sample,
                         "token_bytes" if script == "eval" else "get_codec", no_tokenizer)
     hellaswag = tmp_path / "h.jsonl"
-    hellaswag.write_text(json.dumps(dict(ctx="the", endings=["a", "b", "c", "d"], label=0)) + "\n")
+    hellaswag.write_text(json.dumps(dict(activity_label="Cooking", ctx_a="the", ctx_b="cook",
+                                         endings=["a", "b", "c", "d"], label=0)) + "\n")
     argv = {"sample": ["--out_dir", str(run[1])], "eval": ["--out_dir", str(run[1])],
             "hellaswag": ["--out_dir", str(run[1]), "--hellaswag", str(hellaswag)]}[script]
     with pytest.raises(prepare_data.DataError, match="BPE"):
