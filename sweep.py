@@ -4,6 +4,7 @@ the final seeds, which are never the seeds the rate was chosen on (no winner's c
 
     python sweep.py studies/enwiki_cpu.py --jobs 2 --threads 1 # run it here (2 runs at a time, 1 thread each)
     python sweep.py studies/enwiki_cpu.py --print 8            # the torchrun commands of the runs due now
+    python sweep.py studies/paper_small.py --dry_run           # the plan: runs, tokens, GPU-hours; runs nothing
     python report.py studies/enwiki_cpu.py                     # tables, paired statistics, plots
 
 A study file is plain Python that sets:
@@ -359,6 +360,106 @@ def due_runs(study):
     return sorted(due, key=lambda run: seeds.index(run[2]))  # stable: arms and rates keep their order
 
 
+# ------------------------------------------------------------------------------ the plan and its cost (--dry_run)
+# bench.py's one-H200 figures at the paper's shapes (bench/RESULTS.md): what --dry_run counts with by default
+DEFAULT_BENCH_JSON = os.path.join(os.path.dirname(os.path.abspath(__file__)), "bench", "results",
+                                  "h200_2026-11-30", "bench_nlq_small.json")
+
+
+def run_tokens(cfg):
+    """Training tokens of one run of a resolved config: max_iters x accumulation x micro-batch x block_size."""
+    return cfg["max_iters"] * cfg["gradient_accumulation_steps"] * cfg["batch_size"] * cfg["block_size"]
+
+
+def arm_run_counts(study, arm):
+    """-> (first wave, fewest, most): runs of an arm's whole study. The first wave is the base grid on the
+    selection seeds; the fewest adds the half steps and the final seeds (no extension); the most adds
+    max_extensions grid steps. With no selection seeds, all three are the final seeds."""
+    finals = len(final_seeds(study, arm))
+    sel = len(study["selection_seeds"])
+    if not sel:
+        return finals, finals, finals
+    grid, halves = len(study["grids"][arm]), 2 * study["half_steps"]
+    return grid * sel, (grid + halves) * sel + finals, (grid + study["max_extensions"] + halves) * sel + finals
+
+
+def read_tokens_per_s(path):
+    """bench.py's --json rows -> {query_mode: tokens/s per GPU}. ValueError if the file is not such a list."""
+    try:
+        with open(path) as f:
+            rows = json.load(f)
+        if not isinstance(rows, list) or not rows:
+            raise ValueError("not a non-empty list")
+        return {r["query_mode"]: float(r["tokens_per_s"]) for r in rows}
+    except (OSError, ValueError, TypeError, KeyError) as e:
+        raise ValueError(f"--bench_json {path}: not bench.py's JSON (a list of rows with query_mode and "
+                         f"tokens_per_s): {type(e).__name__}: {e}; write one with python bench.py CONFIG "
+                         f"--json=PATH") from e
+
+
+def dry_run(study, tokens_per_s=None, bench_json=None):
+    """The study's plan and its cost, as text: per arm its runs (finished, due now, the first wave, the fewest
+    and the most the search can make: extensions, half steps, final seeds), tokens per run and GPU-hours
+    (tokens / tokens_per_s / 3600, per GPU: a run on N GPUs takes 1/N of the time for the same GPU-hours,
+    if it scales perfectly; evals not counted). tokens_per_s: one figure for every arm; else bench_json
+    (bench.py's --json: each arm at its query mode's figure; default DEFAULT_BENCH_JSON). ValueError if
+    the bench file lacks an arm's query mode. Runs nothing."""
+    source = (f"--tokens_per_s {tokens_per_s:,.0f} for every arm" if tokens_per_s
+              else f"{os.path.relpath(bench_json or DEFAULT_BENCH_JSON)}, each arm at its query mode's tokens/s")
+    speeds = None if tokens_per_s else read_tokens_per_s(bench_json or DEFAULT_BENCH_JSON)
+    due = due_runs(study)
+    lines = [f"plan of study {study['name']} (dry run: nothing is started); runs in {study['runs_dir']}",
+             f"GPU-hours = tokens / tokens per second per GPU / 3600, from {source}; evals not counted",
+             "", "| arm | query_mode | tokens/s | tokens a run | GPU-h a run | finished | due now | first wave "
+                 "| fewest | most | GPU-h first wave | GPU-h most |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    total = dict(runs=[0, 0, 0, 0, 0], hours=[0.0, 0.0, 0.0])  # hours: first wave, fewest, most
+    for arm in study["arms"]:
+        cfg = run_config(study, arm, study["grids"][arm][0], study["seeds"][0])
+        mode = cfg["query_mode"]
+        if speeds is not None and mode not in speeds:
+            raise ValueError(f"{bench_json or DEFAULT_BENCH_JSON} has no row for query_mode {mode} (arm {arm}); "
+                             f"it has {', '.join(speeds)}: measure it with bench.py --query_modes={mode}, or "
+                             f"pass --tokens_per_s")
+        speed = tokens_per_s or speeds[mode]
+        hours = run_tokens(cfg) / speed / 3600
+        first, fewest, most = arm_run_counts(study, arm)
+        finished = sum(is_finished(study, *run) for run in run_list(study, arm))
+        now = sum(run[0] == arm for run in due)
+        for i, n in enumerate((finished, now, first, fewest, most)):
+            total["runs"][i] += n
+        for i, n in enumerate((first, fewest, most)):
+            total["hours"][i] += n * hours
+        lines.append(f"| {arm} | {mode} | {speed:,.0f} | {run_tokens(cfg):,} | {hours:.2f} | {finished} | {now} "
+                     f"| {first} | {fewest} | {most} | {first * hours:,.1f} | {most * hours:,.1f} |")
+    finished, now, first, fewest, most = total["runs"]
+    lines.append(f"| **all** | | | | | {finished} | {now} | {first} | {fewest} | {most} "
+                 f"| {total['hours'][0]:,.1f} | {total['hours'][2]:,.1f} |")
+    h_first, h_fewest, h_most = total["hours"]
+    lines += ["", f"The study: {fewest}-{most} runs, {h_fewest:,.1f}-{h_most:,.1f} GPU-hours (first wave: {first} "
+                  f"runs, {h_first:,.1f} GPU-hours); {finished} finished, {now} due now."]
+    return "\n".join(lines)
+
+
+def run_list(study, arm):
+    """Every run of an arm the plan has named so far: its swept rates on the selection seeds, and the chosen
+    rate (once there is one) on its final seeds."""
+    p = plan(study, arm)
+    runs = [(arm, lr, s) for lr in p["swept"] for s in study["selection_seeds"]]
+    return runs + ([(arm, p["chosen"], s) for s in final_seeds(study, arm)] if p["chosen"] is not None else [])
+
+
+def add_plan_arguments(parser):
+    """--dry_run and the throughput it counts GPU-hours with."""
+    parser.add_argument("--dry_run", action="store_true",
+                        help="print the plan (runs, tokens, GPU-hours) and run nothing")
+    parser.add_argument("--tokens_per_s", type=float, default=None,
+                        help="--dry_run: measured training tokens/s per GPU, for every arm")
+    parser.add_argument("--bench_json", default=None,
+                        help="--dry_run: bench.py's --json file; each arm at its query mode's tokens/s "
+                             "(default: the one-H200 figures, bench/results/h200_2026-11-30/)")
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -368,11 +469,15 @@ def main(argv=None):
                         help="OMP_NUM_THREADS per run (default: torch's)")
     parser.add_argument("--print", type=int, metavar="NPROC", dest="nproc",
                         help="print the torchrun commands of the runs due now, with this many processes each")
+    add_plan_arguments(parser)
     args = parser.parse_args(argv)
     for option in ("jobs", "threads", "nproc"):
         if getattr(args, option) is not None and getattr(args, option) < 1:
             parser.error(f"--{option.replace('nproc', 'print')} must be >= 1")
     study = load_study(args.study)
+    if args.dry_run:
+        print(dry_run(study, args.tokens_per_s, args.bench_json))
+        return
     if args.nproc:
         due = due_runs(study)
         print("\n".join(torchrun_command(study, *run, args.nproc) for run in due))

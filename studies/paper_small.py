@@ -18,7 +18,8 @@
 # add about 0.3% (60 evals of 2400 windows per split, forward only). nonlinear's figure predates the fused query
 # (model.py: W1 joins the keys' and values' matmul, f is recomputed in the backward pass), which aims at
 # linear's speed; its GPU figure is not measured yet. At linear's speed the study would cost 960-1173
-# GPU-hours.
+# GPU-hours. `sweep.py --dry_run` recomputes all of this from any bench.py JSON or --tokens_per_s.
+#   python sweep.py studies/paper_small.py --dry_run --bench_json bench/results/h200_2026-11-30/bench_nlq_small.json
 #   python prepare_data.py openwebtext
 #   python sweep.py studies/paper_small.py --print 8   # the torchrun lines of the runs due now
 #   python report.py studies/paper_small.py
