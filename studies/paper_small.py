@@ -22,6 +22,7 @@
 #   python sweep.py studies/paper_small.py --dry_run --bench_json bench/results/h200_2026-11-30/bench_nlq_small.json
 #   python prepare_data.py openwebtext
 #   python sweep.py studies/paper_small.py --print 8   # the torchrun lines of the runs due now
+#   python sweep.py studies/paper_small.py --executor slurm --gpus_per_run 8 --slurm_partition PART --slurm_time 480
 #   python report.py studies/paper_small.py
 name = "paper_small"
 config = "config/baseline_small.py"

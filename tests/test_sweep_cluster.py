@@ -3,6 +3,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -77,3 +78,133 @@ def test_dry_run_counts_finished_and_due_runs_and_names_a_missing_mode(tmp_path,
     bench.write_text("{}")
     with pytest.raises(ValueError, match="not bench.py's JSON"):
         sweep.main([str(study_file), "--dry_run", "--bench_json", str(bench)])
+
+
+# ------------------------------------------------------------------------------------------ through submitit
+def processes_under(path):
+    """{pid: command line} of the processes whose command line or environment names path (this test's jobs)."""
+    found = {}
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmd = f.read().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if str(path) in cmd and int(pid) != os.getpid():
+            found[int(pid)] = cmd
+    return found
+
+
+def kill_all_under(path):
+    for pid in processes_under(path):
+        try:
+            os.kill(pid, 9)
+        except ProcessLookupError:
+            pass
+
+
+def starts(out_dir):
+    """How many times train.py started in a run folder (it prints this line once per start)."""
+    return open(os.path.join(out_dir, "train.log")).read().count("tokens per iteration")
+
+
+def test_study_through_submitit_jobs_survives_a_killed_job_and_a_restarted_driver(tmp_path):
+    """A tiny study driven through submitit's LocalExecutor (real subprocess jobs, no SLURM): the search extends
+    at an edge and takes half steps across waves of jobs; one train.py is SIGKILLed mid-run (its job fails,
+    is resubmitted and resumes from its checkpoint); the driver itself is SIGKILLed mid-study and started
+    again (it waits for the jobs still running, submits nothing that finished); the report's tables then
+    equal those of the same study run by --executor local."""
+    import report
+    extra = "max_extensions = 1\n"
+    config_edit = ("max_iters = 20\nlr_decay_iters = 20", "max_iters = 40\nlr_decay_iters = 40")
+    study_file = tiny_study(tmp_path / "jobs", extra)
+    study_file.with_name("tiny_config.py").write_text(
+        study_file.with_name("tiny_config.py").read_text().replace(*config_edit))
+    study = sweep.load_study(str(study_file))
+    driver = subprocess.Popen([sys.executable, str(ROOT / "sweep.py"), str(study_file), "--executor",
+                               "local_submitit", "--threads", "1", "--poll_s", "0.2"], cwd=tmp_path,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                              env={**os.environ, "OMP_NUM_THREADS": "1"})
+    killed = None
+    try:
+        deadline = time.time() + 300
+        while killed is None and time.time() < deadline:  # a train.py between two evals: SIGKILL it
+            for pid, cmd in processes_under(tmp_path / "jobs" / "runs").items():
+                if "train.py" not in cmd or "--out_dir=" not in cmd:
+                    continue
+                out = cmd.split("--out_dir=")[1].split()[0]
+                row = sweep.final_row(out)
+                if row and 5 <= row["iter"] < 40:
+                    os.kill(pid, 9)
+                    killed = out
+                    break
+            time.sleep(0.01)
+        assert killed, "no run was caught between two evals"
+        while time.time() < deadline:  # the driver sees the failed job, or more runs finish: kill the driver
+            if sum(sweep.is_finished(study, *r) for a in study["arms"] for r in sweep.run_list(study, a)) >= 3:
+                break
+            time.sleep(0.05)
+        driver.kill()
+        log = driver.communicate()[0]
+        assert "submitted:" in log
+        sweep.main([str(study_file), "--executor", "local_submitit", "--threads", "1", "--poll_s", "0.2"])
+    finally:
+        driver.kill()
+        kill_all_under(tmp_path)
+    for arm in study["arms"]:
+        p = sweep.plan(study, arm)
+        assert p["chosen"] is not None and not p["due"]
+    notes = [n for arm in study["arms"] for n in sweep.plan(study, arm)["notes"]]
+    assert any("edge: added" in n for n in notes), notes  # an extension, in a wave of its own
+    assert all(len(sweep.plan(study, arm)["swept"]) >= 4 for arm in study["arms"])  # grid + half steps
+    for arm in study["arms"]:
+        for run in sweep.run_list(study, arm):
+            out = sweep.run_dir(study, *run)
+            record = sweep.read_job_record(study, *run)
+            assert record["executor"] == "local"
+            if out == killed:
+                assert len(record["job_ids"]) == 2 and starts(out) == 2
+                assert "resumed from" in open(os.path.join(out, "train.log")).read()
+            else:  # submitted once, started once: the restarted driver resubmitted nothing
+                assert len(record["job_ids"]) == 1 and starts(out) == 1, out
+    # the same study, run here one run at a time: the same tables
+    local_file = tiny_study(tmp_path / "local", extra)
+    local_file.with_name("tiny_config.py").write_text(
+        local_file.with_name("tiny_config.py").read_text().replace(*config_edit))
+    sweep.main([str(local_file), "--threads", "1"])
+    local = sweep.load_study(str(local_file))
+    tables = []
+    for s in (study, local):
+        data = report.collect(s)
+        tables.append([report.results_table(s, data, "char"), report.search_table(s, data),
+                       report.gap_table(s, data)])
+    assert tables[0] == tables[1]
+    assert not processes_under(tmp_path)
+
+
+def test_slurm_jobs_get_the_partition_time_gpus_and_extra_flags(tmp_path, monkeypatch):
+    """The sbatch file submitit writes for a run (a stand-in srun on PATH: no SLURM here): one node, one task,
+    the GPUs, partition and time asked for, submitit's USR2 90 s before the time limit, extra flags."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "srun").write_text("#!/bin/sh\nexit 0\n")
+    (bin_dir / "srun").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    study_file = tiny_study(tmp_path, "slurm = dict(partition='gpu', time=480, gpus_per_run=8, "
+                                      "extra=dict(account='lab'))\n")
+    study = sweep.load_study(str(study_file))
+    args = sweep.main.__globals__["argparse"].Namespace(slurm_extra=["exclusive=true", "cpus_per_task=32"],
+                                                         slurm_partition=None, slurm_time=None, gpus_per_run=None)
+    gpus, slurm = sweep.slurm_settings(study, args)
+    assert gpus == 8 and slurm == dict(partition="gpu", time=480, extra=dict(account="lab", exclusive=True,
+                                                                            cpus_per_task=32))
+    text = sweep.make_executor("slurm", tmp_path / "jobs", gpus, slurm)._make_submission_file_text("CMD", "u")
+    for flag in ("--partition=gpu", "--time=480", "--gpus-per-node=8", "--nodes=1", "--ntasks-per-node=1",
+                 "--signal=USR2@90", "--account=lab", "--exclusive", "--cpus-per-task=32"):
+        assert f"#SBATCH {flag}\n" in text, flag
+    assert f"export PYTHONPATH={ROOT}" in text
+    job = sweep.TrainJob(sweep.nproc_run_args(study, "linear", 1e-2, 1, 2), "out/x", nproc=2, cwd=str(tmp_path))
+    cmd = job.command()
+    assert cmd[1:5] == ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
+    assert "--signals_to_handle=SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1,SIGUSR2" in cmd
+    assert cmd[-2:] == ["--batch_size=2", "--gradient_accumulation_steps=2"]  # 1 x 4 shared by 2 ranks
