@@ -45,8 +45,8 @@ def test_dry_run_of_the_paper_study_prints_its_runs_and_gpu_hours():
     linear_h, nonlinear_h, identity_h = (tokens / s / 3600 for s in (458940.69071129715, 409215.33758262004,
                                                                      471957.539337941))
     assert (round(linear_h, 2), round(nonlinear_h, 2), round(identity_h, 2)) == (17.85, 20.02, 17.36)
-    assert f"| linear | linear | 458,941 | 29,491,200,000 | 17.85 | 0 | 4 | 4 | 9 | 11 | 71.4 | 196.3 |" in out
-    assert f"| nonlinear | nonlinear | 409,215 | 29,491,200,000 | 20.02 | 0 | 4 | 4 | 9 | 11 | 80.1 | 220.2 |" in out
+    assert "| linear | linear | 458,941 | 29,491,200,000 | 17.85 | 0 | 4 | 4 | 9 | 11 | 71.4 | 196.3 |" in out
+    assert "| nonlinear | nonlinear | 409,215 | 29,491,200,000 | 20.02 | 0 | 4 | 4 | 9 | 11 | 80.1 | 220.2 |" in out
     most = 11 * (4 * linear_h + 2 * nonlinear_h) + 11 * identity_h - 11 * linear_h
     assert round(most, 1) == 1220.4
     assert ("The study: 54-66 runs, 998.5-1,220.4 GPU-hours (first wave: 24 runs, 443.8 GPU-hours); 0 finished, "
