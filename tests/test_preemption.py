@@ -10,34 +10,19 @@ import subprocess
 import sys
 import time
 
-import numpy as np
 import pytest
 import torch
 
 import common
 import train
 from conftest import ROOT
-
-
-@pytest.fixture(scope="module")
-def data_dir(tmp_path_factory):
-    root = tmp_path_factory.mktemp("data")
-    pattern = np.random.default_rng(0).integers(0, 64, 97)
-    (root / "tiny").mkdir()
-    np.tile(pattern, 60).astype(np.uint16).tofile(root / "tiny" / "train.bin")
-    np.tile(pattern, 8).astype(np.uint16).tofile(root / "tiny" / "val.bin")
-    (root / "tiny" / "meta.json").write_text(json.dumps(dict(vocab_size=64, dtype="uint16", tokenizer="char")))
-    return root
+from test_layouts import args as layout_args, data_dir  # noqa: F401  (data_dir: the tiny dataset fixture)
 
 
 def args(data_dir, out, **kw):
-    """train.py arguments of a tiny run with dropout (so the RNG state matters): 8 windows of 16 tokens a step."""
-    keys = dict(data_dir=str(data_dir), dataset="tiny", out_dir=str(out), n_layer=2, n_head=2, n_embd=32,
-                block_size=16, batch_size=4, gradient_accumulation_steps=2, max_iters=6, eval_interval=3,
-                eval_windows=8, log_interval=1, warmup_iters=2, lr_decay_iters=10, learning_rate=1e-2,
-                min_lr=1e-3, dropout=0.1, device="cpu", compile=False, eval_full_at_end=False)
-    keys.update(kw)
-    return [f"--{k}={v}" for k, v in keys.items()]
+    """train.py arguments of test_layouts' tiny run, with dropout (so the RNG state matters): 8 windows of 16
+    tokens a step."""
+    return layout_args(data_dir, out, **{"dropout": 0.1, **kw})
 
 
 def run(data_dir, out, **kw):
