@@ -519,6 +519,9 @@ def train_until_stopped(cfg, stop):
     log("config:\n" + format_config(cfg))
     log(f"tokens per iteration: {tokens_per_iter:,} ({accum} micro-batches of {B} x {T}, {world_size} "
         f"processes{', FSDP' if cfg['fsdp'] else ', DDP' if world_size > 1 else ''})")
+    log(f"eval set: {eval_window_count(cfg):,} fixed windows of {T} tokens per split, {B} at a time " + (
+        "(eval_windows)" if cfg["eval_windows"] else "(eval_iters x batch_size; set eval_windows to keep it "
+                                                     "when the micro-batch changes)"))
 
     model = raw_model
     if use_compile(cfg, device_type):
