@@ -574,6 +574,14 @@ def full_split_loss(model, ctx, path, dtype, block_size, batch_size, device, ran
 # -------------------------------------------------------------------------------------------- checkpoints
 # train.py's exit status for a run stopped because its loss went NaN/inf (sweep.py reads it)
 EXIT_DIVERGED = 3
+# train.py's exit status for a run stopped by SIGTERM, SIGUSR1 or SIGUSR2 (SLURM's warnings before a preemption
+# or a time limit) after it saved a checkpoint at a step boundary: continue it with --init_from=resume.
+# 144 is the status submitit's job controller reads as "requeue me" (submitit.local.local.
+# LOCAL_REQUEUE_RETURN_CODE); on SLURM submitit requeues through `scontrol requeue` from its USR2 handler, whatever
+# the status, and an admin can name 144 in slurm.conf's RequeueExit to requeue plain sbatch jobs that exit with
+# it. It is none of the statuses a run ends with otherwise (0 done, 1 an error, 3 diverged, 128 + N killed by
+# signal N: 143 for a SIGTERM that was not caught), so a sweep can tell "stopped cleanly, resumable" apart.
+EXIT_PREEMPTED = 144
 CHECKPOINT_KEYS = {"model", "optimizer", "iter_num", "config", "model_args", "rng"}
 
 

@@ -511,6 +511,9 @@ def plot_lr_curves(study, data, path):
                 ax.plot(lr * shift, run["final"], marker="x" if is_stalled(run) else ".", ms=7 if is_stalled(run)
                         else 5, color=color, alpha=0.7, ls="none")
     ax.set_xscale("log", base=2)
+    rates = sorted({lr for d in data.values() for lr in d["plan"]["swept"]})
+    ax.set_xticks(rates, [f"{lr:g}" for lr in rates], rotation=30)
+    ax.minorticks_off()
     ax.set(xlabel="peak learning rate (log scale)", ylabel="final val loss (nats/token, whole val split)",
            title=f"learning-rate curves: mean and 95% CI over selection seeds {study['selection_seeds']}\n"
                  f"dots: each seed; ×: stalled; ▲: diverged")

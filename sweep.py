@@ -5,6 +5,9 @@ the final seeds, which are never the seeds the rate was chosen on (no winner's c
     python sweep.py studies/enwiki_cpu.py --jobs 2 --threads 1 # run it here (2 runs at a time, 1 thread each)
     python sweep.py studies/enwiki_cpu.py --print 8            # the torchrun commands of the runs due now
     python sweep.py studies/enwiki_cpu.py --quick --jobs 2     # try it: 5% of the steps, in out/quick/
+    python sweep.py studies/paper_small.py --dry_run           # the plan: runs, tokens, GPU-hours; runs nothing
+    python sweep.py studies/paper_small.py --executor slurm --gpus_per_run 8 --slurm_partition gpu --slurm_time 480
+                                                               # every due run a SLURM job (submitit), to the end
     python report.py studies/enwiki_cpu.py                     # tables, paired statistics, plots
 
 A study file is plain Python that sets:
@@ -25,7 +28,16 @@ must then be the same experiments: a study whose runs folder holds runs of other
 anything starts, by sweep.py and report.py alike),
 and contrasts (default []: a list of (arm, other, "what the pair isolates"), paired comparisons between two
 arms that report.py adds to the comparisons with the reference, e.g. ("nonlinear", "residual", "f's
-nonlinearity")).
+nonlinearity")), and slurm (default {}: --executor slurm's settings, dict(partition="gpu", time=480 (minutes a
+job), gpus_per_run=8, extra=dict(account="...", cpus_per_task=32)); the command line's options override them).
+
+On a cluster (--executor slurm, through submitit): every due run is a job of one node running train.py under
+torchrun on --gpus_per_run GPUs (plain python for 1); the driver waits, plans again as runs finish (extensions,
+half steps, final seeds) and submits what became due, until the study is complete. Each run's job id is kept in
+<run dir>/job.json: a restarted driver waits for the jobs that still run and resubmits only runs whose job
+ended unfinished (they resume from their checkpoint). A job that SLURM preempts or that reaches its time limit
+gets submitit's USR2, stops train.py at a step boundary with a checkpoint (train.py's docstring) and is
+requeued; it resumes exactly.
 
 Per arm: (1) the base grid on the selection seeds; (2) while the best rate is the smallest or the largest
 swept, one more grid step in that direction (at most max_extensions); (3) half steps (x/√2, x·√2) around the
@@ -47,17 +59,22 @@ import json
 import math
 import os
 import re
+import shlex
+import signal
 import subprocess
 import sys
+import time
 from concurrent.futures import ThreadPoolExecutor
 
-from common import (DEFAULTS, EXIT_DIVERGED, HelpFormatter, load_meta, parse_config, read_config_file,
+from common import (DEFAULTS, EXIT_DIVERGED, EXIT_PREEMPTED, HelpFormatter, atomic_write_text, load_meta,
+                    parse_config, read_config_file,
                     read_metrics)
 
 TRAIN_PY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "train.py")
 STUDY_KEYS = ("name", "config", "overrides", "arms", "learning_rates", "selection_seeds", "seeds")
 OPTIONAL_KEYS = dict(seeds_per_arm={}, reference="linear", max_extensions=2, half_steps=True, runs_dir=None,
-                     contrasts=[])
+                     contrasts=[], slurm={})
+SLURM_KEYS = ("partition", "time", "gpus_per_run", "extra")  # a study's slurm dict (see --executor slurm)
 # train.py keys the sweep sets for every run, and what sets them instead (an arm may set min_lr)
 PER_RUN = dict(learning_rate="learning_rates", seed="selection_seeds and seeds", out_dir="runs_dir",
                min_lr="each arm's min_lr (default: lr / 10)")
@@ -131,6 +148,8 @@ def load_study(path, quick=None):
               "max_extensions": (type(study["max_extensions"]) is int and study["max_extensions"] >= 0,
                                  "an int >= 0"),
               "half_steps": (isinstance(study["half_steps"], bool), "True or False"),
+              "slurm": (isinstance(study["slurm"], dict) and set(study["slurm"]) <= set(SLURM_KEYS),
+                        f"a dict with some of the keys {', '.join(SLURM_KEYS)} (sweep.py --executor slurm)"),
               "contrasts": (isinstance(study["contrasts"], list) and all(
                   isinstance(c, tuple) and len(c) == 3 and all(isinstance(x, str) for x in c)
                   and c[0] in arms and c[1] in arms and c[0] != c[1] for c in study["contrasts"]),
@@ -214,14 +233,20 @@ def torchrun_command(study, arm, lr, seed, nproc):
     instead (batch_size / nproc, accumulation x nproc): train.py draws the step's windows as one flat
     sequence, so the runs see the same data. ValueError if neither divides.
     """
+    args = nproc_run_args(study, arm, lr, seed, nproc)
+    return f"torchrun --standalone --nproc_per_node={nproc} train.py " + " ".join(args)
+
+
+def nproc_run_args(study, arm, lr, seed, nproc):
+    """run_args for a run on nproc processes (see torchrun_command). ValueError if the batch cannot be shared."""
     args, cfg = run_args(study, arm, lr, seed), run_config(study, arm, lr, seed)
     accum, batch = cfg["gradient_accumulation_steps"], cfg["batch_size"]
     if accum % nproc:
         if batch % nproc:
             raise ValueError(f"neither gradient_accumulation_steps={accum} nor batch_size={batch} divides "
-                             f"among {nproc} processes; pick another --print count")
+                             f"among {nproc} processes; pick another --print count (or --gpus_per_run)")
         args += [f"--batch_size={batch // nproc}", f"--gradient_accumulation_steps={accum * nproc}"]
-    return f"torchrun --standalone --nproc_per_node={nproc} train.py " + " ".join(args)
+    return args
 
 
 # Keys that do not change a run's results; any other difference means the run dir holds another experiment.
@@ -515,6 +540,341 @@ def announce(study, due, jobs):
                and not study.get("quick") else "") + "; measured when and where those runs were made)")
 
 
+# ------------------------------------------------------------------------------ the plan and its cost (--dry_run)
+# bench.py's one-H200 figures at the paper's shapes (bench/RESULTS.md): what --dry_run counts with by default
+DEFAULT_BENCH_JSON = os.path.join(os.path.dirname(os.path.abspath(__file__)), "bench", "results",
+                                  "h200_2026-11-30", "bench_nlq_small.json")
+
+
+def run_tokens(cfg):
+    """Training tokens of one run of a resolved config: max_iters x accumulation x micro-batch x block_size."""
+    return cfg["max_iters"] * cfg["gradient_accumulation_steps"] * cfg["batch_size"] * cfg["block_size"]
+
+
+def arm_run_counts(study, arm):
+    """-> (first wave, fewest, most): runs of an arm's whole study. The first wave is the base grid on the
+    selection seeds; the fewest adds the half steps and the final seeds (no extension); the most adds
+    max_extensions grid steps. With no selection seeds, all three are the final seeds."""
+    finals = len(final_seeds(study, arm))
+    sel = len(study["selection_seeds"])
+    if not sel:
+        return finals, finals, finals
+    grid, halves = len(study["grids"][arm]), 2 * study["half_steps"]
+    return grid * sel, (grid + halves) * sel + finals, (grid + study["max_extensions"] + halves) * sel + finals
+
+
+def read_tokens_per_s(path):
+    """bench.py's --json rows -> {query_mode: tokens/s per GPU}. ValueError if the file is not such a list."""
+    try:
+        with open(path) as f:
+            rows = json.load(f)
+        if not isinstance(rows, list) or not rows:
+            raise ValueError("not a non-empty list")
+        return {r["query_mode"]: float(r["tokens_per_s"]) for r in rows}
+    except (OSError, ValueError, TypeError, KeyError) as e:
+        raise ValueError(f"--bench_json {path}: not bench.py's JSON (a list of rows with query_mode and "
+                         f"tokens_per_s): {type(e).__name__}: {e}; write one with python bench.py CONFIG "
+                         f"--json=PATH") from e
+
+
+def dry_run(study, tokens_per_s=None, bench_json=None):
+    """The study's plan and its cost, as text: per arm its runs (finished, due now, the first wave, the fewest
+    and the most the search can make: extensions, half steps, final seeds), tokens per run and GPU-hours
+    (tokens / tokens_per_s / 3600, per GPU: a run on N GPUs takes 1/N of the time for the same GPU-hours,
+    if it scales perfectly; evals not counted). tokens_per_s: one figure for every arm; else bench_json
+    (bench.py's --json: each arm at its query mode's figure; default DEFAULT_BENCH_JSON). ValueError if
+    the bench file lacks an arm's query mode. Runs nothing."""
+    source = (f"--tokens_per_s {tokens_per_s:,.0f} for every arm" if tokens_per_s
+              else f"{os.path.relpath(bench_json or DEFAULT_BENCH_JSON)}, each arm at its query mode's tokens/s")
+    speeds = None if tokens_per_s else read_tokens_per_s(bench_json or DEFAULT_BENCH_JSON)
+    due = due_runs(study)
+    lines = [f"plan of study {study['name']} (dry run: nothing is started); runs in {study['runs_dir']}",
+             f"GPU-hours = tokens / tokens per second per GPU / 3600, from {source}; evals not counted",
+             "", "| arm | query_mode | tokens/s | tokens a run | GPU-h a run | finished | due now | first wave "
+                 "| fewest | most | GPU-h first wave | GPU-h most |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    total = dict(runs=[0, 0, 0, 0, 0], hours=[0.0, 0.0, 0.0])  # hours: first wave, fewest, most
+    for arm in study["arms"]:
+        cfg = run_config(study, arm, study["grids"][arm][0], study["seeds"][0])
+        mode = cfg["query_mode"]
+        if speeds is not None and mode not in speeds:
+            raise ValueError(f"{bench_json or DEFAULT_BENCH_JSON} has no row for query_mode {mode} (arm {arm}); "
+                             f"it has {', '.join(speeds)}: measure it with bench.py --query_modes={mode}, or "
+                             f"pass --tokens_per_s")
+        speed = tokens_per_s or speeds[mode]
+        hours = run_tokens(cfg) / speed / 3600
+        first, fewest, most = arm_run_counts(study, arm)
+        finished = sum(is_finished(study, *run) for run in run_list(study, arm))
+        now = sum(run[0] == arm for run in due)
+        for i, n in enumerate((finished, now, first, fewest, most)):
+            total["runs"][i] += n
+        for i, n in enumerate((first, fewest, most)):
+            total["hours"][i] += n * hours
+        lines.append(f"| {arm} | {mode} | {speed:,.0f} | {run_tokens(cfg):,} | {hours:.2f} | {finished} | {now} "
+                     f"| {first} | {fewest} | {most} | {first * hours:,.1f} | {most * hours:,.1f} |")
+    finished, now, first, fewest, most = total["runs"]
+    lines.append(f"| **all** | | | | | {finished} | {now} | {first} | {fewest} | {most} "
+                 f"| {total['hours'][0]:,.1f} | {total['hours'][2]:,.1f} |")
+    h_first, h_fewest, h_most = total["hours"]
+    lines += ["", f"The study: {fewest}-{most} runs, {h_fewest:,.1f}-{h_most:,.1f} GPU-hours (first wave: {first} "
+                  f"runs, {h_first:,.1f} GPU-hours); {finished} finished, {now} due now."]
+    return "\n".join(lines)
+
+
+def run_list(study, arm):
+    """Every run of an arm the plan has named so far: its swept rates on the selection seeds, and the chosen
+    rate (once there is one) on its final seeds."""
+    p = plan(study, arm)
+    runs = [(arm, lr, s) for lr in p["swept"] for s in study["selection_seeds"]]
+    return runs + ([(arm, p["chosen"], s) for s in final_seeds(study, arm)] if p["chosen"] is not None else [])
+
+
+# ------------------------------------------------------------------------- on a cluster: submitit (--executor)
+# torchrun forwards these to its workers (and waits up to TORCHRUN_SHUTDOWN_S for them before it kills them):
+# SLURM's and submitit's stop signals reach train.py's ranks, which checkpoint and exit (train.py's docstring)
+TORCHRUN_SIGNALS = "SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1,SIGUSR2"
+TORCHRUN_SHUTDOWN_S = 300
+# SLURM job states in which a job may still run, or run again (a requeued job keeps its id)
+SLURM_ALIVE = ("PENDING", "RUNNING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "CONFIGURING", "COMPLETING",
+               "RESIZING", "SUSPENDED", "SIGNALING", "STAGE_OUT", "UNKNOWN")
+EXECUTORS = ("local", "slurm", "local_submitit")  # local_submitit: submitit's LocalExecutor (real jobs, no SLURM)
+MAX_ATTEMPTS = 3  # submissions of one run per driver session before it counts as failed
+PREEMPT_GRACE_S = 60  # a job whose train.py stopped on a signal waits this long for submitit's requeue
+
+
+class TrainJob:
+    """One run of a study as a submitit job (a Checkpointable: submitit calls checkpoint() on its preemption
+    signal, USR2, and requeues what it returns).
+
+    __call__ runs train.py in cwd (the driver's folder: the study's paths are relative to it), resuming from
+    out_dir/ckpt.pt when there is one: `python train.py ARGS` on one process, else `torchrun --standalone
+    --nproc_per_node=nproc train.py ARGS` (one node). Its output goes to out_dir/train.log. Returns train.py's
+    exit status when the run finished or diverged (0 or EXIT_DIVERGED); raises RuntimeError otherwise (the
+    driver then resubmits it, and it resumes). checkpoint() sends the child SIGUSR1, waits until it has saved
+    its checkpoint and exited, and returns this job again: the requeued job resumes from that checkpoint.
+    """
+
+    def __init__(self, args, out_dir, nproc=1, cwd=None, threads=None):
+        self.args, self.out_dir, self.nproc = list(args), out_dir, nproc
+        self.cwd, self.threads = cwd or os.getcwd(), threads
+        self.pid = self.status = None
+
+    def command(self):
+        """The command line of this attempt: with --init_from=resume once a checkpoint exists."""
+        args = self.args + (["--init_from=resume"]
+                            if os.path.exists(os.path.join(self.cwd, self.out_dir, "ckpt.pt")) else [])
+        if self.nproc == 1:
+            return [sys.executable, TRAIN_PY, *args]
+        return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={self.nproc}",
+                f"--signals_to_handle={TORCHRUN_SIGNALS}", f"--shutdown_timeout={TORCHRUN_SHUTDOWN_S}", TRAIN_PY,
+                *args]
+
+    def _wait(self):
+        """Reap the child -> its exit status. Not Popen.wait: checkpoint() waits from a signal handler that may
+        interrupt this very loop, and Popen.wait holds a lock that the handler would then wait for forever."""
+        while self.status is None:
+            try:
+                pid, status = os.waitpid(self.pid, os.WNOHANG)
+            except ChildProcessError:  # reaped by checkpoint() in between
+                break
+            if pid:
+                self.status = os.waitstatus_to_exitcode(status)
+            else:
+                time.sleep(0.2)
+        return self.status
+
+    def __call__(self):
+        env = {**os.environ, **({"OMP_NUM_THREADS": str(self.threads)} if self.threads else {})}
+        log_path = os.path.join(self.cwd, self.out_dir, "train.log")
+        os.makedirs(os.path.dirname(log_path), exist_ok=True)
+        with open(log_path, "a") as log:
+            proc = subprocess.Popen(self.command(), stdout=log, stderr=subprocess.STDOUT, cwd=self.cwd, env=env)
+        self.pid, self.status = proc.pid, None
+        proc.returncode = code = self._wait()  # (Popen would otherwise try to reap it again)
+        if code in (0, EXIT_DIVERGED):
+            return code
+        if code == EXIT_PREEMPTED and "SLURM_JOB_ID" in os.environ:  # SLURM's SIGTERM came first: give its
+            time.sleep(PREEMPT_GRACE_S)  # USR2 time to reach submitit, which then requeues this job (checkpoint)
+        raise RuntimeError(f"train.py ended with exit status {code}"
+                           + (" (stopped by a signal after a checkpoint at a step boundary)"
+                              if code == EXIT_PREEMPTED else "")
+                           + f"; see {log_path}. Resubmitted, it resumes from its checkpoint")
+
+    def checkpoint(self, *args, **kwargs):
+        import submitit  # (only a job that runs under submitit gets here)
+        if self.pid is not None and self.status is None:
+            try:
+                os.kill(self.pid, signal.SIGUSR1)  # train.py (or torchrun, to every rank): checkpoint and exit
+            except ProcessLookupError:
+                pass
+            self._wait()
+        requeued = TrainJob(self.args, self.out_dir, self.nproc, self.cwd, self.threads)  # resumes: ckpt.pt
+        return submitit.helpers.DelayedSubmission(requeued)
+
+    def __getstate__(self):  # the pickle submitit stores: the run, not this attempt's process
+        return {**self.__dict__, "pid": None, "status": None}
+
+
+def make_executor(kind, folder, gpus_per_run, slurm):
+    """A submitit executor whose jobs write their logs in folder: 'slurm' (one node, one task, gpus_per_run
+    GPUs; slurm: dict of partition, time in minutes, and extra SlurmExecutor parameters or raw sbatch flags)
+    or 'local_submitit' (submitit's LocalExecutor: real subprocess jobs on this machine, for tests)."""
+    import submitit
+    setup = [f"export PYTHONPATH={shlex.quote(os.path.dirname(TRAIN_PY))}${{PYTHONPATH:+:$PYTHONPATH}}"]
+    if kind == "local_submitit":
+        executor = submitit.LocalExecutor(folder=folder)
+        executor.update_parameters(timeout_min=slurm.get("time") or 60 * 24, setup=setup)
+        return executor
+    executor = submitit.SlurmExecutor(folder=folder)
+    known = executor._valid_parameters()
+    extra = dict(slurm.get("extra") or {})
+    params = dict(nodes=1, ntasks_per_node=1, gpus_per_node=gpus_per_run, setup=setup,
+                  **{k: slurm[k] for k in ("partition", "time") if slurm.get(k) is not None},
+                  **{k: v for k, v in extra.items() if k in known})
+    raw = {k: v for k, v in extra.items() if k not in known}  # any other sbatch flag, as it is
+    if raw:
+        params["additional_parameters"] = raw
+    executor.update_parameters(**params)
+    return executor
+
+
+def job_record_path(study, arm, lr, seed):
+    return os.path.join(run_dir(study, arm, lr, seed), "job.json")
+
+
+def read_job_record(study, arm, lr, seed):
+    """The run's job.json: {executor, job_id, folder, job_ids (every submission, oldest first)}, or None."""
+    path = job_record_path(study, arm, lr, seed)
+    if not os.path.exists(path):
+        return None
+    with open(path) as f:
+        return json.load(f)
+
+
+def attach(record):
+    """The submitit Job of a job.json record (a job submitted by this or an earlier driver)."""
+    import submitit
+    cls = submitit.SlurmJob if record["executor"] == "slurm" else submitit.LocalJob
+    return cls(folder=record["folder"], job_id=record["job_id"])
+
+
+def job_alive(job, record):
+    """Whether a submitted job may still run: on SLURM, a state in SLURM_ALIVE (sacct; a requeued job counts);
+    for a local job, no result file yet and its controller process still exists (not a zombie)."""
+    if record["executor"] == "slurm":  # the state first: a job SLURM requeued may have a result from before
+        state = job.get_info(mode="force").get("State") or "UNKNOWN"
+        return state.split()[0] in SLURM_ALIVE
+    if job.paths.result_pickle.exists():
+        return False
+    if getattr(job, "_process", None) is not None:  # submitted by this driver
+        return job._process.poll() is None
+    try:  # submitted by an earlier driver: its controller, the job id, is an orphan now (or gone)
+        with open(f"/proc/{int(record['job_id'])}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, ValueError):
+        return False
+
+
+def submit(study, arm, lr, seed, kind, gpus_per_run, slurm, threads):
+    """Submit one run as a job; record it in <run dir>/job.json (atomically) -> the Job."""
+    check_settings(study, arm, lr, seed)
+    out_dir = run_dir(study, arm, lr, seed)
+    os.makedirs(out_dir, exist_ok=True)
+    folder = os.path.abspath(os.path.join(out_dir, "submitit"))
+    job_fn = TrainJob(nproc_run_args(study, arm, lr, seed, gpus_per_run), out_dir, gpus_per_run, os.getcwd(),
+                      threads)
+    job = make_executor(kind, folder, gpus_per_run, slurm).submit(job_fn)
+    old = read_job_record(study, arm, lr, seed) or {}
+    atomic_write_text(job_record_path(study, arm, lr, seed), json.dumps(dict(
+        executor="slurm" if kind == "slurm" else "local", job_id=str(job.job_id), folder=folder,
+        job_ids=old.get("job_ids", []) + [str(job.job_id)]), indent=1))
+    print(f"submitted: {arm} lr={lr:g} seed={seed} as job {job.job_id} ({kind}) -> {out_dir}", flush=True)
+    return job
+
+
+def drive(study, kind, gpus_per_run=1, slurm=None, threads=None, poll_s=30.0):
+    """Run the study as jobs (submitit) until it is complete: submit every run that is due, wait until one of
+    them ends, plan again (the search's extensions, half steps, then the final seeds), submit what became due,
+    and so on. A due run with a job that may still run (job.json, this driver's or an earlier one's) is
+    waited for, never submitted twice; a run whose job ended unfinished (killed, failed, preempted without a
+    requeue) is submitted again and resumes from its checkpoint, at most MAX_ATTEMPTS times in this session.
+    Returns {run: why it failed} for the runs given up on."""
+    slurm, failed, attempts, active = slurm or {}, {}, {}, {}
+    while True:
+        for run in due_runs(study):
+            if run in active or run in failed:
+                continue
+            record = read_job_record(study, *run)
+            job = attach(record) if record else None
+            if job is not None and job_alive(job, record):
+                print(f"attached: {run[0]} lr={run[1]:g} seed={run[2]} is job {record['job_id']}", flush=True)
+                active[run] = (job, record)
+                continue
+            if attempts.get(run, 0) >= MAX_ATTEMPTS:
+                failed[run] = (f"{run_dir(study, *run)} did not finish in {MAX_ATTEMPTS} submissions; see its "
+                               f"train.log and submitit/ logs")
+                continue
+            attempts[run] = attempts.get(run, 0) + 1
+            job = submit(study, *run, kind, gpus_per_run, slurm, threads)
+            active[run] = (job, read_job_record(study, *run))
+        if not active:
+            return failed
+        while not any(not job_alive(job, record) for job, record in active.values()):
+            time.sleep(poll_s)
+        for run in [r for r, (job, record) in active.items() if not job_alive(job, record)]:
+            del active[run]
+            state = ("finished" if is_finished(study, *run) else "ended unfinished (resubmitted if still due)")
+            print(f"job {run[0]} lr={run[1]:g} seed={run[2]}: {state}", flush=True)
+
+
+def add_cluster_arguments(parser):
+    """--executor and the SLURM options."""
+    parser.add_argument("--executor", choices=EXECUTORS, default="local",
+                        help="local: runs here (--jobs at a time); slurm: every due run as a SLURM job through "
+                             "submitit; local_submitit: submitit's local executor (tests)")
+    parser.add_argument("--gpus_per_run", type=int, default=None,
+                        help="GPUs (torchrun processes on one node) per run (default: the study's slurm "
+                             "gpus_per_run, else 1)")
+    parser.add_argument("--slurm_partition", default=None, help="SLURM partition (default: the study's)")
+    parser.add_argument("--slurm_time", type=int, default=None,
+                        help="SLURM time limit per job, minutes; a run that needs longer is requeued and resumes")
+    parser.add_argument("--slurm_extra", nargs="*", default=[], metavar="KEY=VALUE",
+                        help="more SlurmExecutor parameters (account=..., qos=..., cpus_per_task=8, mem=...) or "
+                             "any sbatch flag (exclusive=true), added to the study's")
+    parser.add_argument("--poll_s", type=float, default=30.0, help="seconds between job-state checks")
+
+
+def slurm_settings(study, args):
+    """The study file's slurm dict with the command line's options on top -> (gpus_per_run, slurm dict)."""
+    slurm = {**study["slurm"], "extra": dict(study["slurm"].get("extra") or {})}
+    for item in args.slurm_extra:
+        if "=" not in item:
+            raise ValueError(f"--slurm_extra {item!r}: write KEY=VALUE, e.g. account=myproject")
+        key, text = item.split("=", 1)
+        try:
+            slurm["extra"][key] = json.loads(text)
+        except ValueError:
+            slurm["extra"][key] = text
+    slurm.update({k: v for k, v in (("partition", args.slurm_partition), ("time", args.slurm_time))
+                  if v is not None})
+    gpus = args.gpus_per_run or slurm.pop("gpus_per_run", None) or 1
+    slurm.pop("gpus_per_run", None)
+    if gpus < 1:
+        raise ValueError(f"--gpus_per_run={gpus}: give 1 or more")
+    return gpus, slurm
+
+
+def add_plan_arguments(parser):
+    """--dry_run and the throughput it counts GPU-hours with."""
+    parser.add_argument("--dry_run", action="store_true",
+                        help="print the plan (runs, tokens, GPU-hours) and run nothing")
+    parser.add_argument("--tokens_per_s", type=float, default=None,
+                        help="--dry_run: measured training tokens/s per GPU, for every arm")
+    parser.add_argument("--bench_json", default=None,
+                        help="--dry_run: bench.py's --json file; each arm at its query mode's tokens/s "
+                             "(default: the one-H200 figures, bench/results/h200_2026-11-30/)")
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=HelpFormatter)
@@ -527,6 +887,8 @@ def main(argv=None):
     parser.add_argument("--quick", type=float, nargs="?", const=QUICK_FRACTION, metavar="FRACTION",
                         help=f"try the machinery: every run at this fraction of its steps (alone: "
                         f"{QUICK_FRACTION}), in {QUICK_DIR}/<name>/runs; results/ is never touched")
+    add_plan_arguments(parser)
+    add_cluster_arguments(parser)
     args = parser.parse_args(argv)
     for option in ("jobs", "threads", "nproc"):
         if getattr(args, option) is not None and getattr(args, option) < 1:
@@ -536,6 +898,17 @@ def main(argv=None):
         print(f"quick: every run at {args.quick:g} of its steps, in {study['runs_dir']} (scratch; results/ "
               f"is not touched). For trying the machinery, not for comparing arms; report: python report.py "
               f"{args.study} --quick {args.quick:g}", flush=True)
+    if args.dry_run:
+        print(dry_run(study, args.tokens_per_s, args.bench_json))
+        return
+    if args.executor != "local" and not args.nproc:
+        gpus, slurm = slurm_settings(study, args)
+        failed = drive(study, args.executor, gpus, slurm, args.threads, args.poll_s)
+        print(json.dumps({arm: plan(study, arm)["chosen"] for arm in study["arms"]}))
+        if failed:
+            raise RuntimeError(f"{len(failed)} run(s) failed; the others finished:\n"
+                               + "\n".join(failed.values()))
+        return
     if args.nproc:
         due = due_runs(study)
         print("\n".join(torchrun_command(study, *run, args.nproc) for run in due))

@@ -18,11 +18,21 @@ number of processes, with or without FSDP.
 Numbers that go bad are data, not crashes: an eval whose loss is NaN/inf is logged, never checkpointed, and
 stops the run; so do max_nonfinite_steps consecutive steps with a non-finite training loss. The run then exits
 with status 3 (EXIT_DIVERGED), and the last finite checkpoint stays in place.
+
+Preemption: SIGTERM, SIGUSR1 or SIGUSR2 (what SLURM sends before it preempts a job or ends it at its time limit;
+submitit's default is USR2) let the current optimizer step finish, save a checkpoint at that step boundary (the
+full state, as at an eval: model, optimizer, every rank's RNG, iter, tokens) and exit with status 144
+(EXIT_PREEMPTED, common.py says why 144). Under torchrun the ranks agree on the stop at every step, so a signal
+that reaches one rank stops them all at the same step. --init_from=resume then continues exactly where the run
+stopped: the same weights, bit for bit, as a run never stopped. Ctrl-C (SIGINT) stops at once, as before, and
+keeps the last eval's checkpoint.
 """
 import json
 import math
 import os
+import signal
 import sys
+import threading
 import time
 import warnings
 from contextlib import nullcontext
@@ -36,8 +46,8 @@ from torch.distributed.fsdp import FSDPModule
 from torch.distributed.tensor import DTensor
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from common import (DEFAULTS, EXIT_DIVERGED, MODEL_KEYS, atomic_write_text, autocast, check_fsdp_support,
-                    check_same_dataset, damaged_checkpoint, end_distributed, estimate_loss, eval_window_count,
+from common import (DEFAULTS, EXIT_DIVERGED, EXIT_PREEMPTED, MODEL_KEYS, atomic_write_text, autocast,
+                    check_fsdp_support, check_same_dataset, damaged_checkpoint, end_distributed, estimate_loss, eval_window_count,
                     eval_windows, format_config, full_split_loss, full_split_windows, get_batch,
                     load_checkpoint, load_meta, make_writable_folder, model_config, open_split, parse_config,
                     read_metrics, resolve_device, safe_exp, save_checkpoint, settings_help, setup_distributed,
@@ -56,6 +66,39 @@ LARGE_CHECKPOINT_BYTES = 100e6
 class TrainingDiverged(RuntimeError):
     """The loss became NaN/inf; the message names the iteration, the last finite checkpoint and what to
     try."""
+
+
+class TrainingPreempted(RuntimeError):
+    """A stop signal (SIGTERM, SIGUSR1, SIGUSR2) ended the run at a step boundary, after a checkpoint there; the
+    message names the iteration and the checkpoint. train.py exits with EXIT_PREEMPTED."""
+
+
+# ------------------------------------------------------------------------------------- stop signals
+# What a cluster sends before it takes the machine away: SLURM sends SIGTERM at a preemption and at the time
+# limit, or the signal of sbatch --signal (USR1 by convention; submitit asks for USR2 and delivers it to every
+# process of the job step, train.py included, whose default action for it would be to die mid-step).
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2)
+
+
+class StopSignals:
+    """While entered (a with block, in the main thread), STOP_SIGNALS set .received to the first signal's name
+    instead of killing the process; the training loop reads it at the end of each step. The previous handlers
+    come back on exit. Off the main thread Python cannot install handlers: nothing is installed."""
+
+    def __init__(self):
+        self.received, self._previous = None, {}
+
+    def _handle(self, signum, frame):
+        self.received = self.received or signal.Signals(signum).name
+
+    def __enter__(self):
+        if threading.current_thread() is threading.main_thread():
+            self._previous = {sig: signal.signal(sig, self._handle) for sig in STOP_SIGNALS}
+        return self
+
+    def __exit__(self, *exc):
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
 
 
 # ------------------------------------------------------------------------------------------- the schedule
@@ -364,9 +407,16 @@ def train(cfg):
 
     Raises ValueError / FileNotFoundError for invalid settings, data or checkpoints, before anything is
     written (a token id beyond meta.json's vocabulary: at the batch that holds it, keeping the last
-    checkpoint), and TrainingDiverged when the loss goes NaN/inf (after logging it; the last finite
-    checkpoint is kept).
+    checkpoint), TrainingDiverged when the loss goes NaN/inf (after logging it; the last finite
+    checkpoint is kept), and TrainingPreempted after a stop signal (STOP_SIGNALS, caught while it runs) and
+    the checkpoint at the step boundary that followed it.
     """
+    with StopSignals() as stop:
+        return train_until_stopped(cfg, stop)
+
+
+def train_until_stopped(cfg, stop):
+    """train(cfg), with stop (a StopSignals) telling the loop that a stop signal came."""
     validate(cfg)
     if cfg["wandb_log"]:
         try:  # now, not after the run has started
@@ -429,7 +479,8 @@ def train(cfg):
     train_gen = torch.Generator().manual_seed(cfg["seed"] + 1)  # the training stream of windows
     torch.manual_seed(cfg["seed"] + rank)  # dropout differs per rank
     decay_iters = lr_decay_iters_for(cfg, ckpt, log)
-    iter_num, best_val, resumed_at, tokens_seen, elapsed_before = 0, math.inf, None, 0, 0.0
+    iter_num, best_val, resumed_at, tokens_seen = 0, math.inf, None, 0
+    elapsed_before, eval_pending = 0.0, False
     if ckpt is not None:
         if "dataset_meta" in ckpt:  # older checkpoints lack it
             check_same_dataset(ckpt["dataset_meta"], meta, data_dir)
@@ -440,6 +491,7 @@ def train(cfg):
         scaler.load_state_dict(ckpt["scaler"])
         restore_rng(ckpt["rng"], rank, train_gen, device, cfg["seed"], ckpt["iter_num"])
         iter_num, best_val = ckpt["iter_num"], ckpt["best_val_loss"]
+        eval_pending = ckpt.get("eval_pending", False)  # saved on a stop signal before its iter's eval
         tokens_seen = tokens_in_checkpoint(ckpt)
         saved_per_iter = ckpt["config"]["gradient_accumulation_steps"] * ckpt["config"]["batch_size"] * T
         if saved_per_iter != tokens_per_iter:
@@ -448,7 +500,7 @@ def train(cfg):
                 f"token counts stay true ({tokens_seen:,} so far), but the steps from here are not those of "
                 f"an uninterrupted run")
         elapsed_before = ckpt.get("elapsed_s", 0.0)  # the run's seconds before this start (older: none)
-        resumed_at = iter_num  # its eval is in the log already
+        resumed_at = iter_num  # its eval is in the log already, unless eval_pending
         log(f"resumed from {ckpt_path} at iter {iter_num}" + (f"; max_iters={cfg['max_iters']} is reached "
             "already, nothing to train (raise max_iters to go on)" if iter_num >= cfg["max_iters"] else ""))
         del ckpt
@@ -460,11 +512,16 @@ def train(cfg):
             {**cfg, "model_args": vars(model_cfg), "world_size": world_size, "resolved_device": device,
              "resolved_dtype": str(ptdtype), "tokens_per_iter": tokens_per_iter, "lr_decay_iters_resolved":
              decay_iters, "dataset_meta": meta}, indent=2))
-        # a fresh run starts a fresh log; a resumed one drops lines written after its checkpoint
-        append_metrics(cfg["out_dir"], None, truncate_after=-1 if resumed_at is None else resumed_at)
+        # a fresh run starts a fresh log; a resumed one drops lines written after its checkpoint (and the
+        # checkpoint's own iter when its eval is still to come)
+        append_metrics(cfg["out_dir"], None, truncate_after=-1 if resumed_at is None
+                       else resumed_at - eval_pending)
     log("config:\n" + format_config(cfg))
     log(f"tokens per iteration: {tokens_per_iter:,} ({accum} micro-batches of {B} x {T}, {world_size} "
         f"processes{', FSDP' if cfg['fsdp'] else ', DDP' if world_size > 1 else ''})")
+    log(f"eval set: {eval_window_count(cfg):,} fixed windows of {T} tokens per split, {B} at a time " + (
+        "(eval_windows)" if cfg["eval_windows"] else "(eval_iters x batch_size; set eval_windows to keep it "
+                                                     "when the micro-batch changes)"))
 
     model = raw_model
     if use_compile(cfg, device_type):
@@ -476,6 +533,27 @@ def train(cfg):
         model = DDP(model, device_ids=[local_rank] if device_type == "cuda" else None)
     if cfg["wandb_log"] and master:
         wandb.init(project=cfg["wandb_project"], name=cfg["wandb_run_name"], config=cfg)
+
+    def save_state(eval_pending=False):
+        """Checkpoint the full training state at this step boundary: weights, AdamW, the scaler, every rank's RNG
+        states (so that a resume continues every stream), iter and tokens. Every rank calls it (it gathers);
+        rank 0 writes. eval_pending: iter_num is an eval step whose eval has not run yet (a stop signal)."""
+        rngs = [rng_state(train_gen, device)]
+        if world_size > 1:
+            rngs = [None] * world_size
+            dist.all_gather_object(rngs, rng_state(train_gen, device))
+        model_state, optimizer_state = full_state_dicts(raw_model, optimizer)  # FSDP: every rank
+        if master:
+            size, t_save = state_bytes((model_state, optimizer_state)), time.time()
+            if size > LARGE_CHECKPOINT_BYTES:  # a 124M model's checkpoint is 0.5-1.5 GB
+                log(f"writing checkpoint {ckpt_path} ({size / 1e6:,.0f} MB) ...", flush=True)
+            save_checkpoint(ckpt_path, dict(
+                model=model_state, optimizer=optimizer_state, scaler=scaler.state_dict(),
+                iter_num=iter_num, best_val_loss=best_val, config=cfg, model_args=vars(model_cfg),
+                rng=rngs, dataset_meta=meta, lr_decay_iters=decay_iters, tokens=tokens_seen,
+                elapsed_s=round(elapsed_before + time.time() - started, 3), eval_pending=eval_pending))
+            if size > LARGE_CHECKPOINT_BYTES:
+                log(f"checkpoint written in {time.time() - t_save:.1f} s")
 
     # -- the loop: eval + checkpoint, then one optimizer step of accum micro-batches -------------------------
     # Timing: ms_per_iter in metrics.jsonl is the mean step time since the previous eval, and the log line's
@@ -489,7 +567,8 @@ def train(cfg):
     started = time.time()
     t0 = time.time()
     while True:
-        if (iter_num % cfg["eval_interval"] == 0 or iter_num == cfg["max_iters"]) and iter_num != resumed_at:
+        is_eval_iter = iter_num % cfg["eval_interval"] == 0 or iter_num == cfg["max_iters"]
+        if is_eval_iter and (iter_num != resumed_at or eval_pending):
             t_eval = time.time()
             losses = estimate_loss(model, splits, ctx, rank, world_size, device, meta["vocab_size"], B,
                                    progress=master and eval_flops > LARGE_EVAL_FLOPS)
@@ -522,26 +601,11 @@ def train(cfg):
                 append_metrics(cfg["out_dir"], row)
                 if cfg["wandb_log"]:
                     wandb.log(json_safe(row))
-            # every rank's RNG state, so that a resume continues every stream
-            rngs = [rng_state(train_gen, device)]
-            if world_size > 1:
-                rngs = [None] * world_size
-                dist.all_gather_object(rngs, rng_state(train_gen, device))
             if losses["val"] < best_val or cfg["always_save_checkpoint"]:  # the same on every rank
                 best_val = min(best_val, losses["val"])
-                model_state, optimizer_state = full_state_dicts(raw_model, optimizer)  # FSDP: every rank
-                if master:
-                    size, t_save = state_bytes((model_state, optimizer_state)), time.time()
-                    if size > LARGE_CHECKPOINT_BYTES:  # a 124M model's checkpoint is 0.5-1.5 GB
-                        log(f"writing checkpoint {ckpt_path} ({size / 1e6:,.0f} MB) ...", flush=True)
-                    save_checkpoint(ckpt_path, dict(
-                        model=model_state, optimizer=optimizer_state, scaler=scaler.state_dict(),
-                        iter_num=iter_num, best_val_loss=best_val, config=cfg, model_args=vars(model_cfg),
-                        rng=rngs, dataset_meta=meta, lr_decay_iters=decay_iters, tokens=tokens_seen,
-                        elapsed_s=row["elapsed_s"]))
-                    if size > LARGE_CHECKPOINT_BYTES:
-                        log(f"checkpoint written in {time.time() - t_save:.1f} s")
+                save_state()
                 last_saved = iter_num
+            eval_pending = False
             steps_timed, time_timed = 0, 0.0
             t0 = time.time()  # eval time is not step time
         if iter_num >= cfg["max_iters"]:
@@ -573,10 +637,13 @@ def train(cfg):
         iter_num += 1
         tokens_seen += tokens_per_iter
 
-        if world_size > 1:  # the step's loss over all ranks (every rank then takes the same decisions below)
-            dist.all_reduce(loss_sum)
-            loss_sum /= world_size
-        step_loss = loss_sum.item()  # waits for the step to finish
+        # The step's loss summed over the ranks, and how many ranks got a stop signal, in one all-reduce: every
+        # rank then takes the same decisions below (a stop too, if any rank was signalled).
+        step_stats = torch.stack([loss_sum, torch.tensor(float(stop.received is not None), device=device)])
+        if world_size > 1:
+            dist.all_reduce(step_stats)
+        step_loss = (step_stats[0] / world_size).item()  # waits for the step to finish
+        stopping = step_stats[1].item() > 0
         t1 = time.time()
         dt, t0 = t1 - t0, t1
         if iter_num > 1 + (resumed_at or 0):  # the first step pays for compilation and warm-up
@@ -601,6 +668,14 @@ def train(cfg):
                                             train_loss=step_loss),
                           f"the training loss was not finite for {nonfinite_steps} consecutive steps "
                           f"(max_nonfinite_steps={cfg['max_nonfinite_steps']})", ckpt_path, last_saved)
+        if stopping:  # a stop signal (a preemption or the time limit is near): checkpoint here, then exit
+            eval_pending = iter_num % cfg["eval_interval"] == 0 or iter_num == cfg["max_iters"]
+            save_state(eval_pending)
+            message = (f"stopped by {stop.received or 'a stop signal to another rank'} after iter {iter_num}: "
+                       f"checkpoint {ckpt_path} at iter {iter_num}; continue with --init_from=resume")
+            log(message, flush=True)
+            end_distributed()  # its barrier: no rank exits before rank 0 has written the checkpoint
+            raise TrainingPreempted(message)
 
     log(f"done: {iter_num} iterations; checkpoint {ckpt_path}, metrics {cfg['out_dir']}/metrics.jsonl")
     end_distributed()
@@ -626,6 +701,8 @@ if __name__ == "__main__":
     except TrainingDiverged as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(EXIT_DIVERGED)
+    except TrainingPreempted:  # logged already; the status tells a scheduler to requeue it (common.py)
+        sys.exit(EXIT_PREEMPTED)
     except KeyboardInterrupt:
         if os.path.exists(os.path.join(config["out_dir"], "ckpt.pt")):
             sys.exit(f"interrupted; the last checkpoint in {config['out_dir']} is intact: continue with "

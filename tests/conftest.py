@@ -50,6 +50,20 @@ def shipped_data() -> Path:
     return require_shipped_data()
 
 
+def write_tiny_dataset(folder, train_repeats=60, val_repeats=8):
+    """A tiny prepared dataset in folder (created): a fixed random pattern of 97 token ids (vocab 64, uint16)
+    repeated, so a small model learns it quickly; meta.json as prepare_data.py writes it for char data."""
+    import json
+    import numpy as np
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    pattern = np.random.default_rng(0).integers(0, 64, 97)
+    np.tile(pattern, train_repeats).astype(np.uint16).tofile(folder / "train.bin")
+    np.tile(pattern, val_repeats).astype(np.uint16).tofile(folder / "val.bin")
+    (folder / "meta.json").write_text(json.dumps(dict(vocab_size=64, dtype="uint16", tokenizer="char")))
+    return folder
+
+
 def run_offline(*args, cwd, **env):
     """Run `python tests/no_network.py SCRIPT ARGS...` (a script of the repository with the network cut) in cwd
     with an empty tiktoken cache (cwd/tiktoken_cache, created), one thread, and env added -> CompletedProcess."""

@@ -7,23 +7,18 @@ import os
 import subprocess
 import sys
 
-import numpy as np
 import pytest
 import torch
 
 import common
 import train
-from conftest import ROOT
+from conftest import ROOT, write_tiny_dataset
 
 
 @pytest.fixture(scope="module")
 def data_dir(tmp_path_factory):
     root = tmp_path_factory.mktemp("data")
-    pattern = np.random.default_rng(0).integers(0, 64, 97)
-    (root / "tiny").mkdir()
-    np.tile(pattern, 60).astype(np.uint16).tofile(root / "tiny" / "train.bin")
-    np.tile(pattern, 8).astype(np.uint16).tofile(root / "tiny" / "val.bin")
-    (root / "tiny" / "meta.json").write_text(json.dumps(dict(vocab_size=64, dtype="uint16", tokenizer="char")))
+    write_tiny_dataset(root / "tiny")
     return root
 
 

@@ -8,24 +8,18 @@ import subprocess
 import sys
 import time
 
-import numpy as np
 import pytest
 
 import report
 import sweep
-from conftest import ROOT
+from conftest import ROOT, write_tiny_dataset
 
 
 @pytest.fixture
 def study_file(tmp_path):
     """A tiny study: 2 arms x 2 learning rates at selection seed 1, then the chosen rate at seed 2
     (6 runs)."""
-    data = tmp_path / "data" / "tiny"
-    data.mkdir(parents=True)
-    pattern = np.random.default_rng(0).integers(0, 64, 97)
-    np.tile(pattern, 60).astype(np.uint16).tofile(data / "train.bin")
-    np.tile(pattern, 8).astype(np.uint16).tofile(data / "val.bin")
-    (data / "meta.json").write_text(json.dumps(dict(vocab_size=64, dtype="uint16", tokenizer="char")))
+    write_tiny_dataset(tmp_path / "data" / "tiny")
     config = tmp_path / "tiny_config.py"
     config.write_text(f"data_dir = {str(tmp_path / 'data')!r}\ndataset = 'tiny'\nn_layer = 1\nn_head = 2\n"
                       "n_embd = 32\nblock_size = 16\nbatch_size = 4\ngradient_accumulation_steps = 1\n"

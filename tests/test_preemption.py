@@ -1,0 +1,189 @@
+"""Preemption: a stop signal (SIGTERM, SIGUSR1; SLURM's warnings) in the middle of a step ends the run at the
+next step boundary with a checkpoint there and exit status EXIT_PREEMPTED, on one process and on 2 gloo ranks
+(which agree to stop together even when one rank alone is signalled), and the resumed run equals a run never
+stopped, bit for bit."""
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+import torch
+
+import common
+import train
+from conftest import ROOT
+from test_layouts import args as layout_args, data_dir  # noqa: F401  (data_dir: the tiny dataset fixture)
+
+
+def args(data_dir, out, **kw):
+    """train.py arguments of test_layouts' tiny run, with dropout (so the RNG state matters): 8 windows of 16
+    tokens a step."""
+    return layout_args(data_dir, out, **{"dropout": 0.1, **kw})
+
+
+def run(data_dir, out, **kw):
+    return train.train(common.parse_config(args(data_dir, out, **kw)))
+
+
+def ckpt(out):
+    return torch.load(out / "ckpt.pt", map_location="cpu", weights_only=False)
+
+
+def rows(out):
+    return [json.loads(line) for line in open(out / "metrics.jsonl")]
+
+
+def assert_same_weights(a, b):
+    a, b = ckpt(a)["model"], ckpt(b)["model"]
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+
+
+@pytest.mark.parametrize("sig,during_step,eval_step", [
+    (signal.SIGUSR1, 4, False),  # the 4th of 6 steps: a checkpoint at iter 4, between the evals at 3 and 6
+    (signal.SIGTERM, 3, True),   # the 3rd step: a checkpoint at iter 3, an eval step whose eval has not run
+    (signal.SIGUSR2, 6, True),   # the last step: the final eval is still to come
+])
+def test_signal_mid_step_checkpoints_at_the_boundary_and_resumes_exactly(data_dir, tmp_path, monkeypatch, sig,
+                                                                        during_step, eval_step):
+    """The signal arrives at the start of step `during_step` (as it draws its training windows, before its
+    forward pass): the step finishes, the checkpoint holds iter = during_step and its tokens, the metrics end
+    at the last eval before it, and the resumed run has the straight run's weights and evals exactly."""
+    run(data_dir, tmp_path / "straight")
+    real_window_starts, steps = train.window_starts, []
+
+    def window_starts_then_signal(*a, **kw):  # train.py draws each step's windows with it, once a step
+        steps.append(1)
+        if len(steps) == during_step:
+            os.kill(os.getpid(), sig)
+        return real_window_starts(*a, **kw)
+
+    monkeypatch.setattr(train, "window_starts", window_starts_then_signal)
+    before = signal.getsignal(sig)
+    with pytest.raises(train.TrainingPreempted, match=f"stopped by {sig.name} after iter {during_step}: "
+                                                      f"checkpoint .*ckpt.pt at iter {during_step}"):
+        run(data_dir, tmp_path / "stopped")
+    assert signal.getsignal(sig) == before  # the handlers are put back
+    monkeypatch.setattr(train, "window_starts", real_window_starts)
+    saved = ckpt(tmp_path / "stopped")
+    assert saved["iter_num"] == during_step and saved["tokens"] == during_step * 8 * 16
+    assert saved["eval_pending"] is eval_step
+    assert [r["iter"] for r in rows(tmp_path / "stopped")] == [it for it in (0, 3) if it < during_step]
+    run(data_dir, tmp_path / "stopped", init_from="resume")
+    assert_same_weights(tmp_path / "straight", tmp_path / "stopped")
+    straight, resumed = rows(tmp_path / "straight"), rows(tmp_path / "stopped")
+    assert [r["iter"] for r in resumed] == [0, 3, 6]
+    assert [(r["val_loss"], r["train_loss"], r["tokens"]) for r in resumed] == [
+        (r["val_loss"], r["train_loss"], r["tokens"]) for r in straight]
+
+
+def wait_for_line(proc, text, timeout=120):
+    """Read proc's stdout until a line contains text; the lines read. Fails if the process ends first."""
+    lines, deadline = [], time.time() + timeout
+    while time.time() < deadline:
+        line = proc.stdout.readline()
+        if not line:
+            pytest.fail(f"the run ended before logging {text!r}:\n" + "".join(lines[-20:]))
+        lines.append(line)
+        if text in line:
+            return lines
+    pytest.fail(f"no {text!r} within {timeout} s")
+
+
+def stopped_at(out):
+    """The iteration of the stop checkpoint, checked against the log line train.py printed."""
+    it = ckpt(out)["iter_num"]
+    assert f"checkpoint {out / 'ckpt.pt'} at iter {it};" in (out / "stdout.txt").read_text()
+    return it
+
+
+LONG = dict(max_iters=120, eval_interval=40, lr_decay_iters=120)  # ~1 s of steps: signalled near iter 5
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGUSR1])
+def test_a_signalled_process_exits_with_the_documented_status_and_resumes_exactly(data_dir, tmp_path, sig):
+    out = tmp_path / "stopped"
+    proc = subprocess.Popen([sys.executable, str(ROOT / "train.py"), *args(data_dir, out, **LONG)],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, cwd=tmp_path)
+    try:
+        lines = wait_for_line(proc, "iter 5:")
+        proc.send_signal(sig)
+        rest, _ = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+        proc.wait()
+    (out / "stdout.txt").write_text("".join(lines) + rest)
+    assert proc.returncode == common.EXIT_PREEMPTED == 144, rest[-2000:]
+    it = stopped_at(out)
+    assert 5 <= it < 120 and f"stopped by {sig.name} after iter {it}" in rest
+    assert ckpt(out)["tokens"] == it * 128 and ckpt(out)["eval_pending"] == (it % 40 == 0)
+    run(data_dir, out, init_from="resume", **LONG)
+    run(data_dir, tmp_path / "straight", **LONG)
+    assert_same_weights(tmp_path / "straight", out)
+    assert [r["val_loss"] for r in rows(out)] == [r["val_loss"] for r in rows(tmp_path / "straight")]
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def stop_two_ranks(data_dir, out, sig, signalled_rank):
+    """2 gloo ranks (the environment torchrun sets, without its agent, so that each rank's own exit status is
+    seen) of the LONG run; once rank 0 logs iter 5, one rank gets sig. -> (exit statuses, rank 0's output)."""
+    port, procs = free_port(), []
+    for rank in (0, 1):
+        env = {**os.environ, "RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": "2",
+               "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "OMP_NUM_THREADS": "1"}
+        procs.append(subprocess.Popen([sys.executable, str(ROOT / "train.py"), *args(data_dir, out, **LONG)],
+                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                      cwd=out.parent, env=env))
+    try:
+        lines = wait_for_line(procs[0], "iter 5:")
+        procs[signalled_rank].send_signal(sig)
+        outputs = [p.communicate(timeout=120)[0] for p in procs]
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+    saved = ckpt(out) if (out / "ckpt.pt").exists() else {}
+    return dict(codes=[p.returncode for p in procs], output="".join(lines) + outputs[0] + outputs[1],
+                iter=saved.get("iter_num"), tokens=saved.get("tokens"), ranks=len(saved.get("rng", [])))
+
+
+TWO_RANK_CASES = {"SIGTERM_to_rank_1": (signal.SIGTERM, 1), "SIGUSR1_to_rank_0": (signal.SIGUSR1, 0)}
+
+
+@pytest.fixture(scope="module")
+def two_ranks(data_dir, tmp_path_factory):
+    """Each case of TWO_RANK_CASES stopped, then one 2-rank launch that resumes them and runs the LONG run
+    straight. -> (folder, {case: (exit statuses, output)})."""
+    tmp = tmp_path_factory.mktemp("two_ranks")
+    stops = {case: stop_two_ranks(data_dir, tmp / case, sig, rank) for case, (sig, rank) in TWO_RANK_CASES.items()}
+    launch = [["train.py", *args(data_dir, tmp / case, init_from="resume", **LONG)] for case in TWO_RANK_CASES]
+    launch.append(["train.py", *args(data_dir, tmp / "straight", **LONG)])
+    result = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+                             str(ROOT / "tests" / "torchrun_many.py"), *(json.dumps(c) for c in launch)],
+                            capture_output=True, text=True, timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert result.returncode == 0, result.stderr[-3000:]
+    return tmp, stops
+
+
+@pytest.mark.parametrize("case", TWO_RANK_CASES)
+def test_two_ranks_stop_together_when_one_is_signalled_and_resume_exactly(two_ranks, case):
+    """One rank of 2 is signalled: both finish the step, rank 0 writes the checkpoint (both ranks' RNG states),
+    both exit 144. A 2-rank resume then equals a 2-rank run never stopped, bit for bit."""
+    tmp, stops = two_ranks
+    stop, out = stops[case], tmp / case
+    sig, signalled_rank = TWO_RANK_CASES[case]
+    assert stop["codes"] == [144, 144], stop["output"][-3000:]
+    it = stop["iter"]  # the stop checkpoint's, read before the resume replaced it
+    assert 5 <= it < 120 and stop["tokens"] == it * 128 and stop["ranks"] == 2
+    who = sig.name if signalled_rank == 0 else "a stop signal to another rank"
+    assert f"stopped by {who} after iter {it}: checkpoint {out / 'ckpt.pt'} at iter {it};" in stop["output"]
+    assert_same_weights(tmp / "straight", out)
+    assert [r["val_loss"] for r in rows(out)] == [r["val_loss"] for r in rows(tmp / "straight")]

@@ -1,0 +1,204 @@
+"""sweep.py on a cluster: --dry_run's plan and GPU-hours, and a study driven through submitit."""
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+import sweep
+from conftest import ROOT, write_tiny_dataset
+
+
+def tiny_study(tmp_path, extra=""):
+    """A tiny study file (2 arms, grid 1e-2 and 3e-3 on selection seed 1, final seed 2) on a tiny dataset."""
+    write_tiny_dataset(tmp_path / "data" / "tiny")
+    config = tmp_path / "tiny_config.py"
+    config.write_text(f"data_dir = {str(tmp_path / 'data')!r}\ndataset = 'tiny'\nn_layer = 1\nn_head = 2\n"
+                      "n_embd = 32\nblock_size = 16\nbatch_size = 4\ngradient_accumulation_steps = 1\n"
+                      "max_iters = 20\nlr_decay_iters = 20\nwarmup_iters = 2\neval_interval = 5\n"
+                      "eval_iters = 2\nlog_interval = 5\ndevice = 'cpu'\ncompile = False\n")
+    study = tmp_path / "tiny_study.py"
+    study.write_text(f"name = 'tiny'\nconfig = {str(config)!r}\noverrides = {{}}\n"
+                     f"runs_dir = {str(tmp_path / 'runs')!r}\n"
+                     "arms = {'linear': dict(query_mode='linear'), 'nonlinear': dict(query_mode='nonlinear')}\n"
+                     "learning_rates = [1e-2, 3e-3]\nselection_seeds = [1]\nseeds = [2]\n" + extra)
+    return study
+
+
+def test_dry_run_of_the_paper_study_prints_its_runs_and_gpu_hours():
+    """The command the README gives, with no data anywhere: 6 arms x (4 rates + 0-2 extensions + 2 half steps
+    + 3 final seeds) = 54-66 runs of 60,000 x 491,520 tokens, at bench/RESULTS.md's H200 tokens/s."""
+    result = subprocess.run([sys.executable, "sweep.py", "studies/paper_small.py", "--dry_run"], cwd=ROOT,
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    tokens = 60000 * 40 * 12 * 1024
+    assert tokens == 29_491_200_000
+    linear_h, nonlinear_h, identity_h = (tokens / s / 3600 for s in (458940.69071129715, 409215.33758262004,
+                                                                     471957.539337941))
+    assert (round(linear_h, 2), round(nonlinear_h, 2), round(identity_h, 2)) == (17.85, 20.02, 17.36)
+    assert "| linear | linear | 458,941 | 29,491,200,000 | 17.85 | 0 | 4 | 4 | 9 | 11 | 71.4 | 196.3 |" in out
+    assert "| nonlinear | nonlinear | 409,215 | 29,491,200,000 | 20.02 | 0 | 4 | 4 | 9 | 11 | 80.1 | 220.2 |" in out
+    most = 11 * (4 * linear_h + 2 * nonlinear_h) + 11 * identity_h - 11 * linear_h
+    assert round(most, 1) == 1220.4
+    assert ("The study: 54-66 runs, 998.5-1,220.4 GPU-hours (first wave: 24 runs, 443.8 GPU-hours); 0 finished, "
+            "24 due now.") in out
+    assert not os.path.exists(ROOT / "results" / "paper_small")  # nothing started, no folder made
+    short = subprocess.run([sys.executable, "sweep.py", "studies/paper_short.py", "--dry_run", "--tokens_per_s",
+                            "1e6"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert "| linear | linear | 1,000,000 | 2,949,120,000 | 0.82 |" in short.stdout  # a tenth of the steps
+
+
+def test_dry_run_counts_finished_and_due_runs_and_names_a_missing_mode(tmp_path, capsys):
+    study_file = tiny_study(tmp_path, "max_extensions = 1\n")
+    study = sweep.load_study(str(study_file))
+    for lr, loss in ((1e-2, 2.0), (3e-3, 1.5)):  # linear's grid is done: 3e-3 is at the lower edge
+        out = sweep.run_dir(study, "linear", lr, 1)
+        os.makedirs(out)
+        with open(os.path.join(out, "metrics.jsonl"), "w") as f:
+            f.write(json.dumps(dict(iter=20, val_loss=loss)) + "\n")
+    sweep.main([str(study_file), "--dry_run", "--tokens_per_s", "3.6"])  # 20 x 64 tokens = 1280: 0.1 h a run
+    out = capsys.readouterr().out
+    # linear: 2 finished, the extension 9e-4 due; at most 2 + 1 + 2 half steps + 1 final = 6 runs
+    assert "| linear | linear | 4 | 1,280 | 0.10 | 2 | 1 | 2 | 5 | 6 | 0.2 | 0.6 |" in out
+    assert "| nonlinear | nonlinear | 4 | 1,280 | 0.10 | 0 | 2 | 2 | 5 | 6 | 0.2 | 0.6 |" in out
+    assert "The study: 10-12 runs, 1.0-1.2 GPU-hours (first wave: 4 runs, 0.4 GPU-hours); 2 finished, 3 due now." in out
+    bench = tmp_path / "bench.json"
+    bench.write_text(json.dumps([dict(query_mode="linear", tokens_per_s=1000.0)]))
+    with pytest.raises(ValueError, match="has no row for query_mode nonlinear \\(arm nonlinear\\); it has linear"):
+        sweep.main([str(study_file), "--dry_run", "--bench_json", str(bench)])
+    bench.write_text("{}")
+    with pytest.raises(ValueError, match="not bench.py's JSON"):
+        sweep.main([str(study_file), "--dry_run", "--bench_json", str(bench)])
+
+
+# ------------------------------------------------------------------------------------------ through submitit
+def processes_under(path):
+    """{pid: command line} of the processes whose command line or environment names path (this test's jobs)."""
+    found = {}
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmd = f.read().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if str(path) in cmd and int(pid) != os.getpid():
+            found[int(pid)] = cmd
+    return found
+
+
+def kill_all_under(path):
+    for pid in processes_under(path):
+        try:
+            os.kill(pid, 9)
+        except ProcessLookupError:
+            pass
+
+
+def starts(out_dir):
+    """How many times train.py started in a run folder (it prints this line once per start)."""
+    return open(os.path.join(out_dir, "train.log")).read().count("tokens per iteration")
+
+
+def test_study_through_submitit_jobs_survives_a_killed_job_and_a_restarted_driver(tmp_path):
+    """A tiny study driven through submitit's LocalExecutor (real subprocess jobs, no SLURM): the search extends
+    at an edge and takes half steps across waves of jobs; one train.py is SIGKILLed mid-run (its job fails,
+    is resubmitted and resumes from its checkpoint); the driver itself is SIGKILLed mid-study and started
+    again (it waits for the jobs still running, submits nothing that finished); the report's tables then
+    equal those of the same study run by --executor local."""
+    import report
+    extra = "max_extensions = 1\n"
+    config_edit = ("max_iters = 20\nlr_decay_iters = 20", "max_iters = 40\nlr_decay_iters = 40")
+    study_file = tiny_study(tmp_path / "jobs", extra)
+    study_file.with_name("tiny_config.py").write_text(
+        study_file.with_name("tiny_config.py").read_text().replace(*config_edit))
+    study = sweep.load_study(str(study_file))
+    driver = subprocess.Popen([sys.executable, str(ROOT / "sweep.py"), str(study_file), "--executor",
+                               "local_submitit", "--threads", "1", "--poll_s", "0.2"], cwd=tmp_path,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                              env={**os.environ, "OMP_NUM_THREADS": "1"})
+    killed = None
+    try:
+        deadline = time.time() + 300
+        while killed is None and time.time() < deadline:  # a train.py between two evals: SIGKILL it
+            for pid, cmd in processes_under(tmp_path / "jobs" / "runs").items():
+                if "train.py" not in cmd or "--out_dir=" not in cmd:
+                    continue
+                out = cmd.split("--out_dir=")[1].split()[0]
+                row = sweep.final_row(out)
+                if row and 5 <= row["iter"] < 40:
+                    os.kill(pid, 9)
+                    killed = out
+                    break
+            time.sleep(0.01)
+        assert killed, "no run was caught between two evals"
+        while time.time() < deadline:  # the driver sees the failed job, or more runs finish: kill the driver
+            if sum(sweep.is_finished(study, *r) for a in study["arms"] for r in sweep.run_list(study, a)) >= 3:
+                break
+            time.sleep(0.05)
+        driver.kill()
+        log = driver.communicate()[0]
+        assert "submitted:" in log
+        sweep.main([str(study_file), "--executor", "local_submitit", "--threads", "1", "--poll_s", "0.2"])
+    finally:
+        driver.kill()
+        kill_all_under(tmp_path)
+    for arm in study["arms"]:
+        p = sweep.plan(study, arm)
+        assert p["chosen"] is not None and not p["due"]
+    notes = [n for arm in study["arms"] for n in sweep.plan(study, arm)["notes"]]
+    assert any("edge: added" in n for n in notes), notes  # an extension, in a wave of its own
+    assert all(len(sweep.plan(study, arm)["swept"]) >= 4 for arm in study["arms"])  # grid + half steps
+    for arm in study["arms"]:
+        for run in sweep.run_list(study, arm):
+            out = sweep.run_dir(study, *run)
+            record = sweep.read_job_record(study, *run)
+            assert record["executor"] == "local"
+            if out == killed:
+                assert len(record["job_ids"]) == 2 and starts(out) == 2
+                assert "resumed from" in open(os.path.join(out, "train.log")).read()
+            else:  # submitted once, started once: the restarted driver resubmitted nothing
+                assert len(record["job_ids"]) == 1 and starts(out) == 1, out
+    # the same study, run here one run at a time: the same tables
+    local_file = tiny_study(tmp_path / "local", extra)
+    local_file.with_name("tiny_config.py").write_text(
+        local_file.with_name("tiny_config.py").read_text().replace(*config_edit))
+    sweep.main([str(local_file), "--threads", "1"])
+    local = sweep.load_study(str(local_file))
+    tables = []
+    for s in (study, local):
+        data = report.collect(s)
+        tables.append([report.results_table(s, data, "char"), report.search_table(s, data),
+                       report.gap_table(s, data)])
+    assert tables[0] == tables[1]
+    assert not processes_under(tmp_path)
+
+
+def test_slurm_jobs_get_the_partition_time_gpus_and_extra_flags(tmp_path, monkeypatch):
+    """The sbatch file submitit writes for a run (a stand-in srun on PATH: no SLURM here): one node, one task,
+    the GPUs, partition and time asked for, submitit's USR2 90 s before the time limit, extra flags."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "srun").write_text("#!/bin/sh\nexit 0\n")
+    (bin_dir / "srun").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    study_file = tiny_study(tmp_path, "slurm = dict(partition='gpu', time=480, gpus_per_run=8, "
+                                      "extra=dict(account='lab'))\n")
+    study = sweep.load_study(str(study_file))
+    args = sweep.main.__globals__["argparse"].Namespace(slurm_extra=["exclusive=true", "cpus_per_task=32"],
+                                                         slurm_partition=None, slurm_time=None, gpus_per_run=None)
+    gpus, slurm = sweep.slurm_settings(study, args)
+    assert gpus == 8 and slurm == dict(partition="gpu", time=480, extra=dict(account="lab", exclusive=True,
+                                                                            cpus_per_task=32))
+    text = sweep.make_executor("slurm", tmp_path / "jobs", gpus, slurm)._make_submission_file_text("CMD", "u")
+    for flag in ("--partition=gpu", "--time=480", "--gpus-per-node=8", "--nodes=1", "--ntasks-per-node=1",
+                 "--signal=USR2@90", "--account=lab", "--exclusive", "--cpus-per-task=32"):
+        assert f"#SBATCH {flag}\n" in text, flag
+    assert f"export PYTHONPATH={ROOT}" in text
+    job = sweep.TrainJob(sweep.nproc_run_args(study, "linear", 1e-2, 1, 2), "out/x", nproc=2, cwd=str(tmp_path))
+    cmd = job.command()
+    assert cmd[1:5] == ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
+    assert "--signals_to_handle=SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1,SIGUSR2" in cmd
+    assert cmd[-2:] == ["--batch_size=2", "--gradient_accumulation_steps=2"]  # 1 x 4 shared by 2 ranks
