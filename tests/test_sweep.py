@@ -15,10 +15,9 @@ import sweep
 from conftest import ROOT, write_tiny_dataset
 
 
-@pytest.fixture
-def study_file(tmp_path):
-    """A tiny study: 2 arms x 2 learning rates at selection seed 1, then the chosen rate at seed 2
-    (6 runs)."""
+def tiny_study(tmp_path, extra=""):
+    """A tiny study file (2 arms, grid 1e-2 and 3e-3 on selection seed 1, final seed 2) on a tiny dataset;
+    extra: more lines of the study file."""
     write_tiny_dataset(tmp_path / "data" / "tiny")
     config = tmp_path / "tiny_config.py"
     config.write_text(f"data_dir = {str(tmp_path / 'data')!r}\ndataset = 'tiny'\nn_layer = 1\nn_head = 2\n"
@@ -28,11 +27,16 @@ def study_file(tmp_path):
     study = tmp_path / "tiny_study.py"
     study.write_text(f"name = 'tiny'\nconfig = {str(config)!r}\noverrides = {{}}\n"
                      f"runs_dir = {str(tmp_path / 'runs')!r}\n"
-                     "arms = {'linear': dict(query_mode='linear'), "
-                     "'nonlinear': dict(query_mode='nonlinear')}\n"
-                     "learning_rates = [1e-2, 3e-3]\nselection_seeds = [1]\nseeds = [2]\nhalf_steps = False\n"
-                     "max_extensions = 0\n")
+                     "arms = {'linear': dict(query_mode='linear'), 'nonlinear': dict(query_mode='nonlinear')}\n"
+                     "learning_rates = [1e-2, 3e-3]\nselection_seeds = [1]\nseeds = [2]\n" + extra)
     return study
+
+
+@pytest.fixture
+def study_file(tmp_path):
+    """A tiny study: 2 arms x 2 learning rates at selection seed 1, then the chosen rate at seed 2
+    (6 runs)."""
+    return tiny_study(tmp_path, "half_steps = False\nmax_extensions = 0\n")
 
 
 def starts(log_path):

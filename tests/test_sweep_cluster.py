@@ -8,23 +8,8 @@ import time
 import pytest
 
 import sweep
-from conftest import ROOT, write_tiny_dataset
-
-
-def tiny_study(tmp_path, extra=""):
-    """A tiny study file (2 arms, grid 1e-2 and 3e-3 on selection seed 1, final seed 2) on a tiny dataset."""
-    write_tiny_dataset(tmp_path / "data" / "tiny")
-    config = tmp_path / "tiny_config.py"
-    config.write_text(f"data_dir = {str(tmp_path / 'data')!r}\ndataset = 'tiny'\nn_layer = 1\nn_head = 2\n"
-                      "n_embd = 32\nblock_size = 16\nbatch_size = 4\ngradient_accumulation_steps = 1\n"
-                      "max_iters = 20\nlr_decay_iters = 20\nwarmup_iters = 2\neval_interval = 5\n"
-                      "eval_iters = 2\nlog_interval = 5\ndevice = 'cpu'\ncompile = False\n")
-    study = tmp_path / "tiny_study.py"
-    study.write_text(f"name = 'tiny'\nconfig = {str(config)!r}\noverrides = {{}}\n"
-                     f"runs_dir = {str(tmp_path / 'runs')!r}\n"
-                     "arms = {'linear': dict(query_mode='linear'), 'nonlinear': dict(query_mode='nonlinear')}\n"
-                     "learning_rates = [1e-2, 3e-3]\nselection_seeds = [1]\nseeds = [2]\n" + extra)
-    return study
+from conftest import ROOT
+from test_sweep import tiny_study
 
 
 def test_dry_run_of_the_paper_study_prints_its_runs_and_gpu_hours():
