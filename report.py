@@ -285,7 +285,8 @@ def compare(paths, out, bpe_dir=None):
               f"between these runs can be seed noise, so this comparison supports no call. For one, write a "
               f"study file (studies/*.py: arms, a learning-rate grid, selection and final seeds), then run "
               f"python sweep.py STUDY and python report.py STUDY (README: \"Experiments\" and \"Add your own "
-              f"query mode\").")
+              f"query mode\"). Wall time is the machine's as it was during each run (its load, threads and "
+              f"evals); compare speed with bench.py, which times the modes side by side.")
     os.makedirs(out, exist_ok=True)
     plot = os.path.join(out, "val_loss.png")
     plot_runs(runs, plot)
