@@ -69,29 +69,26 @@ SETTINGS = dict(
     batch_size=(12, "windows of block_size tokens per micro-batch, per process"),
     gradient_accumulation_steps=(40, "micro-batches per optimizer step, over all processes together"),
     # model: every GPTConfig field, defaults from model.py
-    block_size=(MODEL_DEFAULTS["block_size"], "context length in tokens"),
-    vocab_size=(MODEL_DEFAULTS["vocab_size"], "embedding rows; None = the dataset's vocabulary rounded up "
-                                              "to a multiple of 64"),
-    n_layer=(MODEL_DEFAULTS["n_layer"], "transformer blocks"),
-    n_head=(MODEL_DEFAULTS["n_head"], "attention heads (n_embd must be a multiple of it)"),
-    n_embd=(MODEL_DEFAULTS["n_embd"], "model width d"),
-    mlp_hidden=(MODEL_DEFAULTS["mlp_hidden"], "MLP hidden width; None = 4 * n_embd"),
-    query_mode=(MODEL_DEFAULTS["query_mode"], "how attention makes its query q from x (see model.py)"),
-    query_hidden=(MODEL_DEFAULTS["query_hidden"], "width of f's hidden layer (nonlinear); None = "
-                                                  "n_embd // 2"),
-    query_norm_in=(MODEL_DEFAULTS["query_norm_in"], "nonlinear: f's input RMSNorm (False: an ablation)"),
-    query_norm_out=(MODEL_DEFAULTS["query_norm_out"], "nonlinear: f's output LayerNorm (False: an "
-                                                      "ablation)"),
-    attn_scale=(MODEL_DEFAULTS["attn_scale"], "attention scale; None = the mode's default, 1/sqrt(head_dim) "
-                                              "(linear) or half that"),
-    qk_norm=(MODEL_DEFAULTS["qk_norm"], "RMS-normalise each head's q and k before their dot product"),
-    dropout=(MODEL_DEFAULTS["dropout"], "dropout probability, in [0, 1)"),
-    bias=(MODEL_DEFAULTS["bias"], "biases in the Linear and LayerNorm layers"),
-    tie_weights=(MODEL_DEFAULTS["tie_weights"], "share the token embedding with the LM head"),
-    flash=(MODEL_DEFAULTS["flash"], "F.scaled_dot_product_attention; False: plain matmul-softmax (same "
-                                    "maths)"),
-    activation=(MODEL_DEFAULTS["activation"], "the MLP's GELU: gelu (exact, erf) or gelu_tanh (GPT-2's tanh "
-                                              "approximation; init_from=gpt2 sets it)"),
+    **{key: (MODEL_DEFAULTS[key], meaning) for key, meaning in dict(
+        block_size="context length in tokens",
+        vocab_size="embedding rows; None = the dataset's vocabulary rounded up to a multiple of 64",
+        n_layer="transformer blocks",
+        n_head="attention heads (n_embd must be a multiple of it)",
+        n_embd="model width d",
+        mlp_hidden="MLP hidden width; None = 4 * n_embd",
+        query_mode="how attention makes its query q from x (see model.py)",
+        query_hidden="width of f's hidden layer (nonlinear); None = n_embd // 2",
+        query_norm_in="nonlinear: f's input RMSNorm (False: an ablation)",
+        query_norm_out="nonlinear: f's output LayerNorm (False: an ablation)",
+        attn_scale="attention scale; None = the mode's default, 1/sqrt(head_dim) (linear) or half that",
+        qk_norm="RMS-normalise each head's q and k before their dot product",
+        dropout="dropout probability, in [0, 1)",
+        bias="biases in the Linear and LayerNorm layers",
+        tie_weights="share the token embedding with the LM head",
+        flash="F.scaled_dot_product_attention; False: plain matmul-softmax (same maths)",
+        activation="the MLP's GELU: gelu (exact, erf) or gelu_tanh (GPT-2's tanh "
+                   "approximation; init_from=gpt2 sets it)",
+    ).items()},
     # AdamW and the learning-rate schedule: linear warmup, then cosine (or linear) decay to min_lr
     learning_rate=(6e-4, "peak AdamW learning rate, reached after warmup_iters"),
     max_iters=(60000, "optimizer steps to train"),

@@ -111,16 +111,21 @@ def test_the_exported_tokenizers_encode_as_nlq_does(shipped_data, tmp_path):
         assert tok.decode(encode(text)) == decode(encode(text)) == text
 
 
+def write_byte_dataset(folder):
+    """A prepared byte-level dataset of TEXT in folder: 3000 train and 700 val bytes."""
+    folder.mkdir()
+    data = np.frombuffer(TEXT * 50, np.uint8).astype(np.uint16)
+    data[:3000].tofile(folder / "train.bin")
+    data[3000:3700].tofile(folder / "val.bin")
+    (folder / "meta.json").write_text(json.dumps(
+        dict(name="tiny", tokenizer="byte", vocab_size=256, dtype="uint16", eot_token=None)))
+
+
 def test_convert_hf_command_and_text_generation_pipeline(shipped_data, tmp_path):
     """convert.py hf on a train.py run (byte data): a plain GPT-2 folder whose pipeline continues a prompt with
     nlq's greedy text; the checkpoint's recorded tokenizer is used, no dataset needed."""
     import transformers
-    (tmp_path / "tiny").mkdir()
-    data = np.frombuffer(TEXT * 50, np.uint8).astype(np.uint16)
-    data[:3000].tofile(tmp_path / "tiny" / "train.bin")
-    data[3000:3700].tofile(tmp_path / "tiny" / "val.bin")
-    (tmp_path / "tiny" / "meta.json").write_text(json.dumps(
-        dict(name="tiny", tokenizer="byte", vocab_size=256, dtype="uint16", eot_token=None)))
+    write_byte_dataset(tmp_path / "tiny")
     train.train(small_cfg(tmp_path, tmp_path / "out", max_iters=2, eval_interval=2))
     os.rename(tmp_path / "tiny", tmp_path / "moved")  # the export reads the checkpoint only
     notes = convert.main(["hf", str(tmp_path / "out"), f"--out={tmp_path / 'hf'}"])
@@ -177,12 +182,7 @@ def test_gpt2_weights_load_exactly(mode, tmp_path):
 
 
 def test_train_init_from_a_gpt2_folder_then_resume(tmp_path, capsys):
-    (tmp_path / "tiny").mkdir()
-    data = np.frombuffer(TEXT * 50, np.uint8).astype(np.uint16)
-    data[:3000].tofile(tmp_path / "tiny" / "train.bin")
-    data[3000:3700].tofile(tmp_path / "tiny" / "val.bin")
-    (tmp_path / "tiny" / "meta.json").write_text(json.dumps(
-        dict(name="tiny", tokenizer="byte", vocab_size=256, dtype="uint16", eot_token=None)))
+    write_byte_dataset(tmp_path / "tiny")
     ref = tiny_gpt2(tmp_path / "gpt2", tie_word_embeddings=False)
     out = tmp_path / "out"
     cfg = small_cfg(tmp_path, out, init_from=str(tmp_path / "gpt2"), max_iters=0, block_size=16)
