@@ -273,13 +273,11 @@ class CausalSelfAttention(nn.Module):
         w_query = self.query.input_weight()
         if w_query is None:  # x -> [x·W_Q (linear only),] x·W_K, x·W_V
             xw_kv = self.c_attn(x)
-        elif torch.is_grad_enabled() or B * T >= C:  # the query's rows first, still one matmul (one read of x)
+        else:  # the query's own rows first: x -> x·w_queryᵀ, x·W_K, x·W_V, still one matmul
             bias = self.c_attn.bias
             if bias is not None:
                 bias = torch.cat([bias.new_zeros(w_query.size(0)), bias])
             xw_kv = F.linear(x, torch.cat([w_query, self.c_attn.weight]), bias)
-        else:  # a few tokens, no backward (cached decoding): copying the weights would cost more than x's read
-            xw_kv = torch.cat([F.linear(x, w_query), self.c_attn(x)], dim=-1)
         xw, k, v = xw_kv.split([xw_kv.size(-1) - 2 * C, C, C], dim=-1)
         q = self.query(x, xw if xw.size(-1) else None)
         q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
