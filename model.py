@@ -26,7 +26,6 @@ from typing import Optional
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
-from torch.utils.checkpoint import checkpoint
 
 # GPTConfig.activation -> F.gelu's approximate argument: exact erf GELU, or GPT-2's tanh approximation
 GELU_APPROXIMATE = {"gelu": "none", "gelu_tanh": "tanh"}
@@ -162,8 +161,8 @@ class NonlinearQuery(QueryMode):
 
     f costs what W_Q costs. RMSNorm(x)·W1ᵀ = rstd(x) ⊙ (x·(W1·diag γ)ᵀ), rstd(x) = 1/sqrt(mean(x²) + eps) per
     token, so W1 (its gain γ folded in) joins the keys' and values' matmul (input_weight) and the RMSNorm
-    shrinks to one number per token. The rest of f is recomputed in the backward pass (torch.utils.checkpoint):
-    it keeps only that number, and a view of the matmul output whose storage the keys and values keep anyway.
+    shrinks to one number per token. The rest of f runs in FusedF (below), which keeps only that number and the
+    LayerNorm's two statistics for the backward pass and recomputes the rest there.
     """
 
     def __init__(self, cfg: GPTConfig):
@@ -183,26 +182,98 @@ class NonlinearQuery(QueryMode):
         norm_in = isinstance(self.norm_in, nn.RMSNorm)
         return self.w1.weight * self.norm_in.weight if norm_in else self.w1.weight
 
-    def f_after_w1(self, xw, rstd):
-        """f from xw = x·(W1·diag γ)ᵀ, (B, T, r), and rstd(x), (B, T, 1) or None -> (B, T, C)."""
-        h = xw if rstd is None else xw * rstd  # = RMSNorm(x)·W1ᵀ
-        if self.w1.bias is not None:
-            h = h + self.w1.bias
-        return self.norm_out(self.w2(F.gelu(h)))
-
     def forward(self, x, xw):
         """x (B, T, C), xw = x·input_weight()ᵀ (B, T, r), or None to compute it here -> (B, T, C)."""
         if xw is None:  # called on its own, outside the attention
             xw = F.linear(x, self.input_weight())
-        rstd = None
-        if isinstance(self.norm_in, nn.RMSNorm):  # 1/sqrt(mean(x²) + eps), in float32 also when x is bf16
-            norm = torch.linalg.vector_norm(x, dim=-1, keepdim=True, dtype=torch.float32)  # (B, T, 1)
-            rstd = torch.rsqrt(norm.square() / x.size(-1) + self.norm_in.eps)
-        if torch.is_grad_enabled():  # keep xw and rstd, recompute the rest of f in the backward pass
-            f = checkpoint(self.f_after_w1, xw, rstd, use_reentrant=False, preserve_rng_state=False)
-        else:
-            f = self.f_after_w1(xw, rstd)
-        return x + f
+        eps_in = self.norm_in.eps if isinstance(self.norm_in, nn.RMSNorm) else None
+        ln = self.norm_out if isinstance(self.norm_out, nn.LayerNorm) else None
+        return FusedF.apply(x, xw, self.w1.bias, self.w2.weight, self.w2.bias, eps_in,
+                            ln and ln.weight, ln and ln.bias, ln and ln.eps)
+
+
+class FusedF(torch.autograd.Function):
+    """q = x + f(x) from xw = x·(W1·diag γ)ᵀ, with a backward pass written out (no activations of f stored).
+
+    Forward, per token (x: C, xw: r; the matmul in xw's dtype, the rest in float32):
+        rstd = 1 / sqrt(|x|² / C + eps_in)        the input RMSNorm, one number (none without query_norm_in)
+        h = rstd · xw + b1                         = W1 · RMSNorm(x) + b1
+        z = W2 · GELU(h) + b2
+        q = x + LayerNorm(z)                       (q = x + z without query_norm_out)
+    Saved: x and xw (the attention keeps both anyway: x for its input matmul's weight gradient, xw inside that
+    matmul's output), rstd, and the LayerNorm's mean and 1/std: up to three floats per token. h, GELU(h) and
+    z are recomputed in the backward pass, which is, with g = ∂loss/∂q:
+        ∂z, ∂γ_out, ∂β_out = LayerNorm's backward of g     ∂W2 = Σ_tokens ∂z ⊗ GELU(h),  ∂b2 = Σ_tokens ∂z
+        ∂h = GELU'(h) ⊙ (W2ᵀ ∂z),  ∂b1 = Σ_tokens ∂h       ∂xw = rstd · ∂h
+        ∂x = g − (rstd³ / C) (∂h · xw) x                   (the RMSNorm's path: ∂rstd/∂x = −rstd³ x / C)
+    The same maths autograd would do on f written module by module (tests/test_fused_query.py checks every
+    gradient against that), without autograd saving GELU's input and output and the LayerNorm's input
+    (torch.utils.checkpoint would recompute them too, but its bookkeeping costs more than f at the CPU demo's
+    sizes: bench/RESULTS.md).
+    """
+
+    @staticmethod
+    def forward(ctx, x, xw, b1, w2, b2, eps_in, ln_weight, ln_bias, eps_out):
+        """x (B, T, C), xw (B, T, r); b1 (r,) or None, w2 (C, r), b2 (C,) or None; eps_in None = no RMSNorm;
+        ln_weight (C,), ln_bias (C,) or None, eps_out: the output LayerNorm (None = none) -> q (B, T, C)."""
+        with torch.autocast(x.device.type, enabled=False):  # the dtypes below are explicit
+            rstd = None
+            if eps_in is not None:  # |x|² in float32, also when x is bf16
+                norm = torch.linalg.vector_norm(x, dim=-1, keepdim=True, dtype=torch.float32)  # (B, T, 1)
+                rstd = torch.rsqrt(norm.square() / x.size(-1) + eps_in)
+            h, a, z = FusedF.hidden(xw, rstd, b1, w2, b2)
+            stats = ()
+            if eps_out is not None:
+                f, mean, inv_std = torch.native_layer_norm(z, z.shape[-1:], *FusedF.fp32(ln_weight, ln_bias),
+                                                           eps_out)
+                stats = (mean, inv_std)  # (B, T, 1) each
+            else:
+                f = z
+        ctx.save_for_backward(x, xw, rstd, b1, w2, b2, ln_weight, ln_bias, *stats)
+        return x + f.to(x.dtype)  # q in the dtype of k and v
+
+    @staticmethod
+    def hidden(xw, rstd, b1, w2, b2):
+        """h = rstd·xw + b1 (B, T, r), GELU(h) (B, T, r) and z = W2·GELU(h) + b2 (B, T, C), float32; W2's
+        matmul in xw's dtype (bf16 under autocast)."""
+        h = xw.float() if rstd is None else xw * rstd
+        if b1 is not None:
+            h = h + b1
+        a = F.gelu(h)
+        z = F.linear(a.to(xw.dtype), w2.to(xw.dtype), None if b2 is None else b2.to(xw.dtype))
+        return h, a, z.float()
+
+    @staticmethod
+    def fp32(*tensors):
+        """The tensors in float32 (None stays None): parameters are bf16 under FSDP's mixed precision."""
+        return [t if t is None else t.float() for t in tensors]
+
+    @staticmethod
+    def backward(ctx, g):
+        """g = ∂loss/∂q (B, T, C) -> the gradient of each input of forward (None for the non-tensors)."""
+        x, xw, rstd, b1, w2, b2, ln_weight, ln_bias, *stats = ctx.saved_tensors
+        with torch.autocast(x.device.type, enabled=False):
+            h, a, z = FusedF.hidden(xw, rstd, b1, w2, b2)  # recomputed
+            g_ln_w = g_ln_b = None
+            if stats:
+                g_z, g_ln_w, g_ln_b = torch.ops.aten.native_layer_norm_backward(
+                    g.float(), z, z.shape[-1:], *stats, *FusedF.fp32(ln_weight, ln_bias),
+                    [True, ln_weight is not None, ln_bias is not None])
+                g_ln_w = g_ln_w if g_ln_w is None else g_ln_w.to(ln_weight.dtype)
+                g_ln_b = g_ln_b if g_ln_b is None else g_ln_b.to(ln_bias.dtype)
+            else:
+                g_z = g
+            dt = xw.dtype  # W2's matmul, backward too, in the dtype forward ran it in
+            g_z_dt = g_z.to(dt)
+            g_w2 = (g_z_dt.flatten(0, -2).T @ a.to(dt).flatten(0, -2)).to(w2.dtype)  # (C, r)
+            g_b2 = None if b2 is None else g_z.flatten(0, -2).sum(0).to(b2.dtype)
+            g_h = torch.ops.aten.gelu_backward(g_z_dt @ w2.to(dt), h)  # (B, T, r), float32
+            g_b1 = None if b1 is None else g_h.flatten(0, -2).sum(0).to(b1.dtype)
+            if rstd is None:
+                return g.to(x.dtype), g_h.to(xw.dtype), g_b1, g_w2, g_b2, None, g_ln_w, g_ln_b, None
+            g_rstd = torch.linalg.vecdot(g_h, xw.float()).unsqueeze(-1)  # (B, T, 1)
+            g_x = torch.addcmul(g, x, g_rstd * rstd.pow(3), value=-1.0 / x.size(-1))
+            return g_x.to(x.dtype), (g_h * rstd).to(xw.dtype), g_b1, g_w2, g_b2, None, g_ln_w, g_ln_b, None
 
 
 QUERY_MODES = {"linear": LinearQuery, "identity": IdentityQuery, "residual": ResidualQuery,

@@ -14,9 +14,9 @@ n_layer = L (the difference is L layers), each at 2 sequences and at 1 (the diff
 where S(n_layer, sequences) is the count of one forward pass. What the embeddings, the final LayerNorm and the
 LM head save is in neither difference.
 
-The hooks do not see what torch.utils.checkpoint keeps to recompute from, but in nlq that is nothing more: the
-nonlinear query recomputes f from a view of the attention's input matmul output (a storage that the keys and
-values keep) and its (B, T, 1) rstd (which rsqrt's backward keeps), both counted above.
+The nonlinear query's FusedF saves through the same hooks (ctx.save_for_backward): x and a view of the attention's
+input matmul output (storages the keys and values keep anyway), rstd and the output LayerNorm's mean and 1/std,
+each (B, T, 1), all counted above.
 """
 import argparse
 import os

@@ -1,5 +1,5 @@
-"""The fused nonlinear query (W1 inside the attention's input matmul, rstd per token, f recomputed in the backward
-pass) against the paper's f written out plainly, and the activations each query mode saves, counted exactly."""
+"""The fused nonlinear query (W1 inside the attention's input matmul, rstd per token, f recomputed in FusedF's
+backward pass) against the paper's f written out plainly, and the activations each query mode saves, counted exactly."""
 import itertools
 import math
 import sys
@@ -149,7 +149,7 @@ SHAPE = dict(n_embd=64, n_head=4, block_size=16)
 def test_saved_activation_bytes_per_layer(dtype, size):
     """identity keeps no more than linear and nonlinear at most 5% more, exactly as itemised: identity drops
     the query's C (q = x, the copy the matmul keeps), nonlinear keeps r more matmul outputs (W1's) and its own
-    q (C) instead of linear's (C), plus rstd and the norm behind it (float32, 2 numbers)."""
+    q (C) instead of linear's (C), plus rstd and the output LayerNorm's mean and 1/std (float32, 3 numbers)."""
     c, r = SHAPE["n_embd"], SHAPE["n_embd"] // 2
     linear = saved_bytes_per_layer_token("linear", dtype, **SHAPE)
     if dtype is None:
@@ -158,6 +158,37 @@ def test_saved_activation_bytes_per_layer(dtype, size):
     assert identity == linear - size * c
     for hidden in (r // 2, r, 2 * r):
         nonlinear = saved_bytes_per_layer_token("nonlinear", dtype, query_hidden=hidden, **SHAPE)
-        assert nonlinear == linear + size * hidden + 2 * 4
+        assert nonlinear == linear + size * hidden + 3 * 4
     assert saved_bytes_per_layer_token("residual", dtype, **SHAPE) == linear
     assert saved_bytes_per_layer_token("nonlinear", dtype, **SHAPE) <= 1.05 * linear
+
+
+def test_query_cost_variants_compute_what_they_say(monkeypatch):
+    """bench/query_cost.py's diagnostic modes: f_autograd and f_checkpoint compute the whole f (the nonlinear
+    query's logits and gradients), f_matmuls and f_gelu do not (they drop f's pieces); bench.py runs each."""
+    import bench
+    import common
+    import query_cost
+    for name, cls in query_cost.VARIANTS.items():
+        monkeypatch.setitem(nlq.QUERY_MODES, name, cls)
+    cfg = dict(n_layer=2, n_head=NH, n_embd=C, block_size=16, vocab_size=50)
+    torch.manual_seed(0)
+    ref = GPT(GPTConfig(query_mode="nonlinear", **cfg))
+    idx = torch.randint(0, 50, (2, 16))
+    logits, loss = ref(idx, idx)
+    loss.backward()
+    for name, whole_f in (("f_autograd", True), ("f_checkpoint", True), ("f_matmuls", False), ("f_gelu", False)):
+        m = GPT(GPTConfig(query_mode=name, **cfg))
+        m.load_state_dict(ref.state_dict())
+        out, loss = m(idx, idx)
+        assert torch.allclose(out, logits, atol=1e-5) == whole_f, name
+        if whole_f:
+            loss.backward()
+            for (n, p), q in zip(m.named_parameters(), ref.parameters()):
+                assert torch.allclose(p.grad, q.grad, atol=1e-5), (name, n)
+    opts, rest = bench.split_args(["--query_modes=" + ",".join(query_cost.VARIANTS), "--warmup=1", "--steps=1",
+                                     "--rounds=1"])
+    cfg = common.parse_config(rest + ["--n_layer=1", "--n_head=2", "--n_embd=32", "--block_size=16",
+                                      "--batch_size=2", "--device=cpu", "--vocab_size=64", "--compile=False"])
+    rows, _ = bench.bench(cfg, opts)
+    assert [r["query_mode"] for r in rows] == list(query_cost.VARIANTS) and all(r["ms_per_iter"] > 0 for r in rows)

@@ -1,0 +1,69 @@
+"""
+Where the nonlinear query's time goes: bench.py with extra query modes that build f up piece by piece.
+
+    python bench/query_cost.py config/shakespeare_char.py --threads=2 --steps=300 --rounds=300
+
+Every mode below has the nonlinear query's parameters and its W1 inside the attention's input matmul
+(input_weight), so the only differences are what runs after that matmul:
+    f_matmuls    q = x + W2·(x W1ᵀ)                     f's two matmuls, nothing else
+    f_gelu       q = x + W2·GELU(x W1ᵀ)                 ... and the GELU
+    f_autograd   q = x + LayerNorm(W2·GELU(rstd·x W1ᵀ))  the whole f, autograd saving every intermediate
+    f_checkpoint the same under torch.utils.checkpoint  model.py's path before FusedF (2026-12-01)
+    nonlinear    model.py's FusedF                       the whole f, its intermediates recomputed
+f_matmuls and f_gelu are not the paper's f (diagnostics, never for training). The default --query_modes is
+linear,f_matmuls,f_gelu,f_autograd,f_checkpoint,nonlinear; every bench.py option works. --rounds equal to
+--steps interleaves the modes step by step, so a machine whose speed drifts within seconds (a shared VM)
+slows every mode alike.
+"""
+import os
+import sys
+
+import torch
+import torch.nn.functional as F
+from torch.utils.checkpoint import checkpoint
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import bench  # noqa: E402
+import model  # noqa: E402
+
+
+def rstd(query, x):
+    """The input RMSNorm's 1/sqrt(mean(x²) + eps), (B, T, 1), float32."""
+    norm = torch.linalg.vector_norm(x, dim=-1, keepdim=True, dtype=torch.float32)
+    return torch.rsqrt(norm.square() / x.size(-1) + query.norm_in.eps)
+
+
+class FMatmuls(model.NonlinearQuery):
+    def forward(self, x, xw):
+        return x + self.w2(xw)
+
+
+class FGelu(model.NonlinearQuery):
+    def forward(self, x, xw):
+        return x + self.w2(F.gelu(xw))
+
+
+class FAutograd(model.NonlinearQuery):
+    def rest_of_f(self, xw, r):
+        return self.norm_out(self.w2(F.gelu(xw * r)))
+
+    def forward(self, x, xw):
+        return x + self.rest_of_f(xw, rstd(self, x))
+
+
+class FCheckpoint(FAutograd):
+    def forward(self, x, xw):
+        return x + checkpoint(self.rest_of_f, xw, rstd(self, x), use_reentrant=False, preserve_rng_state=False)
+
+
+VARIANTS = dict(f_matmuls=FMatmuls, f_gelu=FGelu, f_autograd=FAutograd, f_checkpoint=FCheckpoint)
+
+if __name__ == "__main__":
+    if {"-h", "--help"} & set(sys.argv[1:]):
+        sys.exit(print(__doc__))
+    model.QUERY_MODES.update(VARIANTS)
+    bench.BENCH_DEFAULTS["query_modes"] = "linear," + ",".join(VARIANTS) + ",nonlinear"
+    try:
+        bench.main(sys.argv[1:])
+    except (ValueError, OSError) as e:
+        sys.exit(f"bench error: {e}")
