@@ -301,5 +301,6 @@ def test_quick_writes_only_under_the_scratch_folder(study_file, tmp_path, monkey
                for arm in quick["arms"])
     text = report.main([str(study_file), "--quick", "0.1"])
     assert "A --quick try of this study" in text and os.path.isfile("out/quick/tiny/README.md")
+    assert "its last fixed-window val loss (`val_loss`" in text and "`val_loss_full`" not in text
     again = sweep.load_study(str(study_file), quick=0.1)  # timed now: the next estimate uses these runs
     assert "ms/step by arm" in sweep.announce(again, [("linear", 1e-2, 5)], 1)
