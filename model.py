@@ -195,7 +195,7 @@ class NonlinearQuery(QueryMode):
 class FusedF(torch.autograd.Function):
     """q = x + f(x) from xw = x·(W1·diag γ)ᵀ, with a backward pass written out (no activations of f stored).
 
-    Forward, per token (x: C, xw: r; the matmul in xw's dtype, the rest in float32):
+    Forward, per token (x: C, xw: r; the matmul in xw's dtype, the rest in float32, or float64 for float64 x):
         rstd = 1 / sqrt(|x|² / C + eps_in)        the input RMSNorm, one number (none without query_norm_in)
         h = rstd · xw + b1                         = W1 · RMSNorm(x) + b1
         z = W2 · GELU(h) + b2
@@ -219,13 +219,13 @@ class FusedF(torch.autograd.Function):
         with torch.autocast(x.device.type, enabled=False):  # the dtypes below are explicit
             rstd = None
             if eps_in is not None:  # |x|² in float32, also when x is bf16
-                norm = torch.linalg.vector_norm(x, dim=-1, keepdim=True, dtype=torch.float32)  # (B, T, 1)
+                norm = torch.linalg.vector_norm(x, dim=-1, keepdim=True, dtype=FusedF.acc_dtype(x))  # (B, T, 1)
                 rstd = torch.rsqrt(norm.square() / x.size(-1) + eps_in)
             h, a, z = FusedF.hidden(xw, rstd, b1, w2, b2)
             stats = ()
             if eps_out is not None:
-                f, mean, inv_std = torch.native_layer_norm(z, z.shape[-1:], *FusedF.fp32(ln_weight, ln_bias),
-                                                           eps_out)
+                f, mean, inv_std = torch.native_layer_norm(z, z.shape[-1:], FusedF.acc(ln_weight),
+                                                           FusedF.acc(ln_bias), eps_out)
                 stats = (mean, inv_std)  # (B, T, 1) each
             else:
                 f = z
@@ -234,19 +234,25 @@ class FusedF(torch.autograd.Function):
 
     @staticmethod
     def hidden(xw, rstd, b1, w2, b2):
-        """h = rstd·xw + b1 (B, T, r), GELU(h) (B, T, r) and z = W2·GELU(h) + b2 (B, T, C), float32; W2's
-        matmul in xw's dtype (bf16 under autocast)."""
-        h = xw.float() if rstd is None else xw * rstd
+        """h = rstd·xw + b1 (B, T, r), GELU(h) (B, T, r) and z = W2·GELU(h) + b2 (B, T, C), in float32 (or
+        float64); W2's matmul in xw's dtype (bf16 under autocast)."""
+        h = FusedF.acc(xw) if rstd is None else xw * rstd
         if b1 is not None:
             h = h + b1
         a = F.gelu(h)
         z = F.linear(a.to(xw.dtype), w2.to(xw.dtype), None if b2 is None else b2.to(xw.dtype))
-        return h, a, z.float()
+        return h, a, FusedF.acc(z)
 
     @staticmethod
-    def fp32(*tensors):
-        """The tensors in float32 (None stays None): parameters are bf16 under FSDP's mixed precision."""
-        return [t if t is None else t.float() for t in tensors]
+    def acc_dtype(t):
+        """The dtype f's pointwise maths runs in for a tensor of t's dtype: float32, or float64 for float64."""
+        return torch.promote_types(t.dtype, torch.float32)
+
+    @staticmethod
+    def acc(t):
+        """t in acc_dtype (None stays None): bf16 activations, and bf16 parameters under FSDP's mixed
+        precision, go up to float32."""
+        return t if t is None else t.to(FusedF.acc_dtype(t))
 
     @staticmethod
     def backward(ctx, g):
@@ -257,7 +263,7 @@ class FusedF(torch.autograd.Function):
             g_ln_w = g_ln_b = None
             if stats:
                 g_z, g_ln_w, g_ln_b = torch.ops.aten.native_layer_norm_backward(
-                    g.float(), z, z.shape[-1:], *stats, *FusedF.fp32(ln_weight, ln_bias),
+                    FusedF.acc(g), z, z.shape[-1:], *stats, FusedF.acc(ln_weight), FusedF.acc(ln_bias),
                     [True, ln_weight is not None, ln_bias is not None])
                 g_ln_w = g_ln_w if g_ln_w is None else g_ln_w.to(ln_weight.dtype)
                 g_ln_b = g_ln_b if g_ln_b is None else g_ln_b.to(ln_bias.dtype)
@@ -267,11 +273,11 @@ class FusedF(torch.autograd.Function):
             g_z_dt = g_z.to(dt)
             g_w2 = (g_z_dt.flatten(0, -2).T @ a.to(dt).flatten(0, -2)).to(w2.dtype)  # (C, r)
             g_b2 = None if b2 is None else g_z.flatten(0, -2).sum(0).to(b2.dtype)
-            g_h = torch.ops.aten.gelu_backward(g_z_dt @ w2.to(dt), h)  # (B, T, r), float32
+            g_h = torch.ops.aten.gelu_backward(g_z_dt @ w2.to(dt), h)  # (B, T, r), h's dtype
             g_b1 = None if b1 is None else g_h.flatten(0, -2).sum(0).to(b1.dtype)
             if rstd is None:
                 return g.to(x.dtype), g_h.to(xw.dtype), g_b1, g_w2, g_b2, None, g_ln_w, g_ln_b, None
-            g_rstd = torch.linalg.vecdot(g_h, xw.float()).unsqueeze(-1)  # (B, T, 1)
+            g_rstd = torch.linalg.vecdot(g_h, FusedF.acc(xw)).unsqueeze(-1)  # (B, T, 1)
             g_x = torch.addcmul(g, x, g_rstd * rstd.pow(3), value=-1.0 / x.size(-1))
             return g_x.to(x.dtype), (g_h * rstd).to(xw.dtype), g_b1, g_w2, g_b2, None, g_ln_w, g_ln_b, None
 

@@ -192,3 +192,20 @@ def test_query_cost_variants_compute_what_they_say(monkeypatch):
                                       "--batch_size=2", "--device=cpu", "--vocab_size=64", "--compile=False"])
     rows, _ = bench.bench(cfg, opts)
     assert [r["query_mode"] for r in rows] == list(query_cost.VARIANTS) and all(r["ms_per_iter"] > 0 for r in rows)
+
+
+@pytest.mark.parametrize("norm_in,norm_out,bias", list(itertools.product([True, False], repeat=3)))
+def test_fused_f_backward_passes_gradcheck_in_float64(norm_in, norm_out, bias):
+    """FusedF's written-out backward against finite differences (torch.autograd.gradcheck, float64): every
+    input's gradient, x, xw = x·W1ᵀ, b1, W2, b2 and the output LayerNorm's gain and bias, in every combination
+    of the input RMSNorm, the output LayerNorm and biases."""
+    torch.manual_seed(0)
+    B, T, c, r = 2, 3, 8, 4
+    def t(*shape, scale=1.0, shift=0.0):
+        return (torch.randn(*shape, dtype=torch.float64) * scale + shift).requires_grad_()
+    x, xw, w2 = t(B, T, c), t(B, T, r), t(c, r, scale=0.5)
+    b1, b2 = (t(r, scale=0.3), t(c, scale=0.3)) if bias else (None, None)
+    ln_w = t(c, scale=0.3, shift=1.0) if norm_out else None
+    ln_b = t(c, scale=0.3) if norm_out and bias else None
+    inputs = (x, xw, b1, w2, b2, 1e-5 if norm_in else None, ln_w, ln_b, 1e-5 if norm_out else None)
+    assert torch.autograd.gradcheck(nlq.FusedF.apply, inputs, eps=1e-6, atol=1e-7, rtol=1e-5)
