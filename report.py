@@ -540,7 +540,8 @@ def fmt_run(run):
 
 def search_table(study, data):
     """Selection loss of every swept rate (rows) per arm (columns); the chosen rate in bold,
-    '·' = not swept."""
+    '·' = not swept. While some selection seeds of a rate are unfinished, the mean over the finished ones and
+    their number; a diverged seed shows as diverged (it makes the selection loss +inf)."""
     lrs = sorted({lr for d in data.values() for lr in d["plan"]["swept"]})
     seeds = study["selection_seeds"]
     lines = ["| learning rate | " + " | ".join(data) + " |", "|---:|" + "---:|" * len(data)]
@@ -554,8 +555,13 @@ def search_table(study, data):
             if not runs:  # a study without a search
                 cells.append("given")
                 continue
-            text = (fmt_run(runs[0]) if len(runs) == 1 or any(r["status"] != "done" for r in runs)
-                    else f"{d['plan']['losses'][lr]:.4f}")
+            done = [r["final"] for r in runs if r["status"] == "done" and r["final"] is not None]
+            if all(r["status"] == "done" for r in runs) and len(runs) > 1:
+                text = f"{d['plan']['losses'][lr]:.4f}"
+            elif len(runs) == 1 or any(r["status"] == "diverged" for r in runs) or not done:
+                text = fmt_run(next((r for r in runs if r["status"] == "diverged"), runs[0]))
+            else:  # some selection seeds still to run: the mean so far, and how many it is over
+                text = f"{sum(done) / len(done):.4f} ({len(done)} of {len(runs)} seeds)"
             cells.append(f"**{text}**" if lr == d["plan"]["chosen"] else text)
         lines.append(f"| {lr:g} | " + " | ".join(cells) + " |")
     notes = [f"- {arm}: {note}" for arm, d in data.items() for note in d["plan"]["notes"]]

@@ -10,9 +10,9 @@
 # scale 1/sqrt(head_dim) (close to the best variant of the public re-run at GPT-3 Large).
 # linear, linear_qknorm and nonlinear are the same experiments as in studies/enwiki_cpu.py (same config, same
 # keys), so this study shares its folder of runs: its seed-1337 grid points and final seeds are made once.
-# Its first runs (2026-12-01, seed 1337) were made with the unfused f of the commit before the fused query
-# (e0f2c02); the fused f computes the same function up to float rounding (the CPU demo's val loss after 2000
-# steps: 1.8984215 unfused, 1.8984233 fused).
+# Three versions of model.py's f made its runs, all the same function up to float rounding (the CPU demo's
+# val loss after 2000 steps: 1.8984215, 1.8984233, 1.8984228): seed 1337 the unfused f (e0f2c02), the runs of
+# the second session (seed 1338 on) f under torch.utils.checkpoint (c3ea76d), later ones FusedF.
 # Runs are made two at a time on a shared 2-core machine, 1 thread each (~9 min a run); the study spans
 # several sessions, its raw runs committed as they finish. Judge speed by bench.py, not by the seconds axis.
 #   python prepare_data.py local --input ../shared/data/enwiki2015/AA --name enwiki_bytes --tokenizer byte --val_fraction 0.03

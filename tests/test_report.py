@@ -251,6 +251,11 @@ def test_curve_and_band_tables_by_hand(tmp_path):
     assert report.band({1e-3: math.inf}) == (None, [])
     text = report.main([str(path), "--out", str(tmp_path / "rep")])
     assert "## Learning-rate curves" in text and (tmp_path / "rep" / "lr_curves.png").stat().st_size > 10_000
+    # the search table: every seed finished -> the selection mean; a diverged seed -> diverged
+    assert "| 0.001 | 2.5200 | 2.4200 |" in text and "| 0.004 | 2.3300 | diverged (iter 75) |" in text
+    os.remove(os.path.join(sweep.run_dir(study, "linear", 1e-3, 3), "metrics.jsonl"))  # seed 3 not run yet
+    text = report.search_table(study, report.collect(study))
+    assert "| 0.001 | 2.5100 (2 of 3 seeds) | 2.4200 |" in text  # the mean of 2.50 and 2.52 so far
 
 
 def write_plain_run(out, rows, **config):
