@@ -26,6 +26,7 @@ from typing import Optional
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from torch.utils.checkpoint import checkpoint
 
 # GPTConfig.activation -> F.gelu's approximate argument: exact erf GELU, or GPT-2's tanh approximation
 GELU_APPROXIMATE = {"gelu": "none", "gelu_tanh": "tanh"}
@@ -162,7 +163,8 @@ class NonlinearQuery(QueryMode):
     f costs what W_Q costs. RMSNorm(x)·W1ᵀ = rstd(x) ⊙ (x·(W1·diag γ)ᵀ), rstd(x) = 1/sqrt(mean(x²) + eps) per
     token, so W1 (its gain γ folded in) joins the keys' and values' matmul (input_weight) and the RMSNorm
     shrinks to one number per token. The rest of f runs in FusedF (below), which keeps only that number and the
-    LayerNorm's two statistics for the backward pass and recomputes the rest there.
+    LayerNorm's two statistics for the backward pass and recomputes the rest there (under torch.compile the
+    partitioner recomputes even those).
     """
 
     def __init__(self, cfg: GPTConfig):
@@ -188,8 +190,14 @@ class NonlinearQuery(QueryMode):
             xw = F.linear(x, self.input_weight())
         eps_in = self.norm_in.eps if isinstance(self.norm_in, nn.RMSNorm) else None
         ln = self.norm_out if isinstance(self.norm_out, nn.LayerNorm) else None
-        return FusedF.apply(x, xw, self.w1.bias, self.w2.weight, self.w2.bias, eps_in,
-                            ln and ln.weight, ln and ln.bias, ln and ln.eps)
+        args = (x, xw, self.w1.bias, self.w2.weight, self.w2.bias, eps_in, ln and ln.weight, ln and ln.bias,
+                ln and ln.eps)
+        if torch.compiler.is_compiling() and torch.is_grad_enabled():
+            # torch.compile traces FusedF's forward and backward into the model's graph and re-decides what to
+            # save: it would store f's intermediates again (1.12-1.16x linear's bytes per layer). Under
+            # checkpoint it must recompute them (1.03x; bench/saved_activations.py --compile).
+            return checkpoint(FusedF.apply, *args, use_reentrant=False, preserve_rng_state=False)
+        return FusedF.apply(*args)
 
 
 class FusedF(torch.autograd.Function):
@@ -208,8 +216,8 @@ class FusedF(torch.autograd.Function):
         ∂x = g − (rstd³ / C) (∂h · xw) x                   (the RMSNorm's path: ∂rstd/∂x = −rstd³ x / C)
     The same maths autograd would do on f written module by module (tests/test_fused_query.py checks every
     gradient against that), without autograd saving GELU's input and output and the LayerNorm's input
-    (torch.utils.checkpoint would recompute them too, but its bookkeeping costs more than f at the CPU demo's
-    sizes: bench/RESULTS.md).
+    (eager torch.utils.checkpoint would recompute them too, but its bookkeeping costs more than f at the CPU
+    demo's sizes: bench/RESULTS.md; under torch.compile it costs nothing, and forward uses it there).
     """
 
     @staticmethod

@@ -4,6 +4,7 @@ machine (no allocator, no timing).
 
     python bench/saved_activations.py                         # the paper's shapes: n_embd 768, 12 heads
     python bench/saved_activations.py --n_embd=128 --n_head=4 --block_size=64 --device=cuda
+    python bench/saved_activations.py --compile                # what torch.compile's partitioner saves
 
 Every tensor that autograd saves during one forward pass goes through torch.autograd.graph.saved_tensors_hooks.
 The hook records the tensor's storage (its data pointer and size), so a storage that several saved tensors view
@@ -13,6 +14,13 @@ n_layer = L (the difference is L layers), each at 2 sequences and at 1 (the diff
     bytes per layer per token = [S(2L, 2) - S(L, 2) - S(2L, 1) + S(L, 1)] / (L · block_size),
 where S(n_layer, sequences) is the count of one forward pass. What the embeddings, the final LayerNorm and the
 LM head save is in neither difference.
+
+--compile counts what torch.compile saves instead: AOTAutograd traces forward and backward into one graph and
+its min-cut partitioner (the one inductor uses, with inductor's settings) decides which tensors the forward
+passes to the backward and which the backward recomputes. The count is the size of those tensors (the backward
+graph's inputs other than the gradients), found by running that partitioner on the CPU without generating
+kernels, so it holds on any device; the double difference again removes what does not grow with layers and
+tokens. (It counts before inductor's own graph rewrites, which can fuse but do not store more.)
 
 The nonlinear query's FusedF saves through the same hooks (ctx.save_for_backward): x and a view of the attention's
 input matmul output (storages the keys and values keep anyway), rstd and the output LayerNorm's mean and 1/std,
@@ -51,15 +59,44 @@ def saved_bytes(cfg, n_sequences, dtype=None, device="cpu", seed=0):
     return sum(storages.values())
 
 
+def compiled_saved_bytes(cfg, n_sequences, dtype=None, device="cpu", seed=0):
+    """Bytes of the tensors that torch.compile's min-cut partitioner passes from the forward graph to the
+    backward graph of GPT(cfg) on n_sequences windows (int), parameters included (a double difference removes
+    them). dtype: None for float32, or an autocast dtype. Traced, partitioned and run without inductor."""
+    from functorch.compile import make_boxed_func
+    from torch._dynamo.backends.common import aot_autograd
+    from torch._functorch.partitioners import min_cut_rematerialization_partition
+    total = []
+
+    def partition(joint, joint_inputs, **kwargs):
+        fw, bw = min_cut_rematerialization_partition(joint, joint_inputs, compiler="inductor", **kwargs)
+        saved = [n.meta.get("val") for n in bw.graph.nodes
+                 if n.op == "placeholder" and not n.name.startswith("tangents")]
+        total.append(sum(t.numel() * t.element_size() for t in saved if isinstance(t, torch.Tensor)))
+        return fw, bw
+
+    as_is = lambda gm, _: make_boxed_func(gm)  # noqa: E731
+    torch._dynamo.reset()
+    torch.manual_seed(seed)
+    model = torch.compile(GPT(cfg).to(device).train(), dynamic=False,
+                          backend=aot_autograd(fw_compiler=as_is, bw_compiler=as_is, partition_fn=partition))
+    idx = torch.randint(cfg.vocab_size, (n_sequences, cfg.block_size), device=device)
+    with torch.autocast(torch.device(device).type, dtype=dtype, enabled=dtype is not None):
+        model(idx, idx)
+    return sum(total)
+
+
 def saved_bytes_per_layer_token(query_mode, dtype=None, n_embd=768, n_head=12, block_size=256, n_layer=2,
-                                device="cpu", **keys):
+                                device="cpu", compiled=False, **keys):
     """Bytes saved for the backward pass per layer and per token of one query mode (float): the double
-    difference of saved_bytes over n_layer (n_layer, 2·n_layer) and sequences (1, 2). keys: more GPTConfig fields (qk_norm, query_hidden, ...).
-    The vocabulary is small (256): the LM head is outside the difference anyway."""
+    difference of saved_bytes (compiled_saved_bytes if compiled) over n_layer (n_layer, 2·n_layer) and
+    sequences (1, 2). keys: more GPTConfig fields (qk_norm, query_hidden, ...). The vocabulary is small (256):
+    the LM head is outside the difference anyway."""
+    count_bytes = compiled_saved_bytes if compiled else saved_bytes
     def count(layers, sequences):
         cfg = GPTConfig(n_layer=layers, n_head=n_head, n_embd=n_embd, block_size=block_size, vocab_size=256,
                         query_mode=query_mode, **keys)
-        return saved_bytes(cfg, sequences, dtype, device)
+        return count_bytes(cfg, sequences, dtype, device)
     L = n_layer
     diff = count(2 * L, 2) - count(L, 2) - count(2 * L, 1) + count(L, 1)
     return diff / (L * block_size)
@@ -72,16 +109,18 @@ def main(argv=None):
     parser.add_argument("--n_head", type=int, default=12)
     parser.add_argument("--block_size", type=int, default=256, help="tokens per sequence (any: per token)")
     parser.add_argument("--device", default="cpu")
+    parser.add_argument("--compile", action="store_true", help="count what torch.compile's partitioner saves")
     args = parser.parse_args(argv)
     modes = args.query_modes.split(",")
     unknown = [m for m in modes if m not in QUERY_MODES]
     if unknown:
         parser.error(f"unknown query mode {unknown[0]!r}; registered: {', '.join(QUERY_MODES)}")
-    print(f"saved activations, bytes per layer per token (n_embd {args.n_embd}, {args.n_head} heads, "
-          f"torch {torch.__version__}, {args.device})")
+    print(f"saved activations{' under torch.compile' if args.compile else ''}, bytes per layer per token "
+          f"(n_embd {args.n_embd}, {args.n_head} heads, torch {torch.__version__}, {args.device})")
     print("| query_mode | float32 | vs linear | bf16 autocast | vs linear |\n|---|---:|---:|---:|---:|")
     rows = {m: [saved_bytes_per_layer_token(m, dt, args.n_embd, args.n_head, args.block_size,
-                                            device=args.device) for dt in (None, torch.bfloat16)]
+                                            device=args.device, compiled=args.compile)
+                for dt in (None, torch.bfloat16)]
             for m in modes}
     ref = rows.get("linear", rows[modes[0]])
     for m, (f32, bf16) in rows.items():

@@ -209,3 +209,34 @@ def test_fused_f_backward_passes_gradcheck_in_float64(norm_in, norm_out, bias):
     ln_b = t(c, scale=0.3) if norm_out and bias else None
     inputs = (x, xw, b1, w2, b2, 1e-5 if norm_in else None, ln_w, ln_b, 1e-5 if norm_out else None)
     assert torch.autograd.gradcheck(nlq.FusedF.apply, inputs, eps=1e-6, atol=1e-7, rtol=1e-5)
+
+
+@pytest.mark.parametrize("dtype,size", [(None, 4), (torch.bfloat16, 2)])
+def test_saved_activation_bytes_under_torch_compile(dtype, size):
+    """What torch.compile's partitioner saves (bench/saved_activations.py --compile): f's intermediates are
+    recomputed there too (NonlinearQuery.forward wraps FusedF in torch.utils.checkpoint under compile), so
+    nonlinear keeps exactly W1's r outputs per token more than linear; identity keeps no more than linear."""
+    r = SHAPE["n_embd"] // 2
+    count = lambda mode: saved_bytes_per_layer_token(mode, dtype, n_layer=1, compiled=True, **SHAPE)
+    linear = count("linear")
+    assert count("nonlinear") == linear + size * r
+    assert count("identity") <= linear
+
+
+@pytest.mark.parametrize("keys", [dict(), dict(query_norm_in=False, query_norm_out=False, bias=True)])
+def test_compiled_path_equals_eager(keys):
+    """Under torch.compile (traced by dynamo and AOTAutograd; backend aot_eager, no code generation) the
+    nonlinear query takes its checkpointed path: logits and every gradient equal eager FusedF's within 1e-5."""
+    torch._dynamo.reset()
+    fused, _ = pair(**keys)
+    compiled = GPT(fused.config)
+    compiled.load_state_dict(fused.state_dict())
+    idx = torch.randint(0, 50, (2, 16), generator=torch.Generator().manual_seed(1))
+    outs = []
+    for model in (fused, torch.compile(compiled, backend="aot_eager", dynamic=False)):
+        logits, loss = model(idx, idx)
+        loss.backward()
+        outs.append(logits)
+    assert torch.allclose(outs[0], outs[1], atol=1e-5)
+    for (name, p), q in zip(fused.named_parameters(), compiled.parameters()):
+        assert torch.allclose(p.grad, q.grad, atol=1e-5), name
