@@ -162,9 +162,9 @@ class NonlinearQuery(QueryMode):
 
     f costs what W_Q costs. RMSNorm(x)·W1ᵀ = rstd(x) ⊙ (x·(W1·diag γ)ᵀ), rstd(x) = 1/sqrt(mean(x²) + eps) per
     token, so W1 (its gain γ folded in) joins the keys' and values' matmul (input_weight) and the RMSNorm
-    shrinks to one number per token. The rest of f runs in FusedF (below), which keeps only that number and the
-    LayerNorm's two statistics for the backward pass and recomputes the rest there (under torch.compile the
-    partitioner recomputes even those).
+    shrinks to one number per token. The rest of f runs in FusedF (below), which keeps only the LayerNorm's two
+    statistics for the backward pass and recomputes the rest there (under torch.compile the partitioner
+    recomputes even those).
     """
 
     def __init__(self, cfg: GPTConfig):
@@ -209,8 +209,8 @@ class FusedF(torch.autograd.Function):
         z = W2 · GELU(h) + b2
         q = x + LayerNorm(z)                       (q = x + z without query_norm_out)
     Saved: x and xw (the attention keeps both anyway: x for its input matmul's weight gradient, xw inside that
-    matmul's output), rstd, and the LayerNorm's mean and 1/std: up to three floats per token. h, GELU(h) and
-    z are recomputed in the backward pass, which is, with g = ∂loss/∂q:
+    matmul's output) and the LayerNorm's mean and 1/std, two floats per token. rstd, h, GELU(h) and z are
+    recomputed in the backward pass, which is, with g = ∂loss/∂q:
         ∂z, ∂γ_out, ∂β_out = LayerNorm's backward of g     ∂W2 = Σ_tokens ∂z ⊗ GELU(h),  ∂b2 = Σ_tokens ∂z
         ∂h = GELU'(h) ⊙ (W2ᵀ ∂z),  ∂b1 = Σ_tokens ∂h       ∂xw = rstd · ∂h
         ∂x = g − (rstd³ / C) (∂h · xw) x                   (the RMSNorm's path: ∂rstd/∂x = −rstd³ x / C)
@@ -225,10 +225,7 @@ class FusedF(torch.autograd.Function):
         """x (B, T, C), xw (B, T, r); b1 (r,) or None, w2 (C, r), b2 (C,) or None; eps_in None = no RMSNorm;
         ln_weight (C,), ln_bias (C,) or None, eps_out: the output LayerNorm (None = none) -> q (B, T, C)."""
         with torch.autocast(x.device.type, enabled=False):  # the dtypes below are explicit
-            rstd = None
-            if eps_in is not None:  # |x|² in float32, also when x is bf16
-                norm = torch.linalg.vector_norm(x, dim=-1, keepdim=True, dtype=FusedF.acc_dtype(x))  # (B, T, 1)
-                rstd = torch.rsqrt(norm.square() / x.size(-1) + eps_in)
+            rstd = FusedF.rstd(x, eps_in)
             h, a, z = FusedF.hidden(xw, rstd, b1, w2, b2)
             stats = ()
             if eps_out is not None:
@@ -237,8 +234,18 @@ class FusedF(torch.autograd.Function):
                 stats = (mean, inv_std)  # (B, T, 1) each
             else:
                 f = z
-        ctx.save_for_backward(x, xw, rstd, b1, w2, b2, ln_weight, ln_bias, *stats)
+        ctx.eps_in = eps_in
+        ctx.save_for_backward(x, xw, b1, w2, b2, ln_weight, ln_bias, *stats)
         return x + f.to(x.dtype)  # q in the dtype of k and v
+
+    @staticmethod
+    def rstd(x, eps_in):
+        """The input RMSNorm's 1/sqrt(|x|²/C + eps_in), (B, T, 1), with |x|² in float32 also when x is bf16;
+        None without the norm (eps_in None)."""
+        if eps_in is None:
+            return None
+        norm = torch.linalg.vector_norm(x, dim=-1, keepdim=True, dtype=FusedF.acc_dtype(x))
+        return torch.rsqrt(norm.square() / x.size(-1) + eps_in)
 
     @staticmethod
     def hidden(xw, rstd, b1, w2, b2):
@@ -265,9 +272,11 @@ class FusedF(torch.autograd.Function):
     @staticmethod
     def backward(ctx, g):
         """g = ∂loss/∂q (B, T, C) -> the gradient of each input of forward (None for the non-tensors)."""
-        x, xw, rstd, b1, w2, b2, ln_weight, ln_bias, *stats = ctx.saved_tensors
+        x, xw, b1, w2, b2, ln_weight, ln_bias, *stats = ctx.saved_tensors
         with torch.autocast(x.device.type, enabled=False):
-            h, a, z = FusedF.hidden(xw, rstd, b1, w2, b2)  # recomputed
+            # recomputed, rstd too: from x, so that a second derivative (create_graph=True) sees it depend on x
+            rstd = FusedF.rstd(x, ctx.eps_in)
+            h, a, z = FusedF.hidden(xw, rstd, b1, w2, b2)
             g_ln_w = g_ln_b = None
             if stats:
                 g_z, g_ln_w, g_ln_b = torch.ops.aten.native_layer_norm_backward(
