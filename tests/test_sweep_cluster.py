@@ -146,11 +146,11 @@ def test_study_through_submitit_jobs_survives_a_killed_job_and_a_restarted_drive
                 assert "resumed from" in open(os.path.join(out, "train.log")).read()
             else:  # submitted once, started once: the restarted driver resubmitted nothing
                 assert len(record["job_ids"]) == 1 and starts(out) == 1, out
-    # the same study, run here one run at a time: the same tables
+    # the same study, run here by the local executor (2 runs at a time): the same tables
     local_file = tiny_study(tmp_path / "local", extra)
     local_file.with_name("tiny_config.py").write_text(
         local_file.with_name("tiny_config.py").read_text().replace(*config_edit))
-    sweep.main([str(local_file), "--threads", "1"])
+    sweep.main([str(local_file), "--threads", "1", "--jobs", "2"])
     local = sweep.load_study(str(local_file))
     tables = []
     for s in (study, local):
