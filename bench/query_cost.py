@@ -18,19 +18,12 @@ slows every mode alike.
 import os
 import sys
 
-import torch
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import bench  # noqa: E402
 import model  # noqa: E402
-
-
-def rstd(query, x):
-    """The input RMSNorm's 1/sqrt(mean(x²) + eps), (B, T, 1), float32."""
-    norm = torch.linalg.vector_norm(x, dim=-1, keepdim=True, dtype=torch.float32)
-    return torch.rsqrt(norm.square() / x.size(-1) + query.norm_in.eps)
 
 
 class FMatmuls(model.NonlinearQuery):
@@ -48,12 +41,13 @@ class FAutograd(model.NonlinearQuery):
         return self.norm_out(self.w2(F.gelu(xw * r)))
 
     def forward(self, x, xw):
-        return x + self.rest_of_f(xw, rstd(self, x))
+        return x + self.rest_of_f(xw, model.FusedF.rstd(x, self.norm_in.eps))
 
 
 class FCheckpoint(FAutograd):
     def forward(self, x, xw):
-        return x + checkpoint(self.rest_of_f, xw, rstd(self, x), use_reentrant=False, preserve_rng_state=False)
+        r = model.FusedF.rstd(x, self.norm_in.eps)
+        return x + checkpoint(self.rest_of_f, xw, r, use_reentrant=False, preserve_rng_state=False)
 
 
 VARIANTS = dict(f_matmuls=FMatmuls, f_gelu=FGelu, f_autograd=FAutograd, f_checkpoint=FCheckpoint)
