@@ -23,8 +23,8 @@ kernels, so it holds on any device; the double difference again removes what doe
 tokens. (It counts before inductor's own graph rewrites, which can fuse but do not store more.)
 
 The nonlinear query's FusedF saves through the same hooks (ctx.save_for_backward): x and a view of the attention's
-input matmul output (storages the keys and values keep anyway) and the output LayerNorm's mean and 1/std, each
-(B, T, 1), all counted above (rstd is recomputed from x).
+input matmul output (storages the keys and values keep anyway), the input RMSNorm's rstd and the output
+LayerNorm's mean and 1/std, each (B, T, 1), all counted above.
 """
 import argparse
 import os

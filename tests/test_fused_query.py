@@ -149,7 +149,8 @@ SHAPE = dict(n_embd=64, n_head=4, block_size=16)
 def test_saved_activation_bytes_per_layer(dtype, size):
     """identity keeps no more than linear and nonlinear at most 5% more, exactly as itemised: identity drops
     the query's C (q = x, the copy the matmul keeps), nonlinear keeps r more matmul outputs (W1's) and its own
-    q (C) instead of linear's (C), plus the output LayerNorm's mean and 1/std (float32, 2 numbers)."""
+    q (C) instead of linear's (C), plus the input RMSNorm's rstd and the output LayerNorm's mean and 1/std
+    (float32, 3 numbers)."""
     c, r = SHAPE["n_embd"], SHAPE["n_embd"] // 2
     linear = saved_bytes_per_layer_token("linear", dtype, **SHAPE)
     if dtype is None:
@@ -158,7 +159,7 @@ def test_saved_activation_bytes_per_layer(dtype, size):
     assert identity == linear - size * c
     for hidden in (r // 2, r, 2 * r):
         nonlinear = saved_bytes_per_layer_token("nonlinear", dtype, query_hidden=hidden, **SHAPE)
-        assert nonlinear == linear + size * hidden + 2 * 4
+        assert nonlinear == linear + size * hidden + 3 * 4
     assert saved_bytes_per_layer_token("residual", dtype, **SHAPE) == linear
     assert saved_bytes_per_layer_token("nonlinear", dtype, **SHAPE) <= 1.05 * linear
 
