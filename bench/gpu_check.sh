@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Every GPU measurement of nlq in one script, for one CUDA GPU, sized for an H200 and one device call of at most
-# 10 minutes. The steps run in order of what they decide, each under its own timeout and each writing its own
+# Every GPU measurement of nlq in one script, for one CUDA GPU, sized to finish within about 10 minutes on an
+# H200 (BUDGET, below). The steps run in order of what they decide, each under its own timeout and each writing its own
 # file as it ends, so a call that runs out of time still returns everything finished before:
 #   1. bench/saved_activations.py on the GPU: bytes saved for the backward pass per layer and token, per mode
 #      (an exact count: it must equal the CPU's, bench/RESULTS.md);
