@@ -593,7 +593,8 @@ class GPT(nn.Module):
         """AdamW with weight decay on ≥2-D tensors (matmul weights, embeddings) only.
 
         Fused on CUDA; elsewhere foreach (one call per step for all tensors instead of a Python loop over
-        them: bit-identical to the loop, and 4-7% of the CPU demo's step, more for a mode with more tensors).
+        them): bit-identical to the loop, and faster where the tensors are many and small (the CPU demo,
+        nonlinear's 4 more a layer most: bench/RESULTS.md).
         """
         params = [p for p in self.parameters() if p.requires_grad]
         groups = [{"params": [p for p in params if p.dim() >= 2], "weight_decay": weight_decay},
