@@ -3,7 +3,8 @@
 # H200 (BUDGET, below). The steps run in order of what they decide, each under its own timeout and each writing its own
 # file as it ends, so a call that runs out of time still returns everything finished before:
 #   1. bench/saved_activations.py on the GPU: bytes saved for the backward pass per layer and token, per mode
-#      (an exact count: it must equal the CPU's, bench/RESULTS.md);
+#      (an exact count, to set beside the CPU's in bench/RESULTS.md: they differ only where the GPU's
+#      attention kernels save other tensors than the CPU's);
 #   2. bench.py at the paper's shapes (config/nlq_small.py: 12 x 768, block 1024, bf16, compile), linear,
 #      identity and nonlinear side by side at micro-batch 12 (the paper's): tokens/s, MFU, peak memory;
 #   3. the same, linear and nonlinear, at micro-batch 64, 32, 16 (the fastest published PyTorch runs of this
