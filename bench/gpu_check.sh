@@ -22,6 +22,8 @@ set -uo pipefail
 OUT=${OUT:-bench/results/gpu_$(date +%F)}
 BUDGET=${BUDGET:-560}
 STEPS=${STEPS:-1,2,3,4,5}
+[[ $BUDGET =~ ^[0-9]+$ ]] || { echo "BUDGET=$BUDGET: give whole seconds, e.g. BUDGET=560" >&2; exit 2; }
+[[ $STEPS =~ ^[1-5](,[1-5])*$ ]] || { echo "STEPS=$STEPS: give step numbers 1-5, e.g. STEPS=3,5" >&2; exit 2; }
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1
 { date -u; nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv;
