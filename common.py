@@ -21,6 +21,7 @@ import json
 import math
 import os
 import re
+import sys
 import tempfile
 import time
 import typing
@@ -29,8 +30,6 @@ from contextlib import nullcontext
 import numpy as np
 import torch
 import torch.distributed as dist
-from torch.distributed.device_mesh import DeviceMesh
-from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 from tqdm import tqdm
 
 from model import GPT, QUERY_MODE_ALIASES, QUERY_MODES, GPTConfig
@@ -395,6 +394,13 @@ def check_fsdp_support(device_type, ptdtype):
                          "the gradient shards); use --dtype=bfloat16 (Ampere or newer) or --dtype=float32")
 
 
+def is_fsdp(model):
+    """True if model is sharded by FSDP2 (shard_model). A model can be only once torch.distributed.fsdp is
+    imported, which shard_model does (and nothing at start-up), so its class is looked up, not imported."""
+    fsdp = sys.modules.get("torch.distributed.fsdp")
+    return fsdp is not None and isinstance(model, fsdp.FSDPModule)
+
+
 def shard_model(model, device_type, ptdtype):
     """FSDP2, in place: fully_shard each Block, then the whole GPT, over all processes of the process group.
 
@@ -404,6 +410,10 @@ def shard_model(model, device_type, ptdtype):
     gradients are reduced in float32; float32 keeps everything in float32. Parameters move to the device unit
     by unit, so the whole fp32 model never has to fit on one GPU. Returns the model (now also an FSDPModule).
     """
+    # imported here, not at the top: FSDP's modules add over a second to the start of sample.py, eval.py,
+    # report.py, sweep.py and every --help (a training run's optimizer imports them later anyway)
+    from torch.distributed.device_mesh import DeviceMesh
+    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
     mesh = DeviceMesh.from_group(dist.group.WORLD, device_type)  # every rank of the process group
     low = ptdtype if ptdtype != torch.float32 else None  # None: parameters keep their float32
     policy = MixedPrecisionPolicy(param_dtype=low, reduce_dtype=torch.float32)

@@ -39,19 +39,14 @@ from contextlib import nullcontext
 
 import torch
 import torch.distributed as dist
-from torch.distributed.checkpoint.state_dict import (StateDictOptions, get_model_state_dict,
-                                                     get_optimizer_state_dict, set_model_state_dict,
-                                                     set_optimizer_state_dict)
-from torch.distributed.fsdp import FSDPModule
-from torch.distributed.tensor import DTensor
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from common import (DEFAULTS, EXIT_DIVERGED, EXIT_PREEMPTED, MODEL_KEYS, atomic_write_text, autocast,
-                    check_fsdp_support, check_same_dataset, damaged_checkpoint, end_distributed, estimate_loss, eval_window_count,
-                    eval_windows, format_config, full_split_loss, full_split_windows, get_batch,
-                    load_checkpoint, load_meta, make_writable_folder, model_config, open_split, parse_config,
-                    read_metrics, resolve_device, safe_exp, save_checkpoint, settings_help, setup_distributed,
-                    shard_model, use_compile, validate, window_starts)
+                    check_fsdp_support, check_same_dataset, damaged_checkpoint, end_distributed, estimate_loss,
+                    eval_window_count, eval_windows, format_config, full_split_loss, full_split_windows, get_batch,
+                    is_fsdp, load_checkpoint, load_meta, make_writable_folder, model_config, open_split,
+                    parse_config, read_metrics, resolve_device, safe_exp, save_checkpoint, settings_help,
+                    setup_distributed, shard_model, use_compile, validate, window_starts)
 from model import GPT
 from prepare_data import BIN_FILES, SHIPPED_DATASETS, DataError, prepare_shipped
 
@@ -310,7 +305,10 @@ def stop_diverged(cfg, master, row, reason, ckpt_path, last_saved):
 def all_finite(model):
     """True if every parameter of the model is finite, on every rank. FSDP's sharded parameters (DTensors) are
     checked shard by shard and the verdict is all-reduced, so that all ranks stop together or none does."""
-    shards = [p.to_local() if isinstance(p, DTensor) else p for p in model.parameters()]
+    shards = list(model.parameters())
+    if is_fsdp(model):
+        from torch.distributed.tensor import DTensor  # FSDP only: see common.shard_model
+        shards = [p.to_local() if isinstance(p, DTensor) else p for p in shards]
     finite = torch.stack([torch.isfinite(p).all() for p in shards]).all().float()
     if dist.is_initialized():
         dist.all_reduce(finite, op=dist.ReduceOp.MIN)
@@ -324,7 +322,7 @@ def gradient_sync(model, raw_model, sync):
     and keeps the gathered weights for the next forward; gradients are reduce-scattered once, at the end."""
     if isinstance(model, DDP):
         return nullcontext() if sync else model.no_sync()
-    if isinstance(raw_model, FSDPModule):
+    if is_fsdp(raw_model):
         raw_model.set_requires_gradient_sync(sync)
         raw_model.set_reshard_after_backward(sync)
     return nullcontext()
@@ -351,13 +349,14 @@ def full_state_dicts(model, optimizer):
     Under FSDP the shards are gathered (collective: every rank must call this) onto rank 0's CPU, and only
     rank 0's dicts are complete. Without FSDP: the state dicts themselves, on every rank.
     """
-    if not isinstance(model, FSDPModule):
+    if not is_fsdp(model):
         return model.state_dict(), optimizer.state_dict()
-    options = StateDictOptions(full_state_dict=True, cpu_offload=True)
-    model_state = get_model_state_dict(model, options=options)
+    from torch.distributed.checkpoint import state_dict as dcp  # FSDP only: see common.shard_model
+    options = dcp.StateDictOptions(full_state_dict=True, cpu_offload=True)
+    model_state = dcp.get_model_state_dict(model, options=options)
     if not optimizer.state:  # before the first step there is nothing to gather, and the helper would
         return model_state, optimizer.state_dict()  # initialise the moments with a zero step (step = 1)
-    by_name = get_optimizer_state_dict(model, optimizer, options=options)
+    by_name = dcp.get_optimizer_state_dict(model, optimizer, options=options)
     index = {name: i for i, name in enumerate(optimizer_param_names(model, optimizer))}
     return model_state, (rekey_optimizer_state(by_name, index) if by_name else {})
 
@@ -365,17 +364,19 @@ def full_state_dicts(model, optimizer):
 def load_full_state_dicts(model, optimizer, model_state, optimizer_state):
     """Load the state dicts full_state_dicts returns (any checkpoint's) into a plain or FSDP model and its
     optimizer. Under FSDP every rank passes the full dicts and keeps its own shards."""
-    if not isinstance(model, FSDPModule):
+    if not is_fsdp(model):
         model.load_state_dict(model_state)
         optimizer.load_state_dict(optimizer_state)
         return
-    options = StateDictOptions(full_state_dict=True)
-    set_model_state_dict(model, model_state, options=options)
+    from torch.distributed.checkpoint import state_dict as dcp  # FSDP only: see common.shard_model
+    options = dcp.StateDictOptions(full_state_dict=True)
+    dcp.set_model_state_dict(model, model_state, options=options)
     if not optimizer_state["state"]:  # saved before the first step: hyperparameters only, nothing to shard
         optimizer.load_state_dict(optimizer_state)
         return
     names = dict(enumerate(optimizer_param_names(model, optimizer)))
-    set_optimizer_state_dict(model, optimizer, rekey_optimizer_state(optimizer_state, names), options=options)
+    dcp.set_optimizer_state_dict(model, optimizer, rekey_optimizer_state(optimizer_state, names),
+                                 options=options)
 
 
 # ------------------------------------------------------------------------------------------------ the data
