@@ -102,7 +102,21 @@ WRAPPER = '''
 
 # ------------------------------------------------------------------------- the transformers wrapper (hf.py)
 import transformers
-from transformers.modeling_outputs import CausalLMOutput
+from transformers.modeling_outputs import CausalLMOutputWithPast
+
+
+class LayerCache:
+    """One layer of a transformers Cache (generate's DynamicCache) as model.py's KVCache: length, append."""
+
+    def __init__(self, cache, layer):
+        self.cache, self.layer = cache, layer
+
+    @property
+    def length(self):
+        return self.cache.get_seq_length(self.layer)
+
+    def append(self, k, v):
+        return self.cache.update(k, v, self.layer)  # (B, nh, L, hd) each: the past keys and values, then these
 
 
 class NlqConfig(transformers.PretrainedConfig):
@@ -115,9 +129,12 @@ class NlqConfig(transformers.PretrainedConfig):
 
 
 class NlqForCausalLM(transformers.PreTrainedModel, transformers.GenerationMixin):
-    """nlq's GPT as a transformers causal LM: forward(input_ids) -> CausalLMOutput with logits (B, T, vocab)
-    for every position; labels (B, T), -100 = ignored, give the mean next-token cross-entropy as loss. No KV
-    cache, no padding mask (attention is causal, so right padding is harmless; left padding is an error)."""
+    """nlq's GPT as a transformers causal LM: forward(input_ids) -> CausalLMOutputWithPast with logits
+    (B, T, vocab) for every position; labels (B, T), -100 = ignored, give the mean next-token cross-entropy
+    as loss. With use_cache (generate's default) or past_key_values (a transformers Cache) the keys and
+    values of past tokens are kept, so each generated token costs one token's forward pass, up to
+    block_size positions. No padding mask (attention is causal, so right padding is harmless; left padding
+    is an error)."""
     config_class = NlqConfig
     base_model_prefix = "transformer"
     _tied_weights_keys = {"lm_head.weight": "transformer.wte.weight"}
@@ -138,15 +155,22 @@ class NlqForCausalLM(transformers.PreTrainedModel, transformers.GenerationMixin)
     def get_output_embeddings(self):
         return self.lm_head
 
-    def forward(self, input_ids, attention_mask=None, labels=None, **kwargs):
+    def forward(self, input_ids, attention_mask=None, labels=None, past_key_values=None, use_cache=None,
+                **kwargs):
         if attention_mask is not None and not bool(attention_mask.all()):
             raise ValueError("nlq models take no padding mask: pad on the right (or not at all), or use "
                              "batch size 1")
         targets = torch.full_like(input_ids, -1)
         if labels is not None:
             targets[:, :-1] = labels[:, 1:].masked_fill(labels[:, 1:] == -100, -1)
-        logits, loss = self.gpt(input_ids, targets=targets)
-        return CausalLMOutput(loss=loss if labels is not None else None, logits=logits)
+        cache = None
+        if use_cache or past_key_values is not None:  # input_ids follow the cached tokens
+            if past_key_values is None:
+                past_key_values = transformers.DynamicCache()
+            cache = [LayerCache(past_key_values, i) for i in range(len(self.transformer.h))]
+        logits, loss = self.gpt(input_ids, targets=targets, cache=cache)
+        return CausalLMOutputWithPast(loss=loss if labels is not None else None, logits=logits,
+                                      past_key_values=past_key_values)
 '''
 
 
@@ -243,7 +267,7 @@ def export(model, meta, hf_dir, bpe_dir=None, code="auto", source=""):
                       "max_position_embeddings": cfg.block_size, "vocab_size": cfg.vocab_size,
                       "hidden_size": cfg.n_embd, "num_hidden_layers": cfg.n_layer,
                       "num_attention_heads": cfg.n_head, "tie_word_embeddings": cfg.tie_weights,
-                      "use_cache": False, "bos_token_id": eos, "eos_token_id": eos, "dtype": "float32",
+                      "use_cache": True, "bos_token_id": eos, "eos_token_id": eos, "dtype": "float32",
                       "transformers_version": t.__version__}
             with open(os.path.join(tmp, "config.json"), "w") as f:
                 json.dump(config, f, indent=2)
@@ -251,7 +275,7 @@ def export(model, meta, hf_dir, bpe_dir=None, code="auto", source=""):
             weights = {k: v.contiguous().clone() for k, v in sd.items()
                        if not (cfg.tie_weights and k == "lm_head.weight")}
             save_file(weights, os.path.join(tmp, "model.safetensors"), metadata={"format": "pt"})
-            t.GenerationConfig(use_cache=False, **generation).save_pretrained(tmp)
+            t.GenerationConfig(use_cache=True, **generation).save_pretrained(tmp)
         else:
             hf_model = t.GPT2LMHeadModel(gpt2_config(cfg, bos_token_id=eos, eos_token_id=eos))
             missing, unexpected = hf_model.load_state_dict(to_gpt2_state_dict(sd, cfg), strict=False)

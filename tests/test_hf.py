@@ -63,9 +63,17 @@ def test_export_computes_the_same_logits_and_greedy_tokens(mode, tmp_path):
             # greedy decoding: the same tokens; neither picks the embedding's padding rows (ids 60..63)
             prompt = x[:2, :4]
             want_ids = model.generate(prompt, 10, temperature=0)
-            got = h.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=10,
-                             do_sample=False)
-            assert got.tolist() == want_ids.tolist(), (mode, bias, tie)
+            if mode != "linear":  # nlq's code: one token after a cached prompt = the whole context's last row
+                with torch.no_grad():
+                    past = h(x[:, :15], use_cache=True).past_key_values
+                    assert past.get_seq_length() == 15
+                    step = h(x[:, 15:], past_key_values=past).logits
+                assert past.get_seq_length() == 16 and step.shape == (3, 1, 64)
+                assert (step[:, 0] - out[:, -1]).abs().max().item() <= 1e-5, (mode, bias, tie)
+            for use_cache in (True, False):  # generate with and without its Cache
+                got = h.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=10,
+                                 do_sample=False, use_cache=use_cache)
+                assert got.tolist() == want_ids.tolist(), (mode, bias, tie, use_cache)
 
 
 def test_export_gelu_tanh_and_other_scales(tmp_path):
