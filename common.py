@@ -396,7 +396,7 @@ def check_fsdp_support(device_type, ptdtype):
 
 def is_fsdp(model):
     """True if model is sharded by FSDP2 (shard_model). A model can be only once torch.distributed.fsdp is
-    imported, which shard_model does (and nothing at start-up), so its class is looked up, not imported."""
+    imported (shard_model imports it), so its class is looked up in sys.modules, not imported here."""
     fsdp = sys.modules.get("torch.distributed.fsdp")
     return fsdp is not None and isinstance(model, fsdp.FSDPModule)
 
