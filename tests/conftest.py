@@ -34,6 +34,25 @@ SHIPPED_FILES = ("tinyshakespeare/input.txt", "gpt2/encoder.json", "gpt2/vocab.b
                  "official_ckpt/expected.pt", *(f"official_ckpt/{m}/ckpt.pt" for m in OFFICIAL_MODES))
 
 
+# The README's command runs the suite on 2 workers, `pytest -n 2 --dist loadgroup`: tests that share a costly
+# module-scoped setup (2-rank torchrun launches) carry one xdist_group mark, so one worker sets it up once, and
+# the longest tests (whole training runs in subprocesses; docs/tests.md) start first, longest first, so
+# that the two workers end together instead of one running a long test alone at the end.
+LONGEST_FIRST = ("test_study_through_submitit_jobs", "test_study_continues_on_a_fresh_clone",
+                 "test_sigkill_at_random_moments", "test_killed_sweep_restarts", "test_quick_writes_only_under",
+                 "test_sweep_with_a_diverging_learning_rate", "test_quick_start_offline",
+                 "test_compile_ddp_bf16_together", "test_saved_activation_bytes_under_torch_compile",
+                 "test_lm_eval_equals_eval_py", "test_hf_dataset_path_with_spawn_workers",
+                 "test_first_use_under_torchrun", "test_ddp_matches_single_process", "test_a_signalled_process_exits", "test_ddp_rejects_indivisible")
+
+
+def pytest_collection_modifyitems(items):
+    """Reorder the collected tests: those named in LONGEST_FIRST first, in its order (the rest keep theirs)."""
+    rank = lambda item: next((i for i, name in enumerate(LONGEST_FIRST) if item.name.startswith(name)),
+                             len(LONGEST_FIRST))
+    items.sort(key=rank)
+
+
 def require_shipped_data(root=SHIPPED_DATA) -> Path:
     """root if it holds PROVENANCE.md and every file of SHIPPED_FILES; else the test fails, naming them."""
     missing = [f for f in ("PROVENANCE.md", *SHIPPED_FILES) if not (root / f).is_file()]

@@ -18,6 +18,8 @@ import sample
 import train
 from conftest import ROOT
 
+pytestmark = pytest.mark.xdist_group("convert")  # one worker makes the module's shared runs once
+
 MODES = {"original": "linear", "identity": "identity", "residual": "residual", "residual_gelu": "nonlinear"}
 
 

@@ -24,6 +24,8 @@ import train
 from conftest import ROOT
 from model import GPT, GPTConfig
 
+pytestmark = pytest.mark.xdist_group("fsdp")  # one worker makes the module's shared runs once
+
 # A tiny nonlinear-query GPT. eval_iters=3: the 2 ranks share the eval batches 2 + 1 (common.my_share).
 BASE = dict(n_layer=2, n_head=2, n_embd=32, block_size=16, batch_size=4, query_mode="nonlinear", max_iters=6,
             eval_interval=3, eval_iters=3, log_interval=1, warmup_iters=2, lr_decay_iters=10,

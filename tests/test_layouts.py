@@ -14,6 +14,8 @@ import common
 import train
 from conftest import ROOT, write_tiny_dataset
 
+pytestmark = pytest.mark.xdist_group("layouts")  # one worker makes the module's shared runs once
+
 
 @pytest.fixture(scope="module")
 def data_dir(tmp_path_factory):

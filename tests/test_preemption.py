@@ -173,6 +173,7 @@ def two_ranks(data_dir, tmp_path_factory):
     return tmp, stops
 
 
+@pytest.mark.xdist_group("two_ranks")  # one worker makes the two_ranks launch once
 @pytest.mark.parametrize("case", TWO_RANK_CASES)
 def test_two_ranks_stop_together_when_one_is_signalled_and_resume_exactly(two_ranks, case):
     """One rank of 2 is signalled: both finish the step, rank 0 writes the checkpoint (both ranks' RNG states),

@@ -39,12 +39,25 @@ def study_file(tmp_path):
     return tiny_study(tmp_path, "half_steps = False\nmax_extensions = 0\n")
 
 
+# The tests that run a whole study (each run a train.py process, ~3 s of start-up) run one arm of it: what they
+# check (restarts, clones, --quick's folders) does not depend on how many arms there are.
+ONE_ARM = "arms = {'linear': dict(query_mode='linear')}\n"
+
+
+@pytest.fixture
+def one_arm_study(tmp_path):
+    """The tiny study with its linear arm only: 2 learning rates at selection seed 1, the chosen one at seed 2
+    (3 runs)."""
+    return tiny_study(tmp_path, "half_steps = False\nmax_extensions = 0\n" + ONE_ARM)
+
+
 def starts(log_path):
     """How many times train.py started in this run directory (it prints this line once per start)."""
     return open(log_path).read().count("tokens per iteration")
 
 
-def test_killed_sweep_restarts_without_rerunning_finished_runs(study_file):
+def test_killed_sweep_restarts_without_rerunning_finished_runs(one_arm_study):
+    study_file = one_arm_study
     study = sweep.load_study(str(study_file))
     first = sweep.run_dir(study, "linear", 3e-3, 1)  # the search runs its grid in ascending order
     second = sweep.run_dir(study, "linear", 1e-2, 1)
@@ -149,11 +162,12 @@ def test_search_stops_extending_after_max_extensions_and_skips_diverged(study_fi
             and p["notes"][-1] == "best rate 0.0009 is still at the edge after 1 extensions")
 
 
-def test_study_continues_on_a_fresh_clone_without_rerunning_finished_runs(study_file, tmp_path):
-    """Half a study runs in clone A; clone B gets what git holds (each run's metrics.jsonl and config.json, no
-    checkpoints, no logs) and finishes the study without rerunning any run that A finished."""
+def test_study_continues_on_a_fresh_clone_without_rerunning_finished_runs(one_arm_study, tmp_path):
+    """Part of a study runs in clone A; clone B gets what git holds (each run's metrics.jsonl and config.json,
+    no checkpoints, no logs) and finishes the study without rerunning any run that A finished."""
+    study_file = one_arm_study
     study = sweep.load_study(str(study_file))
-    first = sweep.due_runs(study)[:3]  # clone A runs 3 of the 4 search runs, then stops
+    first = sweep.due_runs(study)[:1]  # clone A runs 1 of the 2 search runs, then stops
     for run in first:
         assert sweep.launch(study, *run, threads=1) is None
     clone = tmp_path / "clone_b"
@@ -279,15 +293,16 @@ def test_a_missing_dataset_stops_the_sweep_before_any_run(study_file, tmp_path, 
         sweep.main([str(study_file)])
 
 
-def test_quick_writes_only_under_the_scratch_folder(study_file, tmp_path, monkeypatch, capsys):
+def test_quick_writes_only_under_the_scratch_folder(one_arm_study, tmp_path, monkeypatch, capsys):
     """--quick 0.1: every run at a tenth of its steps (schedule scaled alike), in out/quick/<name>/runs under
     the working folder; the study's runs_dir is never made. report.py --quick reads those runs."""
+    study_file = one_arm_study
     monkeypatch.chdir(tmp_path)
     before = {p for p in tmp_path.rglob("*")}
     sweep.main([str(study_file), "--quick", "0.1", "--threads", "1"])
     printed = capsys.readouterr().out
     assert "quick: every run at 0.1 of its steps, in out/quick/tiny/runs (scratch" in printed
-    assert "4 run(s) due now (more follow as each arm's search goes on" in printed
+    assert "2 run(s) due now (more follow as each arm's search goes on" in printed
     assert "time: unknown (no finished run of this study to time yet; a run is 2 steps of" in printed
     new = {p.relative_to(tmp_path) for p in tmp_path.rglob("*")} - {p.relative_to(tmp_path) for p in before}
     assert new and all(str(p) == "out" or str(p).startswith(os.path.join("out", "quick")) for p in new)

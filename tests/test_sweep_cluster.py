@@ -7,9 +7,10 @@ import time
 
 import pytest
 
+import common
 import sweep
 from conftest import ROOT
-from test_sweep import tiny_study
+from test_sweep import ONE_ARM, tiny_study
 
 
 def test_dry_run_of_the_paper_study_prints_its_runs_and_gpu_hours():
@@ -91,10 +92,9 @@ def test_study_through_submitit_jobs_survives_a_killed_job_and_a_restarted_drive
     """A tiny study driven through submitit's LocalExecutor (real subprocess jobs, no SLURM): the search extends
     at an edge and takes half steps across waves of jobs; one train.py is SIGKILLed mid-run (its job fails,
     is resubmitted and resumes from its checkpoint); the driver itself is SIGKILLed mid-study and started
-    again (it waits for the jobs still running, submits nothing that finished); the report's tables then
-    equal those of the same study run by --executor local."""
-    import report
-    extra = "max_extensions = 1\n"
+    again (it waits for the jobs still running, submits nothing that finished); every job ran the local
+    executor's experiment, and the killed one ends where an uninterrupted local run ends."""
+    extra = "max_extensions = 1\n" + ONE_ARM  # 6 runs in 4 waves of jobs
     config_edit = ("max_iters = 20\nlr_decay_iters = 20", "max_iters = 40\nlr_decay_iters = 40")
     study_file = tiny_study(tmp_path / "jobs", extra)
     study_file.with_name("tiny_config.py").write_text(
@@ -146,18 +146,19 @@ def test_study_through_submitit_jobs_survives_a_killed_job_and_a_restarted_drive
                 assert "resumed from" in open(os.path.join(out, "train.log")).read()
             else:  # submitted once, started once: the restarted driver resubmitted nothing
                 assert len(record["job_ids"]) == 1 and starts(out) == 1, out
-    # the same study, run here by the local executor (2 runs at a time): the same tables
+    # every job ran the experiment the local executor runs: its saved settings are the study's, and the killed
+    # and resumed run equals the same run made here uninterrupted, row for row (the other runs ran once each)
+    runs = [run for arm in study["arms"] for run in sweep.run_list(study, arm)]
+    assert all(sweep.read_saved_config(os.path.join(sweep.run_dir(study, *run), "config.json"))
+               and sweep.settings_diff(study, *run) == {} for run in runs)
     local_file = tiny_study(tmp_path / "local", extra)
     local_file.with_name("tiny_config.py").write_text(
         local_file.with_name("tiny_config.py").read_text().replace(*config_edit))
-    sweep.main([str(local_file), "--threads", "1", "--jobs", "2"])
     local = sweep.load_study(str(local_file))
-    tables = []
-    for s in (study, local):
-        data = report.collect(s)
-        tables.append([report.results_table(s, data, "char"), report.search_table(s, data),
-                       report.gap_table(s, data)])
-    assert tables[0] == tables[1]
+    run = next(r for r in runs if sweep.run_dir(study, *r) == killed)
+    assert sweep.launch(local, *run, threads=1) is None
+    losses = lambda out: [(r["iter"], r["train_loss"], r["val_loss"]) for r in common.read_metrics(out)]
+    assert losses(killed) == losses(sweep.run_dir(local, *run)) and len(losses(killed)) == 9  # iters 0..40
     assert not processes_under(tmp_path)
 
 
