@@ -464,6 +464,29 @@ def curve_table(study, data):
     return "\n".join(lines)
 
 
+def curve_gap_table(study, data):
+    """Rows: learning rates; a cell per arm but the first (the reference): arm − reference at that rate, paired
+    by selection seed over the seeds both finished (at one seed both arms train on the same windows), its 95%
+    CI (paired_difference) and the call (verdict). '·' = a rate one of the two did not sweep."""
+    ref, *others = data
+    lrs = sorted({lr for d in data.values() for lr in d["plan"]["swept"]})
+    finished = lambda d, lr: {s: d["search"][(lr, s)]["final"] for s in study["selection_seeds"]
+                              if (lr, s) in d["search"] and d["search"][(lr, s)]["final"] is not None}
+    lines = ["| learning rate | " + " | ".join(f"{arm} − {ref}" for arm in others) + " |",
+             "|---:|" + "---:|" * len(others)]
+    for lr in lrs:
+        cells = []
+        for arm in others:
+            if lr not in data[arm]["plan"]["swept"] or lr not in data[ref]["plan"]["swept"]:
+                cells.append("·")
+                continue
+            d = paired_difference(finished(data[arm], lr), finished(data[ref], lr))
+            cells.append("—" if not d["n"] else
+                         f"{d['mean']:+.4f} {fmt_ci(d['ci'])} (n={d['n']}) {verdict(d['ci'])}")
+        lines.append(f"| {lr:g} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def band_table(study, data, within=0.01):
     """Per arm: the best rate (lowest mean over the selection seeds, a diverged seed counting +inf), its mean,
     the band of rates whose mean is within 1% of it, and the stalled and diverged runs over the whole curve and
@@ -716,7 +739,9 @@ def main(argv=None):
                   f"loss (fixed windows) is still within {STALL_DROP:.0%} of its loss at the first eval after "
                   f"step 0 (it has not left the early plateau). Means and 95% CIs are over the finished, "
                   f"non-diverged seeds at each rate.",
-                  "![learning-rate curves](lr_curves.png)", band_table(study, data), curve_table(study, data)]
+                  "![learning-rate curves](lr_curves.png)", band_table(study, data), curve_table(study, data),
+                  f"Each arm against {next(iter(data))} at the same rate, paired by selection seed (95% CI; a "
+                  f"call only where the CI excludes 0):", curve_gap_table(study, data)]
     text = "\n\n".join([
         header(args.study, study, out), "## Results", method(study, tokenizer),
         results_table(study, data, tokenizer), "![forest plot](forest.png)", *contrasts,

@@ -247,10 +247,19 @@ def test_curve_and_band_tables_by_hand(tmp_path):
     assert "| linear | 0.002 | 2.3100 | 0.002, 0.004 | ×2.00 | 0 / 0 of 9 | 0 / 0 of 0 |" in bands
     # nonlinear: 4e-3 has a diverged seed (+inf), so the best is 2e-3 (2.36) and 1e-3 (2.42) is outside 1%
     assert "| nonlinear | 0.002 | 2.3600 | 0.002 | ×1.00 | 1 / 1 of 9 | 0 / 0 of 0 |" in bands
+    # nonlinear - linear at each rate, paired by seed: 1e-3 -0.10 at every seed (a zero-width CI); 2e-3
+    # -0.02, -0.01, +0.18; 4e-3 seeds 1 and 2 only (seed 3 diverged): -0.12 twice
+    gaps = report.curve_gap_table(study, data)
+    assert "| learning rate | nonlinear − linear |" in gaps
+    assert "| 0.001 | -0.1000 [-0.1000, -0.1000] (n=3) lower |" in gaps
+    sd = math.sqrt(((-0.02 - 0.05) ** 2 + (-0.01 - 0.05) ** 2 + (0.18 - 0.05) ** 2) / 2)
+    half = t * sd / math.sqrt(3)
+    assert f"| 0.002 | +0.0500 [{0.05 - half:+.4f}, {0.05 + half:+.4f}] (n=3) no call |" in gaps
+    assert "| 0.004 | -0.1200 [-0.1200, -0.1200] (n=2) lower |" in gaps
     assert report.band({1e-3: 2.0, 2e-3: 2.03, 4e-3: None}) == (1e-3, [1e-3])  # 2.03 > 1.01 x 2.0
     assert report.band({1e-3: math.inf}) == (None, [])
     text = report.main([str(path), "--out", str(tmp_path / "rep")])
-    assert "## Learning-rate curves" in text and (tmp_path / "rep" / "lr_curves.png").stat().st_size > 10_000
+    assert "## Learning-rate curves" in text and gaps in text and (tmp_path / "rep" / "lr_curves.png").stat().st_size > 10_000
     # the search table: every seed finished -> the selection mean; a diverged seed -> diverged
     assert "| 0.001 | 2.5200 | 2.4200 |" in text and "| 0.004 | 2.3300 | diverged (iter 75) |" in text
     os.remove(os.path.join(sweep.run_dir(study, "linear", 1e-3, 3), "metrics.jsonl"))  # seed 3 not run yet
