@@ -393,6 +393,39 @@ def contrasts_table(study, data):
     return "\n".join(lines)
 
 
+def seeds_needed(sd, half_width, confidence=0.95, n_max=100_000):
+    """The fewest pairs n ≥ 2 whose 95% CI half-width t(n − 1) · sd / √n is at most half_width (both in nats),
+    for paired differences with standard deviation sd; None if sd is nan or more than n_max would be needed."""
+    if not math.isfinite(sd):
+        return None
+    return next((n for n in range(2, n_max + 1)
+                 if stats.t.ppf(0.5 + confidence / 2, n - 1) * sd / math.sqrt(n) <= half_width), None)
+
+
+def precision_table(study, data):
+    """Per arm against the reference: the paired differences' sd over the final seeds both finished, the 95%
+    CI half-width now, the study's target (precision × the reference's mean final loss) and the seeds the
+    measured sd needs for it (seeds_needed)."""
+    ref = study["reference"]
+    ref_losses = final_losses(data[ref])
+    target = study["precision"] * summarize(list(ref_losses.values()))[0] if ref_losses else math.nan
+    cols = [f"arm − {ref}", "pairs", "sd of the differences", "95% CI half-width now", "target",
+            "pairs needed at this sd"]
+    lines = ["| " + " | ".join(cols) + " |", "|---|" + "---:|" * (len(cols) - 1)]
+    for arm, d in data.items():
+        if arm == ref:
+            continue
+        pd = paired_difference(final_losses(d), ref_losses)
+        if pd["ci"] is None:
+            lines.append(f"| {arm} | {pd['n']} | — | — | ±{target:.4f} | — |")
+            continue
+        half = (pd["ci"][1] - pd["ci"][0]) / 2
+        need = seeds_needed(pd["sd"], target)
+        lines.append(f"| {arm} | {pd['n']} | {pd['sd']:.4f} | ±{half:.4f} ({half / target:.1f}× the target) | "
+                     f"±{target:.4f} | {'more than 100,000' if need is None else need} |")
+    return "\n".join(lines)
+
+
 # ------------------------------------------------------------------------------- learning-rate curves
 # A run is *stalled* when half-way through training (the first eval at or after STALL_AT · max_iters) its val
 # loss on the fixed windows is still within STALL_DROP of its loss at the first eval after step 0: it has not
@@ -731,6 +764,11 @@ def main(argv=None):
     reading = (["## Reading", open(reading_path).read().strip()] if os.path.exists(reading_path) else [])
     contrasts = (["## Contrasts between arms (paired by seed, final seeds both finished, 95% CI)",
                   contrasts_table(study, data)] if study["contrasts"] else [])
+    precision = ([f"**Precision.** The study aims for a 95% CI half-width of {study['precision']:.1%} of "
+                  f"{study['reference']}'s mean final loss on each comparison with it. At the spread of the "
+                  f"paired differences measured so far (their sd; one stalled seed can dominate it), that "
+                  f"takes the number of final seeds below:", precision_table(study, data)]
+                 if study["precision"] is not None else [])
     curves = []  # with several selection seeds, every rate's point has a spread: draw and tabulate the curves
     if len(study["selection_seeds"]) > 1:
         plot_lr_curves(study, data, os.path.join(out, "lr_curves.png"))
@@ -744,7 +782,7 @@ def main(argv=None):
                   f"call only where the CI excludes 0):", curve_gap_table(study, data)]
     text = "\n\n".join([
         header(args.study, study, out), "## Results", method(study, tokenizer),
-        results_table(study, data, tokenizer), "![forest plot](forest.png)", *contrasts,
+        results_table(study, data, tokenizer), *precision, "![forest plot](forest.png)", *contrasts,
         "![val loss](val_loss.png)", *curves, *reading,
         f"## Learning-rate search (mean final loss over selection seeds {study['selection_seeds']})",
         search_table(study, data),

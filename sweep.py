@@ -73,7 +73,7 @@ from common import (DEFAULTS, EXIT_DIVERGED, EXIT_PREEMPTED, HelpFormatter, atom
 TRAIN_PY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "train.py")
 STUDY_KEYS = ("name", "config", "overrides", "arms", "learning_rates", "selection_seeds", "seeds")
 OPTIONAL_KEYS = dict(seeds_per_arm={}, reference="linear", max_extensions=2, half_steps=True, runs_dir=None,
-                     contrasts=[], slurm={})
+                     contrasts=[], slurm={}, precision=None)
 SLURM_KEYS = ("partition", "time", "gpus_per_run", "extra")  # a study's slurm dict (see --executor slurm)
 # train.py keys the sweep sets for every run, and what sets them instead (an arm may set min_lr)
 PER_RUN = dict(learning_rate="learning_rates", seed="selection_seeds and seeds", out_dir="runs_dir",
@@ -150,6 +150,10 @@ def load_study(path, quick=None):
               "half_steps": (isinstance(study["half_steps"], bool), "True or False"),
               "slurm": (isinstance(study["slurm"], dict) and set(study["slurm"]) <= set(SLURM_KEYS),
                         f"a dict with some of the keys {', '.join(SLURM_KEYS)} (sweep.py --executor slurm)"),
+              "precision": (study["precision"] is None or number(study["precision"])
+                            and 0 < study["precision"] < 1,
+                            "None or the 95% CI half-width the final seeds aim for, a fraction of the "
+                            "reference arm's mean final loss in (0, 1), e.g. 0.003"),
               "contrasts": (isinstance(study["contrasts"], list) and all(
                   isinstance(c, tuple) and len(c) == 3 and all(isinstance(x, str) for x in c)
                   and c[0] in arms and c[1] in arms and c[0] != c[1] for c in study["contrasts"]),

@@ -325,3 +325,21 @@ def test_compare_names_the_one_difference_and_refuses_a_folder_without_results(t
     with pytest.raises(ValueError, match="empty is not a train.py run folder with results: no metrics.jsonl "
                                          "and config.json"):
         report.main([str(tmp_path / "a"), str(tmp_path / "empty")])
+
+
+def test_seeds_needed_and_the_precision_table_by_hand():
+    """The fewest pairs whose 95% CI half-width t(n-1)·sd/√n reaches a target, from t quantiles by hand."""
+    # sd 0.01, target 0.0055: n = 15 gives 2.1448 · 0.01 / √15 = 0.00554 (too wide), n = 16 2.1314 · 0.01 / 4
+    assert report.seeds_needed(0.01, 0.0055) == 16
+    assert report.seeds_needed(0.0, 0.001) == 2 and report.seeds_needed(math.nan, 0.001) is None
+    study = dict(reference="linear", precision=0.003)
+    runs = lambda losses: dict(finals={seed: dict(final=x) for seed, x in enumerate(losses, 1)})
+    data = {"linear": runs([2.0, 2.0, 2.0, 2.0]), "nonlinear": runs([2.01, 1.99, 2.02, 2.00]),
+            "identity": runs([2.1])}
+    # nonlinear - linear: 0.01, -0.01, 0.02, 0 -> sd = sqrt(5e-4 / 3) = 0.01291; now t(3) = 3.1824:
+    # ±3.1824 · 0.01291 / 2 = ±0.0205, 3.4× the target 0.003 · 2.0 = 0.006; n = 20: 2.0930 · 0.01291 / √20 =
+    # 0.00604 > 0.006, n = 21: 2.0860 · 0.01291 / √21 = 0.00588
+    table = report.precision_table(study, data)
+    assert "| nonlinear | 4 | 0.0129 | ±0.0205 (3.4× the target) | ±0.0060 | 21 |" in table
+    assert "| identity | 1 | — | — | ±0.0060 | — |" in table
+

@@ -223,6 +223,7 @@ def test_edited_study_does_not_reuse_old_runs(study_file, tmp_path):
     (("max_extensions = 0", "seeds_per_arm = {'identity': 1}"),
      "seeds_per_arm names \\['identity'\\], which are not"),
     (("query_mode='nonlinear'", "query_mode='nonlinaer'"), "unknown query_mode 'nonlinaer'"),
+    (("max_extensions = 0", "precision = 3"), "precision must be None or the 95% CI half-width"),
 ])
 def test_bad_study_values(study_file, tmp_path, edit, message):
     bad = tmp_path / "bad.py"
