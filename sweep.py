@@ -29,7 +29,9 @@ anything starts, by sweep.py and report.py alike),
 and contrasts (default []: a list of (arm, other, "what the pair isolates"), paired comparisons between two
 arms that report.py adds to the comparisons with the reference, e.g. ("nonlinear", "residual", "f's
 nonlinearity")), and slurm (default {}: --executor slurm's settings, dict(partition="gpu", time=480 (minutes a
-job), gpus_per_run=8, extra=dict(account="...", cpus_per_task=32)); the command line's options override them).
+job), gpus_per_run=8, extra=dict(account="...", cpus_per_task=32)); the command line's options override them),
+and precision (default None: a target 95% CI half-width of each comparison with the reference, a fraction of
+the reference's mean final loss, e.g. 0.003; report.py then gives the final seeds the measured spread needs).
 
 On a cluster (--executor slurm, through submitit): every due run is a job of one node running train.py under
 torchrun on --gpus_per_run GPUs (plain python for 1); the driver waits, plans again as runs finish (extensions,
