@@ -208,7 +208,8 @@ def test_is_stalled_at_half_way():
     assert report.is_stalled(run([(25, 2.60)])) is None  # not half way yet
 
 
-@pytest.mark.filterwarnings("ignore:Precision loss:RuntimeWarning")  # scipy, on differences equal by construction
+# scipy's paired t-test warns of precision loss on differences that are equal by construction (below)
+@pytest.mark.filterwarnings("ignore:Precision loss:RuntimeWarning")
 def test_curve_and_band_tables_by_hand(tmp_path):
     """Two arms on a fixed grid with 3 selection seeds per rate: the mean and t-CI at each rate, the stalled,
     diverged and unfinished counts, the best rate and the band within 1% of its mean, all by hand."""
