@@ -193,7 +193,8 @@ def check_value(key, value):
     if want is float and type(value) is int:
         return float(value)
     if type(value) is not want:
-        raise ValueError(f"config key {key!r} needs a {want.__name__}, got {value!r} "
+        article = "an" if want.__name__[0] in "aeiou" else "a"
+        raise ValueError(f"config key {key!r} needs {article} {want.__name__}, got {value!r} "
                          f"({type(value).__name__})")
     return value
 
@@ -589,6 +590,9 @@ EXIT_DIVERGED = 3
 # it. It is none of the statuses a run ends with otherwise (0 done, 1 an error, 3 diverged, 128 + N killed by
 # signal N: 143 for a SIGTERM that was not caught), so a sweep can tell "stopped cleanly, resumable" apart.
 EXIT_PREEMPTED = 144
+# train.py's exit status for a run stopped by Ctrl-C (SIGINT), the shell's 128 + 2: sweep.py reports such a run as
+# interrupted, not failed (it resumes from its last checkpoint when the sweep runs again)
+EXIT_INTERRUPTED = 130
 CHECKPOINT_KEYS = {"model", "optimizer", "iter_num", "config", "model_args", "rng"}
 
 

@@ -411,6 +411,7 @@ def precision_table(study, data):
     ref = study["reference"]
     ref_losses = final_losses(data[ref])
     target = study["precision"] * summarize(list(ref_losses.values()))[0] if ref_losses else math.nan
+    target_text = "—" if math.isnan(target) else f"±{target:.4f}"
     cols = [f"arm − {ref}", "pairs", "sd of the differences", "95% CI half-width now", "target",
             "pairs needed at this sd"]
     lines = ["| " + " | ".join(cols) + " |", "|---|" + "---:|" * (len(cols) - 1)]
@@ -419,12 +420,12 @@ def precision_table(study, data):
             continue
         pd = paired_difference(final_losses(d), ref_losses)
         if pd["ci"] is None:
-            lines.append(f"| {arm} | {pd['n']} | — | — | ±{target:.4f} | — |")
+            lines.append(f"| {arm} | {pd['n']} | — | — | {target_text} | — |")
             continue
         half = (pd["ci"][1] - pd["ci"][0]) / 2
         need = seeds_needed(pd["sd"], target)
         lines.append(f"| {arm} | {pd['n']} | {pd['sd']:.4f} | ±{half:.4f} ({half / target:.1f}× the target) | "
-                     f"±{target:.4f} | {'more than 100,000' if need is None else need} |")
+                     f"{target_text} | {'more than 100,000' if need is None else need} |")
     return "\n".join(lines)
 
 
@@ -752,13 +753,21 @@ def main(argv=None):
         p.error(f"give one study file, or run folders to compare; not a folder: "
                 f"{', '.join(x for x in args.study if not os.path.isdir(x))}")
     args.study = args.study[0]
+    if not os.path.exists(args.study) and not args.study.endswith(".py"):
+        p.error(f"{args.study}: no such run folder (or study file, which ends in .py)")
     study = sweep.load_study(args.study, args.quick)
+    data = collect(study)
+    runs = [r for d in data.values() for r in (*d["search"].values(), *d["finals"].values())]
+    if all(r["status"] == "missing" for r in runs):  # a report of nothing would only be a folder to delete
+        quick = f" --quick {args.quick:g}" if args.quick else ""
+        raise ValueError(f"no run of study {study['name']} has started yet (0 of the {len(runs)} runs planned so "
+                         f"far have metrics in {study['runs_dir']}): nothing to report, nothing written; run "
+                         f"python sweep.py {args.study}{quick} first")
     out = args.out or default_out(study)
-    try:  # now, before the runs are read
+    try:
         os.makedirs(out, exist_ok=True)
     except OSError as e:
         p.error(f"--out {out}: cannot create the folder ({e.strerror or e}); choose another --out")
-    data = collect(study)
     tokenizer = tokenizer_of(data)
     plot_curves(data, os.path.join(out, "val_loss.png"))
     plot_forest(study, data, os.path.join(out, "forest.png"))
@@ -786,7 +795,8 @@ def main(argv=None):
         header(args.study, study, out), "## Results", method(study, tokenizer),
         results_table(study, data, tokenizer), *precision, "![forest plot](forest.png)", *contrasts,
         "![val loss](val_loss.png)", *curves, *reading,
-        f"## Learning-rate search (mean final loss over selection seeds {study['selection_seeds']})",
+        (f"## Learning-rate search (mean final loss over selection seeds {study['selection_seeds']})"
+         if study["selection_seeds"] else "## Learning rates (one per arm, given by the study: no search)"),
         search_table(study, data),
         "## The gap along training (paired Δ on the fixed eval windows, 95% CI, final seeds)",
         gap_table(study, data), "## Runs", status_section(data)]) + "\n"

@@ -68,9 +68,9 @@ import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from common import (DEFAULTS, EXIT_DIVERGED, EXIT_PREEMPTED, HelpFormatter, atomic_write_text, load_meta,
-                    parse_config, read_config_file,
-                    read_metrics)
+import difflib
+from common import (DEFAULTS, EXIT_DIVERGED, EXIT_INTERRUPTED, EXIT_PREEMPTED, HelpFormatter, atomic_write_text,
+                    load_meta, parse_config, read_config_file, read_metrics)
 
 TRAIN_PY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "train.py")
 STUDY_KEYS = ("name", "config", "overrides", "arms", "learning_rates", "selection_seeds", "seeds")
@@ -91,6 +91,8 @@ def load_study(path, quick=None):
     quick: a fraction in (0, 1]: the study at that fraction of its steps (see quick_keys), its runs in the
     scratch folder out/quick/<name>/runs, whatever its runs_dir (results/ is never touched).
     """
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"study file {path} not found{close_match(path)}")
     namespace = read_config_file(path)  # plain Python, like a config file
     missing = [k for k in STUDY_KEYS if k not in namespace]
     if missing:
@@ -115,6 +117,9 @@ def load_study(path, quick=None):
     for key, (ok, want) in first.items():
         if not ok:
             raise ValueError(f"study file {path}: {key} must be {want}")
+    if not os.path.isfile(study["config"]):
+        raise FileNotFoundError(f"study file {path}: its config file {study['config']} not found"
+                                f"{close_match(study['config'])}")
     study["own_runs_dir"] = os.path.join("results", study["name"], "runs")  # the default
     study["runs_dir"] = study["runs_dir"] or study["own_runs_dir"]
     study["shared_runs_dir"] = study["runs_dir"]  # its full-length runs, even under --quick (time estimates)
@@ -155,12 +160,18 @@ def load_study(path, quick=None):
               "precision": (study["precision"] is None or number(study["precision"])
                             and 0 < study["precision"] < 1,
                             "None or the 95% CI half-width the final seeds aim for, a fraction of the "
-                            "reference arm's mean final loss in (0, 1), e.g. 0.003"),
+                            f"reference arm's mean final loss in (0, 1), e.g. 0.003 for 0.3%; got "
+                            f"{study['precision']!r} ({type(study['precision']).__name__})"),
               "contrasts": (isinstance(study["contrasts"], list) and all(
                   isinstance(c, tuple) and len(c) == 3 and all(isinstance(x, str) for x in c)
                   and c[0] in arms and c[1] in arms and c[0] != c[1] for c in study["contrasts"]),
                             'a list of (arm, other arm, "what the pair isolates") tuples of two different '
                             'arms of this study')}
+    named = [x for c in study["contrasts"] if isinstance(c, tuple) for x in c[:2] if isinstance(x, str)] \
+        if isinstance(study["contrasts"], list) else []
+    if any(x not in arms for x in named):
+        raise ValueError(f"study file {path}: contrasts name {sorted({x for x in named if x not in arms})}, which "
+                         f"are not arms of this study; its arms: {', '.join(arms)}")
     per_arm = study["seeds_per_arm"]
     strangers = [a for a in per_arm if a not in arms] if isinstance(per_arm, dict) else []
     if strangers:
@@ -221,6 +232,14 @@ def quick_keys(cfg, fraction):
     if cfg["lr_decay_iters"] is not None:
         keys["lr_decay_iters"] = scale(cfg["lr_decay_iters"])
     return keys
+
+
+def close_match(path):
+    """', did you mean X?' for the existing .py file in path's folder whose name is closest to path's, or ''."""
+    folder = os.path.dirname(path) or "."
+    names = sorted(f for f in os.listdir(folder) if f.endswith(".py")) if os.path.isdir(folder) else []
+    match = difflib.get_close_matches(os.path.basename(path), names, n=1)
+    return f", did you mean {os.path.join(os.path.dirname(path), match[0])}?" if match else ""
 
 
 def run_config(study, arm, lr, seed):
@@ -461,6 +480,10 @@ def launch(study, arm, lr, seed, threads):
                               env=env).returncode
     if code == EXIT_DIVERGED and is_diverged(final_row(out_dir)):
         print(f"diverged: {arm} lr={lr:g} seed={seed} (recorded; the sweep goes on)", flush=True)
+    elif code == EXIT_INTERRUPTED:  # Ctrl-C: not a failure; it resumes from its checkpoint next time
+        print(f"interrupted: {arm} lr={lr:g} seed={seed} (it resumes from its last checkpoint when the sweep "
+              f"runs again)", flush=True)
+        return f"{out_dir} was interrupted (Ctrl-C); it resumes from its last checkpoint when the sweep runs again"
     elif code != 0:
         print(f"FAILED: {arm} lr={lr:g} seed={seed} (exit code {code}); see {log_path}", flush=True)
         return f"{out_dir} failed (exit code {code}); see {log_path}"
@@ -910,9 +933,9 @@ def main(argv=None):
     if args.executor != "local" and not args.nproc:
         gpus, slurm = slurm_settings(study, args)
         failed = drive(study, args.executor, gpus, slurm, args.threads, args.poll_s)
-        print(json.dumps({arm: plan(study, arm)["chosen"] for arm in study["arms"]}))
+        print("chosen learning rates:", json.dumps({arm: plan(study, arm)["chosen"] for arm in study["arms"]}))
         if failed:
-            raise RuntimeError(f"{len(failed)} run(s) failed; the others finished:\n"
+            raise RuntimeError(f"{len(failed)} run(s) did not finish; the others did:\n"
                                + "\n".join(failed.values()))
         return
     if args.nproc:
@@ -933,9 +956,9 @@ def main(argv=None):
             for run, failure in zip(due, pool.map(lambda run: launch(study, *run, args.threads), due)):
                 if failure:
                     failed[run] = failure
-    print(json.dumps({arm: plan(study, arm)["chosen"] for arm in study["arms"]}))
+    print("chosen learning rates:", json.dumps({arm: plan(study, arm)["chosen"] for arm in study["arms"]}))
     if failed:
-        raise RuntimeError(f"{len(failed)} run(s) failed; the others finished:\n"
+        raise RuntimeError(f"{len(failed)} run(s) did not finish; the others did:\n"
                            + "\n".join(failed.values()))
 
 

@@ -24,8 +24,8 @@ submitit's default is USR2) let the current optimizer step finish, save a checkp
 full state, as at an eval: model, optimizer, every rank's RNG, iter, tokens) and exit with status 144
 (EXIT_PREEMPTED, common.py says why 144). Under torchrun the ranks agree on the stop at every step, so a signal
 that reaches one rank stops them all at the same step. --init_from=resume then continues exactly where the run
-stopped: the same weights, bit for bit, as a run never stopped. Ctrl-C (SIGINT) stops at once, as before, and
-keeps the last eval's checkpoint.
+stopped: the same weights, bit for bit, as a run never stopped. Ctrl-C (SIGINT) stops at once, keeps the last
+eval's checkpoint and exits with status 130 (EXIT_INTERRUPTED).
 """
 import json
 import math
@@ -41,7 +41,7 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from common import (DEFAULTS, EXIT_DIVERGED, EXIT_PREEMPTED, MODEL_KEYS, atomic_write_text, autocast,
+from common import (DEFAULTS, EXIT_DIVERGED, EXIT_INTERRUPTED, EXIT_PREEMPTED, MODEL_KEYS, atomic_write_text, autocast,
                     check_fsdp_support, check_same_dataset, damaged_checkpoint, end_distributed, estimate_loss,
                     eval_window_count, eval_windows, format_config, full_split_loss, full_split_windows, get_batch,
                     is_fsdp, load_checkpoint, load_meta, make_writable_folder, model_config, open_split,
@@ -518,8 +518,9 @@ def train_until_stopped(cfg, stop):
         append_metrics(cfg["out_dir"], None, truncate_after=-1 if resumed_at is None
                        else resumed_at - eval_pending)
     log("config:\n" + format_config(cfg))
-    log(f"tokens per iteration: {tokens_per_iter:,} ({accum} micro-batches of {B} x {T}, {world_size} "
-        f"processes{', FSDP' if cfg['fsdp'] else ', DDP' if world_size > 1 else ''})")
+    layout = f"{accum} micro-batch{'es' * (accum > 1)} of {B} x {T}, {world_size} process{'es' * (world_size > 1)}"
+    log(f"tokens per iteration: {tokens_per_iter:,} ({layout}"
+        f"{', FSDP' if cfg['fsdp'] else ', DDP' if world_size > 1 else ''})")
     log(f"eval set: {eval_window_count(cfg):,} fixed windows of {T} tokens per split, {B} at a time " + (
         "(eval_windows)" if cfg["eval_windows"] else "(eval_iters x batch_size; set eval_windows to keep it "
                                                      "when the micro-batch changes)"))
@@ -706,7 +707,9 @@ if __name__ == "__main__":
         sys.exit(EXIT_PREEMPTED)
     except KeyboardInterrupt:
         if os.path.exists(os.path.join(config["out_dir"], "ckpt.pt")):
-            sys.exit(f"interrupted; the last checkpoint in {config['out_dir']} is intact: continue with "
-                     f"--init_from=resume")
-        sys.exit("interrupted before the first checkpoint: there is nothing to resume; run the same command "
-                 "again to start over")
+            print(f"interrupted; the last checkpoint in {config['out_dir']} is intact: continue with "
+                  f"--init_from=resume", file=sys.stderr)
+        else:
+            print("interrupted before the first checkpoint: there is nothing to resume; run the same command "
+                  "again to start over", file=sys.stderr)
+        sys.exit(EXIT_INTERRUPTED)

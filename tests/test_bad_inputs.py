@@ -160,7 +160,7 @@ def test_ctrl_c_before_the_first_checkpoint_says_to_start_again(tmp_path):
             if line.startswith("tokens per iteration"):
                 break
         err = interrupt(proc)
-    assert proc.returncode == 1 and "Traceback" not in err
+    assert proc.returncode == common.EXIT_INTERRUPTED == 130 and "Traceback" not in err
     assert "interrupted before the first checkpoint: there is nothing to resume; run the same command" in err
 
 

@@ -112,6 +112,7 @@ def test_the_readme_study_file_runs_the_fair_study(tmp_path):
     cpu = sweep.load_study(str(ROOT / "studies" / "enwiki_cpu.py"))
     assert study["runs_dir"] == "results/lowrank_cpu/runs"
     assert list(study["arms"]) == ["linear", "nonlinear", MODE]
+    assert study["contrasts"][0][:2] == (MODE, "nonlinear") and study["precision"] == 0.003
     assert study["grids"][MODE] == cpu["grids"]["linear"] and study["seeds"] == cpu["seeds"]
     for arm in ("linear", "nonlinear"):  # the same experiments as the CPU study's, in another folder
         ours, theirs = sweep.run_args(study, arm, 8e-3, 2001), sweep.run_args(cpu, arm, 8e-3, 2001)

@@ -223,13 +223,55 @@ def test_edited_study_does_not_reuse_old_runs(study_file, tmp_path):
     (("max_extensions = 0", "seeds_per_arm = {'identity': 1}"),
      "seeds_per_arm names \\['identity'\\], which are not"),
     (("query_mode='nonlinear'", "query_mode='nonlinaer'"), "unknown query_mode 'nonlinaer'"),
-    (("max_extensions = 0", "precision = 3"), "precision must be None or the 95% CI half-width"),
+    (("max_extensions = 0", "precision = 3"), r"precision must be None or the 95% CI half-width .* e\.g\. 0\.003 "
+                                             r"for 0\.3%; got 3 \(int\)"),
+    (("max_extensions = 0", "precision = '0.3'"), r"got '0\.3' \(str\)"),
+    (("max_extensions = 0", "contrasts = [('nonlinear', 'lowrnak', 'x')]"),
+     r"contrasts name \['lowrnak'\], which are not arms of this study; its arms: linear, nonlinear"),
 ])
 def test_bad_study_values(study_file, tmp_path, edit, message):
     bad = tmp_path / "bad.py"
     bad.write_text(study_file.read_text().replace(*edit))
     with pytest.raises(ValueError, match=message):
         sweep.load_study(str(bad))
+
+
+def test_missing_study_and_config_files_are_named_with_the_closest_name(study_file, tmp_path):
+    with pytest.raises(FileNotFoundError, match=r"study file .*tiny_studdy\.py not found, did you mean "
+                                                r".*tiny_study\.py\?"):
+        sweep.load_study(str(tmp_path / "tiny_studdy.py"))
+    bad = tmp_path / "bad.py"
+    bad.write_text(study_file.read_text().replace("tiny_config.py", "tiny_confg.py"))
+    with pytest.raises(FileNotFoundError, match=r"study file .*bad\.py: its config file .*tiny_confg\.py not "
+                                                r"found, did you mean .*tiny_config\.py\?"):
+        sweep.load_study(str(bad))
+
+
+def test_a_run_stopped_by_ctrl_c_is_reported_as_interrupted_not_failed(tmp_path):
+    """SIGINT to a sweep's train.py: it exits 130 after its checkpoint, and the sweep says 'interrupted' (it
+    resumes when the sweep runs again), not FAILED."""
+    study_file = tiny_study(tmp_path, ONE_ARM + "learning_rates = [3e-3]\nselection_seeds = []\n"
+                                      "overrides = {'max_iters': 100000, 'lr_decay_iters': 100000}\n")
+    study = sweep.load_study(str(study_file))
+    out = sweep.run_dir(study, "linear", 3e-3, 2)
+    proc = subprocess.Popen([sys.executable, str(ROOT / "sweep.py"), str(study_file), "--threads", "1"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        deadline = time.time() + 120
+        while not os.path.exists(os.path.join(out, "ckpt.pt")) and time.time() < deadline:
+            time.sleep(0.05)
+        train = [int(p) for p in os.listdir("/proc") if p.isdigit() and out.encode() in
+                 open(f"/proc/{p}/cmdline", "rb").read() and b"train.py" in open(f"/proc/{p}/cmdline", "rb").read()]
+        assert len(train) == 1, "train.py did not start"
+        os.kill(train[0], signal.SIGINT)  # the run's process only, as a Ctrl-C would reach it
+        stdout, stderr = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert "interrupted: linear lr=0.003 seed=2 (it resumes from its last checkpoint" in stdout
+    assert "FAILED" not in stdout and proc.returncode == 1
+    assert "1 run(s) did not finish; the others did" in stderr and "was interrupted (Ctrl-C)" in stderr
+    assert "is intact: continue with --init_from=resume" in open(os.path.join(out, "train.log")).read()
 
 
 def test_per_arm_given_learning_rates_skip_the_search(study_file):
