@@ -756,6 +756,9 @@ def main(argv=None):
     if not os.path.exists(args.study) and not args.study.endswith(".py"):
         p.error(f"{args.study}: no such run folder (or study file, which ends in .py)")
     study = sweep.load_study(args.study, args.quick)
+    out = args.out or default_out(study)
+    if os.path.exists(out) and not os.path.isdir(out):  # now, before the runs are read
+        p.error(f"--out {out}: cannot create the folder (File exists); choose another --out")
     data = collect(study)
     runs = [r for d in data.values() for r in (*d["search"].values(), *d["finals"].values())]
     if all(r["status"] == "missing" for r in runs):  # a report of nothing would only be a folder to delete
@@ -763,7 +766,6 @@ def main(argv=None):
         raise ValueError(f"no run of study {study['name']} has started yet (0 of the {len(runs)} runs planned so "
                          f"far have metrics in {study['runs_dir']}): nothing to report, nothing written; run "
                          f"python sweep.py {args.study}{quick} first")
-    out = args.out or default_out(study)
     try:
         os.makedirs(out, exist_ok=True)
     except OSError as e:

@@ -267,7 +267,8 @@ def study(tmp_path):
     ("name = 5\nruns_dir = None", r"name must be a plain folder name"),
     ("name = '.'", r"name must be a plain folder name"),
     ("runs_dir = 5", r"runs_dir must be a folder path"),
-    ("contrasts = [('linear', 'lineer', 'a typo')]", r"contrasts must be a list of \(arm, other arm, "),
+    ("contrasts = [('linear', 'lineer', 'a typo')]", r"contrasts name \['lineer'\], which are not arms of this "
+                                                     r"study; its arms: linear, nonlinear"),
     ("contrasts = [('linear', 'linear', 'itself')]", r"contrasts must be .* of two different arms"),
     ("contrasts = ('linear', 'linear')", r"contrasts must be a list"),
     ("contrasts = [(['linear'], 'linear', 'a list')]", r"contrasts must be a list of \(arm"),  # was TypeError
@@ -403,7 +404,7 @@ def test_a_run_that_ends_without_an_error_but_unfinished_is_not_launched_forever
         assert len(calls) < 10, "launched again and again"
         return subprocess.CompletedProcess(cmd, 0)
     monkeypatch.setattr(sweep.subprocess, "run", train_exits_0)
-    with pytest.raises(RuntimeError, match=r"(?s)4 run\(s\) failed.*lr0.01_seed1 ended before max_iters "
-                                           r"without an error: its metrics.jsonl ends at iter None"):
+    with pytest.raises(RuntimeError, match=r"(?s)4 run\(s\) did not finish; the others did:.*lr0.01_seed1 ended "
+                                           r"before max_iters without an error: its metrics.jsonl ends at iter None"):
         sweep.main([str(study)])
     assert len(calls) == 4  # the 2 arms x 2 rates of the search, once each
