@@ -612,16 +612,30 @@ def dry_run(study, tokens_per_s=None, bench_json=None):
     (tokens / tokens_per_s / 3600, per GPU: a run on N GPUs takes 1/N of the time for the same GPU-hours,
     if it scales perfectly; evals not counted). tokens_per_s: one figure for every arm; else bench_json
     (bench.py's --json: each arm at its query mode's figure; default DEFAULT_BENCH_JSON). ValueError if
-    the bench file lacks an arm's query mode. Runs nothing."""
-    source = (f"--tokens_per_s {tokens_per_s:,.0f} for every arm" if tokens_per_s
-              else f"{os.path.relpath(bench_json or DEFAULT_BENCH_JSON)}, each arm at its query mode's tokens/s")
-    speeds = None if tokens_per_s else read_tokens_per_s(bench_json or DEFAULT_BENCH_JSON)
+    the bench file lacks an arm's query mode. A study whose config runs on the CPU, given neither, is timed
+    on its own finished runs instead (run_timing): CPU-hours of one process, evals included, '?' for an arm
+    with none finished yet. Runs nothing."""
+    first_cfg = run_config(study, next(iter(study["arms"])), study["grids"][next(iter(study["arms"]))][0],
+                           study["seeds"][0])
+    timed = first_cfg["device"] == "cpu" and not (tokens_per_s or bench_json)
+    if timed:
+        folder, timing = run_timing(study)
+        unit = "CPU"
+        source = (f"CPU-hours of one process, timed on the finished runs in {folder} (evals included)" if folder
+                  else "CPU-hours: unknown, no finished run of this study to time yet (pass --tokens_per_s)")
+    else:
+        unit = "GPU"
+        source = ("GPU-hours = tokens / tokens per second per GPU / 3600, from "
+                  + (f"--tokens_per_s {tokens_per_s:,.0f} for every arm" if tokens_per_s else
+                     f"{os.path.relpath(bench_json or DEFAULT_BENCH_JSON)}, each arm at its query mode's tokens/s")
+                  + "; evals not counted")
+    speeds = None if tokens_per_s or timed else read_tokens_per_s(bench_json or DEFAULT_BENCH_JSON)
     due = due_runs(study)
-    lines = [f"plan of study {study['name']} (dry run: nothing is started); runs in {study['runs_dir']}",
-             f"GPU-hours = tokens / tokens per second per GPU / 3600, from {source}; evals not counted",
-             "", "| arm | query_mode | tokens/s | tokens a run | GPU-h a run | finished | due now | first wave "
-                 "| fewest | most | GPU-h first wave | GPU-h most |",
+    lines = [f"plan of study {study['name']} (dry run: nothing is started); runs in {study['runs_dir']}", source,
+             "", f"| arm | query_mode | tokens/s | tokens a run | {unit}-h a run | finished | due now | first wave "
+                 f"| fewest | most | {unit}-h first wave | {unit}-h most |",
              "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    untimed = []
     total = dict(runs=[0, 0, 0, 0, 0], hours=[0.0, 0.0, 0.0])  # hours: first wave, fewest, most
     for arm in study["arms"]:
         cfg = run_config(study, arm, study["grids"][arm][0], study["seeds"][0])
@@ -630,8 +644,16 @@ def dry_run(study, tokens_per_s=None, bench_json=None):
             raise ValueError(f"{bench_json or DEFAULT_BENCH_JSON} has no row for query_mode {mode} (arm {arm}); "
                              f"it has {', '.join(speeds)}: measure it with bench.py --query_modes={mode}, or "
                              f"pass --tokens_per_s")
-        speed = tokens_per_s or speeds[mode]
-        hours = run_tokens(cfg) / speed / 3600
+        if timed and arm not in timing:
+            untimed.append(arm)
+            speed = hours = math.nan
+        elif timed:
+            step_s, other_s = timing[arm]
+            speed = run_tokens(cfg) / cfg["max_iters"] / step_s
+            hours = (step_s * cfg["max_iters"] + (other_s or 0.0)) / 3600
+        else:
+            speed = tokens_per_s or speeds[mode]
+            hours = run_tokens(cfg) / speed / 3600
         first, fewest, most = arm_run_counts(study, arm)
         finished = sum(is_finished(study, *run) for run in run_list(study, arm))
         now = sum(run[0] == arm for run in due)
@@ -645,9 +667,11 @@ def dry_run(study, tokens_per_s=None, bench_json=None):
     lines.append(f"| **all** | | | | | {finished} | {now} | {first} | {fewest} | {most} "
                  f"| {total['hours'][0]:,.1f} | {total['hours'][2]:,.1f} |")
     h_first, h_fewest, h_most = total["hours"]
-    lines += ["", f"The study: {fewest}-{most} runs, {h_fewest:,.1f}-{h_most:,.1f} GPU-hours (first wave: {first} "
-                  f"runs, {h_first:,.1f} GPU-hours); {finished} finished, {now} due now."]
-    return "\n".join(lines)
+    hours = (f"{h_fewest:,.1f}-{h_most:,.1f} {unit}-hours (first wave: {first} runs, {h_first:,.1f} {unit}-hours)"
+             if not untimed else f"{unit}-hours unknown until {', '.join(untimed)} has a finished run to time "
+                                 f"(first wave: {first} runs)")
+    lines += ["", f"The study: {fewest}-{most} runs, {hours}; {finished} finished, {now} due now."]
+    return re.sub(r"(?<=\| )nan(?= \|)", "?", "\n".join(lines))
 
 
 def run_list(study, arm):
@@ -896,7 +920,8 @@ def slurm_settings(study, args):
 def add_plan_arguments(parser):
     """--dry_run and the throughput it counts GPU-hours with."""
     parser.add_argument("--dry_run", action="store_true",
-                        help="print the plan (runs, tokens, GPU-hours) and run nothing")
+                        help="print the plan (runs, tokens, GPU-hours; a study on the CPU: CPU-hours timed on "
+                             "its finished runs) and run nothing")
     parser.add_argument("--tokens_per_s", type=float, default=None,
                         help="--dry_run: measured training tokens/s per GPU, for every arm")
     parser.add_argument("--bench_json", default=None,

@@ -60,6 +60,27 @@ def test_dry_run_counts_finished_and_due_runs_and_names_a_missing_mode(tmp_path,
         sweep.main([str(study_file), "--dry_run", "--bench_json", str(bench)])
 
 
+def test_dry_run_of_a_cpu_study_is_timed_on_its_own_finished_runs(tmp_path, capsys):
+    """A study whose config runs on the CPU, with no --tokens_per_s: CPU-hours from its finished runs' step
+    times and the rest of their elapsed time; '?' for an arm with no finished run."""
+    study_file = tiny_study(tmp_path, "max_extensions = 1\n")  # device = 'cpu'; 20 steps of 4 x 16 tokens
+    study = sweep.load_study(str(study_file))
+    sweep.main([str(study_file), "--dry_run"])
+    assert "CPU-hours: unknown, no finished run of this study to time yet" in capsys.readouterr().out
+    for lr, loss in ((1e-2, 2.0), (3e-3, 1.5)):  # linear: 20 steps of 18 s, 720 s in all (360 s of evals)
+        out = sweep.run_dir(study, "linear", lr, 1)
+        os.makedirs(out)
+        with open(os.path.join(out, "metrics.jsonl"), "w") as f:
+            f.write(json.dumps(dict(iter=0, val_loss=4.0, elapsed_s=1.0)) + "\n")
+            f.write(json.dumps(dict(iter=20, val_loss=loss, ms_per_iter=18000.0, elapsed_s=720.0)) + "\n")
+    sweep.main([str(study_file), "--dry_run"])
+    out = capsys.readouterr().out
+    # 64 tokens / 18 s = 3.6 tokens/s; 720 s = 0.20 h a run; first wave 2 runs, at most 6 (as above)
+    assert "| linear | linear | 4 | 1,280 | 0.20 | 2 | 1 | 2 | 5 | 6 | 0.4 | 1.2 |" in out
+    assert "| nonlinear | nonlinear | ? | 1,280 | ? | 0 | 2 | 2 | 5 | 6 | ? | ? |" in out
+    assert "CPU-hours unknown until nonlinear has a finished run to time (first wave: 4 runs)" in out
+
+
 # ------------------------------------------------------------------------------------------ through submitit
 def processes_under(path):
     """{pid: command line} of the processes whose command line or environment names path (this test's jobs)."""
