@@ -41,12 +41,12 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from common import (DEFAULTS, EXIT_DIVERGED, EXIT_INTERRUPTED, EXIT_PREEMPTED, MODEL_KEYS, atomic_write_text, autocast,
-                    check_fsdp_support, check_same_dataset, damaged_checkpoint, end_distributed, estimate_loss,
-                    eval_window_count, eval_windows, format_config, full_split_loss, full_split_windows, get_batch,
-                    is_fsdp, load_checkpoint, load_meta, make_writable_folder, model_config, open_split,
-                    parse_config, read_metrics, resolve_device, safe_exp, save_checkpoint, settings_help,
-                    setup_distributed, shard_model, use_compile, validate, window_starts)
+from common import (DEFAULTS, EXIT_DIVERGED, EXIT_INTERRUPTED, EXIT_PREEMPTED, MODEL_KEYS, atomic_write_text,
+                    autocast, check_fsdp_support, check_same_dataset, damaged_checkpoint, end_distributed,
+                    estimate_loss, eval_window_count, eval_windows, format_config, full_split_loss,
+                    full_split_windows, get_batch, is_fsdp, load_checkpoint, load_meta, make_writable_folder,
+                    model_config, open_split, parse_config, read_metrics, resolve_device, safe_exp, save_checkpoint,
+                    settings_help, setup_distributed, shard_model, use_compile, validate, window_starts)
 from model import GPT
 from prepare_data import BIN_FILES, SHIPPED_DATASETS, DataError, prepare_shipped
 

@@ -247,6 +247,18 @@ def test_missing_study_and_config_files_are_named_with_the_closest_name(study_fi
         sweep.load_study(str(bad))
 
 
+def command_lines():
+    """{pid: command line} of the processes running now (those that end while being read are left out)."""
+    found = {}
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                found[int(pid)] = f.read().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            pass
+    return found
+
+
 def test_a_run_stopped_by_ctrl_c_is_reported_as_interrupted_not_failed(tmp_path):
     """SIGINT to a sweep's train.py: it exits 130 after its checkpoint, and the sweep says 'interrupted' (it
     resumes when the sweep runs again), not FAILED."""
@@ -260,8 +272,7 @@ def test_a_run_stopped_by_ctrl_c_is_reported_as_interrupted_not_failed(tmp_path)
         deadline = time.time() + 120
         while not os.path.exists(os.path.join(out, "ckpt.pt")) and time.time() < deadline:
             time.sleep(0.05)
-        train = [int(p) for p in os.listdir("/proc") if p.isdigit() and out.encode() in
-                 open(f"/proc/{p}/cmdline", "rb").read() and b"train.py" in open(f"/proc/{p}/cmdline", "rb").read()]
+        train = [pid for pid, cmd in command_lines().items() if out in cmd and "train.py" in cmd]
         assert len(train) == 1, "train.py did not start"
         os.kill(train[0], signal.SIGINT)  # the run's process only, as a Ctrl-C would reach it
         stdout, stderr = proc.communicate(timeout=120)
