@@ -399,7 +399,10 @@ def seeds_needed(sd, half_width, confidence=0.95, n_max=100_000):
     if not math.isfinite(sd):
         return None
     q = 0.5 + confidence / 2
-    start = max(2, math.ceil((stats.norm.ppf(q) * sd / half_width) ** 2))  # t > z: no fewer pairs than with z
+    z = float(stats.norm.ppf(q))  # t > z: no fewer pairs than the normal approximation's (z · sd / half_width)²
+    if not half_width > 0 or z * sd / half_width > math.sqrt(n_max):
+        return None
+    start = max(2, math.ceil((z * sd / half_width) ** 2))
     return next((n for n in range(start, n_max + 1)
                  if stats.t.ppf(q, n - 1) * sd / math.sqrt(n) <= half_width), None)
 
@@ -501,10 +504,11 @@ def curve_table(study, data):
 
 
 def curve_gap_table(study, data):
-    """Rows: learning rates; a cell per arm but the first (the reference): arm − reference at that rate, paired
-    by selection seed over the seeds both finished (at one seed both arms train on the same windows), its 95%
-    CI (paired_difference) and the call (verdict). '·' = a rate one of the two did not sweep."""
-    ref, *others = data
+    """Rows: learning rates; a cell per arm but the study's reference: arm − reference at that rate, paired by
+    selection seed over the seeds both finished (at one seed both arms train on the same windows), its 95% CI
+    (paired_difference) and the call (verdict). '·' = a rate one of the two did not sweep."""
+    ref = study["reference"]
+    others = [arm for arm in data if arm != ref]
     lrs = sorted({lr for d in data.values() for lr in d["plan"]["swept"]})
     finished = lambda d, lr: {s: d["search"][(lr, s)]["final"] for s in study["selection_seeds"]
                               if (lr, s) in d["search"] and d["search"][(lr, s)]["final"] is not None}
@@ -777,7 +781,7 @@ def main(argv=None):
     reading = (["## Reading", open(reading_path).read().strip()] if os.path.exists(reading_path) else [])
     contrasts = (["## Contrasts between arms (paired by seed, final seeds both finished, 95% CI)",
                   contrasts_table(study, data)] if study["contrasts"] else [])
-    precision = ([f"**Precision.** The study aims for a 95% CI half-width of {study['precision']:.1%} of "
+    precision = ([f"**Precision.** The study aims for a 95% CI half-width of {study['precision'] * 100:g}% of "
                   f"{study['reference']}'s mean final loss on each comparison with it. At the spread of the "
                   f"paired differences measured so far (their sd; one stalled seed can dominate it), that "
                   f"takes the number of final seeds below:", precision_table(study, data)]
@@ -791,7 +795,7 @@ def main(argv=None):
                   f"step 0 (it has not left the early plateau). Means and 95% CIs are over the finished, "
                   f"non-diverged seeds at each rate.",
                   "![learning-rate curves](lr_curves.png)", band_table(study, data), curve_table(study, data),
-                  f"Each arm against {next(iter(data))} at the same rate, paired by selection seed (95% CI; a "
+                  f"Each arm against {study['reference']} at the same rate, paired by selection seed (95% CI; a "
                   f"call only where the CI excludes 0):", curve_gap_table(study, data)]
     text = "\n\n".join([
         header(args.study, study, out), "## Results", method(study, tokenizer),

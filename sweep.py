@@ -148,7 +148,8 @@ def load_study(path, quick=None):
                                   "a non-empty list of ints, each once (empty only with a single learning "
                                   "rate per arm)"),
               "seeds": (ints(study["seeds"]), "a non-empty list of ints, each once"),
-              "reference": (study["reference"] in study["arms"], "one of the arms"),
+              "reference": (isinstance(study["reference"], str) and study["reference"] in arms,
+                            f"the name of one of the arms ({', '.join(arms)}), got {study['reference']!r}"),
               "seeds_per_arm": (isinstance(study["seeds_per_arm"], dict) and all(
                   a in study["arms"] and isinstance(n, int) and 1 <= n <= len(study["seeds"])
                   for a, n in study["seeds_per_arm"].items()), f"a dict arm -> 1..{len(study['seeds'])}"),
@@ -480,7 +481,7 @@ def launch(study, arm, lr, seed, threads):
                               env=env).returncode
     if code == EXIT_DIVERGED and is_diverged(final_row(out_dir)):
         print(f"diverged: {arm} lr={lr:g} seed={seed} (recorded; the sweep goes on)", flush=True)
-    elif code == EXIT_INTERRUPTED:  # Ctrl-C: not a failure; it resumes from its checkpoint next time
+    elif code in (EXIT_INTERRUPTED, -signal.SIGINT):  # Ctrl-C (-2: during start-up): it resumes next time
         print(f"interrupted: {arm} lr={lr:g} seed={seed} (it resumes from its last checkpoint when the sweep "
               f"runs again)", flush=True)
         return f"{out_dir} was interrupted (Ctrl-C); it resumes from its last checkpoint when the sweep runs again"
@@ -535,6 +536,8 @@ def run_timing(study):
                     continue
                 steps = sum((r.get("ms_per_iter") or 0) / 1000 * (r["iter"] - p["iter"])
                             for p, r in zip(rows, rows[1:]))
+                if steps <= 0:  # no step times logged: nothing to time it by
+                    continue
                 elapsed = rows[-1].get("elapsed_s")
                 measured.setdefault(arm, []).append((steps, rows[-1]["iter"],
                                                      None if elapsed is None else max(0.0, elapsed - steps)))
@@ -621,7 +624,10 @@ def dry_run(study, tokens_per_s=None, bench_json=None):
     if timed:
         folder, timing = run_timing(study)
         unit = "CPU"
-        source = (f"CPU-hours of one process, timed on the finished runs in {folder} (evals included)" if folder
+        no_evals = [arm for arm, (_, other_s) in timing.items() if other_s is None]
+        evals = (f"evals not included for {', '.join(no_evals)}, whose runs did not log elapsed_s" if no_evals
+                 else "evals and start-up included")
+        source = (f"CPU-hours of one process, timed on the runs in {folder} ({evals})" if folder
                   else "CPU-hours: unknown, no finished run of this study to time yet (pass --tokens_per_s)")
     else:
         unit = "GPU"
@@ -952,6 +958,8 @@ def main(argv=None):
         print(f"quick: every run at {args.quick:g} of its steps, in {study['runs_dir']} (scratch; results/ "
               f"is not touched). For trying the machinery, not for comparing arms; report: python report.py "
               f"{args.study} --quick {args.quick:g}", flush=True)
+    if args.tokens_per_s is not None and not (math.isfinite(args.tokens_per_s) and args.tokens_per_s > 0):
+        parser.error(f"--tokens_per_s {args.tokens_per_s:g}: must be a positive number (measured tokens/s per GPU)")
     if args.dry_run:
         print(dry_run(study, args.tokens_per_s, args.bench_json))
         return

@@ -270,6 +270,10 @@ def test_curve_and_band_tables_by_hand(tmp_path):
     half = t * sd / math.sqrt(3)
     assert f"| 0.002 | +0.0500 [{0.05 - half:+.4f}, {0.05 + half:+.4f}] (n=3) no call |" in gaps
     assert "| 0.004 | -0.1200 [-0.1200, -0.1200] (n=2) lower |" in gaps
+    # against the study's reference, whichever arm it is
+    other = report.curve_gap_table({**study, "reference": "nonlinear"}, data)
+    assert "| learning rate | linear − nonlinear |" in other
+    assert "| 0.001 | +0.1000 [+0.1000, +0.1000] (n=3) higher |" in other
     assert report.band({1e-3: 2.0, 2e-3: 2.03, 4e-3: None}) == (1e-3, [1e-3])  # 2.03 > 1.01 x 2.0
     assert report.band({1e-3: math.inf}) == (None, [])
     text = report.main([str(path), "--out", str(tmp_path / "rep")])
@@ -346,6 +350,7 @@ def test_seeds_needed_and_the_precision_table_by_hand():
     # sd 0.01, target 0.0055: n = 15 gives 2.1448 · 0.01 / √15 = 0.00554 (too wide), n = 16 2.1314 · 0.01 / 4
     assert report.seeds_needed(0.01, 0.0055) == 16
     assert report.seeds_needed(0.0, 0.001) == 2 and report.seeds_needed(math.nan, 0.001) is None
+    assert report.seeds_needed(0.1, 1e-300) is None and report.seeds_needed(0.1, 0.0) is None  # beyond n_max
     study = dict(reference="linear", precision=0.003)
     runs = lambda losses: dict(finals={seed: dict(final=x) for seed, x in enumerate(losses, 1)})
     data = {"linear": runs([2.0, 2.0, 2.0, 2.0]), "nonlinear": runs([2.01, 1.99, 2.02, 2.00]),

@@ -226,6 +226,8 @@ def test_edited_study_does_not_reuse_old_runs(study_file, tmp_path):
     (("max_extensions = 0", "precision = 3"), r"precision must be None or the 95% CI half-width .* e\.g\. 0\.003 "
                                              r"for 0\.3%; got 3 \(int\)"),
     (("max_extensions = 0", "precision = '0.3'"), r"got '0\.3' \(str\)"),
+    (("max_extensions = 0", "reference = ['linear']"),
+     r"reference must be the name of one of the arms \(linear, nonlinear\), got \['linear'\]"),
     (("max_extensions = 0", "contrasts = [('nonlinear', 'lowrnak', 'x')]"),
      r"contrasts name \['lowrnak'\], which are not arms of this study; its arms: linear, nonlinear"),
 ])
@@ -257,6 +259,16 @@ def command_lines():
         except OSError:
             pass
     return found
+
+
+def test_a_run_killed_by_sigint_during_start_up_is_interrupted_too(study_file, monkeypatch, capsys):
+    """Ctrl-C while train.py still imports: Python dies of the signal (status -2), not through train.py's
+    handler (130); the sweep calls that interrupted as well."""
+    monkeypatch.setattr(sweep.subprocess, "run", lambda cmd, **kw: subprocess.CompletedProcess(cmd, -2))
+    study = sweep.load_study(str(study_file))
+    failure = sweep.launch(study, "linear", 1e-2, 1, threads=1)
+    assert "was interrupted (Ctrl-C); it resumes from its last checkpoint" in failure
+    assert "interrupted: linear lr=0.01 seed=1" in capsys.readouterr().out
 
 
 def test_a_run_stopped_by_ctrl_c_is_reported_as_interrupted_not_failed(tmp_path):

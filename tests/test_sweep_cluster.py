@@ -79,6 +79,17 @@ def test_dry_run_of_a_cpu_study_is_timed_on_its_own_finished_runs(tmp_path, caps
     assert "| linear | linear | 4 | 1,280 | 0.20 | 2 | 1 | 2 | 5 | 6 | 0.4 | 1.2 |" in out
     assert "| nonlinear | nonlinear | ? | 1,280 | ? | 0 | 2 | 2 | 5 | 6 | ? | ? |" in out
     assert "CPU-hours unknown until nonlinear has a finished run to time (first wave: 4 runs)" in out
+    assert "(evals and start-up included)" in out
+    out = sweep.run_dir(study, "nonlinear", 1e-2, 1)  # a run without step times cannot time its arm
+    os.makedirs(out)
+    with open(os.path.join(out, "metrics.jsonl"), "w") as f:
+        f.write(json.dumps(dict(iter=0, val_loss=4.0)) + "\n" + json.dumps(dict(iter=20, val_loss=2.0)) + "\n")
+    sweep.main([str(study_file), "--dry_run"])
+    assert "| nonlinear | nonlinear | ? | 1,280 | ? | 1 |" in capsys.readouterr().out
+    for bad in ("-5", "0", "nan"):
+        with pytest.raises(SystemExit):
+            sweep.main([str(study_file), "--dry_run", "--tokens_per_s", bad])
+        assert "must be a positive number" in capsys.readouterr().err
 
 
 # ------------------------------------------------------------------------------------------ through submitit
