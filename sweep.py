@@ -618,9 +618,9 @@ def dry_run(study, tokens_per_s=None, bench_json=None):
     the bench file lacks an arm's query mode. A study whose config runs on the CPU, given neither, is timed
     on its own finished runs instead (run_timing): CPU-hours of one process, evals included, '?' for an arm
     with none finished yet. Runs nothing."""
-    first_cfg = run_config(study, next(iter(study["arms"])), study["grids"][next(iter(study["arms"]))][0],
-                           study["seeds"][0])
-    timed = first_cfg["device"] == "cpu" and not (tokens_per_s or bench_json)
+    first = next(iter(study["arms"]))
+    on_cpu = run_config(study, first, study["grids"][first][0], study["seeds"][0])["device"] == "cpu"
+    timed = on_cpu and not (tokens_per_s or bench_json)
     if timed:
         folder, timing = run_timing(study)
         unit = "CPU"

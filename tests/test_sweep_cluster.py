@@ -10,7 +10,7 @@ import pytest
 import common
 import sweep
 from conftest import ROOT
-from test_sweep import ONE_ARM, tiny_study
+from test_sweep import ONE_ARM, command_lines, tiny_study
 
 
 def test_dry_run_of_the_paper_study_prints_its_runs_and_gpu_hours():
@@ -94,17 +94,8 @@ def test_dry_run_of_a_cpu_study_is_timed_on_its_own_finished_runs(tmp_path, caps
 
 # ------------------------------------------------------------------------------------------ through submitit
 def processes_under(path):
-    """{pid: command line} of the processes whose command line or environment names path (this test's jobs)."""
-    found = {}
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                cmd = f.read().replace(b"\0", b" ").decode(errors="replace")
-        except OSError:
-            continue
-        if str(path) in cmd and int(pid) != os.getpid():
-            found[int(pid)] = cmd
-    return found
+    """{pid: command line} of the processes (but this one) whose command line names path (this test's jobs)."""
+    return {pid: cmd for pid, cmd in command_lines().items() if str(path) in cmd and pid != os.getpid()}
 
 
 def kill_all_under(path):
