@@ -257,7 +257,7 @@ def test_all_finite_checks_the_shards_of_fsdp_parameters(tmp_path):
 
 
 def test_large_config_is_gpt3_large_with_the_nonlinear_query_and_fsdp():
-    """config/nlq_large.py: the shape, the parameter counts of the README's table (meta device), and a global
+    """config/nlq_large.py: the shape, the parameter counts of docs/fsdp.md's table (meta device), and a global
     batch that 8, 16 and 32 GPUs share evenly."""
     cfg = common.parse_config([str(ROOT / "config" / "nlq_large.py")])
     assert (cfg["n_layer"], cfg["n_head"], cfg["n_embd"], cfg["block_size"]) == (24, 16, 1536, 1024)
