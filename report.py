@@ -53,15 +53,16 @@ def summarize(values):
 def paired_difference(arm, ref, confidence=0.95):
     """Paired comparison of two arms over the seeds both finished.
 
-    arm, ref: {seed: final loss}. Returns dict(n, seeds, mean: mean of arm_i - ref_i, sd, ci: (lo, hi) from
-    Student's t with n - 1 df, p: two-sided paired t-test p-value, rel: mean / mean(ref) in %). ci and p are
-    None for n < 2, and when all differences are equal the CI has zero width (p is then 0 or nan).
+    arm, ref: {seed: final loss}. Returns dict(n, seeds, diffs: arm_i - ref_i in seed order, mean: their mean,
+    sd, ci: (lo, hi) from Student's t with n - 1 df, p: two-sided paired t-test p-value, rel: mean / mean(ref)
+    in %). ci and p are None for n < 2, and when all differences are equal the CI has zero width (p is then 0
+    or nan).
     """
     seeds = sorted(set(arm) & set(ref))
     d = np.array([arm[s] - ref[s] for s in seeds])
     n = len(d)
-    out = dict(n=n, seeds=seeds, mean=float(d.mean()) if n else math.nan, sd=math.nan, ci=None, p=None,
-               rel=float(d.mean() / np.mean([ref[s] for s in seeds]) * 100) if n else math.nan)
+    out = dict(n=n, seeds=seeds, diffs=d.tolist(), mean=float(d.mean()) if n else math.nan, sd=math.nan,
+               ci=None, p=None, rel=float(d.mean() / np.mean([ref[s] for s in seeds]) * 100) if n else math.nan)
     if n >= 2:
         sd = float(d.std(ddof=1))
         half = stats.t.ppf(0.5 + confidence / 2, n - 1) * sd / math.sqrt(n)
@@ -322,9 +323,9 @@ def method(study, tokenizer):
     ref = study["reference"]
     bpb = (" Bits per byte = loss / ln 2 (byte-level data: one token per byte)." if tokenizer == "byte"
            else "")
-    final = ("its last fixed-window val loss (`val_loss`: a --quick run skips the whole-split eval)"
+    final = ("its last fixed-window val loss (`val_loss`: a --quick run skips the whole-split eval; "
              if study.get("quick") else "its val loss over the whole val split, every val token once "
-             "(`val_loss_full`)")
+             "(`val_loss_full`; ")
     grids = {tuple(g) for g in study["grids"].values()}
     grid = (f"the base grid {', '.join(f'{lr:g}' for lr in next(iter(grids)))}" if len(grids) == 1
             else "each arm's own base grid (see the search table)")
@@ -341,7 +342,7 @@ def method(study, tokenizer):
             f"the final seeds {study['seeds']} (disjoint from any selection seeds; arms on fewer: "
             f"{', '.join(f'{a} {n}' for a, n in study['seeds_per_arm'].items()) or 'none'}), and only "
             f"these enter the statistics. A run's final loss "
-            f"is {final} (the same tokens for every arm and seed), in nats/token.{bpb} Each arm is compared "
+            f"is {final}the same tokens for every arm and seed), in nats/token.{bpb} Each arm is compared "
             f"with `{ref}` *paired* "
             f"by seed (at one seed both see the same training windows): Δ = mean over shared seeds of (arm − "
             f"{ref}), its 95% CI from Student's t with n − 1 degrees of freedom, and the paired t-test's "
@@ -693,7 +694,8 @@ def plot_curves(data, path):
 
 
 def plot_forest(study, data, path):
-    """Each arm's paired mean Δ vs the reference with its 95% CI (a forest plot)."""
+    """Each arm's paired mean Δ vs the reference with its 95% CI (a forest plot), over the seed-by-seed
+    differences it is the mean of (ticks: one stalled seed can move the mean and widen the CI)."""
     ref = study["reference"]
     rows = []
     for arm, d in data.items():
@@ -701,6 +703,7 @@ def plot_forest(study, data, path):
             rows.append((arm, paired_difference(final_losses(d), final_losses(data[ref]))))
     fig, ax = plt.subplots(figsize=(7, 0.45 * max(len(rows), 2) + 1.2))
     for y, (arm, pd) in enumerate(reversed(rows)):
+        ax.plot(pd["diffs"], [y - 0.18] * pd["n"], "|", color="0.45", ms=7)
         lo, hi = pd["ci"] if pd["ci"] is not None else (pd["mean"], pd["mean"])
         color = "tab:green" if hi < 0 else "tab:red" if lo > 0 else "tab:gray"
         ax.errorbar(pd["mean"], y, xerr=[[pd["mean"] - lo], [hi - pd["mean"]]], fmt="o", color=color,
@@ -708,7 +711,7 @@ def plot_forest(study, data, path):
     ax.set_yticks(range(len(rows)), [f"{arm} (n={pd['n']})" for arm, pd in reversed(rows)])
     ax.axvline(0, color="black", lw=0.8)
     ax.set(xlabel=f"Δ final loss vs {ref} (nats/token; paired mean, 95% CI)",
-           title="lower is better; green/red: the CI excludes 0")
+           title="lower is better; green/red: the CI excludes 0; ticks: each seed's Δ")
     if not rows:
         ax.text(0.5, 0.5, "no paired results yet", ha="center", transform=ax.transAxes)
     ax.grid(alpha=0.3, axis="x")

@@ -86,7 +86,8 @@ def test_paired_statistics_by_hand():
 
 def test_paired_uses_only_shared_seeds_and_needs_two():
     pd = report.paired_difference({11: 1.0, 12: 2.0, 14: 9.0}, {11: 1.5, 12: 2.25, 13: 0.0})
-    assert pd["seeds"] == [11, 12] and pd["mean"] == pytest.approx(-0.375)
+    assert pd["seeds"] == [11, 12] and pd["diffs"] == pytest.approx([-0.5, -0.25])
+    assert pd["mean"] == pytest.approx(-0.375)
     one = report.paired_difference({11: 1.0}, {11: 1.5})
     assert one["n"] == 1 and one["ci"] is None and one["p"] is None and report.verdict(one["ci"]) == "n < 2"
     assert report.welch_p([1.0], [2.0, 3.0]) is None
