@@ -701,7 +701,7 @@ def plot_forest(study, data, path):
     for arm, d in data.items():
         if arm != ref and final_losses(d) and final_losses(data[ref]):
             rows.append((arm, paired_difference(final_losses(d), final_losses(data[ref]))))
-    fig, ax = plt.subplots(figsize=(7, 0.45 * max(len(rows), 2) + 1.2))
+    fig, ax = plt.subplots(figsize=(7, 0.45 * max(len(rows), 2) + 1.5))
     for y, (arm, pd) in enumerate(reversed(rows)):
         ax.plot(pd["diffs"], [y - 0.18] * pd["n"], "|", color="0.45", ms=7)
         lo, hi = pd["ci"] if pd["ci"] is not None else (pd["mean"], pd["mean"])
@@ -711,7 +711,7 @@ def plot_forest(study, data, path):
     ax.set_yticks(range(len(rows)), [f"{arm} (n={pd['n']})" for arm, pd in reversed(rows)])
     ax.axvline(0, color="black", lw=0.8)
     ax.set(xlabel=f"Δ final loss vs {ref} (nats/token; paired mean, 95% CI)",
-           title="lower is better; green/red: the CI excludes 0; ticks: each seed's Δ")
+           title="lower is better; green/red: the CI excludes 0\nticks: each seed's paired difference")
     if not rows:
         ax.text(0.5, 0.5, "no paired results yet", ha="center", transform=ax.transAxes)
     ax.grid(alpha=0.3, axis="x")
