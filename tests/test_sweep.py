@@ -385,3 +385,20 @@ def test_quick_writes_only_under_the_scratch_folder(one_arm_study, tmp_path, mon
     assert "its last fixed-window val loss (`val_loss`" in text and "`val_loss_full`" not in text
     again = sweep.load_study(str(study_file), quick=0.1)  # timed now: the next estimate uses these runs
     assert "ms/step by arm" in sweep.announce(again, [("linear", 1e-2, 5)], 1)
+
+
+def test_committed_studies_load_and_a_shared_runs_folder_means_one_experiment_per_arm():
+    """Every study in studies/ passes sweep.py's checks and is named after its file; studies that share a runs
+    folder (runs_dir) give each arm name there the same config, overrides and settings, so a run made for one
+    study is the same experiment in the others."""
+    arms_by_folder = {}
+    for path in sorted((ROOT / "studies").glob("*.py")):
+        study = sweep.load_study(str(path))
+        assert study["name"] == path.stem
+        for arm, settings in study["arms"].items():
+            experiment = (study["config"], study["overrides"], settings)
+            arms_by_folder.setdefault((study["runs_dir"], arm), {})[path.stem] = experiment
+    shared = {key: by_study for key, by_study in arms_by_folder.items() if len(by_study) > 1}
+    assert ("results/enwiki_cpu/runs", "nonlinear") in shared  # the CPU studies share their runs
+    for (folder, arm), by_study in shared.items():
+        assert len({repr(experiment) for experiment in by_study.values()}) == 1, (folder, arm, by_study)
