@@ -5,8 +5,9 @@
 # 2,313 pairs for a CI of +-0.3%. Here both arms run at 8e-3: linear's best rate on those curves, and inside the
 # nonlinear query's band (within 1% of its best mean), with no stall in either arm's 3 selection seeds there.
 # The rate was chosen from the curves' selection seeds (1337-1339), never from these final seeds. The pairs'
-# spread measured among on-time runs (sd 0.013-0.018 nats) needs about 26-42 pairs for +-0.3% of linear's loss:
-# 30 final seeds. Not each arm's own best rate: the question is the query's effect at a rate safe for both.
+# spread measured among on-time runs (sd 0.013-0.018 nats) needs about 25-41 pairs for +-0.3% of linear's loss:
+# 30 final seeds, enough for an sd up to about 0.0145 (the report's precision table gives the count the measured
+# spread needs). Not each arm's own best rate: the question is the query's effect at a rate safe for both.
 # linear at 8e-3 on seeds 2001-2012 is the same experiment as in studies/enwiki_cpu.py (same config, same keys),
 # so the runs folder is shared and those runs are made once.
 # Runs are made two at a time on a shared 2-core machine, 1 thread each (~6-9 min a run); judge speed by
