@@ -123,9 +123,10 @@ def evaluate(out_dir, split="val", full=False, device="cpu", dtype=None, batch_s
 
 
 def table(r):
-    """A small markdown table of an evaluate() result."""
+    """A small markdown table of an evaluate() result (the whole split of N tokens scores N - 1: the first
+    token has no context)."""
     bpb = "n/a" if r["bits_per_byte"] is None else f"{r['bits_per_byte']:.4f}"
-    return ("| split | mode | iter | tokens | bytes | loss (nats/token) | perplexity | bits/token "
+    return ("| split | mode | iter | tokens scored | bytes | loss (nats/token) | perplexity | bits/token "
             "| bits/byte |\n"
             "|---|---|---:|---:|---:|---:|---:|---:|---:|\n"
             f"| {r['split']} | {r['mode']} | {r['iter']} | {r['tokens']:,} | {r['bytes']:,} "

@@ -507,7 +507,8 @@ def due_runs(study):
 
 def check_data(study):
     """FileNotFoundError / ValueError before any run starts if a dataset the study's runs read is missing or
-    damaged (else every run would fail, the cause only in its train.log)."""
+    damaged (else every run would fail, the cause only in its train.log). Returns the datasets' folders."""
+    folders = []
     for arm in study["arms"]:
         cfg = run_config(study, arm, study["grids"][arm][0], study["seeds"][0])
         folder = os.path.join(cfg["data_dir"], cfg["dataset"])
@@ -516,6 +517,16 @@ def check_data(study):
         except (FileNotFoundError, ValueError) as e:
             raise type(e)(f"the study's runs read the dataset {folder} (arm {arm}): {e}; the study file's or "
                           f"its config's comment shows the command that prepares it") from None
+        folders.append(folder)
+    return sorted(set(folders))
+
+
+def data_status(study):
+    """One line for --dry_run: the datasets the runs read are prepared, or what check_data would stop on."""
+    try:
+        return f"data: {', '.join(check_data(study))} prepared"
+    except (FileNotFoundError, ValueError) as e:
+        return f"data: not ready, so the sweep would stop at once: {e}"
 
 
 def run_timing(study):
@@ -676,7 +687,13 @@ def dry_run(study, tokens_per_s=None, bench_json=None):
     hours = (f"{h_fewest:,.1f}-{h_most:,.1f} {unit}-hours (first wave: {first} runs, {h_first:,.1f} {unit}-hours)"
              if not untimed else f"{unit}-hours unknown until {', '.join(untimed)} has a finished run to time "
                                  f"(first wave: {first} runs)")
-    lines += ["", f"The study: {fewest}-{most} runs, {hours}; {finished} finished, {now} due now."]
+    lines += ["", "finished: runs done; due now: what the sweep would start now; first wave: the base grid on the "
+                  "selection seeds; fewest / most: the whole study without / with every grid extension the search "
+                  "may add (half steps and final seeds included)",
+              "", f"The study: {fewest}-{most} runs, {hours}; {finished} finished, {now} due now."
+              + (" Complete: the sweep has nothing to run; report.py writes its report, and --quick tries the "
+                 "study in the scratch folder." if now == 0 else ""),
+              data_status(study)]
     return re.sub(r"(?<=\| )nan(?= \|)", "?", "\n".join(lines))
 
 

@@ -31,6 +31,9 @@ def test_dry_run_of_the_paper_study_prints_its_runs_and_gpu_hours():
     assert round(most, 1) == 1220.4
     assert ("The study: 54-66 runs, 998.5-1,220.4 GPU-hours (first wave: 24 runs, 443.8 GPU-hours); 0 finished, "
             "24 due now.") in out
+    if not os.path.exists(ROOT / "data" / "openwebtext"):  # the usual case: not prepared here
+        assert "data: not ready, so the sweep would stop at once: the study's runs read the dataset " \
+               "data/openwebtext" in out
     assert not os.path.exists(ROOT / "results" / "paper_small")  # nothing started, no folder made
     short = subprocess.run([sys.executable, "sweep.py", "studies/paper_short.py", "--dry_run", "--tokens_per_s",
                             "1e6"], cwd=ROOT, capture_output=True, text=True, timeout=120)
@@ -50,7 +53,10 @@ def test_dry_run_counts_finished_and_due_runs_and_names_a_missing_mode(tmp_path,
     # linear: 2 finished, the extension 9e-4 due; at most 2 + 1 + 2 half steps + 1 final = 6 runs
     assert "| linear | linear | 4 | 1,280 | 0.10 | 2 | 1 | 2 | 5 | 6 | 0.2 | 0.6 |" in out
     assert "| nonlinear | nonlinear | 4 | 1,280 | 0.10 | 0 | 2 | 2 | 5 | 6 | 0.2 | 0.6 |" in out
-    assert "The study: 10-12 runs, 1.0-1.2 GPU-hours (first wave: 4 runs, 0.4 GPU-hours); 2 finished, 3 due now." in out
+    assert "The study: 10-12 runs, 1.0-1.2 GPU-hours (first wave: 4 runs, 0.4 GPU-hours); 2 finished, 3 due now.\n" \
+           f"data: {tmp_path / 'data' / 'tiny'} prepared" in out
+    assert "first wave: the base grid on the selection seeds" in out  # the columns' legend
+    assert "Complete" not in out
     bench = tmp_path / "bench.json"
     bench.write_text(json.dumps([dict(query_mode="linear", tokens_per_s=1000.0)]))
     with pytest.raises(ValueError, match="has no row for query_mode nonlinear \\(arm nonlinear\\); it has linear"):
@@ -58,6 +64,18 @@ def test_dry_run_counts_finished_and_due_runs_and_names_a_missing_mode(tmp_path,
     bench.write_text("{}")
     with pytest.raises(ValueError, match="not bench.py's JSON"):
         sweep.main([str(study_file), "--dry_run", "--bench_json", str(bench)])
+
+
+def test_dry_run_of_a_complete_study_says_there_is_nothing_to_run(tmp_path, capsys):
+    study_file = tiny_study(tmp_path, "half_steps = False\nmax_extensions = 0\n")  # 3 runs an arm
+    study = sweep.load_study(str(study_file))
+    for arm in study["arms"]:  # 3e-3 wins on seed 1 (no extension: the edge stays), then final seed 2
+        for lr, seed, loss in ((1e-2, 1, 2.0), (3e-3, 1, 1.5), (3e-3, 2, 1.4)):
+            os.makedirs(sweep.run_dir(study, arm, lr, seed))
+            with open(os.path.join(sweep.run_dir(study, arm, lr, seed), "metrics.jsonl"), "w") as f:
+                f.write(json.dumps(dict(iter=20, val_loss=loss, val_loss_full=loss)) + "\n")
+    sweep.main([str(study_file), "--dry_run", "--tokens_per_s", "3.6"])
+    assert "6 finished, 0 due now. Complete: the sweep has nothing to run" in capsys.readouterr().out
 
 
 def test_dry_run_of_a_cpu_study_is_timed_on_its_own_finished_runs(tmp_path, capsys):
