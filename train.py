@@ -686,7 +686,8 @@ def train_until_stopped(cfg, stop):
 
 def usage():
     """The module docstring and every config key with its default, meaning and allowed values, for --help."""
-    return f"{__doc__}\nConfig keys, their defaults and meanings:\n{settings_help()}"
+    return (f"usage: python train.py [CONFIG_FILE.py] [--key=value ...]\n{__doc__}\n"
+            f"Config keys, their defaults and meanings:\n{settings_help()}")
 
 
 if __name__ == "__main__":
