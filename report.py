@@ -323,9 +323,9 @@ def method(study, tokenizer):
     ref = study["reference"]
     bpb = (" Bits per byte = loss / ln 2 (byte-level data: one token per byte)." if tokenizer == "byte"
            else "")
-    final = ("its last fixed-window val loss (`val_loss`: a --quick run skips the whole-split eval; "
-             if study.get("quick") else "its val loss over the whole val split, every val token once "
-             "(`val_loss_full`; ")
+    final, key = (("its last fixed-window val loss", "`val_loss`: a --quick run skips the whole-split eval")
+                  if study.get("quick") else
+                  ("its val loss over the whole val split, every val token once", "`val_loss_full`"))
     grids = {tuple(g) for g in study["grids"].values()}
     grid = (f"the base grid {', '.join(f'{lr:g}' for lr in next(iter(grids)))}" if len(grids) == 1
             else "each arm's own base grid (see the search table)")
@@ -342,7 +342,7 @@ def method(study, tokenizer):
             f"the final seeds {study['seeds']} (disjoint from any selection seeds; arms on fewer: "
             f"{', '.join(f'{a} {n}' for a, n in study['seeds_per_arm'].items()) or 'none'}), and only "
             f"these enter the statistics. A run's final loss "
-            f"is {final}the same tokens for every arm and seed), in nats/token.{bpb} Each arm is compared "
+            f"is {final} ({key}; the same tokens for every arm and seed), in nats/token.{bpb} Each arm is compared "
             f"with `{ref}` *paired* "
             f"by seed (at one seed both see the same training windows): Δ = mean over shared seeds of (arm − "
             f"{ref}), its 95% CI from Student's t with n − 1 degrees of freedom, and the paired t-test's "
