@@ -341,20 +341,22 @@ def method(study, tokenizer):
     return (search +
             f"the final seeds {study['seeds']} (disjoint from any selection seeds; arms on fewer: "
             f"{', '.join(f'{a} {n}' for a, n in study['seeds_per_arm'].items()) or 'none'}), and only "
-            f"these enter the statistics. A run's final loss "
-            f"is {final} ({key}; the same tokens for every arm and seed), in nats/token.{bpb} Each arm is compared "
-            f"with `{ref}` *paired* "
+            f"these enter the statistics. A run's final loss is {final} ({key}; the same tokens for every "
+            f"arm and seed), in nats/token.{bpb} Each arm is compared with `{ref}` *paired* "
             f"by seed (at one seed both see the same training windows): Δ = mean over shared seeds of (arm − "
             f"{ref}), its 95% CI from Student's t with n − 1 degrees of freedom, and the paired t-test's "
             f"p-value; Welch's unpaired p-value is a secondary column. **A difference is called only when "
-            f"its 95% CI excludes 0**; otherwise the column says 'no call'. 'rel' = Δ / mean({ref}) in %.")
+            f"its 95% CI excludes 0**; otherwise the column says 'no call'. 'rel' = Δ / mean({ref}) in %. "
+            f"'stalled': final runs still on the early plateau at {STALL_AT:.0%} of their steps (their val loss "
+            f"within {STALL_DROP:.0%} of its first eval's after step 0).")
 
 
 def results_table(study, data, tokenizer):
     ref = study["reference"]
     ref_losses = final_losses(data[ref])
     byte = tokenizer == "byte"
-    cols = ["arm", "non-embedding params", "non-embedding matrix", "chosen lr", "final loss, mean ± std (n)"]
+    cols = ["arm", "non-embedding params", "non-embedding matrix", "chosen lr", "final loss, mean ± std (n)",
+            "stalled"]
     cols += ["bits/byte"] if byte else []
     cols += [f"Δ vs {ref} (paired, nats)", "95% CI", "rel", "paired p", "Welch p", "call"]
     lines = ["| " + " | ".join(cols) + " |", "|---|" + "---:|" * (len(cols) - 2) + "---|"]
@@ -365,6 +367,8 @@ def results_table(study, data, tokenizer):
         chosen = d["plan"]["chosen"]
         cells = [arm, f"{ne:,}", f"{nem:,}", "—" if chosen is None else f"{chosen:g}",
                  "—" if not n else f"{mean:.4f} ± {std:.4f} ({n})" if n > 1 else f"{mean:.4f} (1)"]
+        finished = [run for run in d["finals"].values() if run["final"] is not None]
+        cells += [f"{sum(bool(is_stalled(run)) for run in finished)} of {len(finished)}" if n else "—"]
         cells += [f"{mean / math.log(2):.4f}" if n else "—"] if byte else []
         if arm == ref or not (losses and ref_losses):
             cells += ["—"] * 6

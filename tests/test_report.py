@@ -101,7 +101,7 @@ def test_report_tables_from_run_files(tmp_path, capsys):
     for png in ("forest.png", "val_loss.png"):
         assert (out / png).read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
     rows = {line.split(" | ")[0][2:]: line for line in text.splitlines() if line.startswith("| ")}
-    assert "| 0.002 | 2.1000 ± 0.1000 (3) | 3.0297 | — | — |" in rows["linear"]
+    assert "| 0.002 | 2.1000 ± 0.1000 (3) | 0 of 3 | 3.0297 | — | — |" in rows["linear"]
     assert "| -0.0217 (n=3) | [-0.0406, -0.0027] | -1.03% | 0.039 | 0.799 | lower |" in rows["paired_wins"]
     # welch_wins against LINEAR (not LINEAR_2): d = (-0.01, -0.13, -0.25), CI includes 0
     assert rows["welch_wins"].endswith("| no call |")
@@ -282,6 +282,12 @@ def test_curve_and_band_tables_by_hand(tmp_path):
     assert (tmp_path / "rep" / "lr_curves.png").stat().st_size > 10_000
     # the search table: every seed finished -> the selection mean; a diverged seed -> diverged
     assert "| 0.001 | 2.5200 | 2.4200 |" in text and "| 0.004 | 2.3300 | diverged (iter 75) |" in text
+    # the final seed at each chosen rate (2e-3 both): linear leaves the plateau, nonlinear stalls
+    write_curve_run(study, "linear", 2e-3, 11, plateau, 2.30)
+    write_curve_run(study, "nonlinear", 2e-3, 11, stalled, 2.45)
+    results = report.results_table(study, report.collect(study), "char")
+    rows = {line.split(" | ")[0][2:]: line for line in results.splitlines()[2:]}
+    assert "| 2.3000 (1) | 0 of 1 |" in rows["linear"] and "| 2.4500 (1) | 1 of 1 |" in rows["nonlinear"]
     os.remove(os.path.join(sweep.run_dir(study, "linear", 1e-3, 3), "metrics.jsonl"))  # seed 3 not run yet
     text = report.search_table(study, report.collect(study))
     assert "| 0.001 | 2.5100 (2 of 3 seeds) | 2.4200 |" in text  # the mean of 2.50 and 2.52 so far
