@@ -347,8 +347,7 @@ def method(study, tokenizer):
             f"{ref}), its 95% CI from Student's t with n − 1 degrees of freedom, and the paired t-test's "
             f"p-value; Welch's unpaired p-value is a secondary column. **A difference is called only when "
             f"its 95% CI excludes 0**; otherwise the column says 'no call'. 'rel' = Δ / mean({ref}) in %. "
-            f"'stalled': final runs still on the early plateau at {STALL_AT:.0%} of their steps (their val loss "
-            f"within {STALL_DROP:.0%} of its first eval's after step 0).")
+            f"'stalled' counts the stalled final runs. {STALL_TEXT}")
 
 
 def results_table(study, data, tokenizer):
@@ -367,8 +366,7 @@ def results_table(study, data, tokenizer):
         chosen = d["plan"]["chosen"]
         cells = [arm, f"{ne:,}", f"{nem:,}", "—" if chosen is None else f"{chosen:g}",
                  "—" if not n else f"{mean:.4f} ± {std:.4f} ({n})" if n > 1 else f"{mean:.4f} (1)"]
-        finished = [run for run in d["finals"].values() if run["final"] is not None]
-        cells += [f"{sum(bool(is_stalled(run)) for run in finished)} of {len(finished)}" if n else "—"]
+        cells += [f"{stalled_count(d['finals'].values())} of {n}" if n else "—"]
         cells += [f"{mean / math.log(2):.4f}" if n else "—"] if byte else []
         if arm == ref or not (losses and ref_losses):
             cells += ["—"] * 6
@@ -442,6 +440,9 @@ def precision_table(study, data):
 # loss on the fixed windows is still within STALL_DROP of its loss at the first eval after step 0: it has not
 # left the early plateau. The one definition of report.py, for curves, bands and final runs alike.
 STALL_AT, STALL_DROP = 0.5, 0.05
+STALL_TEXT = (f"A run is *stalled* when at the first eval at or after {STALL_AT:.0%} of its steps its val loss "
+              f"(fixed windows) is still within {STALL_DROP:.0%} of its loss at the first eval after step 0 "
+              f"(it has not left the early plateau).")
 
 
 def is_stalled(run):
@@ -455,6 +456,11 @@ def is_stalled(run):
     return mid["val_loss"] > (1 - STALL_DROP) * evals[0]["val_loss"]
 
 
+def stalled_count(runs):
+    """How many of these runs (collect's dicts) finished and are stalled."""
+    return sum(bool(r["status"] == "done" and is_stalled(r)) for r in runs)
+
+
 def mean_ci(values, confidence=0.95):
     """Values -> (mean, (lo, hi)) with a Student's t CI over n - 1 df; the CI is None for n < 2."""
     mean, std, n = summarize(values)
@@ -464,14 +470,20 @@ def mean_ci(values, confidence=0.95):
     return mean, (mean - half, mean + half)
 
 
+def selection_losses(study, d, lr):
+    """{selection seed: final loss} of one arm's finished selection runs at one rate."""
+    return {s: d["search"][(lr, s)]["final"] for s in study["selection_seeds"]
+            if (lr, s) in d["search"] and d["search"][(lr, s)]["final"] is not None}
+
+
 def curve_points(study, d):
     """One arm's learning-rate curve: {lr: dict(losses=[final loss of each finished selection run], stalled,
     diverged, unfinished: counts of runs)}, over the rates swept."""
     points = {}
     for lr in d["plan"]["swept"]:
         runs = [d["search"][(lr, s)] for s in study["selection_seeds"]]
-        points[lr] = dict(losses=[r["final"] for r in runs if r["final"] is not None],
-                          stalled=sum(bool(r["status"] == "done" and is_stalled(r)) for r in runs),
+        points[lr] = dict(losses=list(selection_losses(study, d, lr).values()),
+                          stalled=stalled_count(runs),
                           diverged=sum(r["status"] == "diverged" for r in runs),
                           unfinished=sum(r["status"] in ("missing", "unfinished") for r in runs))
     return points
@@ -515,8 +527,6 @@ def curve_gap_table(study, data):
     ref = study["reference"]
     others = [arm for arm in data if arm != ref]
     lrs = sorted({lr for d in data.values() for lr in d["plan"]["swept"]})
-    finished = lambda d, lr: {s: d["search"][(lr, s)]["final"] for s in study["selection_seeds"]
-                              if (lr, s) in d["search"] and d["search"][(lr, s)]["final"] is not None}
     lines = ["| learning rate | " + " | ".join(f"{arm} − {ref}" for arm in others) + " |",
              "|---:|" + "---:|" * len(others)]
     for lr in lrs:
@@ -525,7 +535,7 @@ def curve_gap_table(study, data):
             if lr not in data[arm]["plan"]["swept"] or lr not in data[ref]["plan"]["swept"]:
                 cells.append("·")
                 continue
-            d = paired_difference(finished(data[arm], lr), finished(data[ref], lr))
+            d = paired_difference(selection_losses(study, data[arm], lr), selection_losses(study, data[ref], lr))
             cells.append("—" if not d["n"] else
                          f"{d['mean']:+.4f} {fmt_ci(d['ci'])} (n={d['n']}) {verdict(d['ci'])}")
         lines.append(f"| {lr:g} | " + " | ".join(cells) + " |")
@@ -549,7 +559,7 @@ def band_table(study, data, within=0.01):
                  ", ".join(f"{lr:g}" for lr in rates) or "—",
                  f"×{max(rates) / min(rates):.2f}" if rates else "—",
                  f"{sum(p['stalled'] for p in points)} / {sum(p['diverged'] for p in points)} of {curve_runs}",
-                 f"{sum(bool(r['status'] == 'done' and is_stalled(r)) for r in finals)} / "
+                 f"{stalled_count(finals)} / "
                  f"{sum(r['status'] == 'diverged' for r in finals)} of "
                  f"{sum(r['status'] in ('done', 'diverged') for r in finals)}"]
         lines.append("| " + " | ".join(cells) + " |")
@@ -797,10 +807,8 @@ def main(argv=None):
     if len(study["selection_seeds"]) > 1:
         plot_lr_curves(study, data, os.path.join(out, "lr_curves.png"))
         curves = [f"## Learning-rate curves (final loss over selection seeds {study['selection_seeds']})",
-                  f"A run is *stalled* when at the first eval at or after {STALL_AT:.0%} of its steps its val "
-                  f"loss (fixed windows) is still within {STALL_DROP:.0%} of its loss at the first eval after "
-                  f"step 0 (it has not left the early plateau). Means and 95% CIs are over the finished, "
-                  f"non-diverged seeds at each rate.",
+                  f"Stalled runs as defined above. Means and 95% CIs are over the finished, non-diverged seeds "
+                  f"at each rate.",
                   "![learning-rate curves](lr_curves.png)", band_table(study, data), curve_table(study, data),
                   f"Each arm against {study['reference']} at the same rate, paired by selection seed (95% CI; a "
                   f"call only where the CI excludes 0):", curve_gap_table(study, data)]

@@ -684,13 +684,13 @@ def dry_run(study, tokens_per_s=None, bench_json=None):
     lines.append(f"| **all** | | | | | {finished} | {now} | {first} | {fewest} | {most} "
                  f"| {total['hours'][0]:,.1f} | {total['hours'][2]:,.1f} |")
     h_first, h_fewest, h_most = total["hours"]
-    hours = (f"{h_fewest:,.1f}-{h_most:,.1f} {unit}-hours (first wave: {first} runs, {h_first:,.1f} {unit}-hours)"
-             if not untimed else f"{unit}-hours unknown until {', '.join(untimed)} has a finished run to time "
-                                 f"(first wave: {first} runs)")
+    cost = (f"{h_fewest:,.1f}-{h_most:,.1f} {unit}-hours (first wave: {first} runs, {h_first:,.1f} {unit}-hours)"
+            if not untimed else f"{unit}-hours unknown until {', '.join(untimed)} has a finished run to time "
+                                f"(first wave: {first} runs)")
     lines += ["", "finished: runs done; due now: what the sweep would start now; first wave: the base grid on the "
                   "selection seeds; fewest / most: the whole study without / with every grid extension the search "
                   "may add (half steps and final seeds included)",
-              "", f"The study: {fewest}-{most} runs, {hours}; {finished} finished, {now} due now."
+              "", f"The study: {fewest}-{most} runs, {cost}; {finished} finished, {now} due now."
               + (" Complete: the sweep has nothing to run; report.py writes its report, and --quick tries the "
                  "study in the scratch folder." if now == 0 else ""),
               data_status(study)]
