@@ -258,6 +258,10 @@ def validate(cfg):
         if value is not None and not (math.isfinite(value)
                                       and (value > 0 if key in POSITIVE else value >= 0)):
             raise ValueError(f"config key {key!r} = {value} must be {'> 0' if key in POSITIVE else '>= 0'}")
+    if cfg["decay_lr"] and cfg["min_lr"] > cfg["learning_rate"]:
+        raise ValueError(f"min_lr={cfg['min_lr']:g} is above learning_rate={cfg['learning_rate']:g}: the "
+                         f"schedule would rise instead of decay; lower min_lr (or set decay_lr=False for a "
+                         f"constant rate)")
     if not abs(cfg["seed"]) < MAX_SEED:
         raise ValueError(f"config key 'seed' = {cfg['seed']} is too large; use |seed| < 2**62 (torch's "
                          f"generators take 64-bit seeds, and train.py adds the rank to it)")

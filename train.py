@@ -50,8 +50,12 @@ from common import (DEFAULTS, EXIT_DIVERGED, EXIT_INTERRUPTED, EXIT_PREEMPTED, M
 from model import GPT
 from prepare_data import BIN_FILES, SHIPPED_DATASETS, DataError, prepare_shipped
 
-# Settings a resumed run must share with its checkpoint, besides the model's: they define the experiment.
-RESUME_FIXED = MODEL_KEYS + ("dataset", "lr_schedule")
+# Settings a resumed run must share with its checkpoint, besides the model's: they define the experiment. (The
+# optimizer's state would silently keep the old betas and weight decay; a new seed would redraw the eval
+# windows.) What may change: the run's length and layout (max_iters, lr_decay_iters with a warning, batch shape,
+# processes, device, dtype, compile, evals and logging).
+RESUME_FIXED = MODEL_KEYS + ("dataset", "lr_schedule", "decay_lr", "learning_rate", "min_lr", "warmup_iters",
+                             "beta1", "beta2", "weight_decay", "grad_clip", "seed")
 # Progress bars for the fixed-window evals above this many forward FLOPs (a minute or more on a CPU), and a
 # line before and after each checkpoint write above this many bytes.
 LARGE_EVAL_FLOPS = 1e13
@@ -117,7 +121,7 @@ def checkpoint_to_resume(cfg, model_cfg, ckpt_path):
     """The checkpoint to resume from, or None for init_from=scratch (or GPT-2's weights).
 
     ValueError if out_dir is a file or cannot be written, a scratch run would overwrite a checkpoint, or a
-    resumed run asks for other model settings, another dataset or another lr_schedule than its checkpoint's.
+    resumed run asks for other RESUME_FIXED settings (model, dataset, optimizer, seed) than its checkpoint's.
     """
     if os.path.exists(cfg["out_dir"]) and not os.path.isdir(cfg["out_dir"]):
         raise ValueError(f"out_dir {cfg['out_dir']} is a file; choose a folder")

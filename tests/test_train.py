@@ -195,6 +195,22 @@ def test_resume_rejects_changed_model(data_dir, tmp_path):
         train.train(tiny_cfg(data_dir, tmp_path, max_iters=2, init_from="resume", query_mode="nonlinear"))
 
 
+def test_resume_refuses_other_optimizer_settings_and_seed_and_keeps_the_record(data_dir, tmp_path):
+    """A changed optimizer setting would be half applied (the loaded optimizer state keeps its betas and weight
+    decay) and a new seed redraws the eval windows; config.json must keep describing what was trained."""
+    train.train(tiny_cfg(data_dir, tmp_path, max_iters=3, eval_interval=3))
+    record = (tmp_path / "config.json").read_bytes()
+    for change in (dict(learning_rate=2e-2), dict(min_lr=2e-3), dict(warmup_iters=3), dict(beta2=0.5),
+                   dict(weight_decay=0.5), dict(grad_clip=0.5), dict(seed=7), dict(decay_lr=False)):
+        (key, value), = change.items()
+        with pytest.raises(ValueError, match=f"settings differ from the checkpoint's.*'{key}': "
+                                             f"\\({value!r}, "):
+            train.train(tiny_cfg(data_dir, tmp_path, max_iters=5, init_from="resume", **change))
+    assert (tmp_path / "config.json").read_bytes() == record
+    train.train(tiny_cfg(data_dir, tmp_path, max_iters=5, init_from="resume", batch_size=2, eval_iters=1))
+    assert common.read_metrics(str(tmp_path))[-1]["iter"] == 5  # length and layout may change
+
+
 def paper_model(name):
     cfg = common.parse_config([str(ROOT / "config" / f"{name}.py")])
     with torch.device("meta"):
@@ -256,6 +272,7 @@ def test_bad_checkpoints_and_mismatched_resume(data_dir, tmp_path):
     ("--mlp_hidden=0", "mlp_hidden=0 must be a positive integer"),
     ("--dropout=1.5", "dropout=1.5 must be in"),
     ("--init_from=gpt5", "init_from='gpt5'; use scratch or resume, a GPT-2 (gpt2, gpt2-medium"),
+    ("--min_lr=1e-3", "min_lr=0.001 is above learning_rate=0.0006: the schedule would rise instead of decay"),
 ])
 def test_out_of_range_settings_fail_before_any_run(override, message):
     with pytest.raises(ValueError, match=message.replace("(", "\\(").replace(")", "\\)")):
