@@ -70,7 +70,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import difflib
 from common import (DEFAULTS, EXIT_DIVERGED, EXIT_INTERRUPTED, EXIT_PREEMPTED, HelpFormatter, atomic_write_text,
-                    load_meta, parse_config, read_config_file, read_metrics)
+                    load_meta, open_split, parse_config, read_config_file, read_metrics)
 
 TRAIN_PY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "train.py")
 STUDY_KEYS = ("name", "config", "overrides", "arms", "learning_rates", "selection_seeds", "seeds")
@@ -188,14 +188,21 @@ def load_study(path, quick=None):
         if clash:
             raise ValueError(f"study file {path}: {where} sets {clash[0]}, which sweep.py sets for every run "
                              f"(it would be ignored); set it with {PER_RUN[clash[0]]}")
+        if keys.get("init_from") == "resume":  # every new run would fail: there is nothing to resume yet
+            raise ValueError(f"study file {path}: {where} sets init_from='resume'; leave it out: sweep.py "
+                             f"resumes each run that has a checkpoint by itself")
     overlap = set(study["selection_seeds"]) & set(study["seeds"])
     if overlap:
         raise ValueError(f"study file {path}: seeds {sorted(overlap)} are both selection and final seeds; "
                          "the final statistics must not use the seeds the learning rate was chosen on")
     study["grids"] = {arm: sorted(grid) for arm, grid in grids.items()}
     # resolve every arm now: a typo or a bad value fails here, not hours into the sweep
-    for arm in study["arms"]:
-        run_config(study, arm, study["grids"][arm][0], study["seeds"][0])
+    for arm in study["arms"]:  # its lowest rate: where an arm's fixed min_lr could exceed the rate
+        try:
+            run_config(study, arm, study["grids"][arm][0], study["seeds"][0])
+        except ValueError as e:
+            raise ValueError(f"study file {path}: arm {arm} at learning rate {study['grids'][arm][0]:g}: "
+                             f"{e}") from None
     check_shared_runs(study, path)  # and every run already in its folder, before anything starts
     return study
 
@@ -506,14 +513,17 @@ def due_runs(study):
 
 
 def check_data(study):
-    """FileNotFoundError / ValueError before any run starts if a dataset the study's runs read is missing or
-    damaged (else every run would fail, the cause only in its train.log). Returns the datasets' folders."""
+    """FileNotFoundError / ValueError before any run starts if a dataset the study's runs read is missing,
+    damaged or too short for their block_size (else every run would fail, the cause only in its train.log).
+    Returns the datasets' folders."""
     folders = []
     for arm in study["arms"]:
         cfg = run_config(study, arm, study["grids"][arm][0], study["seeds"][0])
         folder = os.path.join(cfg["data_dir"], cfg["dataset"])
         try:
-            load_meta(folder)
+            meta = load_meta(folder)
+            for split in ("train", "val"):  # what train.py opens first
+                open_split(folder, split, meta["dtype"], cfg["block_size"])
         except (FileNotFoundError, ValueError) as e:
             raise type(e)(f"the study's runs read the dataset {folder} (arm {arm}): {e}; the study file's or "
                           f"its config's comment shows the command that prepares it") from None
@@ -967,9 +977,11 @@ def main(argv=None):
     add_plan_arguments(parser)
     add_cluster_arguments(parser)
     args = parser.parse_args(argv)
-    for option in ("jobs", "threads", "nproc"):
+    for option in ("jobs", "threads", "nproc", "slurm_time"):
         if getattr(args, option) is not None and getattr(args, option) < 1:
             parser.error(f"--{option.replace('nproc', 'print')} must be >= 1")
+    if not (math.isfinite(args.poll_s) and args.poll_s > 0):
+        parser.error(f"--poll_s {args.poll_s:g}: must be a positive number of seconds")
     study = load_study(args.study, args.quick)
     if args.quick:
         print(f"quick: every run at {args.quick:g} of its steps, in {study['runs_dir']} (scratch; results/ "

@@ -285,10 +285,13 @@ def test_a_runs_dir_that_is_a_file_and_bad_counts_are_refused(study, capsys):
     (study.parent / "runs").write_text("not a folder")
     with pytest.raises(ValueError, match=r"runs_dir .*runs is a file; choose a folder"):
         sweep.main([str(study)])
-    for option in ("--print", "--threads"):  # --print 0 used to run the whole sweep, --threads 0 ignored
+    for option in ("--print", "--threads", "--slurm_time"):  # --print 0 used to run the whole sweep
         with pytest.raises(SystemExit) as e:
             sweep.main([str(study), option, "0"])
         assert e.value.code == 2 and f"{option} must be >= 1" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as e:
+        sweep.main([str(study), "--poll_s", "-1"])
+    assert e.value.code == 2 and "--poll_s -1: must be a positive number" in capsys.readouterr().err
 
 
 # ------------------------------------------------------------------------------------ run logs, reports

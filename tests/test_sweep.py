@@ -32,6 +32,18 @@ def tiny_study(tmp_path, extra=""):
     return study
 
 
+def test_data_too_short_for_the_block_size_stops_the_sweep_before_any_run(tmp_path, capsys):
+    """Every run would fail on it, the cause only in each train.log: the dry run says so, the sweep stops."""
+    study = tiny_study(tmp_path, "overrides = {'block_size': 1000}\n")  # the tiny val split: 776 tokens
+    sweep.main([str(study), "--dry_run"])
+    assert (f"data: not ready, so the sweep would stop at once: the study's runs read the dataset "
+            f"{tmp_path / 'data' / 'tiny'} (arm linear): {tmp_path / 'data' / 'tiny' / 'val.bin'} holds 776 "
+            f"tokens, fewer than block_size + 1 = 1001") in capsys.readouterr().out
+    with pytest.raises(ValueError, match="val.bin holds 776 tokens, fewer than block_size"):
+        sweep.main([str(study)])
+    assert not (tmp_path / "runs").exists()
+
+
 @pytest.fixture
 def study_file(tmp_path):
     """A tiny study: 2 arms x 2 learning rates at selection seed 1, then the chosen rate at seed 2
@@ -223,6 +235,10 @@ def test_edited_study_does_not_reuse_old_runs(study_file, tmp_path):
     (("max_extensions = 0", "seeds_per_arm = {'identity': 1}"),
      "seeds_per_arm names \\['identity'\\], which are not"),
     (("query_mode='nonlinear'", "query_mode='nonlinaer'"), "unknown query_mode 'nonlinaer'"),
+    (("query_mode='nonlinear'", "query_mode='nonlinear', init_from='resume'"),
+     "arm nonlinear sets init_from='resume'; leave it out: sweep.py resumes each run that has a checkpoint"),
+    (("query_mode='nonlinear'", "query_mode='nonlinear', min_lr=1.0"),
+     "arm nonlinear at learning rate 0.003: min_lr=1 is above learning_rate=0.003: the schedule would rise"),
     (("max_extensions = 0", "precision = 3"), r"precision must be None or the 95% CI half-width .* e\.g\. 0\.003 "
                                              r"for 0\.3%; got 3 \(int\)"),
     (("max_extensions = 0", "precision = '0.3'"), r"got '0\.3' \(str\)"),
