@@ -26,6 +26,7 @@ import math
 import os
 import platform
 import sys
+import tempfile
 
 import matplotlib
 matplotlib.use("Agg")  # files only, no display needed
@@ -102,9 +103,13 @@ def read_run(study, arm, lr, seed):
     last = rows[-1] if rows else {}
     status = ("missing" if not rows else "diverged" if sweep.is_diverged(last) else
               "done" if last["iter"] >= max_iters else "unfinished")
+    final = sweep.final_val_loss(last) if status == "done" else None
+    if status == "done" and final is None:  # train.py flags a non-finite loss as diverged: this is damage
+        raise ValueError(f"{os.path.join(out_dir, 'metrics.jsonl')} is damaged: its last row (iter "
+                         f"{last['iter']}) has no finite val loss and no diverged flag; restore it from a copy, "
+                         f"or delete the run folder to run the run again")
     return dict(arm=arm, lr=lr, seed=seed, out_dir=out_dir, status=status, iter=last.get("iter"),
-                max_iters=max_iters, final=sweep.final_val_loss(last) if status == "done" else None,
-                rows=rows, config=config)
+                max_iters=max_iters, final=final, rows=rows, config=config)
 
 
 def collect(study):
@@ -242,6 +247,12 @@ def config_differences(runs):
     return diffs
 
 
+def save_figure(fig, path):
+    """Save a matplotlib figure as a PNG at path, atomically (common.replace_atomically), and close it."""
+    common.replace_atomically(path, lambda tmp: fig.savefig(tmp, dpi=120, format="png"))
+    plt.close(fig)
+
+
 def plot_runs(runs, path):
     """Each run's val loss (fixed windows) against training tokens, on one plot; its whole-split val loss as
     an x at its last point."""
@@ -260,8 +271,7 @@ def plot_runs(runs, path):
     if ax.lines:
         ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def compare(paths, out, bpe_dir=None):
@@ -605,8 +615,7 @@ def plot_lr_curves(study, data, path):
     else:
         ax.text(0.5, 0.5, "no finished curve runs yet", ha="center", transform=ax.transAxes)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def fmt_run(run):
@@ -703,8 +712,7 @@ def plot_curves(data, path):
             ax.text(0.5, 0.5, "no final runs with evaluations yet", ha="center", transform=ax.transAxes)
     fig.suptitle("val loss at each arm's chosen learning rate")
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def plot_forest(study, data, path):
@@ -730,8 +738,7 @@ def plot_forest(study, data, path):
         ax.text(0.5, 0.5, "no paired results yet", ha="center", transform=ax.transAxes)
     ax.grid(alpha=0.3, axis="x")
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def status_section(data):
@@ -791,9 +798,28 @@ def main(argv=None):
         os.makedirs(out, exist_ok=True)
     except OSError as e:
         p.error(f"--out {out}: cannot create the folder ({e.strerror or e}); choose another --out")
+    names = ["README.md", "forest.png", "val_loss.png"] + (["lr_curves.png"] if len(study["selection_seeds"]) > 1
+                                                            else [])
+    in_the_way = [n for n in names if os.path.isdir(os.path.join(out, n))]
+    if in_the_way:
+        p.error(f"--out {out} holds a folder named {in_the_way[0]}, where the report writes a file; move it")
+    # the report's files are written whole into a hidden folder in out, then moved in together: a failed write
+    # (a full disk) leaves the last report as it was, never half of each
+    with tempfile.TemporaryDirectory(dir=out, prefix=".report-") as stage:
+        text = write_report(args.study, study, data, out, stage)
+        for name in names:
+            os.replace(os.path.join(stage, name), os.path.join(out, name))
+    print(f"wrote {os.path.join(out, 'README.md')}, " + ", ".join(names[1:]))
+    return text
+
+
+def write_report(study_path, study, data, out, stage):
+    """Write the report of study (its runs' data from collect) into the folder stage: README.md, forest.png,
+    val_loss.png and, with several selection seeds, lr_curves.png. out is where they will live (its
+    reading.md goes in). Returns the README's markdown."""
     tokenizer = tokenizer_of(data)
-    plot_curves(data, os.path.join(out, "val_loss.png"))
-    plot_forest(study, data, os.path.join(out, "forest.png"))
+    plot_curves(data, os.path.join(stage, "val_loss.png"))
+    plot_forest(study, data, os.path.join(stage, "forest.png"))
     reading_path = os.path.join(out, "reading.md")  # a person's reading of the numbers, kept across rebuilds
     reading = (["## Reading", open(reading_path).read().strip()] if os.path.exists(reading_path) else [])
     contrasts = (["## Contrasts between arms (paired by seed, final seeds both finished, 95% CI)",
@@ -805,7 +831,7 @@ def main(argv=None):
                  if study["precision"] is not None else [])
     curves = []  # with several selection seeds, every rate's point has a spread: draw and tabulate the curves
     if len(study["selection_seeds"]) > 1:
-        plot_lr_curves(study, data, os.path.join(out, "lr_curves.png"))
+        plot_lr_curves(study, data, os.path.join(stage, "lr_curves.png"))
         curves = [f"## Learning-rate curves (final loss over selection seeds {study['selection_seeds']})",
                   f"Stalled runs as defined above. Means and 95% CIs are over the finished, non-diverged seeds "
                   f"at each rate.",
@@ -813,7 +839,7 @@ def main(argv=None):
                   f"Each arm against {study['reference']} at the same rate, paired by selection seed (95% CI; a "
                   f"call only where the CI excludes 0):", curve_gap_table(study, data)]
     text = "\n\n".join([
-        header(args.study, study, out), "## Results", method(study, tokenizer),
+        header(study_path, study, out), "## Results", method(study, tokenizer),
         results_table(study, data, tokenizer), *precision, "![forest plot](forest.png)", *contrasts,
         "![val loss](val_loss.png)", *curves, *reading,
         (f"## Learning-rate search (mean final loss over selection seeds {study['selection_seeds']})"
@@ -821,15 +847,12 @@ def main(argv=None):
         search_table(study, data),
         "## The gap along training (paired Δ on the fixed eval windows, 95% CI, final seeds)",
         gap_table(study, data), "## Runs", status_section(data)]) + "\n"
-    with open(os.path.join(out, "README.md"), "w") as f:
-        f.write(text)
-    print(f"wrote {os.path.join(out, 'README.md')}, forest.png, val_loss.png"
-          + (" and lr_curves.png" if curves else ""))
+    common.atomic_write_text(os.path.join(stage, "README.md"), text)
     return text
 
 
 if __name__ == "__main__":
     try:
         main()
-    except (FileNotFoundError, ValueError) as e:
+    except (OSError, ValueError) as e:  # a missing file, a full disk: one line, nothing half-written
         sys.exit(f"error: {e}")

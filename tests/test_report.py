@@ -129,6 +129,43 @@ def test_reading_is_kept_across_rebuilds(tmp_path):
     assert again.count("## Reading") == 1 and (out / "reading.md").read_text().strip() in again
 
 
+def test_a_failed_write_leaves_the_last_report_whole(tmp_path, monkeypatch):
+    """A write that fails part way (a full disk, here the forest plot) changes none of the last report's files
+    and leaves no temp folder; a folder where a file goes is named before anything is drawn."""
+    path, _ = make_study(tmp_path)
+    out = tmp_path / "results"
+    report.main([str(path), "--out", str(out)])
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    (out / "reading.md").write_text("a new reading\n")  # would change README.md, were it written
+
+    def disk_full(*args):
+        raise OSError(28, "No space left on device")
+    monkeypatch.setattr(report, "plot_forest", disk_full)
+    with pytest.raises(OSError, match="No space left on device"):
+        report.main([str(path), "--out", str(out)])
+    assert {p.name: p.read_bytes() for p in out.iterdir() if p.name != "reading.md"} == before
+    monkeypatch.undo()
+    (out / "forest.png").unlink()
+    (out / "forest.png").mkdir()
+    with pytest.raises(SystemExit):
+        report.main([str(path), "--out", str(out)])
+    assert (out / "README.md").read_bytes() == before["README.md"]
+
+
+def test_a_finished_run_without_a_final_loss_is_named_as_damaged(tmp_path):
+    """A null last val loss without train.py's diverged flag is an edited or damaged log: never dropped from
+    the statistics in silence."""
+    path, study = make_study(tmp_path)
+    log = os.path.join(sweep.run_dir(study, "linear", 2e-3, 12), "metrics.jsonl")
+    rows = common.read_metrics(os.path.dirname(log))
+    rows[-1].update(val_loss=None, val_loss_full=None)
+    with open(log, "w") as f:
+        f.writelines(json.dumps(r) + "\n" for r in rows)
+    with pytest.raises(ValueError, match=r"lr0.002_seed12/metrics.jsonl is damaged: its last row \(iter 100\) "
+                                         r"has no finite val loss and no diverged flag"):
+        report.main([str(path), "--out", str(tmp_path / "results")])
+
+
 def test_contrasts_between_two_arms_are_paired(tmp_path):
     """A contrast between two non-reference arms: welch_wins - paired_wins per seed is (+0.01, -0.115, -0.22):
     mean -0.10833, sd 0.11515, half-width t(0.975, 2) 4.3027 x 0.11515 / sqrt(3) = 0.28604."""
