@@ -214,17 +214,17 @@ def parse_override(arg):
     return key, value
 
 
-def read_config_file(path):
-    """The settings a config file assigns (plain Python; names starting with _ and imported modules
-    skipped)."""
+def read_config_file(path, kind="config file"):
+    """The settings a config file (or, kind="study file", a study file) assigns (plain Python; names starting
+    with _ and imported modules skipped)."""
     if not os.path.isfile(path):
-        raise FileNotFoundError(f"config file {path} not found")
+        raise FileNotFoundError(f"{kind} {path} not found")
     namespace = {}
     try:
         with open(path) as f:
             exec(compile(f.read(), path, "exec"), namespace)
     except Exception as e:  # a syntax error or a failing line: say which file, not a traceback
-        raise ValueError(f"config file {path} failed: {type(e).__name__}: {e}") from e
+        raise ValueError(f"{kind} {path} failed: {type(e).__name__}: {e}") from e
     return {k: v for k, v in namespace.items()
             if not k.startswith("_") and not callable(v) and type(v).__name__ != "module"}
 

@@ -103,6 +103,10 @@ def read_run(study, arm, lr, seed):
     last = rows[-1] if rows else {}
     status = ("missing" if not rows else "diverged" if sweep.is_diverged(last) else
               "done" if last["iter"] >= max_iters else "unfinished")
+    if rows and config is None:  # train.py writes config.json before the first metrics row
+        raise ValueError(f"{out_dir} is damaged: it has metrics.jsonl but no config.json, so its settings "
+                         f"cannot be checked; restore config.json from a copy, or delete the run folder to run "
+                         f"the run again")
     final = sweep.final_val_loss(last) if status == "done" else None
     if status == "done" and final is None:  # train.py flags a non-finite loss as diverged: this is damage
         raise ValueError(f"{os.path.join(out_dir, 'metrics.jsonl')} is damaged: its last row (iter "

@@ -93,7 +93,7 @@ def load_study(path, quick=None):
     """
     if not os.path.isfile(path):
         raise FileNotFoundError(f"study file {path} not found{close_match(path)}")
-    namespace = read_config_file(path)  # plain Python, like a config file
+    namespace = read_config_file(path, "study file")  # plain Python, like a config file
     missing = [k for k in STUDY_KEYS if k not in namespace]
     if missing:
         hint = (" (selection_seeds: the seeds the learning rate is chosen on, disjoint from the final seeds)"

@@ -152,9 +152,9 @@ def test_a_failed_write_leaves_the_last_report_whole(tmp_path, monkeypatch):
     assert (out / "README.md").read_bytes() == before["README.md"]
 
 
-def test_a_finished_run_without_a_final_loss_is_named_as_damaged(tmp_path):
-    """A null last val loss without train.py's diverged flag is an edited or damaged log: never dropped from
-    the statistics in silence."""
+def test_a_run_without_a_final_loss_or_a_config_is_named_as_damaged(tmp_path):
+    """A null last val loss without train.py's diverged flag, or metrics without the config.json train.py
+    writes first, is an edited or damaged run: never dropped from the statistics, nor counted unchecked."""
     path, study = make_study(tmp_path)
     log = os.path.join(sweep.run_dir(study, "linear", 2e-3, 12), "metrics.jsonl")
     rows = common.read_metrics(os.path.dirname(log))
@@ -163,6 +163,10 @@ def test_a_finished_run_without_a_final_loss_is_named_as_damaged(tmp_path):
         f.writelines(json.dumps(r) + "\n" for r in rows)
     with pytest.raises(ValueError, match=r"lr0.002_seed12/metrics.jsonl is damaged: its last row \(iter 100\) "
                                          r"has no finite val loss and no diverged flag"):
+        report.main([str(path), "--out", str(tmp_path / "results")])
+    write_run(study, "linear", 2e-3, 12, LINEAR[12])  # mended; now another run loses its config.json
+    os.remove(os.path.join(sweep.run_dir(study, "linear", 2e-3, 13), "config.json"))
+    with pytest.raises(ValueError, match=r"lr0.002_seed13 is damaged: it has metrics.jsonl but no config.json"):
         report.main([str(path), "--out", str(tmp_path / "results")])
 
 

@@ -235,6 +235,7 @@ def test_edited_study_does_not_reuse_old_runs(study_file, tmp_path):
     (("max_extensions = 0", "seeds_per_arm = {'identity': 1}"),
      "seeds_per_arm names \\['identity'\\], which are not"),
     (("query_mode='nonlinear'", "query_mode='nonlinaer'"), "unknown query_mode 'nonlinaer'"),
+    (("seeds = [2]", "seeds = = [2]"), "study file .*bad.py failed: SyntaxError"),
     (("query_mode='nonlinear'", "query_mode='nonlinear', init_from='resume'"),
      "arm nonlinear sets init_from='resume'; leave it out: sweep.py resumes each run that has a checkpoint"),
     (("query_mode='nonlinear'", "query_mode='nonlinear', min_lr=1.0"),
