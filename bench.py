@@ -85,7 +85,7 @@ def batch_source(cfg, opts, vocab_size, device):
         return synthetic
     data_dir = os.path.join(cfg["data_dir"], cfg["dataset"])
     meta = load_meta(data_dir)
-    n, path = len(open_split(data_dir, "train", meta["dtype"], T)), os.path.join(data_dir, "train.bin")
+    n, path = len(open_split(data_dir, "train", meta, T)), os.path.join(data_dir, "train.bin")
     return lambda: get_batch(path, meta["dtype"], window_starts(n, T, (B,), gen), T, device,
                              meta["vocab_size"])
 

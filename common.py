@@ -429,10 +429,13 @@ def shard_model(model, device_type, ptdtype):
 
 
 # --------------------------------------------------------------------------------------------------- data
-def open_split(data_dir, split, dtype, block_size):
-    """A read-only np.memmap of <split>.bin; FileNotFoundError if it is missing, ValueError if it is not a
-    whole number of dtype ids (cut short) or holds fewer than block_size + 1 tokens."""
-    path = os.path.join(data_dir, f"{split}.bin")
+def open_split(data_dir, split, meta, block_size):
+    """A read-only np.memmap of <split>.bin, meta the dataset's meta.json (load_meta); FileNotFoundError if it
+    is missing, ValueError if it is not a whole number of meta["dtype"] ids (cut short), holds another number
+    of tokens than meta.json's <split>_tokens (changed since it was prepared; a same-length edit is not
+    caught: hashing every bin at every start would take minutes on OpenWebText), or fewer than
+    block_size + 1."""
+    path, dtype = os.path.join(data_dir, f"{split}.bin"), meta["dtype"]
     fix = "prepare the dataset again (python prepare_data.py DATASET --overwrite)"
     if not os.path.isfile(path):
         raise FileNotFoundError(f"{path} is missing (or not a file); {fix}")
@@ -443,6 +446,10 @@ def open_split(data_dir, split, dtype, block_size):
     if size == 0:
         raise ValueError(f"{path} is empty; {fix}")
     data = np.memmap(path, dtype=dtype, mode="r")
+    prepared = meta.get(f"{split}_tokens")  # None in meta.json files written before the counts
+    if prepared is not None and len(data) != prepared:
+        raise ValueError(f"{path} holds {len(data)} tokens, but meta.json says {prepared}: the file changed "
+                         f"since the dataset was prepared; {fix}")
     if len(data) < block_size + 1:
         raise ValueError(f"{path} holds {len(data)} tokens, fewer than block_size + 1 = {block_size + 1}; "
                          f"use a smaller block_size or a larger {split} split "

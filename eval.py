@@ -73,7 +73,7 @@ def token_bytes(meta, bpe_dir=None):
 def fixed_windows(model, ctx, cfg, data, meta, split, device, nbytes):
     """train.py's eval on its fixed windows -> (total nats, tokens, bytes, windows)."""
     T, dtype, path = cfg["block_size"], meta["dtype"], os.path.join(data, f"{split}.bin")
-    n = len(open_split(data, split, dtype, T))
+    n = len(open_split(data, split, meta, T))
     windows = eval_windows(n, T, eval_window_count(cfg), cfg["seed"])  # (N,)
     loss = estimate_loss(model, {split: (path, dtype, windows, T)}, ctx, 0, 1, device,
                          meta["vocab_size"], cfg["batch_size"], progress=True)[split]
@@ -85,7 +85,7 @@ def fixed_windows(model, ctx, cfg, data, meta, split, device, nbytes):
 def full_split(model, ctx, cfg, data, meta, split, device, nbytes, batch_size):
     """Every target of the split once: windows at 0, T, 2T, ... -> (total nats, tokens, bytes, windows)."""
     path = os.path.join(data, f"{split}.bin")
-    open_split(data, split, meta["dtype"], 1)  # a clear error for a split of < 2 tokens
+    open_split(data, split, meta, 1)  # a clear error for a split of < 2 tokens
     n_bytes = []
     nats, tokens, windows = full_split_loss(model, ctx, path, meta["dtype"], cfg["block_size"],
                                             batch_size, device,

@@ -523,7 +523,7 @@ def check_data(study):
         try:
             meta = load_meta(folder)
             for split in ("train", "val"):  # what train.py opens first
-                open_split(folder, split, meta["dtype"], cfg["block_size"])
+                open_split(folder, split, meta, cfg["block_size"])
         except (FileNotFoundError, ValueError) as e:
             raise type(e)(f"the study's runs read the dataset {folder} (arm {arm}): {e}; the study file's or "
                           f"its config's comment shows the command that prepares it") from None

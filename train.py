@@ -452,7 +452,7 @@ def train_until_stopped(cfg, stop):
     bins, n_tokens, splits = {}, {}, {}
     for split in ("train", "val"):
         bins[split] = os.path.join(data_dir, f"{split}.bin")
-        n_tokens[split] = len(open_split(data_dir, split, meta["dtype"], T))
+        n_tokens[split] = len(open_split(data_dir, split, meta, T))
         splits[split] = (bins[split], meta["dtype"], eval_windows(n_tokens[split], T, eval_window_count(cfg),
                                                                    cfg["seed"]), T)
 

@@ -63,6 +63,11 @@ DAMAGED = {
     "val.bin empty": (lambda d: (d / "val.bin").write_bytes(b""), r"val.bin is empty; prepare the dataset"),
     "val.bin a folder": (lambda d: ((d / "val.bin").unlink(), (d / "val.bin").mkdir()),
                          r"val.bin is missing \(or not a file\); prepare the dataset again"),
+    "val.bin changed since it was prepared": (
+        lambda d: (write_meta(d, json.dumps({**json.loads((d / "meta.json").read_text()), "train_tokens": 5820,
+                                             "val_tokens": 776})),
+                   np.tile(PATTERN, 9).astype(np.uint16).tofile(d / "val.bin")),
+        r"val.bin holds 873 tokens, but meta.json says 776: the file changed since the dataset was prepared"),
     "ids beyond the vocabulary": (lambda d: np.full(2000, 100, np.uint16).tofile(d / "train.bin"),
                                   r"train.bin holds token id 100, but meta.json's vocab_size is 64: the bin "
                                   r"and meta.json do not belong together"),
