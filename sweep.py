@@ -140,9 +140,11 @@ def load_study(path, quick=None):
     lrs = study["learning_rates"]  # one grid for every arm (the fair default), or a dict arm -> grid
     arms = study["arms"]
     grids = lrs if isinstance(lrs, dict) else {arm: lrs for arm in arms}
+    unmatched = (f" (the dict's arms {sorted(grids)}, the study's {sorted(arms)})"
+                 if isinstance(lrs, dict) and set(grids) != set(arms) else "")
     checks = {"learning_rates": (set(grids) == set(arms) and all(grid_ok(g) for g in grids.values()),
                                  "a non-empty list of positive numbers, each once (to 6 significant digits), "
-                                 "or a dict arm -> such a list"),
+                                 f"or a dict arm -> such a list for every arm{unmatched}"),
               "selection_seeds": (ints(study["selection_seeds"]) or study["selection_seeds"] == []
                                   and all(len(g) == 1 for g in grids.values()),
                                   "a non-empty list of ints, each once (empty only with a single learning "

@@ -228,6 +228,8 @@ def test_edited_study_does_not_reuse_old_runs(study_file, tmp_path):
 @pytest.mark.parametrize("edit,message", [
     (("arms = {", "arms = {}\n_unused = {"), "arms must be a non-empty dict"),
     (("learning_rates = [1e-2, 3e-3]", "learning_rates = 1e-3"), "learning_rates must be a non-empty list"),
+    (("learning_rates = [1e-2, 3e-3]", "learning_rates = {'linear': [1e-2]}"),
+     r"for every arm \(the dict's arms \['linear'\], the study's \['linear', 'nonlinear'\]\)"),
     (("seeds = [2]", "seeds = ['1']"), "seeds must be a non-empty list of ints"),
     (("seeds = [2]", "seeds = [1, 2]"), r"seeds \[1\] are both selection and final seeds"),
     (("selection_seeds = [1]\n", ""), "does not set selection_seeds"),
