@@ -62,6 +62,7 @@ import math
 import os
 import re
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -994,6 +995,9 @@ def main(argv=None):
     if args.dry_run:
         print(dry_run(study, args.tokens_per_s, args.bench_json))
         return
+    if args.executor == "slurm" and not args.nproc and shutil.which("sbatch") is None:
+        parser.error("--executor slurm submits with SLURM's sbatch, which is not on PATH here: run it on the "
+                     "cluster's login node, or use --executor local on this machine")
     if args.executor != "local" and not args.nproc:
         gpus, slurm = slurm_settings(study, args)
         failed = drive(study, args.executor, gpus, slurm, args.threads, args.poll_s)

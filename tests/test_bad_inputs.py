@@ -2,6 +2,7 @@
 checkpoints and logs, odd study files, wrong arguments, interruptions."""
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -297,6 +298,12 @@ def test_a_runs_dir_that_is_a_file_and_bad_counts_are_refused(study, capsys):
     with pytest.raises(SystemExit) as e:
         sweep.main([str(study), "--poll_s", "-1"])
     assert e.value.code == 2 and "--poll_s -1: must be a positive number" in capsys.readouterr().err
+    (study.parent / "runs").unlink()
+    if shutil.which("sbatch") is None:  # no SLURM here: said at once, and no run folder is left behind
+        with pytest.raises(SystemExit) as e:
+            sweep.main([str(study), "--executor", "slurm"])
+        assert e.value.code == 2 and "sbatch, which is not on PATH here" in capsys.readouterr().err
+        assert not (study.parent / "runs").exists()
 
 
 # ------------------------------------------------------------------------------------ run logs, reports
