@@ -67,6 +67,11 @@ class TrainingDiverged(RuntimeError):
     try."""
 
 
+class CheckpointNotWritten(RuntimeError):
+    """The checkpoint could not be written (a full disk, a quota); the previous one is intact (written
+    atomically), and the message says how to go on."""
+
+
 class TrainingPreempted(RuntimeError):
     """A stop signal (SIGTERM, SIGUSR1, SIGUSR2) ended the run at a step boundary, after a checkpoint there; the
     message names the iteration and the checkpoint. train.py exits with EXIT_PREEMPTED."""
@@ -413,8 +418,9 @@ def train(cfg):
     Raises ValueError / FileNotFoundError for invalid settings, data or checkpoints, before anything is
     written (a token id beyond meta.json's vocabulary: at the batch that holds it, keeping the last
     checkpoint), TrainingDiverged when the loss goes NaN/inf (after logging it; the last finite
-    checkpoint is kept), and TrainingPreempted after a stop signal (STOP_SIGNALS, caught while it runs) and
-    the checkpoint at the step boundary that followed it.
+    checkpoint is kept), TrainingPreempted after a stop signal (STOP_SIGNALS, caught while it runs) and
+    the checkpoint at the step boundary that followed it, and CheckpointNotWritten when a checkpoint cannot be
+    written (a full disk; the previous one is kept).
     """
     with StopSignals() as stop:
         return train_until_stopped(cfg, stop)
@@ -553,11 +559,18 @@ def train_until_stopped(cfg, stop):
             size, t_save = state_bytes((model_state, optimizer_state)), time.time()
             if size > LARGE_CHECKPOINT_BYTES:  # a 124M model's checkpoint is 0.5-1.5 GB
                 log(f"writing checkpoint {ckpt_path} ({size / 1e6:,.0f} MB) ...", flush=True)
-            save_checkpoint(ckpt_path, dict(
-                model=model_state, optimizer=optimizer_state, scaler=scaler.state_dict(),
-                iter_num=iter_num, best_val_loss=best_val, config=cfg, model_args=vars(model_cfg),
-                rng=rngs, dataset_meta=meta, lr_decay_iters=decay_iters, tokens=tokens_seen,
-                elapsed_s=round(elapsed_before + time.time() - started, 3), eval_pending=eval_pending))
+            try:
+                save_checkpoint(ckpt_path, dict(
+                    model=model_state, optimizer=optimizer_state, scaler=scaler.state_dict(),
+                    iter_num=iter_num, best_val_loss=best_val, config=cfg, model_args=vars(model_cfg),
+                    rng=rngs, dataset_meta=meta, lr_decay_iters=decay_iters, tokens=tokens_seen,
+                    elapsed_s=round(elapsed_before + time.time() - started, 3), eval_pending=eval_pending))
+            except (OSError, RuntimeError) as e:  # torch.save reports a full disk as a RuntimeError
+                kept = (f"the previous checkpoint {ckpt_path} is intact: free space (or move out_dir) and "
+                        f"continue with --init_from=resume" if os.path.exists(ckpt_path) else
+                        "there is no earlier checkpoint: free space and run the same command again")
+                raise CheckpointNotWritten(f"could not write the checkpoint at iter {iter_num} ({e}); "
+                                           f"{kept}") from e
             if size > LARGE_CHECKPOINT_BYTES:
                 log(f"checkpoint written in {time.time() - t_save:.1f} s")
 
@@ -708,6 +721,8 @@ if __name__ == "__main__":
     except TrainingDiverged as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(EXIT_DIVERGED)
+    except CheckpointNotWritten as e:
+        sys.exit(f"error: {e}")
     except TrainingPreempted:  # logged already; the status tells a scheduler to requeue it (common.py)
         sys.exit(EXIT_PREEMPTED)
     except KeyboardInterrupt:

@@ -211,6 +211,24 @@ def test_resume_refuses_other_optimizer_settings_and_seed_and_keeps_the_record(d
     assert common.read_metrics(str(tmp_path))[-1]["iter"] == 5  # length and layout may change
 
 
+def test_a_checkpoint_that_cannot_be_written_keeps_the_last_one(data_dir, tmp_path, monkeypatch):
+    """A full disk at the second checkpoint: a clear error naming the kept checkpoint, which still resumes."""
+    train.train(tiny_cfg(data_dir, tmp_path, max_iters=3, eval_interval=3))
+    kept = (tmp_path / "ckpt.pt").read_bytes()
+
+    def disk_full(path, state):
+        raise RuntimeError("[enforce fail at inline_container.cc:858] . PytorchStreamWriter failed writing file "
+                           "data/0: file write failed")
+    monkeypatch.setattr(train, "save_checkpoint", disk_full)
+    with pytest.raises(train.CheckpointNotWritten, match=r"could not write the checkpoint at iter 6 \(.*file write "
+                                                        r"failed\); the previous checkpoint .*ckpt.pt is intact"):
+        train.train(tiny_cfg(data_dir, tmp_path, max_iters=6, eval_interval=3, init_from="resume"))
+    assert (tmp_path / "ckpt.pt").read_bytes() == kept
+    monkeypatch.undo()
+    train.train(tiny_cfg(data_dir, tmp_path, max_iters=6, eval_interval=3, init_from="resume"))
+    assert common.read_metrics(str(tmp_path))[-1]["iter"] == 6
+
+
 def paper_model(name):
     cfg = common.parse_config([str(ROOT / "config" / f"{name}.py")])
     with torch.device("meta"):
