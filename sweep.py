@@ -307,15 +307,20 @@ def read_saved_config(path):
 
 def settings_diff(study, arm, lr, seed):
     """{key: (saved, study)} for the settings in which the run dir's saved config differs from what the study
-    asks now; {} if they agree or there is no run yet. A key added to nlq after the run was made counts as
-    its default (committed runs stay valid); out_dir is where the run was made, not what it is (runs copied
-    to another clone or folder stay valid)."""
+    asks now, where the weights started included (initialised_from vs init_from); {} if they agree or there
+    is no run yet. A key added to nlq after the run was made counts as its default (committed runs stay
+    valid); out_dir is where the run was made, not what it is (runs copied to another clone or folder stay
+    valid)."""
     saved = read_saved_config(os.path.join(run_dir(study, arm, lr, seed), "config.json"))
     if saved is None:
         return {}
     wanted = run_config(study, arm, lr, seed)
-    return {k: (saved.get(k, DEFAULTS[k]), v) for k, v in wanted.items()
+    diff = {k: (saved.get(k, DEFAULTS[k]), v) for k, v in wanted.items()
             if k not in NOT_EXPERIMENT and k != "out_dir" and saved.get(k, DEFAULTS[k]) != v}
+    origin = saved.get("initialised_from")  # init_from says 'resume' once a run resumed; this keeps the start
+    if origin is not None and origin != wanted["init_from"]:
+        diff["initialised_from"] = (origin, wanted["init_from"])
+    return diff
 
 
 def clash_fix(study):

@@ -153,6 +153,20 @@ def checkpoint_to_resume(cfg, model_cfg, ckpt_path):
     return ckpt
 
 
+def initialised_from(cfg, ckpt):
+    """Where the run's weights started, kept across resumes (config.json's init_from then says 'resume'):
+    'scratch', a GPT-2 name or folder, or 'convert.py: <official checkpoint>'; None for a checkpoint written
+    before this was recorded, after a resume."""
+    if ckpt is None:
+        return cfg["init_from"]
+    if "initialised_from" in ckpt:
+        return ckpt["initialised_from"]
+    if "converted_from" in ckpt:
+        return f"convert.py: {ckpt['converted_from']['path']}"
+    first = ckpt["config"].get("init_from")
+    return None if first == "resume" else first
+
+
 def lr_decay_iters_for(cfg, ckpt, log):
     """The iteration at which the LR reaches min_lr. lr_decay_iters unset: a new run decays over max_iters, a
     resumed run keeps its checkpoint's schedule (raising max_iters then trains on at min_lr). A different
@@ -490,6 +504,7 @@ def train_until_stopped(cfg, stop):
     train_gen = torch.Generator().manual_seed(cfg["seed"] + 1)  # the training stream of windows
     torch.manual_seed(cfg["seed"] + rank)  # dropout differs per rank
     decay_iters = lr_decay_iters_for(cfg, ckpt, log)
+    origin = initialised_from(cfg, ckpt)
     iter_num, best_val, resumed_at, tokens_seen = 0, math.inf, None, 0
     elapsed_before, eval_pending = 0.0, False
     if ckpt is not None:
@@ -522,7 +537,7 @@ def train_until_stopped(cfg, stop):
         atomic_write_text(os.path.join(cfg["out_dir"], "config.json"), json.dumps(
             {**cfg, "model_args": vars(model_cfg), "world_size": world_size, "resolved_device": device,
              "resolved_dtype": str(ptdtype), "tokens_per_iter": tokens_per_iter, "lr_decay_iters_resolved":
-             decay_iters, "dataset_meta": meta}, indent=2))
+             decay_iters, "dataset_meta": meta, "initialised_from": origin}, indent=2))
         # a fresh run starts a fresh log; a resumed one drops lines written after its checkpoint (and the
         # checkpoint's own iter when its eval is still to come)
         append_metrics(cfg["out_dir"], None, truncate_after=-1 if resumed_at is None
@@ -564,7 +579,8 @@ def train_until_stopped(cfg, stop):
                     model=model_state, optimizer=optimizer_state, scaler=scaler.state_dict(),
                     iter_num=iter_num, best_val_loss=best_val, config=cfg, model_args=vars(model_cfg),
                     rng=rngs, dataset_meta=meta, lr_decay_iters=decay_iters, tokens=tokens_seen,
-                    elapsed_s=round(elapsed_before + time.time() - started, 3), eval_pending=eval_pending))
+                    elapsed_s=round(elapsed_before + time.time() - started, 3), eval_pending=eval_pending,
+                    initialised_from=origin))
             except (OSError, RuntimeError) as e:  # torch.save reports a full disk as a RuntimeError
                 kept = (f"the previous checkpoint {ckpt_path} is intact: free space (or move out_dir) and "
                         f"continue with --init_from=resume" if os.path.exists(ckpt_path) else

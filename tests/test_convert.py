@@ -143,6 +143,7 @@ def test_converted_run_resumes_samples_and_evaluates(mode, converted, tmp_path):
     assert [r["iter"] for r in rows] == [2, 4]  # resumed at the converted iteration, 1
     ckpt = common.load_checkpoint(str(out / "ckpt.pt"))
     assert ckpt["iter_num"] == 4 and ckpt["model_args"]["query_mode"] == MODES[mode]
+    assert ckpt["initialised_from"].startswith("convert.py: ") and ckpt["initialised_from"].endswith(".pt")
     texts = sample.main(["--out_dir", str(out), "--start", "ROMEO:", "--max_new_tokens", "30",
                          "--num_samples", "2"])
     assert len(texts) == 2 and all(t.startswith("ROMEO:") and len(t) == len("ROMEO:") + 30 for t in texts)

@@ -207,6 +207,8 @@ def test_train_init_from_a_gpt2_folder_then_resume(tmp_path, capsys):
     cfg.update(max_iters=2, eval_interval=2)
     resumed = common.parse_config([f"--{k}={v}" for k, v in cfg.items() if k != "init_from"] + hint)
     assert np.isfinite(train.train(resumed)["val"])
+    saved = json.loads((out / "config.json").read_text())  # resumed, the record still says where it started
+    assert saved["init_from"] == "resume" and saved["initialised_from"] == str(tmp_path / "gpt2")
     with pytest.raises(ValueError, match=r"init_from='gpt3'; use scratch or resume, a GPT-2 \(gpt2, gpt2-m"):
         common.parse_config(["--init_from=gpt3"])
     with pytest.raises(ValueError, match=r"tokenized with 'byte', but GPT-2 reads GPT-2 BPE ids"):

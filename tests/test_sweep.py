@@ -223,6 +223,12 @@ def test_edited_study_does_not_reuse_old_runs(study_file, tmp_path):
     with open(os.path.join(out, "config.json"), "w") as f:
         json.dump(saved, f)
     sweep.check_settings(study, "linear", 1e-2, 1)
+    saved.update(init_from="resume", initialised_from="gpt2")  # resumed, but it started from GPT-2's weights
+    with open(os.path.join(out, "config.json"), "w") as f:
+        json.dump(saved, f)
+    with pytest.raises(ValueError, match="holds a run with other settings.*'initialised_from': \\('gpt2', "
+                                         "'scratch'\\)"):
+        sweep.check_settings(study, "linear", 1e-2, 1)
 
 
 @pytest.mark.parametrize("edit,message", [

@@ -209,6 +209,8 @@ def test_resume_refuses_other_optimizer_settings_and_seed_and_keeps_the_record(d
     assert (tmp_path / "config.json").read_bytes() == record
     train.train(tiny_cfg(data_dir, tmp_path, max_iters=5, init_from="resume", batch_size=2, eval_iters=1))
     assert common.read_metrics(str(tmp_path))[-1]["iter"] == 5  # length and layout may change
+    saved = json.loads((tmp_path / "config.json").read_text())
+    assert (saved["init_from"], saved["initialised_from"]) == ("resume", "scratch")
 
 
 def test_a_checkpoint_that_cannot_be_written_keeps_the_last_one(data_dir, tmp_path, monkeypatch):
