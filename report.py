@@ -802,18 +802,17 @@ def main(argv=None):
         os.makedirs(out, exist_ok=True)
     except OSError as e:
         p.error(f"--out {out}: cannot create the folder ({e.strerror or e}); choose another --out")
-    names = ["README.md", "forest.png", "val_loss.png"] + (["lr_curves.png"] if len(study["selection_seeds"]) > 1
-                                                            else [])
-    in_the_way = [n for n in names if os.path.isdir(os.path.join(out, n))]
-    if in_the_way:
-        p.error(f"--out {out} holds a folder named {in_the_way[0]}, where the report writes a file; move it")
     # the report's files are written whole into a hidden folder in out, then moved in together: a failed write
     # (a full disk) leaves the last report as it was, never half of each
     with tempfile.TemporaryDirectory(dir=out, prefix=".report-") as stage:
         text = write_report(args.study, study, data, out, stage)
+        names = sorted(os.listdir(stage))
+        in_the_way = [n for n in names if os.path.isdir(os.path.join(out, n))]
+        if in_the_way:
+            p.error(f"--out {out} holds a folder named {in_the_way[0]}, where the report writes a file; move it")
         for name in names:
             os.replace(os.path.join(stage, name), os.path.join(out, name))
-    print(f"wrote {os.path.join(out, 'README.md')}, " + ", ".join(names[1:]))
+    print(f"wrote {', '.join(os.path.join(out, n) for n in names)}")
     return text
 
 

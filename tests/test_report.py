@@ -131,7 +131,7 @@ def test_reading_is_kept_across_rebuilds(tmp_path):
 
 def test_a_failed_write_leaves_the_last_report_whole(tmp_path, monkeypatch):
     """A write that fails part way (a full disk, here the forest plot) changes none of the last report's files
-    and leaves no temp folder; a folder where a file goes is named before anything is drawn."""
+    and leaves no temp folder; a folder where a file goes is named before anything is moved in."""
     path, _ = make_study(tmp_path)
     out = tmp_path / "results"
     report.main([str(path), "--out", str(out)])
