@@ -539,11 +539,14 @@ def check_data(study):
     return sorted(set(folders))
 
 
-def data_status(study):
-    """One line for --dry_run: the datasets the runs read are prepared, or what check_data would stop on."""
+def data_status(study, complete=False):
+    """One line for --dry_run: the datasets the runs read are prepared, or what check_data would stop on
+    (complete: the study has nothing left to run, so only a --quick try would need them)."""
     try:
         return f"data: {', '.join(check_data(study))} prepared"
     except (FileNotFoundError, ValueError) as e:
+        if complete:
+            return f"data: not ready (the report does not need it; a --quick try would stop at once): {e}"
         return f"data: not ready, so the sweep would stop at once: {e}"
 
 
@@ -711,7 +714,7 @@ def dry_run(study, tokens_per_s=None, bench_json=None):
               "", f"The study: {fewest}-{most} runs, {cost}; {finished} finished, {now} due now."
               + (" Complete: the sweep has nothing to run; report.py writes its report, and --quick tries the "
                  "study in the scratch folder." if now == 0 else ""),
-              data_status(study)]
+              data_status(study, complete=now == 0)]
     return re.sub(r"(?<=\| )nan(?= \|)", "?", "\n".join(lines))
 
 

@@ -1,6 +1,7 @@
 """sweep.py on a cluster: --dry_run's plan and GPU-hours, and a study driven through submitit."""
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -76,6 +77,10 @@ def test_dry_run_of_a_complete_study_says_there_is_nothing_to_run(tmp_path, caps
                 f.write(json.dumps(dict(iter=20, val_loss=loss, val_loss_full=loss)) + "\n")
     sweep.main([str(study_file), "--dry_run", "--tokens_per_s", "3.6"])
     assert "6 finished, 0 due now. Complete: the sweep has nothing to run" in capsys.readouterr().out
+    shutil.rmtree(tmp_path / "data")  # a clone with the committed runs but not the data: the report needs none
+    sweep.main([str(study_file), "--dry_run", "--tokens_per_s", "3.6"])
+    assert "data: not ready (the report does not need it; a --quick try would stop at once): the study's runs " \
+           "read the dataset" in capsys.readouterr().out
 
 
 def test_dry_run_of_a_cpu_study_is_timed_on_its_own_finished_runs(tmp_path, capsys):
