@@ -13,7 +13,7 @@ import model as nlq
 from model import GPT, GPTConfig
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
-from saved_activations import saved_bytes_per_layer_token  # noqa: E402
+from saved_activations import compiled_saved_bytes, saved_bytes_per_layer_token  # noqa: E402
 
 C, NH = 32, 4
 
@@ -218,9 +218,14 @@ def test_fused_f_backward_passes_gradcheck_and_gradgradcheck_in_float64(norm_in,
 def test_saved_activation_bytes_under_torch_compile(dtype, size):
     """What torch.compile's partitioner saves (bench/saved_activations.py --compile): f's intermediates are
     recomputed there too (NonlinearQuery.forward wraps FusedF in torch.utils.checkpoint under compile), so
-    nonlinear keeps exactly W1's r outputs per token more than linear; identity keeps no more than linear."""
+    nonlinear keeps exactly W1's r outputs per token more than linear; identity keeps no more than linear.
+    One layer and the difference over sequences (1, 2): the modes differ only in that layer, so their
+    difference per token is the per-layer one that saved_bytes_per_layer_token's double difference gives
+    (half the compiles)."""
     r = SHAPE["n_embd"] // 2
-    count = lambda mode: saved_bytes_per_layer_token(mode, dtype, n_layer=1, compiled=True, **SHAPE)
+    def count(mode):  # bytes per token of a one-layer model: its layer plus the embeddings and the LM head
+        cfg = GPTConfig(n_layer=1, vocab_size=256, query_mode=mode, **SHAPE)
+        return (compiled_saved_bytes(cfg, 2, dtype) - compiled_saved_bytes(cfg, 1, dtype)) / SHAPE["block_size"]
     linear = count("linear")
     assert count("nonlinear") == linear + size * r
     assert count("identity") <= linear
