@@ -243,12 +243,25 @@ def config_differences(runs):
                    if k in common.DEFAULTS and k not in NOT_COMPARED})
     diffs = {k: [run["config"].get(k, common.DEFAULTS[k]) for run in runs] for k in keys}
     diffs = {k: v for k, v in diffs.items() if any(x != v[0] for x in v)}
+    origins = [initialised_from(run["config"]) for run in runs]  # scratch, a GPT-2, convert.py's source
+    if any(o != origins[0] for o in origins):
+        diffs["initialised_from"] = origins
     shas = [json.dumps((run["config"].get("dataset_meta") or {}).get("sha256"), sort_keys=True)
             for run in runs]
     if len(set(shas)) > 1:  # a sha per run would be noise: say which runs share their data
         groups = {sha: i + 1 for i, sha in enumerate(dict.fromkeys(shas))}
         diffs["dataset contents"] = [f"data {groups[sha]}" for sha in shas]
     return diffs
+
+
+def initialised_from(config):
+    """Where a run's weights started, from its config.json: train.py's initialised_from ('scratch', a GPT-2,
+    'convert.py: <path>'), or, for a run saved before that was recorded, its init_from unless that says
+    'resume' (then 'not recorded')."""
+    if config.get("initialised_from") is not None:
+        return config["initialised_from"]
+    first = config.get("init_from", common.DEFAULTS["init_from"])
+    return "not recorded" if first == "resume" else first
 
 
 def save_figure(fig, path):

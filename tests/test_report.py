@@ -387,6 +387,12 @@ def test_compare_names_the_one_difference_and_refuses_a_folder_without_results(t
     text = report.main([str(tmp_path / "a"), str(tmp_path / "b"), "--out", str(tmp_path / "cmp")])
     a, b = tmp_path / "a", tmp_path / "b"
     assert f"They differ only in query_mode: {a}: 'nonlinear', {b}: 'linear'." in text
+    # where the weights started counts too (init_from itself says 'resume' once a run resumed)
+    write_plain_run(tmp_path / "ft", rows, max_iters=10, init_from="resume", initialised_from="gpt2")
+    write_plain_run(tmp_path / "old", rows, max_iters=10, init_from="resume")  # predates initialised_from
+    text = report.main([str(b), str(tmp_path / "ft"), str(tmp_path / "old"), "--out", str(tmp_path / "cmp")])
+    assert (f"They differ only in initialised_from: {b}: 'scratch', {tmp_path / 'ft'}: 'gpt2', "
+            f"{tmp_path / 'old'}: 'not recorded'.") in text
     (tmp_path / "empty").mkdir()
     with pytest.raises(ValueError, match="empty is not a train.py run folder with results: no metrics.jsonl "
                                          "and config.json"):
