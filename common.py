@@ -477,8 +477,9 @@ def eval_windows(n_tokens, block_size, n_windows, seed):
 
 def get_batch(data_path, dtype, starts, block_size, device, vocab_size=None):
     """Windows at the given offsets (B,) -> x, y (B, block_size) int64 on device; y is x shifted by one.
-    The memmap is re-opened per batch so pages do not pile up in the process's memory. ValueError if an id
-    is >= vocab_size (when given: meta.json's): the bin does not belong to its meta.json."""
+    data_path: a bin's path, or the bin opened in binary mode (train.py holds its bins open: see there). The
+    memmap is made per batch so pages do not pile up in the process's memory. ValueError if an id is >=
+    vocab_size (when given: meta.json's): the bin does not belong to its meta.json."""
     data = np.memmap(data_path, dtype=dtype, mode="r")
     windows = np.stack([data[i:i + block_size + 1] for i in starts.tolist()]).astype(np.int64)  # (B, T + 1)
     if vocab_size is not None and windows.max() >= vocab_size:
@@ -520,7 +521,7 @@ def estimate_loss(model, splits, ctx, rank=0, world_size=1, device="cpu", vocab_
                   progress=False):
     """Mean cross-entropy (nats/token) per split over its fixed eval windows, sharded over ranks.
 
-    splits: {name: (bin path, dtype, windows (N,) offsets, block_size)}, evaluated batch_size windows at a time
+    splits: {name: (bin path or open file, dtype, windows (N,) offsets, block_size)}, evaluated batch_size windows at a time
     (the last batch may be smaller; every window weighs the same); vocab_size: see get_batch. Returns
     {name: float}; a diverged model gives nan or inf, never an error. The model's train/eval mode is restored.
     Every rank runs the same number of forward passes (see my_share), as FSDP's collective forward needs.

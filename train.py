@@ -35,7 +35,7 @@ import sys
 import threading
 import time
 import warnings
-from contextlib import nullcontext
+from contextlib import ExitStack, nullcontext
 
 import torch
 import torch.distributed as dist
@@ -436,12 +436,13 @@ def train(cfg):
     the checkpoint at the step boundary that followed it, and CheckpointNotWritten when a checkpoint cannot be
     written (a full disk; the previous one is kept).
     """
-    with StopSignals() as stop:
-        return train_until_stopped(cfg, stop)
+    with StopSignals() as stop, ExitStack() as held:  # held: files open for the whole run (the bins)
+        return train_until_stopped(cfg, stop, held)
 
 
-def train_until_stopped(cfg, stop):
-    """train(cfg), with stop (a StopSignals) telling the loop that a stop signal came."""
+def train_until_stopped(cfg, stop, held):
+    """train(cfg), with stop (a StopSignals) telling the loop that a stop signal came; held (an ExitStack)
+    closes the files the run holds open when it ends."""
     validate(cfg)
     if cfg["wandb_log"]:
         try:  # now, not after the run has started
@@ -471,8 +472,10 @@ def train_until_stopped(cfg, stop):
     meta = load_meta(data_dir)
     bins, n_tokens, splits = {}, {}, {}
     for split in ("train", "val"):
-        bins[split] = os.path.join(data_dir, f"{split}.bin")
         n_tokens[split] = len(open_split(data_dir, split, meta, T))
+        # held open for the whole run: prepare_data.py puts new bins in place by renaming, so a dataset
+        # prepared again (--overwrite) while this run trains leaves the data it reads (and meta) as they were
+        bins[split] = held.enter_context(open(os.path.join(data_dir, f"{split}.bin"), "rb"))
         splits[split] = (bins[split], meta["dtype"], eval_windows(n_tokens[split], T, eval_window_count(cfg),
                                                                    cfg["seed"]), T)
 

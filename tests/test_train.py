@@ -2,6 +2,7 @@
 configs."""
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -181,12 +182,39 @@ def test_every_query_mode_sees_the_same_batches(data_dir, tmp_path, monkeypatch)
     for mode in ("linear", "nonlinear"):
         calls = seen[mode] = []
         spy = (lambda path, *a, calls=calls:
-               calls.append((os.path.basename(path), a[1].tolist())) or real_get_batch(path, *a))
+               calls.append((os.path.basename(getattr(path, "name", path)), a[1].tolist()))
+               or real_get_batch(path, *a))
         monkeypatch.setattr(train, "get_batch", spy)  # training batches
         monkeypatch.setattr(common, "get_batch", spy)  # eval batches (common.estimate_loss)
         train.train(tiny_cfg(data_dir, tmp_path / mode, query_mode=mode, max_iters=2, eval_interval=1,
                              eval_full_at_end=False))
     assert seen["linear"] == seen["nonlinear"] and len(seen["linear"]) == 3 * 2 * 2 + 2 * 2
+
+
+def test_a_dataset_prepared_again_mid_run_does_not_change_the_run(data_dir, tmp_path, monkeypatch):
+    """prepare_data.py --overwrite renames new bins into place; a run that is training goes on reading the
+    bins it opened at its start, evals and the whole-split eval included (its losses equal an undisturbed
+    run's), and the next run reads the new ones."""
+    folder = tmp_path / "data" / "tiny"
+    shutil.copytree(data_dir / "tiny", folder)
+    losses = lambda out: [{k: v for k, v in row.items() if k not in ("ms_per_iter", "elapsed_s", "tokens_per_s", "mfu")}
+                          for row in common.read_metrics(str(out))]
+    train.train(tiny_cfg(tmp_path / "data", tmp_path / "calm"))
+    real_get_batch, calls = common.get_batch, []
+    def prepare_again_at_iter_2(path, *a):  # train.py's training batches: 2 a step
+        calls.append(path)
+        if len(calls) == 5:
+            for split, n in (("train", 97 * 60), ("val", 97 * 8)):  # as prepare_data.py does it
+                np.full(n, 5, np.uint16).tofile(folder / f".new_{split}.bin")
+                os.replace(folder / f".new_{split}.bin", folder / f"{split}.bin")
+        return real_get_batch(path, *a)
+    monkeypatch.setattr(train, "get_batch", prepare_again_at_iter_2)
+    train.train(tiny_cfg(tmp_path / "data", tmp_path / "disturbed"))
+    assert len(calls) == 12 and losses(tmp_path / "disturbed") == losses(tmp_path / "calm")
+    assert losses(tmp_path / "calm")[-1]["val_loss_full"] is not None
+    monkeypatch.undo()
+    train.train(tiny_cfg(tmp_path / "data", tmp_path / "next", max_iters=1))  # the same model at iter 0 ...
+    assert losses(tmp_path / "next")[0]["val_loss"] != losses(tmp_path / "calm")[0]["val_loss"]  # ... new data
 
 
 def test_resume_rejects_changed_model(data_dir, tmp_path):
