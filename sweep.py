@@ -346,22 +346,56 @@ def check_settings(study, arm, lr, seed):
 RUN_NAME = re.compile(r"lr(.+)_seed(-?\d+)")
 
 
+def existing_runs(study):
+    """[(arm, lr, seed)] of every run folder of the study's arms in its runs_dir, at any learning rate and
+    seed (also runs another study sharing the folder made), in folder order."""
+    runs = []
+    for arm in study["arms"]:
+        folder = os.path.join(study["runs_dir"], arm)
+        for name in sorted(os.listdir(folder)) if os.path.isdir(folder) else []:
+            match = RUN_NAME.fullmatch(name)
+            if match and os.path.isdir(os.path.join(folder, name)):
+                runs.append((arm, float(match.group(1)), int(match.group(2))))
+    return runs
+
+
+def data_of_runs(study):
+    """{dataset name: {contents: (its meta.json as the runs recorded it, [run folders])}} for the runs already
+    in the study's runs_dir that recorded their data (config.json's dataset_meta); contents = the bins'
+    sha256, so two entries under one name are two different datasets."""
+    found = {}
+    for run in existing_runs(study):
+        saved = read_saved_config(os.path.join(run_dir(study, *run), "config.json")) or {}
+        meta = saved.get("dataset_meta") or {}
+        if meta.get("sha256"):
+            contents = json.dumps(meta["sha256"], sort_keys=True)
+            entry = found.setdefault(saved.get("dataset"), {}).setdefault(contents, (meta, []))
+            entry[1].append(run_dir(study, *run))
+    return found
+
+
+def describe_data(meta, runs=None):
+    """'<n runs on >the data prepared from SOURCE (train.bin sha256 abcdef123456…)', for messages."""
+    sha = (meta.get("sha256") or {}).get("train.bin", "?")
+    who = f"{len(runs)} run(s) on " if runs is not None else ""
+    return f"{who}the data prepared from {meta.get('source', '?')} (train.bin sha256 {sha[:12]}…)"
+
+
 def check_shared_runs(study, path):
     """ValueError, before anything runs, if any run folder of the study's arms in its runs_dir (also one made
     by another study that shares the folder, at any learning rate and seed) holds a run with other settings
     than this study would give it: the study would read another experiment's results as its own. Names how
     many, the first few with their differences, and a fix that deletes nothing."""
     clashes = []
-    for arm in study["arms"]:
-        folder = os.path.join(study["runs_dir"], arm)
-        for name in sorted(os.listdir(folder)) if os.path.isdir(folder) else []:
-            match = RUN_NAME.fullmatch(name)
-            if match and os.path.isdir(os.path.join(folder, name)):
-                lr, seed = float(match.group(1)), int(match.group(2))
-                diff = settings_diff(study, arm, lr, seed)
-                if diff:
-                    clashes.append(f"{run_dir(study, arm, lr, seed)}: " + ", ".join(
-                        f"{k} {saved!r} (study: {wanted!r})" for k, (saved, wanted) in diff.items()))
+    for arm, lr, seed in existing_runs(study):
+        diff = settings_diff(study, arm, lr, seed)
+        if diff:
+            clashes.append(f"{run_dir(study, arm, lr, seed)}: " + ", ".join(
+                f"{k} {saved!r} (study: {wanted!r})" for k, (saved, wanted) in diff.items()))
+    for name, contents in data_of_runs(study).items():  # one dataset name, two datasets: not comparable
+        if len(contents) > 1:
+            clashes.append(f"the runs read {name!r} as different data: " + "; ".join(
+                f"{describe_data(meta, runs)}, e.g. {runs[0]}" for meta, runs in contents.values()))
     if clashes:
         shown = "\n  ".join(clashes[:3]) + (f"\n  ... and {len(clashes) - 3} more"
                                             if len(clashes) > 3 else "")
@@ -522,8 +556,9 @@ def due_runs(study):
 
 def check_data(study):
     """FileNotFoundError / ValueError before any run starts if a dataset the study's runs read is missing,
-    damaged or too short for their block_size (else every run would fail, the cause only in its train.log).
-    Returns the datasets' folders."""
+    damaged or too short for their block_size (else every run would fail, the cause only in its train.log),
+    or is not the data the runs already in its runs folder were trained on (data_of_runs). Returns the
+    datasets' folders."""
     folders = []
     for arm in study["arms"]:
         cfg = run_config(study, arm, study["grids"][arm][0], study["seeds"][0])
@@ -535,6 +570,14 @@ def check_data(study):
         except (FileNotFoundError, ValueError) as e:
             raise type(e)(f"the study's runs read the dataset {folder} (arm {arm}): {e}; the study file's or "
                           f"its config's comment shows the command that prepares it") from None
+        for saved, runs in data_of_runs(study).get(cfg["dataset"], {}).values():
+            if saved["sha256"] != meta.get("sha256"):  # new runs would be compared with runs on other data
+                raise ValueError(
+                    f"the dataset {folder} is {describe_data(meta)}, but {study['runs_dir']} holds "
+                    f"{describe_data(saved, runs)}, e.g. {runs[0]}; their results and new ones would be "
+                    f"compared as if on one dataset. Prepare it as they were (their config.json's "
+                    f"dataset_meta: source, tokenizer, val_fraction, seed), point data_dir to that copy, or "
+                    f"{clash_fix(study)}")
         folders.append(folder)
     return sorted(set(folders))
 
@@ -543,7 +586,11 @@ def data_status(study, complete=False):
     """One line for --dry_run: the datasets the runs read are prepared, or what check_data would stop on
     (complete: the study has nothing left to run, so only a --quick try would need them)."""
     try:
-        return f"data: {', '.join(check_data(study))} prepared"
+        folders = check_data(study)
+        trial = [f for f in folders if "tests/data/" in load_meta(f).get("source", "").replace(os.sep, "/")]
+        return (f"data: {', '.join(folders)} prepared"
+                + (f" (from a file shipped in tests/data: {', '.join(trial)} is trial data, for --quick; its "
+                   f"numbers are not a committed study's, docs/studies.md)" if trial else ""))
     except (FileNotFoundError, ValueError) as e:
         if complete:
             return f"data: not ready (the report does not need it; a --quick try would stop at once): {e}"

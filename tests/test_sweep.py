@@ -375,6 +375,49 @@ def test_a_clashing_study_is_refused_before_any_run_starts(study_file, tmp_path,
         sweep.load_study(str(clash))
 
 
+def test_runs_on_other_data_are_refused_before_any_run(study_file, tmp_path, monkeypatch, capsys):
+    """The runs already in a study's folder recorded their data (config.json's dataset_meta, with the bins'
+    sha256). A dataset prepared again from other text under the same name is refused by the sweep and named
+    by its dry run (new runs would be compared with runs on other data); a folder whose runs read one dataset
+    name as two datasets is refused by sweep.py and report.py alike."""
+    folder = tmp_path / "data" / "tiny"
+    meta = lambda source, sha: dict(json.loads((folder / "meta.json").read_text()), source=source,
+                                    sha256={"train.bin": sha, "val.bin": "b" * 64})
+    (folder / "meta.json").write_text(json.dumps(meta("wiki/AA", "a" * 64)))
+    study = sweep.load_study(str(study_file))
+    finished_run(study, "linear", 1e-2, 1)
+    record = os.path.join(sweep.run_dir(study, "linear", 1e-2, 1), "config.json")
+    saved = json.load(open(record))
+    json.dump(dict(saved, dataset_meta=meta("wiki/AA", "a" * 64)), open(record, "w"))
+    assert sweep.check_data(study) == [str(folder)]  # the same data: fine
+    assert sweep.data_status(study) == f"data: {folder} prepared"
+    (folder / "meta.json").write_text(json.dumps(meta("tests/data/enwiki2015/AA", "c" * 64)))
+    monkeypatch.setattr(sweep.subprocess, "run", lambda *a, **k: pytest.fail("a run was launched"))
+    with pytest.raises(ValueError) as e:
+        sweep.main([str(study_file)])
+    assert (f"the dataset {folder} is the data prepared from tests/data/enwiki2015/AA (train.bin sha256 "
+            f"cccccccccccc…), but {tmp_path / 'runs'} holds 1 run(s) on the data prepared from wiki/AA "
+            f"(train.bin sha256 aaaaaaaaaaaa…), e.g. {sweep.run_dir(study, 'linear', 1e-2, 1)}") in str(e.value)
+    assert "Prepare it as they were" in str(e.value) and "give this study its own runs folder" in str(e.value)
+    sweep.main([str(study_file), "--dry_run"])
+    assert "data: not ready, so the sweep would stop at once: the dataset" in capsys.readouterr().out
+    shutil.rmtree(sweep.run_dir(study, "linear", 1e-2, 1))  # a study of its own on the trial file: a note
+    assert sweep.data_status(study) == (f"data: {folder} prepared (from a file shipped in tests/data: {folder} "
+                                        f"is trial data, for --quick; its numbers are not a committed "
+                                        f"study's, docs/studies.md)")
+    finished_run(study, "linear", 1e-2, 1)
+    json.dump(dict(saved, dataset_meta=meta("wiki/AA", "a" * 64)), open(record, "w"))
+    finished_run(study, "nonlinear", 1e-2, 1)  # a run on the other data, in the same folder
+    record = os.path.join(sweep.run_dir(study, "nonlinear", 1e-2, 1), "config.json")
+    json.dump(dict(json.load(open(record)), dataset_meta=meta("tests/data/enwiki2015/AA", "c" * 64)),
+              open(record, "w"))
+    for main in (sweep.main, report.main):
+        with pytest.raises(ValueError, match="the runs read 'tiny' as different data: 1 run\\(s\\) on the data "
+                                             "prepared from wiki/AA .*; 1 run\\(s\\) on the data prepared from "
+                                             "tests/data/enwiki2015/AA"):
+            main([str(study_file)])
+
+
 def test_a_missing_dataset_stops_the_sweep_before_any_run(study_file, tmp_path, monkeypatch):
     config = tmp_path / "tiny_config.py"
     config.write_text(config.read_text().replace("dataset = 'tiny'", "dataset = 'not_prepared'"))
