@@ -258,6 +258,10 @@ def validate(cfg):
         if value is not None and not (math.isfinite(value)
                                       and (value > 0 if key in POSITIVE else value >= 0)):
             raise ValueError(f"config key {key!r} = {value} must be {'> 0' if key in POSITIVE else '>= 0'}")
+    for key in ("beta1", "beta2"):  # AdamW's moment decays: an average needs a decay below 1
+        if not cfg[key] < 1:
+            raise ValueError(f"config key {key!r} = {cfg[key]} must be < 1 (AdamW's moving-average decay; "
+                             f"usual: beta1 0.9, beta2 0.95-0.999)")
     if cfg["decay_lr"] and cfg["min_lr"] > cfg["learning_rate"]:
         raise ValueError(f"min_lr={cfg['min_lr']:g} is above learning_rate={cfg['learning_rate']:g}: the "
                          f"schedule would rise instead of decay; lower min_lr (or set decay_lr=False for a "

@@ -321,6 +321,8 @@ def test_bad_checkpoints_and_mismatched_resume(data_dir, tmp_path):
     ("--dropout=1.5", "dropout=1.5 must be in"),
     ("--init_from=gpt5", "init_from='gpt5'; use scratch or resume, a GPT-2 (gpt2, gpt2-medium"),
     ("--min_lr=1e-3", "min_lr=0.001 is above learning_rate=0.0006: the schedule would rise instead of decay"),
+    ("--beta1=1.5", "config key 'beta1' = 1.5 must be < 1 (AdamW's moving-average decay"),
+    ("--beta2=1.0", "config key 'beta2' = 1.0 must be < 1"),
 ])
 def test_out_of_range_settings_fail_before_any_run(override, message):
     with pytest.raises(ValueError, match=message.replace("(", "\\(").replace(")", "\\)")):
