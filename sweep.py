@@ -1063,10 +1063,14 @@ def main(argv=None):
         return
     if args.nproc:
         due = due_runs(study)
-        print("\n".join(torchrun_command(study, *run, args.nproc) for run in due))
+        if due:
+            print("\n".join(torchrun_command(study, *run, args.nproc) for run in due))
         if any(plan(study, arm)["chosen"] is None for arm in study["arms"]):
             print("# more runs follow (grid extensions, half steps, final seeds): "
                   "run this again once these finish")
+        elif not due:
+            print(f"# nothing due: every run of the study has finished; its report: python report.py "
+                  f"{args.study}{f' --quick {args.quick:g}' if args.quick else ''}")
         return
     check_data(study)
     print(announce(study, due_runs(study), args.jobs), flush=True)

@@ -121,6 +121,12 @@ def test_chosen_lr_and_print_mode(study_file, capsys):
     with pytest.raises(ValueError,
                        match="neither gradient_accumulation_steps=1 nor batch_size=4 divides among 3"):
         sweep.main([str(study_file), "--print", "3"])
+    for arm, lr, seed in ((a, lr, s) for a in study["arms"] for lr in (1e-2, 3e-3) for s in (1, 2)):
+        if not sweep.is_finished(study, arm, lr, seed):  # every run finished: --print says so
+            finished_run(study, arm, lr, seed)
+    sweep.main([str(study_file), "--print", "2"])
+    assert capsys.readouterr().out == (f"# nothing due: every run of the study has finished; its report: "
+                                       f"python report.py {study_file}\n")
 
 
 def fake_run(study, arm, lr, seed, loss):
