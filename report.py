@@ -25,6 +25,7 @@ import json
 import math
 import os
 import platform
+import re
 import sys
 import tempfile
 
@@ -85,10 +86,13 @@ def fmt_ci(ci):
     return "—" if ci is None else f"[{ci[0]:+.4f}, {ci[1]:+.4f}]"
 
 
-def verdict(ci):
-    """'lower' / 'higher' when the 95% CI of arm - ref excludes 0, else 'no call' (or 'n < 2')."""
+def verdict(ci, quick=False):
+    """'lower' / 'higher' when the 95% CI of arm - ref excludes 0, else 'no call' (or 'n < 2'). quick (a
+    --quick try: runs at a fraction of their steps): never a call, whatever the CI."""
     if ci is None:
         return "n < 2"
+    if quick:
+        return "no call (--quick try)"
     return "lower" if ci[1] < 0 else "higher" if ci[0] > 0 else "no call"
 
 
@@ -337,7 +341,8 @@ def header(study_path, study, out):
         q = study["quick"]
         cmds = [f"python sweep.py {study_path} --quick {q:g}", f"python report.py {study_path} --quick {q:g}"]
         about = (f"**A --quick try of this study: every run at {q:g} of its steps. For trying the machinery, "
-                 f"not for comparing arms.** {about}")
+                 f"not for comparing arms: no difference is called, and a run this short may count as "
+                 f"stalled.** {about}")
     now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     machine = f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs"
     return (f"# Study {study['name']}\n\n{about}\n\nProduced by (from the repository root):\n\n```\n"
@@ -403,7 +408,7 @@ def results_table(study, data, tokenizer):
             cells += [f"{pd['mean']:+.4f} (n={pd['n']})",
                       fmt_ci(pd["ci"]),
                       f"{pd['rel']:+.2f}%", "—" if pd["p"] is None else f"{pd['p']:.3g}",
-                      "—" if wp is None else f"{wp:.3g}", verdict(pd["ci"])]
+                      "—" if wp is None else f"{wp:.3g}", verdict(pd["ci"], study.get("quick"))]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -418,7 +423,7 @@ def contrasts_table(study, data):
         pd = paired_difference(a, b)
         cells = [f"{arm} − {other}", isolates, "—" if not pd["n"] else f"{pd['mean']:+.4f} (n={pd['n']})",
                  fmt_ci(pd["ci"]),
-                 "—" if pd["p"] is None else f"{pd['p']:.3g}", verdict(pd["ci"]) if pd["n"] else "—"]
+                 "—" if pd["p"] is None else f"{pd['p']:.3g}", verdict(pd["ci"], study.get("quick")) if pd["n"] else "—"]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -564,7 +569,7 @@ def curve_gap_table(study, data):
                 continue
             d = paired_difference(selection_losses(study, data[arm], lr), selection_losses(study, data[ref], lr))
             cells.append("—" if not d["n"] else
-                         f"{d['mean']:+.4f} {fmt_ci(d['ci'])} (n={d['n']}) {verdict(d['ci'])}")
+                         f"{d['mean']:+.4f} {fmt_ci(d['ci'])} (n={d['n']}) {verdict(d['ci'], study.get('quick'))}")
         lines.append(f"| {lr:g} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
@@ -744,13 +749,16 @@ def plot_forest(study, data, path):
     for y, (arm, pd) in enumerate(reversed(rows)):
         ax.plot(pd["diffs"], [y - 0.18] * pd["n"], "|", color="0.45", ms=7)
         lo, hi = pd["ci"] if pd["ci"] is not None else (pd["mean"], pd["mean"])
-        color = "tab:green" if hi < 0 else "tab:red" if lo > 0 else "tab:gray"
+        color = ("tab:gray" if study.get("quick") else
+                 "tab:green" if hi < 0 else "tab:red" if lo > 0 else "tab:gray")
         ax.errorbar(pd["mean"], y, xerr=[[pd["mean"] - lo], [hi - pd["mean"]]], fmt="o", color=color,
                     capsize=3)
     ax.set_yticks(range(len(rows)), [f"{arm} (n={pd['n']})" for arm, pd in reversed(rows)])
     ax.axvline(0, color="black", lw=0.8)
     ax.set(xlabel=f"Δ final loss vs {ref} (nats/token; paired mean, 95% CI)",
-           title="lower is better; green/red: the CI excludes 0\nticks: each seed's paired difference")
+           title=("a --quick try (runs at a fraction of their steps): no calls" if study.get("quick")
+                  else "lower is better; green/red: the CI excludes 0")
+           + "\nticks: each seed's paired difference")
     if not rows:
         ax.text(0.5, 0.5, "no paired results yet", ha="center", transform=ax.transAxes)
     ax.grid(alpha=0.3, axis="x")
@@ -823,10 +831,31 @@ def main(argv=None):
         in_the_way = [n for n in names if os.path.isdir(os.path.join(out, n))]
         if in_the_way:
             p.error(f"--out {out} holds a folder named {in_the_way[0]}, where the report writes a file; move it")
+        kept = [n for n in names if unchanged_but_the_date(os.path.join(out, n), os.path.join(stage, n))]
         for name in names:
-            os.replace(os.path.join(stage, name), os.path.join(out, name))
-    print(f"wrote {', '.join(os.path.join(out, n) for n in names)}")
+            if name not in kept:
+                os.replace(os.path.join(stage, name), os.path.join(out, name))
+    written = [os.path.join(out, n) for n in names if n not in kept]
+    print(f"wrote {', '.join(written) or 'nothing'}"
+          + (f"; {', '.join(kept)} already up to date (a README's date line aside)" if kept else ""))
     return text
+
+
+GENERATED = re.compile(r"^Generated .* UTC on ", re.MULTILINE)  # the header's date line
+
+
+def unchanged_but_the_date(old, new):
+    """Whether file old already says what file new says, apart from the README's 'Generated <date>' line (a
+    rebuilt report of runs that did not change leaves the committed files as they are)."""
+    if not os.path.isfile(old):
+        return False
+    with open(old, "rb") as f, open(new, "rb") as g:
+        a, b = f.read(), g.read()
+    if a == b or not old.endswith(".md"):
+        return a == b
+    undated = lambda text: [line for line in text.decode("utf-8", "replace").splitlines()
+                            if not GENERATED.match(line)]
+    return undated(a) == undated(b)
 
 
 def write_report(study_path, study, data, out, stage):

@@ -129,6 +129,43 @@ def test_reading_is_kept_across_rebuilds(tmp_path):
     assert again.count("## Reading") == 1 and (out / "reading.md").read_text().strip() in again
 
 
+def test_a_rebuild_of_the_same_runs_leaves_the_files_as_they_are(tmp_path, monkeypatch, capsys):
+    """Rebuilt from runs that did not change, a report differs only in its README's 'Generated <date>' line:
+    the committed files are left as they are (git stays clean); a changed reading rewrites the README only."""
+    path, _ = make_study(tmp_path)
+    out = tmp_path / "results"
+    report.main([str(path), "--out", str(out)])
+    capsys.readouterr()
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    generated = [line for line in before["README.md"].decode().splitlines() if line.startswith("Generated ")]
+    assert len(generated) == 1 and report.GENERATED.match(generated[0])
+    real_datetime = report.datetime.datetime
+    class Later(real_datetime):
+        @classmethod
+        def now(cls, tz=None):
+            return real_datetime(2031, 1, 2, 3, 4, tzinfo=tz)
+    monkeypatch.setattr(report.datetime, "datetime", Later)
+    report.main([str(path), "--out", str(out)])
+    assert capsys.readouterr().out == (f"wrote nothing; README.md, forest.png, val_loss.png already up to date "
+                                       f"(a README's date line aside)\n")
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    (out / "reading.md").write_text("a reading\n")
+    text = report.main([str(path), "--out", str(out)])
+    assert capsys.readouterr().out.startswith(f"wrote {out / 'README.md'}; forest.png, val_loss.png already")
+    assert "Generated 2031-01-02 03:04 UTC on " in text and (out / "README.md").read_text() == text
+
+
+def test_a_quick_report_makes_no_call(tmp_path):
+    """A --quick try's runs are a fraction of the study's: its tables say 'no call (--quick try)' wherever the
+    CI excludes 0 (or not), and its header says why."""
+    _, study = make_study(tmp_path)
+    data = report.collect(study)
+    assert report.results_table(study, data, "char").count("| lower |") == 1
+    table = report.results_table(dict(study, quick=0.1), data, "char")
+    assert "| lower |" not in table and "| no call |" not in table and table.count("no call (--quick try)") == 2
+    assert report.verdict((-0.04, -0.003)) == "lower" and report.verdict((-0.04, -0.003), quick=0.1) != "lower"
+
+
 def test_a_failed_write_leaves_the_last_report_whole(tmp_path, monkeypatch):
     """A write that fails part way (a full disk, here the forest plot) changes none of the last report's files
     and leaves no temp folder; a folder where a file goes is named before anything is moved in."""
