@@ -66,6 +66,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -506,13 +507,30 @@ def plan(study, arm):
 
 
 # ------------------------------------------------------------------------------------------------ running
+# The train.py processes the local sweep has started and that still run, and whether a stop signal came: a
+# SIGTERM to the sweep (kill PID, a job's end) is passed on to them, and no run starts after it.
+RUNNING = set()
+STOPPING = threading.Event()
+
+
+def stop_runs(signum, frame=None):
+    """Signal handler of the local sweep: pass the signal to every running train.py (each checkpoints at its
+    next step boundary and exits with EXIT_PREEMPTED) and start no more runs."""
+    STOPPING.set()
+    for proc in list(RUNNING):
+        proc.send_signal(signum)
+
+
 def launch(study, arm, lr, seed, threads):
     """Run (or resume) one training run as a subprocess; its log goes to out_dir/train.log.
 
     Returns None when the run finished or diverged (both recorded in its metrics.jsonl), else a line saying
-    that it failed (also when train.py ended without an error but the log does not reach max_iters) and where
-    its log is: one failed run never stops the others.
+    that it failed (also when train.py ended without an error but the log does not reach max_iters), was
+    interrupted or stopped (it resumes when the sweep runs again), or was not started because the sweep is
+    stopping, and where its log is: one failed run never stops the others.
     """
+    if STOPPING.is_set():
+        return f"{run_dir(study, arm, lr, seed)} was not started: the sweep was stopped"
     check_settings(study, arm, lr, seed)
     if is_finished(study, arm, lr, seed):
         print(f"done already: {arm} lr={lr:g} seed={seed}", flush=True)
@@ -526,14 +544,24 @@ def launch(study, arm, lr, seed, threads):
     print(f"running: {arm} lr={lr:g} seed={seed} -> {out_dir}", flush=True)
     log_path = os.path.join(out_dir, "train.log")
     with open(log_path, "a") as log:
-        code = subprocess.run([sys.executable, TRAIN_PY, *args], stdout=log, stderr=subprocess.STDOUT,
-                              env=env).returncode
+        proc = subprocess.Popen([sys.executable, TRAIN_PY, *args], stdout=log, stderr=subprocess.STDOUT, env=env)
+        RUNNING.add(proc)
+        if STOPPING.is_set():  # the signal came while it was being started
+            proc.send_signal(signal.SIGTERM)
+        try:
+            code = proc.wait()
+        finally:
+            RUNNING.discard(proc)
     if code == EXIT_DIVERGED and is_diverged(final_row(out_dir)):
         print(f"diverged: {arm} lr={lr:g} seed={seed} (recorded; the sweep goes on)", flush=True)
     elif code in (EXIT_INTERRUPTED, -signal.SIGINT):  # Ctrl-C (-2: during start-up): it resumes next time
         print(f"interrupted: {arm} lr={lr:g} seed={seed} (it resumes from its last checkpoint when the sweep "
               f"runs again)", flush=True)
         return f"{out_dir} was interrupted (Ctrl-C); it resumes from its last checkpoint when the sweep runs again"
+    elif code in (EXIT_PREEMPTED, -signal.SIGTERM):  # a stop signal (-15: during start-up)
+        print(f"stopped: {arm} lr={lr:g} seed={seed} (it resumes from its last checkpoint when the sweep runs "
+              f"again)", flush=True)
+        return f"{out_dir} was stopped by a signal; it resumes from its last checkpoint when the sweep runs again"
     elif code != 0:
         print(f"FAILED: {arm} lr={lr:g} seed={seed} (exit code {code}); see {log_path}", flush=True)
         return f"{out_dir} failed (exit code {code}); see {log_path}"
@@ -1075,14 +1103,24 @@ def main(argv=None):
     check_data(study)
     print(announce(study, due_runs(study), args.jobs), flush=True)
     failed = {}
-    with ThreadPoolExecutor(args.jobs) as pool:
-        while True:  # each round runs what is due; finished runs then decide the next phase of each arm
-            due = [run for run in due_runs(study) if run not in failed]
-            if not due:
-                break
-            for run, failure in zip(due, pool.map(lambda run: launch(study, *run, args.threads), due)):
-                if failure:
-                    failed[run] = failure
+    STOPPING.clear()
+    previous = {sig: signal.signal(sig, stop_runs) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        with ThreadPoolExecutor(args.jobs) as pool:
+            while not STOPPING.is_set():  # each round runs what is due; finished runs decide each arm's next phase
+                due = [run for run in due_runs(study) if run not in failed]
+                if not due:
+                    break
+                for run, failure in zip(due, pool.map(lambda run: launch(study, *run, args.threads), due)):
+                    if failure:
+                        failed[run] = failure
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    if STOPPING.is_set():
+        stopped = [f for f in failed.values() if "stopped by a signal" in f]
+        raise RuntimeError(f"the sweep was stopped by a signal: {len(stopped)} running run(s) stopped at a "
+                           f"checkpoint, none started after it; run the same command again to go on")
     print("chosen learning rates:", json.dumps({arm: plan(study, arm)["chosen"] for arm in study["arms"]}))
     if failed:
         raise RuntimeError(f"{len(failed)} run(s) did not finish; the others did:\n"

@@ -414,11 +414,13 @@ def test_a_run_that_ends_without_an_error_but_unfinished_is_not_launched_forever
     import sweep
     calls = []
 
-    def train_exits_0(cmd, **kw):
-        calls.append(cmd)
-        assert len(calls) < 10, "launched again and again"
-        return subprocess.CompletedProcess(cmd, 0)
-    monkeypatch.setattr(sweep.subprocess, "run", train_exits_0)
+    class TrainExits0:
+        def __init__(self, cmd, **kw):
+            calls.append(cmd)
+            assert len(calls) < 10, "launched again and again"
+        def wait(self):
+            return 0
+    monkeypatch.setattr(sweep.subprocess, "Popen", TrainExits0)
     with pytest.raises(RuntimeError, match=r"(?s)4 run\(s\) did not finish; the others did:.*lr0.01_seed1 ended "
                                            r"before max_iters without an error: its metrics.jsonl ends at iter None"):
         sweep.main([str(study)])

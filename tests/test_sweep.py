@@ -295,7 +295,12 @@ def command_lines():
 def test_a_run_killed_by_sigint_during_start_up_is_interrupted_too(study_file, monkeypatch, capsys):
     """Ctrl-C while train.py still imports: Python dies of the signal (status -2), not through train.py's
     handler (130); the sweep calls that interrupted as well."""
-    monkeypatch.setattr(sweep.subprocess, "run", lambda cmd, **kw: subprocess.CompletedProcess(cmd, -2))
+    class DiesOfSigint:  # a train.py killed by SIGINT before its handler was installed
+        def __init__(self, cmd, **kw):
+            pass
+        def wait(self):
+            return -signal.SIGINT
+    monkeypatch.setattr(sweep.subprocess, "Popen", DiesOfSigint)
     study = sweep.load_study(str(study_file))
     failure = sweep.launch(study, "linear", 1e-2, 1, threads=1)
     assert "was interrupted (Ctrl-C); it resumes from its last checkpoint" in failure
@@ -326,6 +331,37 @@ def test_a_run_stopped_by_ctrl_c_is_reported_as_interrupted_not_failed(tmp_path)
     assert "FAILED" not in stdout and proc.returncode == 1
     assert "1 run(s) did not finish; the others did" in stderr and "was interrupted (Ctrl-C)" in stderr
     assert "is intact: continue with --init_from=resume" in open(os.path.join(out, "train.log")).read()
+
+
+def test_a_sigterm_to_the_sweep_stops_its_runs_at_a_checkpoint(tmp_path):
+    """SIGTERM to the sweep (kill PID, a job's end) reaches the train.py it runs, which checkpoints and exits
+    (no orphan goes on training, so a restarted sweep never runs a run twice at once); the sweep says
+    'stopped', starts nothing more, and the run resumes when the sweep runs again."""
+    study_file = tiny_study(tmp_path, ONE_ARM + "learning_rates = [3e-3]\nselection_seeds = []\n"
+                                      "overrides = {'max_iters': 100000, 'lr_decay_iters': 100000}\n")
+    study = sweep.load_study(str(study_file))
+    out = sweep.run_dir(study, "linear", 3e-3, 2)
+    proc = subprocess.Popen([sys.executable, str(ROOT / "sweep.py"), str(study_file), "--threads", "1"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        deadline = time.time() + 120
+        while not os.path.exists(os.path.join(out, "ckpt.pt")) and time.time() < deadline:
+            time.sleep(0.05)
+        assert [cmd for cmd in command_lines().values() if out in cmd and "train.py" in cmd], "no train.py"
+        proc.send_signal(signal.SIGTERM)  # the sweep only
+        stdout, stderr = proc.communicate(timeout=120)  # the sweep waits for its train.py to end
+        orphans = [pid for pid, cmd in command_lines().items() if out in cmd and "train.py" in cmd]
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+        for pid, cmd in command_lines().items():
+            if out in cmd and "train.py" in cmd:
+                os.kill(pid, signal.SIGKILL)
+    assert not orphans
+    assert "stopped: linear lr=0.003 seed=2 (it resumes from its last checkpoint" in stdout
+    assert "FAILED" not in stdout and proc.returncode == 1
+    assert "the sweep was stopped by a signal: 1 running run(s) stopped at a checkpoint" in stderr
+    assert "stopped by SIGTERM after iter" in open(os.path.join(out, "train.log")).read()
 
 
 def test_per_arm_given_learning_rates_skip_the_search(study_file):
@@ -365,7 +401,7 @@ def test_a_clashing_study_is_refused_before_any_run_starts(study_file, tmp_path,
     clash = tmp_path / "short_study.py"
     clash.write_text(study_file.read_text().replace("overrides = {}", "overrides = {'max_iters': 10}"))
     launched = []
-    monkeypatch.setattr(sweep.subprocess, "run", lambda *a, **k: launched.append(a))
+    monkeypatch.setattr(sweep.subprocess, "Popen", lambda *a, **k: launched.append(a))
     for main in (sweep.main, report.main):
         with pytest.raises(ValueError) as e:
             main([str(clash)])
@@ -398,7 +434,7 @@ def test_runs_on_other_data_are_refused_before_any_run(study_file, tmp_path, mon
     assert sweep.check_data(study) == [str(folder)]  # the same data: fine
     assert sweep.data_status(study) == f"data: {folder} prepared"
     (folder / "meta.json").write_text(json.dumps(meta("tests/data/enwiki2015/AA", "c" * 64)))
-    monkeypatch.setattr(sweep.subprocess, "run", lambda *a, **k: pytest.fail("a run was launched"))
+    monkeypatch.setattr(sweep.subprocess, "Popen", lambda *a, **k: pytest.fail("a run was launched"))
     with pytest.raises(ValueError) as e:
         sweep.main([str(study_file)])
     assert (f"the dataset {folder} is the data prepared from tests/data/enwiki2015/AA (train.bin sha256 "
@@ -427,7 +463,7 @@ def test_runs_on_other_data_are_refused_before_any_run(study_file, tmp_path, mon
 def test_a_missing_dataset_stops_the_sweep_before_any_run(study_file, tmp_path, monkeypatch):
     config = tmp_path / "tiny_config.py"
     config.write_text(config.read_text().replace("dataset = 'tiny'", "dataset = 'not_prepared'"))
-    monkeypatch.setattr(sweep.subprocess, "run", lambda *a, **k: pytest.fail("a run was launched"))
+    monkeypatch.setattr(sweep.subprocess, "Popen", lambda *a, **k: pytest.fail("a run was launched"))
     with pytest.raises(FileNotFoundError, match=r"the study's runs read the dataset .*not_prepared "
                                                 r"\(arm linear\).*shows the command that prepares it"):
         sweep.main([str(study_file)])
