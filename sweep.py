@@ -665,7 +665,8 @@ def announce(study, due, jobs):
                                            "steps, final seeds)" if searching else "")
     if not timing:
         return (f"{head}; time: unknown (no finished run of this study to time yet; a run is "
-                f"{max(steps.values(), default=0):,} steps of {study['config']})")
+                f"{max(steps.values(), default=0):,} steps of {study['config']}; python sweep.py STUDY --dry_run "
+                f"tells how to estimate it)")
     evals_known = all(other is not None for _, other in timing.values())
     mean = lambda i: sum(t[i] for t in timing.values()) / len(timing)  # arms not timed yet: the others' mean
     per_run = lambda arm, n: n * timing.get(arm, (mean(0),))[0] + (
@@ -734,11 +735,15 @@ def dry_run(study, tokens_per_s=None, bench_json=None):
         no_evals = [arm for arm, (_, other_s) in timing.items() if other_s is None]
         evals = (f"evals not included for {', '.join(no_evals)}, whose runs did not log elapsed_s" if no_evals
                  else "evals and start-up included")
+        modes = ",".join(dict.fromkeys(run_config(study, arm, study["grids"][arm][0], study["seeds"][0])
+                                       ["query_mode"] for arm in study["arms"]))
         source = (f"CPU-hours of one process, timed on the runs in {folder} ({evals})" if folder
-                  else "CPU-hours: unknown, no finished run of this study to time yet (pass --tokens_per_s)")
+                  else f"CPU-hours: unknown, no finished run of this study to time yet; measure a run's speed "
+                       f"with python bench.py {study['config']} --threads=1 --query_modes={modes} and pass its "
+                       f"tokens/s as --tokens_per_s")
     else:
-        unit = "GPU"
-        source = ("GPU-hours = tokens / tokens per second per GPU / 3600, from "
+        unit, per = ("CPU", "process") if on_cpu else ("GPU", "GPU")
+        source = (f"{unit}-hours = tokens / tokens per second per {per} / 3600, from "
                   + (f"--tokens_per_s {tokens_per_s:,.0f} for every arm" if tokens_per_s else
                      f"{os.path.relpath(bench_json or DEFAULT_BENCH_JSON)}, each arm at its query mode's tokens/s")
                   + "; evals not counted")
@@ -1042,7 +1047,8 @@ def add_plan_arguments(parser):
                         help="print the plan (runs, tokens, GPU-hours; a study on the CPU: CPU-hours timed on "
                              "its finished runs) and run nothing")
     parser.add_argument("--tokens_per_s", type=float, default=None,
-                        help="--dry_run: measured training tokens/s per GPU, for every arm")
+                        help="--dry_run: measured training tokens/s per GPU (per process for a study on the "
+                             "CPU: bench.py's tokens/s), for every arm")
     parser.add_argument("--bench_json", default=None,
                         help="--dry_run: bench.py's --json file; each arm at its query mode's tokens/s "
                              "(default: the one-H200 figures, bench/results/h200_2026-11-30/)")

@@ -44,7 +44,7 @@ LONGEST_FIRST = ("test_study_through_submitit_jobs", "test_study_continues_on_a_
                  "test_compile_ddp_bf16_together", "test_saved_activation_bytes_under_torch_compile",
                  "test_lm_eval_equals_eval_py", "test_hf_dataset_path_with_spawn_workers",
                  "test_first_use_under_torchrun", "test_ddp_matches_single_process",
-                 "test_a_signalled_process_exits", "test_ddp_rejects_indivisible")
+                 "test_a_signalled_process_exits", "test_a_sigterm_to_the_sweep", "test_ddp_rejects_indivisible")
 
 
 def pytest_collection_modifyitems(items):

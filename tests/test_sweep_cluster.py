@@ -54,7 +54,8 @@ def test_dry_run_counts_finished_and_due_runs_and_names_a_missing_mode(tmp_path,
     # linear: 2 finished, the extension 9e-4 due; at most 2 + 1 + 2 half steps + 1 final = 6 runs
     assert "| linear | linear | 4 | 1,280 | 0.10 | 2 | 1 | 2 | 5 | 6 | 0.2 | 0.6 |" in out
     assert "| nonlinear | nonlinear | 4 | 1,280 | 0.10 | 0 | 2 | 2 | 5 | 6 | 0.2 | 0.6 |" in out
-    assert "The study: 10-12 runs, 1.0-1.2 GPU-hours (first wave: 4 runs, 0.4 GPU-hours); 2 finished, 3 due now.\n" \
+    # the study's config runs on the CPU: CPU-hours of one process at the given tokens/s
+    assert "The study: 10-12 runs, 1.0-1.2 CPU-hours (first wave: 4 runs, 0.4 CPU-hours); 2 finished, 3 due now.\n" \
            f"data: {tmp_path / 'data' / 'tiny'} prepared" in out
     assert "first wave: the base grid on the selection seeds" in out  # the columns' legend
     assert "Complete" not in out
@@ -89,7 +90,9 @@ def test_dry_run_of_a_cpu_study_is_timed_on_its_own_finished_runs(tmp_path, caps
     study_file = tiny_study(tmp_path, "max_extensions = 1\n")  # device = 'cpu'; 20 steps of 4 x 16 tokens
     study = sweep.load_study(str(study_file))
     sweep.main([str(study_file), "--dry_run"])
-    assert "CPU-hours: unknown, no finished run of this study to time yet" in capsys.readouterr().out
+    assert (f"CPU-hours: unknown, no finished run of this study to time yet; measure a run's speed with python "
+            f"bench.py {tmp_path / 'tiny_config.py'} --threads=1 --query_modes=linear,nonlinear and pass its "
+            f"tokens/s as --tokens_per_s") in capsys.readouterr().out
     for lr, loss in ((1e-2, 2.0), (3e-3, 1.5)):  # linear: 20 steps of 18 s, 720 s in all (360 s of evals)
         out = sweep.run_dir(study, "linear", lr, 1)
         os.makedirs(out)
