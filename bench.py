@@ -40,7 +40,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from common import (atomic_write_text, autocast, check_fsdp_support, check_output_file, end_distributed,
                     get_batch, load_meta, model_config, open_split, parse_config, resolve_device,
                     settings_help, setup_distributed, shard_model, use_compile, window_starts)
-from model import GPT, QUERY_MODES
+from model import GPT, QUERY_MODE_ALIASES, QUERY_MODES
 
 BENCH_DEFAULTS = dict(query_modes="linear,identity,nonlinear", warmup=10, steps=50, rounds=5,
                       data="synthetic", threads=None, json=None)
@@ -63,12 +63,14 @@ def split_args(argv):
     if opts["steps"] < opts["rounds"]:
         raise ValueError(f"--steps={opts['steps']} is fewer than --rounds={opts['rounds']}; "
                          f"each round times >= 1 step")
-    modes = opts["query_modes"].split(",")
+    modes = [QUERY_MODE_ALIASES.get(m, m) for m in opts["query_modes"].split(",")]  # original -> linear
     unknown = [m for m in modes if m not in QUERY_MODES]
     if unknown:
         raise ValueError(f"--query_modes: unknown mode {unknown[0]!r}; registered: {', '.join(QUERY_MODES)}")
     if len(set(modes)) != len(modes):
-        raise ValueError(f"--query_modes={opts['query_modes']} names a mode twice")
+        raise ValueError(f"--query_modes={opts['query_modes']} names a mode twice (aliases: "
+                         f"{', '.join(f'{a} = {m}' for a, m in QUERY_MODE_ALIASES.items())})")
+    opts["query_modes"] = ",".join(modes)
     if opts["data"] not in ("synthetic", "real"):
         raise ValueError(f"--data={opts['data']}: use synthetic or real")
     return opts, rest

@@ -88,7 +88,10 @@ def prompt_ids(start, meta, encode):
         if not os.path.isfile(start[5:]):
             raise FileNotFoundError(f"--start {start}: {start[5:]!r} is not a file; "
                                     "FILE:path reads the prompt from a UTF-8 text file")
-        start = read_text(start[5:])
+        path, start = start[5:], read_text(start[5:])
+        if not start:
+            raise ValueError(f"--start FILE:{path}: the file is empty; write the prompt in it, or leave --start "
+                             f"out to start from a new line (end-of-text for GPT-2 BPE)")
     if start:
         return encode(start)
     return [meta["eot_token"]] if meta["tokenizer"] == "gpt2" else encode("\n")

@@ -8,6 +8,7 @@ matmul-softmax path, and torch.compile against eager, in float32 and under bf16 
 logit difference and the tolerance it is held to (float32 1e-4, TF32 off; bf16 5e-2, relative to logits of
 order 1).
 """
+import argparse
 import os
 import sys
 
@@ -24,7 +25,9 @@ def logits(model, idx, dtype, device_type):
         return model(idx, targets=idx)[0].float()
 
 
-def main():
+def main(argv=None):
+    argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+                            ).parse_args(argv)  # no options: --help prints this docstring, others are refused
     device = "cuda" if torch.cuda.is_available() else "cpu"
     torch.backends.cuda.matmul.allow_tf32 = False  # compare float32 maths, not TF32 rounding
     name = torch.cuda.get_device_name() if device == "cuda" else "CPU"

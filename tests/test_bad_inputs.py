@@ -425,3 +425,29 @@ def test_a_run_that_ends_without_an_error_but_unfinished_is_not_launched_forever
                                            r"before max_iters without an error: its metrics.jsonl ends at iter None"):
         sweep.main([str(study)])
     assert len(calls) == 4  # the 2 arms x 2 rates of the search, once each
+
+
+def test_small_options_named_as_the_other_scripts_name_them(tmp_path, capsys):
+    """An empty prompt file is an error (it fell back to the default start without a word); bench.py takes the
+    query modes' aliases as train.py does; bench/gpu_sanity.py answers --help and refuses other arguments (it
+    ran the whole check)."""
+    import bench
+    import sample
+    sys.path.insert(0, str(ROOT / "bench"))
+    import gpu_sanity
+    (tmp_path / "empty.txt").write_text("")
+    with pytest.raises(ValueError, match="--start FILE:.*empty.txt: the file is empty; write the prompt in it"):
+        sample.prompt_ids(f"FILE:{tmp_path / 'empty.txt'}", dict(tokenizer="char"), lambda t: [1] * len(t))
+    (tmp_path / "prompt.txt").write_text("ab")
+    assert sample.prompt_ids(f"FILE:{tmp_path / 'prompt.txt'}", dict(tokenizer="char"), lambda t: [7] * len(t)) \
+        == [7, 7]
+    opts, _ = bench.split_args(["--query_modes=original,residual_gelu"])
+    assert opts["query_modes"] == "linear,nonlinear"
+    with pytest.raises(ValueError, match="names a mode twice \\(aliases: original = linear"):
+        bench.split_args(["--query_modes=original,linear"])
+    with pytest.raises(SystemExit) as e:
+        gpu_sanity.main(["--help"])
+    assert e.value.code == 0 and "Numerical checks that only a GPU can run" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as e:
+        gpu_sanity.main(["--steps=3"])
+    assert e.value.code == 2 and "unrecognized arguments: --steps=3" in capsys.readouterr().err

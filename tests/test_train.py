@@ -135,7 +135,8 @@ def test_config_layers_and_errors(tmp_path):
     with pytest.raises(ValueError, match="config key 'bias' needs a bool"):
         common.parse_config(["--bias=1"])
     (tmp_path / "bad.py").write_text("lerning_rate = 1e-3\n")
-    with pytest.raises(ValueError, match="unknown config key 'lerning_rate'"):
+    with pytest.raises(ValueError, match="unknown config key 'lerning_rate', did you mean 'learning_rate'\\? "
+                                         "Valid keys: activation, "):
         common.parse_config([str(tmp_path / "bad.py")])
     with pytest.raises(ValueError, match="write overrides as --key=value"):
         common.parse_config(["--n_layer", "4"])
