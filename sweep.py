@@ -521,13 +521,14 @@ def stop_runs(signum, frame=None):
         proc.send_signal(signum)
 
 
-def launch(study, arm, lr, seed, threads):
+def launch(study, arm, lr, seed, threads, progress=""):
     """Run (or resume) one training run as a subprocess; its log goes to out_dir/train.log.
 
     Returns None when the run finished or diverged (both recorded in its metrics.jsonl), else a line saying
     that it failed (also when train.py ended without an error but the log does not reach max_iters), was
     interrupted or stopped (it resumes when the sweep runs again), or was not started because the sweep is
-    stopping, and where its log is: one failed run never stops the others.
+    stopping, and where its log is: one failed run never stops the others. progress: shown in its
+    'running:' line (e.g. '3 of 12 due now').
     """
     if STOPPING.is_set():
         return f"{run_dir(study, arm, lr, seed)} was not started: the sweep was stopped"
@@ -541,7 +542,7 @@ def launch(study, arm, lr, seed, threads):
     if os.path.exists(os.path.join(out_dir, "ckpt.pt")):
         args.append("--init_from=resume")
     env = {**os.environ, "OMP_NUM_THREADS": str(threads)} if threads else None
-    print(f"running: {arm} lr={lr:g} seed={seed} -> {out_dir}", flush=True)
+    print(f"running{f' ({progress})' if progress else ''}: {arm} lr={lr:g} seed={seed} -> {out_dir}", flush=True)
     log_path = os.path.join(out_dir, "train.log")
     with open(log_path, "a") as log:
         proc = subprocess.Popen([sys.executable, TRAIN_PY, *args], stdout=log, stderr=subprocess.STDOUT, env=env)
@@ -570,6 +571,11 @@ def launch(study, arm, lr, seed, threads):
         print(f"FAILED: {arm} lr={lr:g} seed={seed} (ended without an error before max_iters)", flush=True)
         return (f"{out_dir} ended before max_iters without an error: its metrics.jsonl ends at iter "
                 f"{row and row['iter']} (rows lost?); delete the folder to run it again, see {log_path}")
+    else:
+        row = final_row(out_dir)
+        loss = final_val_loss(row)
+        print(f"finished: {arm} lr={lr:g} seed={seed}: val loss {'—' if loss is None else f'{loss:.4f}'}"
+              + (f" in {row['elapsed_s'] / 60:.1f} min" if row.get("elapsed_s") else ""), flush=True)
     return None
 
 
@@ -1117,7 +1123,8 @@ def main(argv=None):
                 due = [run for run in due_runs(study) if run not in failed]
                 if not due:
                     break
-                for run, failure in zip(due, pool.map(lambda run: launch(study, *run, args.threads), due)):
+                runs = [(run, f"{i} of {len(due)} due now") for i, run in enumerate(due, 1)]
+                for run, failure in zip(due, pool.map(lambda r: launch(study, *r[0], args.threads, r[1]), runs)):
                     if failure:
                         failed[run] = failure
     finally:

@@ -480,6 +480,10 @@ def test_quick_writes_only_under_the_scratch_folder(one_arm_study, tmp_path, mon
     assert "quick: every run at 0.1 of its steps, in out/quick/tiny/runs (scratch" in printed
     assert "2 run(s) due now (more follow as each arm's search goes on" in printed
     assert "time: unknown (no finished run of this study to time yet; a run is 2 steps of" in printed
+    assert "running (1 of 2 due now): linear lr=0.003 seed=1 -> out/quick/tiny/runs/linear/" in printed
+    row = sweep.final_row(os.path.join("out", "quick", "tiny", "runs", "linear", "lr0.01_seed1"))
+    assert (f"finished: linear lr=0.01 seed=1: val loss {row['val_loss']:.4f} in "
+            f"{row['elapsed_s'] / 60:.1f} min\n") in printed
     new = {p.relative_to(tmp_path) for p in tmp_path.rglob("*")} - {p.relative_to(tmp_path) for p in before}
     assert new and all(str(p) == "out" or str(p).startswith(os.path.join("out", "quick")) for p in new)
     assert not (tmp_path / "runs").exists()  # the study's own runs_dir
