@@ -719,6 +719,8 @@ def parse_args(argv=None):
             p.error(f"--{option} must be >= 1, got {getattr(args, option)}")
     if args.num_proc < 1:
         p.error(f"--num_proc must be >= 1, got {args.num_proc}")
+    if args.seed < 0:  # numpy's default_rng takes no negative seed; checked before any folder is made
+        p.error(f"--seed must be >= 0, got {args.seed}; pass a non-negative integer, e.g. --seed 1234")
     if args.name is not None and (args.name.strip() in ("", ".", "..") or Path(args.name).name != args.name):
         p.error(f"--name {args.name!r} must be a plain folder name (no path separators, not '..' nor blank); "
                 "use --data_dir to choose where it goes")
@@ -737,12 +739,12 @@ def parse_args(argv=None):
 def run(args, verbose=True):
     """Prepare the dataset args (parse_args) describes; returns its meta dict. verbose=False: no progress bars
     and no note on where Tiny Shakespeare came from. A data folder this run created is removed again if it
-    fails (DataError) or is interrupted."""
+    fails (any exception: a DataError, an interruption, or an error nlq did not foresee)."""
     out_dir = Path(args.data_dir) / args.name
     fresh = not out_dir.exists()
     try:
         return _run(args, out_dir, verbose)
-    except (DataError, KeyboardInterrupt):  # write_bin/save_dataset have already removed partial files
+    except BaseException:  # write_bin/staging have already removed partial files
         if fresh and out_dir.is_dir() and not any(out_dir.iterdir()):
             out_dir.rmdir()  # the empty folder check_target made for this run
         raise

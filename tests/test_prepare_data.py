@@ -454,11 +454,38 @@ def test_openwebtext_offline_says_how_to_fix(shipped_data, tmp_path, monkeypatch
     (["shakespeare_char", "--download", "--input", "x"], "--download and --input both say where"),
     (["local", "--input", "c.txt", "--name", "x", "--download"],
      "--download is an option of shakespeare and shakespeare_char, not of local"),
+    (["local", "--input", "c.txt", "--name", "x", "--seed", "-1"],  # was numpy's ValueError traceback
+     "--seed must be >= 0, got -1; pass a non-negative integer"),
 ])
 def test_usage_errors(args, expected, capsys):
     with pytest.raises(SystemExit) as e:
         P.parse_args(args)
     assert e.value.code == 2 and expected in capsys.readouterr().err
+
+
+def test_a_negative_seed_creates_no_folder(tmp_path, monkeypatch, capsys):
+    """--seed -1 used to fail in numpy after the output folder was made, leaving it behind empty."""
+    (tmp_path / "c.txt").write_text("x" * 5000)
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as e:
+        P.main(["local", "--input", "c.txt", "--name", "x", "--seed", "-1", "--data_dir", "data"])
+    assert e.value.code == 2 and "--seed must be >= 0, got -1" in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c.txt"]
+
+
+def test_an_unforeseen_error_leaves_no_empty_folder(tmp_path, monkeypatch):
+    """Not only DataError: any exception after the output folder was made removes it again (if this run made
+    it), so no option can leave an empty dataset folder behind."""
+    def broken(*args, **kwargs):
+        raise ValueError("something nlq did not foresee")
+    monkeypatch.setattr(P, "prepare_texts", broken)
+    with pytest.raises(ValueError, match="did not foresee"):
+        P.main(["shakespeare_char", "--data_dir", str(tmp_path / "data")])
+    assert list((tmp_path / "data").iterdir()) == []
+    (tmp_path / "data" / "shakespeare_char").mkdir()  # a folder that was there before is kept
+    with pytest.raises(ValueError, match="did not foresee"):
+        P.main(["shakespeare_char", "--data_dir", str(tmp_path / "data")])
+    assert [p.name for p in (tmp_path / "data").iterdir()] == ["shakespeare_char"]
 
 
 def test_load_meta_missing(tmp_path):
