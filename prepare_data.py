@@ -18,6 +18,7 @@ Bins are staged in a hidden folder inside the target folder and renamed into pla
 every file is complete, so an interrupted run leaves no train.bin/val.bin that looks valid.
 """
 import argparse
+import codecs
 import contextlib
 import functools
 import hashlib
@@ -186,13 +187,36 @@ def encode_docs(texts, tokenizer, *, enc=None, chars=None, end=True, num_threads
 
 # ---------------------------------------------------------------- reading inputs
 
+# Files that are not UTF-8 text but are often passed as if they were: (leading bytes, what it is, the fix).
+# Checked only when a file does not decode, so that the advice fits (iconv from latin1 would make garbage of
+# these). UTF-32's BOM starts like UTF-16's, so it comes first.
+NOT_UTF8 = ((b"\x1f\x8b", "gzip-compressed", "decompress it first: gunzip -k {path}"),
+            (b"BZh", "bzip2-compressed", "decompress it first: bunzip2 -k {path}"),
+            (b"\xfd7zXZ\x00", "xz-compressed", "decompress it first: unxz -k {path}"),
+            (b"\x28\xb5\x2f\xfd", "zstd-compressed", "decompress it first: unzstd {path}"),
+            (b"PK\x03\x04", "a zip archive", "unpack it first (unzip {path}) and pass the text files"),
+            (b"\xff\xfe\x00\x00", "UTF-32 text (it starts with a UTF-32 byte-order mark)",
+             "convert it: iconv -f utf-32 -t utf-8 {path} > fixed.txt"),
+            (b"\xff\xfe", "UTF-16 text (it starts with a UTF-16 byte-order mark)",
+             "convert it: iconv -f utf-16 -t utf-8 {path} > fixed.txt"),
+            (b"\xfe\xff", "UTF-16 text (it starts with a UTF-16 byte-order mark)",
+             "convert it: iconv -f utf-16 -t utf-8 {path} > fixed.txt"))
+
+
 def read_text(path):
-    """A file's text as str; DataError naming the file and byte offset if it is not UTF-8."""
+    """A file's text as str, without a leading UTF-8 byte-order mark (editors on Windows write one; it would
+    hide a WikiExtractor file's <doc and become a U+FEFF token). DataError naming the file and byte offset if it
+    is not UTF-8, with the fix for what it is: compressed, UTF-16/32, or else (likely) latin1."""
     data = Path(path).read_bytes()
+    bom = len(codecs.BOM_UTF8) if data.startswith(codecs.BOM_UTF8) else 0
     try:
-        return data.decode("utf-8")
+        return data[bom:].decode("utf-8")
     except UnicodeDecodeError as e:
-        raise DataError(f"{path}: not valid UTF-8 (byte {e.start}: {data[e.start:e.start + 4]!r}); "
+        for magic, kind, fix in NOT_UTF8:
+            if data.startswith(magic):
+                raise DataError(f"{path}: not valid UTF-8: it is {kind}; {fix.format(path=path)}") from e
+        at = bom + e.start  # offset in the file, BOM included
+        raise DataError(f"{path}: not valid UTF-8 (byte {at}: {data[at:at + 4]!r}); "
                         f"convert it, e.g. iconv -f latin1 -t utf-8 {path} > fixed.txt, "
                         "or remove the file") from e
 
@@ -234,9 +258,11 @@ def read_file_docs(path):
     return [text] if text else []
 
 
-def _starts_with(path, prefix):
+def _is_wiki(path):
+    """True if the file starts with WikiExtractor's '<doc ' (after a UTF-8 byte-order mark, if any)."""
     with open(path, "rb") as f:
-        return f.read(len(prefix)) == prefix
+        head = f.read(len(codecs.BOM_UTF8) + 5)
+    return head.removeprefix(codecs.BOM_UTF8).startswith(b"<doc ")
 
 
 def read_documents(path):
@@ -247,7 +273,7 @@ def read_documents(path):
         raise DataError(f"--input {path} does not exist")
     if path.is_dir():
         files = [f for f in sorted(path.rglob("*")) if f.is_file() and not f.name.startswith(".")
-                 and (f.suffix in TEXT_SUFFIXES or (not f.suffix and _starts_with(f, b"<doc ")))]
+                 and (f.suffix in TEXT_SUFFIXES or (not f.suffix and _is_wiki(f)))]
         if not files:
             raise DataError(f"--input {path}: directory holds no .txt, .jsonl or .parquet files "
                             "(nor WikiExtractor output); point --input at a folder of such files "

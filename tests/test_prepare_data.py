@@ -1,5 +1,8 @@
 """prepare_data.py on real data (Tiny Shakespeare, enwiki2015, GPT-2 BPE files shipped in tests/data), offline."""
+import bz2
+import codecs
 import errno
+import gzip
 import hashlib
 import json
 import subprocess
@@ -182,6 +185,77 @@ def test_codecs_round_trip(shipped_data):
         assert decode(encode(text)) == text and decode(np.array(encode(text), np.uint16)) == text
     with pytest.raises(ValueError, match="not in the vocabulary"):
         encode("xyz")
+
+
+# ---------------------------------------------------------------- text encodings: BOM, compressed, UTF-16
+
+@pytest.mark.parametrize("layout", ["file", "suffixless in a folder"])
+def test_wikiextractor_file_with_a_bom(shipped_data, tmp_path, layout):
+    """A leading UTF-8 byte-order mark is dropped: the file is still read as WikiExtractor output (it was one
+    document with <doc tags and a U+FEFF inside), and gives the very bins of the file without it."""
+    wiki = (shipped_data / "enwiki2015" / "AA" / "wiki_00").read_bytes()
+    for name, data in (("plain", wiki), ("bom", codecs.BOM_UTF8 + wiki)):
+        if layout == "file":
+            src = tmp_path / name / "wiki_00.txt"
+        else:
+            src = tmp_path / name / "AA" / "wiki_00"
+        src.parent.mkdir(parents=True)
+        src.write_bytes(data)
+        if layout != "file":
+            src = src.parent
+        prepare(tmp_path / "out", "local", "--input", str(src), "--name", name, "--tokenizer", "byte")
+    plain, bom = (P.load_meta(tmp_path / "out" / n) for n in ("plain", "bom"))
+    assert (bom["train_docs"], bom["val_docs"]) == (34, 4)
+    assert bom["sha256"] == plain["sha256"]
+    text = decoded(tmp_path / "out" / "bom", bom)
+    assert "\ufeff" not in text and "<doc" not in text
+
+
+def test_bom_in_jsonl_and_shakespeare(shipped_data, tmp_path):
+    """The BOM is dropped for every text read: a .jsonl's first line parses, Tiny Shakespeare is unchanged."""
+    src = tmp_path / "bom.jsonl"
+    src.write_bytes(codecs.BOM_UTF8 + b"".join(b'{"text": "doc %d ' % i + b"x" * 200 + b'"}\n'
+                                                 for i in range(100)))
+    assert P.read_documents(src)[0] == "doc 0 " + "x" * 200
+    txt = tmp_path / "input.txt"
+    txt.write_bytes(codecs.BOM_UTF8 + (shipped_data / "tinyshakespeare" / "input.txt").read_bytes())
+    assert (prepare(tmp_path, "shakespeare_char", "--input", str(txt), "--name", "bom")["sha256"]
+            == prepare(tmp_path, "shakespeare_char")["sha256"])
+
+
+NOT_UTF8 = {  # case: (file name, bytes, expected message after "PATH: not valid UTF-8: it is ")
+    "gzip": ("docs.jsonl.gz", gzip.compress(b'{"text": "a document"}\n' * 100),
+             "gzip-compressed; decompress it first: gunzip -k docs.jsonl.gz"),
+    "utf-16 le": ("u16.txt", "a document, ünïcode\n".encode("utf-16"),  # Python writes a BOM, native order
+                  "UTF-16 text (it starts with a UTF-16 byte-order mark); convert it: iconv -f utf-16 -t utf-8 "
+                  "u16.txt > fixed.txt"),
+    "utf-16 be": ("u16be.txt", codecs.BOM_UTF16_BE + "a document".encode("utf-16-be"),
+                  "UTF-16 text (it starts with a UTF-16 byte-order mark); convert it: iconv -f utf-16 -t utf-8 "
+                  "u16be.txt > fixed.txt"),
+    "utf-32": ("u32.txt", "a document".encode("utf-32"),
+               "UTF-32 text (it starts with a UTF-32 byte-order mark); convert it: iconv -f utf-32 -t utf-8 "
+               "u32.txt > fixed.txt"),
+    "bzip2": ("c.txt.bz2", bz2.compress(b"a document" * 100), "bzip2-compressed; decompress it first: "
+                                                              "bunzip2 -k c.txt.bz2"),
+}
+
+
+@pytest.mark.parametrize("case", NOT_UTF8)
+def test_compressed_or_utf16_input_gets_the_right_fix(case, existing, monkeypatch):
+    """Not the latin1 advice (iconv -f latin1 would turn these into garbage): what the file is and its fix."""
+    name, data, expected = NOT_UTF8[case]
+    (existing / name).write_bytes(data)
+    monkeypatch.chdir(existing)
+    message = fails("data", "local", "--input", name, "--name", "x", "--overwrite", "--tokenizer", "byte")
+    assert message == f"error: {name}: not valid UTF-8: it is {expected}"
+
+
+def test_latin1_offset_counts_the_bom(tmp_path):
+    """The byte offset named for other undecodable text is the file's, a BOM included."""
+    (tmp_path / "l.txt").write_bytes(codecs.BOM_UTF8 + "caf\u00e9".encode("latin-1"))
+    with pytest.raises(P.DataError, match=r"l.txt: not valid UTF-8 \(byte 6: b'\\xe9'\); convert it, e.g. "
+                                          r"iconv -f latin1"):
+        P.read_text(tmp_path / "l.txt")
 
 
 # ---------------------------------------------------------------- 4: interrupted writes
