@@ -70,6 +70,11 @@ class DataError(RuntimeError):
     """Bad input or environment; the message names the file and the fix."""
 
 
+def warn(text):
+    """Print a one-line warning about the input to stderr (the run goes on)."""
+    print(f"warning: {text}", file=sys.stderr)
+
+
 # ---------------------------------------------------------------- tokenizers
 
 def gpt2_encoding(bpe_dir=None):
@@ -254,8 +259,31 @@ def read_file_docs(path):
             docs.append(doc)
         return [d for d in docs if d]
     if text.startswith("<doc "):
-        return [a.strip() for a in WIKI_DOC.findall(text) if a.strip()]
+        return wiki_articles(text, path)
     return [text] if text else []
+
+
+def wiki_articles(text, path):
+    """The articles of a WikiExtractor file's text: what each <doc ...> ... </doc> holds (title line and body),
+    stripped, empty ones dropped.
+
+    A last article whose </doc> never comes (the extraction was cut short: killed, disk full) is kept as far
+    as it goes, with a warning naming the file. Kept, not dropped: its text is as real as any other article's,
+    only shorter, and dropping it would lose data without a word; the warning says the file may want
+    extracting again.
+    """
+    articles, end = [], 0
+    for match in WIKI_DOC.finditer(text):
+        articles.append(match.group(1))
+        end = match.end()
+    tail = text[end:].lstrip()
+    if tail.startswith("<doc "):
+        header, closed, body = tail.partition(">")  # a header cut before its '>' leaves no text
+        articles.append(body if closed else "")
+        title = re.search(r'title="([^"]*)"', header)
+        warn(f"{path}: its last article ({title.group(1) if title else header[:80]!r}) has no closing </doc>: "
+             f"the file looks cut short; its text so far is kept. Extract the file again if it should be complete")
+    return [a.strip() for a in articles if a.strip()]
 
 
 def _is_wiki(path):

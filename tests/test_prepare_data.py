@@ -127,6 +127,37 @@ def test_enwiki_gpt2_counts_and_no_tags(shipped_data, enc, tmp_path):
     assert "<doc" not in text and "</doc>" not in text
 
 
+@pytest.mark.parametrize("cut", ["before </doc>", "mid-article", "mid-header"])
+def test_enwiki_cut_short_keeps_the_last_article_and_says_so(cut, shipped_data, tmp_path, capsys):
+    """A WikiExtractor file whose last <doc ...> is never closed (the extraction was cut short) keeps what that
+    article has, with a warning naming the file; the last article was dropped without a word."""
+    wiki = (shipped_data / "enwiki2015" / "AA" / "wiki_00").read_text(encoding="utf-8")
+    last = wiki.rindex('<doc id="624"')
+    text = {"before </doc>": wiki[:wiki.rindex("</doc>")],
+            "mid-article": wiki[:wiki.index("Bordering", last)],
+            "mid-header": wiki[:last + len('<doc id="62')]}[cut]
+    (tmp_path / "AA").mkdir()
+    (tmp_path / "AA" / "wiki_00").write_text(text, encoding="utf-8")
+    docs = P.read_documents(tmp_path / "AA")
+    bodies = wiki_articles(shipped_data / "enwiki2015" / "AA")
+    if cut == "mid-header":  # nothing of the article's text was written: 37 whole articles
+        assert docs == bodies[:-1]
+        assert capsys.readouterr().err == (f"warning: {tmp_path / 'AA' / 'wiki_00'}: its last article "
+                                           """('<doc id="62') has no closing </doc>: the file looks cut short; """
+                                           "its text so far is kept. Extract the file again if it should be "
+                                           "complete\n")
+    else:
+        assert docs[:-1] == bodies[:-1] and len(docs) == 38
+        if cut == "before </doc>":  # all its text is there: the same documents as the whole file
+            assert docs[-1] == bodies[-1]
+        else:  # the title line and the article's first 102 characters
+            assert bodies[-1].startswith(docs[-1]) and len(docs[-1]) == 102
+            assert docs[-1].startswith("Alaska\n\nAlaska () is a U.S. state")
+        assert capsys.readouterr().err == (f"warning: {tmp_path / 'AA' / 'wiki_00'}: its last article "
+                                           "('Alaska') has no closing </doc>: the file looks cut short; its text "
+                                           "so far is kept. Extract the file again if it should be complete\n")
+
+
 # ---------------------------------------------------------------- other local formats, seeds, dtype
 
 @pytest.fixture(scope="module")
