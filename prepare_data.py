@@ -19,6 +19,7 @@ every file is complete, so an interrupted run leaves no train.bin/val.bin that l
 """
 import argparse
 import codecs
+import collections
 import contextlib
 import functools
 import hashlib
@@ -229,8 +230,8 @@ def read_text(path):
 def read_file_docs(path):
     """Documents in one file: WikiExtractor articles (tags stripped), .jsonl/.parquet records, else the
     file."""
-    path = Path(path)
-    if path.suffix == ".parquet":
+    path, suffix = Path(path), Path(path).suffix.lower()
+    if suffix == ".parquet":
         import pyarrow.parquet as pq
         import pyarrow as pa
         try:
@@ -246,7 +247,7 @@ def read_file_docs(path):
                             "string column named text")
         return [t for t in pq.read_table(path, columns=["text"]).column("text").to_pylist() if t]
     text = read_text(path)
-    if path.suffix == ".jsonl":
+    if suffix == ".jsonl":
         docs = []
         for n, line in enumerate(text.splitlines(), 1):
             try:
@@ -293,19 +294,44 @@ def _is_wiki(path):
     return head.removeprefix(codecs.BOM_UTF8).startswith(b"<doc ")
 
 
+def corpus_files(folder):
+    """(read, skipped): the files under folder (recursively, sorted) that read_documents reads, and the others.
+
+    Read: .txt, .jsonl and .parquet files, the suffix in any case (notes.TXT), and files without a suffix that
+    are WikiExtractor output (wiki_00). Hidden files (.DS_Store, ...) are in neither list.
+    """
+    read, skipped = [], []
+    for f in sorted(Path(folder).rglob("*")):
+        if f.is_file() and not f.name.startswith("."):
+            wanted = f.suffix.lower() in TEXT_SUFFIXES or (not f.suffix and _is_wiki(f))
+            (read if wanted else skipped).append(f)
+    return read, skipped
+
+
+def _suffix_counts(files):
+    """How many files of each suffix, most first: '2 .md, 1 .gz, 1 without a suffix'."""
+    counts = collections.Counter(f.suffix.lower() or "without a suffix" for f in files)
+    return ", ".join(f"{n} {suffix}" for suffix, n in counts.most_common())
+
+
 def read_documents(path):
-    """Documents of a file or a directory (recursively: .txt/.jsonl/.parquet and WikiExtractor files,
-    sorted)."""
+    """Documents of a file or a directory (recursively: corpus_files, sorted). The files of a directory that
+    are not read are counted in a warning, by suffix; never skipped without a word."""
     path = Path(path)
     if not path.exists():
         raise DataError(f"--input {path} does not exist")
     if path.is_dir():
-        files = [f for f in sorted(path.rglob("*")) if f.is_file() and not f.name.startswith(".")
-                 and (f.suffix in TEXT_SUFFIXES or (not f.suffix and _is_wiki(f)))]
+        files, skipped = corpus_files(path)
         if not files:
+            held = f"; it holds {_suffix_counts(skipped)}" if skipped else ""
             raise DataError(f"--input {path}: directory holds no .txt, .jsonl or .parquet files "
-                            "(nor WikiExtractor output); point --input at a folder of such files "
+                            f"(nor WikiExtractor output){held}; point --input at a folder of such files "
                             "or at one file")
+        if skipped:
+            warn(f"--input {path}: read {len(files)} file(s); skipped {len(skipped)} that are not .txt, .jsonl "
+                 f"or .parquet (any case) nor WikiExtractor output: {_suffix_counts(skipped)} (e.g. "
+                 f"{skipped[0]}); rename those that hold text to .txt (decompress compressed ones) to include "
+                 "them")
     else:
         files = [path]
     docs = [d for f in files for d in read_file_docs(f)]

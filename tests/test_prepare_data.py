@@ -189,6 +189,35 @@ def test_local_formats_keep_every_document(speeches, fmt, tmp_path):
     assert sorted(text.split(P.DOC_SEPARATOR)[:-1]) == sorted(docs)
 
 
+def test_a_folder_says_what_it_skipped(tmp_path, capsys):
+    """Suffixes are read in any case (.TXT); the files that are not read are counted by suffix in a warning
+    (they were skipped without a word), and a folder of none names what it holds."""
+    files = {"a.txt": "doc a", "b.TXT": "doc b", "c.md": "# notes", "d": "no suffix, not WikiExtractor",
+             "e.jsonl.gz": gzip.compress(b'{"text": "x"}\n'), ".DS_Store": "hidden",
+             "sub/wiki_00": '<doc id="1" title="W">\nW\n\nwiki\n</doc>\n'}
+    for name, data in files.items():
+        (tmp_path / "c" / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "c" / name).write_bytes(data if isinstance(data, bytes) else data.encode())
+    assert P.read_documents(tmp_path / "c") == ["doc a", "doc b", "W\n\nwiki"]
+    assert capsys.readouterr().err == (f"warning: --input {tmp_path / 'c'}: read 3 file(s); skipped 3 that are "
+                                       "not .txt, .jsonl or .parquet (any case) nor WikiExtractor output: 1 .md, "
+                                       f"1 without a suffix, 1 .gz (e.g. {tmp_path / 'c' / 'c.md'}); rename those "
+                                       "that hold text to .txt (decompress compressed ones) to include them\n")
+    for name in ("a.txt", "b.TXT", "sub/wiki_00"):
+        (tmp_path / "c" / name).unlink()
+    with pytest.raises(P.DataError) as e:
+        P.read_documents(tmp_path / "c")
+    assert str(e.value) == (f"--input {tmp_path / 'c'}: directory holds no .txt, .jsonl or .parquet files (nor "
+                            "WikiExtractor output); it holds 1 .md, 1 without a suffix, 1 .gz; point --input at a "
+                            "folder of such files or at one file")
+
+
+def test_upper_case_suffixes_are_read_by_their_kind(tmp_path):
+    """A .JSONL is read as JSON lines (a record per document), not as one text."""
+    (tmp_path / "C.JSONL").write_text('{"text": "one"}\n{"text": "two"}\n')
+    assert P.read_documents(tmp_path / "C.JSONL") == ["one", "two"]
+
+
 def test_seed_fixes_the_split(speeches, tmp_path):
     src = tmp_path / "c.jsonl"
     src.write_text("".join(json.dumps({"text": d}) + "\n" for d in speeches[:1000]))
