@@ -8,9 +8,10 @@
     python prepare_data.py hf --hf_dataset roneneldan/TinyStories --name tinystories --max_docs 100000
 
 Each .bin is a flat array of token ids (dtype in meta.json). Documents are split into train/val
-by a seeded draw (--val_fraction of the documents); the shakespeare sets split one text 90/10 by
-position. The GPT-2 tokenizer is built from the encoder.json + vocab.bpe shipped in tests/data/gpt2 (or
---bpe_dir), never downloaded. gpt2 appends the end-of-text token 50256 after every document; char/byte append
+by a seeded draw (--val_fraction of the documents); the shakespeare sets, and local with one plain-text
+file, split one text by position (the last --val_fraction of it is val; default 90/10). The GPT-2
+tokenizer is built from the encoder.json + vocab.bpe shipped in tests/data/gpt2 (or --bpe_dir), never
+downloaded. gpt2 appends the end-of-text token 50256 after every document; char/byte append
 DOC_SEPARATOR instead (no separator in the positional split, so decoding gives back the input).
 fineweb_edu and hf stream their records from the Hugging Face Hub (no full download), in order, up to
 --max_docs documents or --max_tokens tokens, and draw each document's split as it comes.
@@ -294,6 +295,14 @@ def _is_wiki(path):
     return head.removeprefix(codecs.BOM_UTF8).startswith(b"<doc ")
 
 
+def is_one_text(path):
+    """True if --input path is one plain-text file: not .jsonl or .parquet (any case), not WikiExtractor output.
+    local splits such a file like Tiny Shakespeare, by position (its documents are not known)."""
+    path = Path(path)
+    return (path.is_file() and path.suffix.lower() not in (".jsonl", ".parquet")
+            and not _is_wiki(path))
+
+
 def corpus_files(folder):
     """(read, skipped): the files under folder (recursively, sorted) that read_documents reads, and the others.
 
@@ -393,7 +402,8 @@ def split_indices(n_docs, val_fraction, seed, source):
     n_val = max(1, round(n_docs * val_fraction))
     if n_val >= n_docs:
         raise DataError(f"{source}: {n_docs} document(s) leave no training documents with --val_fraction "
-                        f"{val_fraction}; use more documents (one per file, .jsonl line or parquet record)")
+                        f"{val_fraction}; use more documents (one per file, .jsonl line or parquet record), or "
+                        "pass one plain-text file as --input to split it by position")
     is_val = np.zeros(n_docs, bool)
     is_val[np.random.default_rng(seed).permutation(n_docs)[:n_val]] = True
     return np.flatnonzero(~is_val), np.flatnonzero(is_val)
@@ -755,16 +765,17 @@ def parse_args(argv=None):
     p.add_argument("--data_dir", type=os.path.expanduser,
                    default="data", help="output goes to DATA_DIR/NAME/")
     p.add_argument("--name", help="output folder name (default: DATASET; required for local)")
-    p.add_argument("--input", type=os.path.expanduser, help=".txt/.jsonl/.parquet file or directory "
-                   "(shakespeare*: a copy of input.txt; default: the one shipped in tests/data)")
+    p.add_argument("--input", type=os.path.expanduser, help=".txt/.jsonl/.parquet file or directory (one "
+                   ".txt file: split by position; shakespeare*: a copy of input.txt; default: the one shipped "
+                   "in tests/data)")
     p.add_argument("--download", action="store_true", default=None, help="shakespeare*: download input.txt "
                    "instead of using the shipped copy (the same file)")
     p.add_argument("--tokenizer", choices=("gpt2", "char", "byte"),
                    help="default: char for shakespeare_char, else gpt2 (openwebtext: gpt2 only; "
                    "fineweb_edu, hf: gpt2 or byte)")
     p.add_argument("--val_fraction", type=float, help="held-out fraction of documents (default 0.0005 for "
-                   "openwebtext and fineweb_edu, 0.01 for hf, else 0.1; shakespeare*: of characters, by "
-                   "position)")
+                   "openwebtext and fineweb_edu, 0.01 for hf, else 0.1; shakespeare* and a local .txt file: of "
+                   "characters, by position)")
     hub = p.add_argument_group("fineweb_edu and hf (streamed from the Hugging Face Hub)")
     hub.add_argument("--subset", choices=FINEWEB_EDU_SUBSETS, help="fineweb_edu: its sample (default "
                      "sample-10BT)")
@@ -774,7 +785,8 @@ def parse_args(argv=None):
     hub.add_argument("--text_column", help="hf: the column holding the text (default text)")
     hub.add_argument("--max_docs", type=int, help="take only the first N documents of the stream")
     hub.add_argument("--max_tokens", type=int, help="take documents while their tokens total at most N")
-    p.add_argument("--seed", type=int, default=1234, help="seed of the train/val document draw")
+    p.add_argument("--seed", type=int, default=1234, help="seed of the train/val document draw (not used by "
+                   "a split by position)")
     p.add_argument("--num_proc", type=int, default=os.cpu_count() or 1, help="tokenising processes/threads")
     p.add_argument("--bpe_dir", type=os.path.expanduser, help="folder with GPT-2's encoder.json + vocab.bpe "
                    "(default: the copy shipped in tests/data/gpt2)")
@@ -852,8 +864,9 @@ def _run(args, out_dir, verbose):
             print(f"Tiny Shakespeare: {'downloaded from' if args.download else 'the copy shipped with nlq,'} "
                   f"{source}")
         docs, kw = [text], dict(positional=True, source=source)
-    else:
-        docs, kw = read_documents(args.input), dict(source=args.input)
+    else:  # one plain-text file is one text: split by position, as Tiny Shakespeare (no draw of one document)
+        docs = read_documents(args.input)
+        kw = dict(positional=is_one_text(args.input), source=args.input)
     if args.tokenizer == "gpt2":  # after the (cheap) input checks, before any tokenising
         gpt2_encoding(args.bpe_dir)
     return prepare_texts(docs, out_dir, tokenizer=args.tokenizer, progress=verbose, **kw, **common)

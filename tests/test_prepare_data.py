@@ -96,6 +96,26 @@ def test_shakespeare_char_exact(shipped_data, tmp_path, capsys):
     assert decoded(tmp_path / "shakespeare_char", meta) == text
 
 
+def test_one_text_file_is_split_by_position(shipped_data, tmp_path):
+    """local --input FILE.txt (one plain-text file, the README's example of an input): split by position as
+    shakespeare_char is, the very same bins; it failed with '1 document(s) leave no training documents'."""
+    src = shipped_data / "tinyshakespeare" / "input.txt"
+    text = src.read_text(encoding="utf-8")
+    meta = prepare(tmp_path, "local", "--input", str(src), "--name", "shk_local", "--tokenizer", "char")
+    shipped = prepare(tmp_path, "shakespeare_char")
+    assert meta["sha256"] == shipped["sha256"] and meta["chars"] == shipped["chars"]
+    assert (meta["split"], meta["seed"], meta["train_docs"], meta["val_docs"]) == ("position", None, 1, 1)
+    assert (meta["train_tokens"], meta["val_tokens"], meta["source"]) == (1_003_854, 111_540, str(src))
+    assert decoded(tmp_path / "shk_local", meta) == text
+    # byte: the first 80% of the characters are train, no separator added; the seed plays no part
+    byte = prepare(tmp_path, "local", "--input", str(src), "--name", "b", "--tokenizer", "byte",
+                   "--val_fraction", "0.2", "--seed", "7")
+    cut = int(len(text) * 0.8)
+    assert bytes(np.fromfile(tmp_path / "b" / "val.bin", np.uint16).astype(np.uint8)) == text[cut:].encode()
+    assert (byte["train_tokens"], byte["val_tokens"]) == (len(text[:cut].encode()), len(text[cut:].encode()))
+    assert decoded(tmp_path / "b", byte) == text and byte["seed"] is None
+
+
 # ---------------------------------------------------------------- 3: enwiki, byte and gpt2
 
 def test_enwiki_byte_counts_and_no_tags(shipped_data, tmp_path):
@@ -398,7 +418,12 @@ BAD_INPUTS = {  # case: (files to create {name: bytes}, --input, extra args, exp
     "missing input": ({}, "nope.txt", [], ["nope.txt", "does not exist"]),
     "jsonl without text": ({"j.jsonl": b'{"text": "a"}\n{"body": "b"}\n'}, "j.jsonl", [],
                            ["j.jsonl:2", "'text' field"]),
-    "one document": ({"one.txt": b"x" * 5000}, "one.txt", [], ["1 document(s)", "no training documents"]),
+    "one document": ({"d/one.txt": b"x" * 5000}, "d", [], ["1 document(s)", "no training documents",
+                                                         "pass one plain-text file as --input to split it"]),
+    "one record": ({"one.jsonl": b'{"text": "a"}\n'}, "one.jsonl", [], ["1 document(s)", "no training"]),
+    "one short text": ({"one.txt": b"x" * 5000}, "one.txt", [],  # split by position: 4500 + 500 bytes
+                       ["one.txt: the val split has 500 tokens, shorter than one block of 1024",
+                        "raise --val_fraction (now 0.1)"]),
     "val too short": ({"s.jsonl": b"".join(b'{"text": "short doc %d"}\n' % i for i in range(200))},
                       "s.jsonl", ["--tokenizer", "byte"],
                       ["val split has", "shorter than one block of 1024", "raise --val_fraction"]),
