@@ -17,8 +17,8 @@ fineweb_edu and hf stream their records from the Hugging Face Hub (no full downl
 --max_docs documents or --max_tokens tokens, and draw each document's split as it comes.
 Bins are staged in a hidden folder inside the target folder and renamed into place only when
 every file is complete, so an interrupted run leaves no train.bin/val.bin that looks valid. A run killed
-outright (SIGKILL) leaves its staging folder; the next preparation of the same name removes it once that
-process is gone from this host (and names any it cannot judge, with its size and the command to delete it).
+outright (SIGKILL) leaves its staging folder; the next preparation of the same name names it, with its size
+and the command to delete it.
 """
 import argparse
 import codecs
@@ -32,7 +32,6 @@ import os
 import re
 import shlex
 import shutil
-import socket
 import sys
 import tempfile
 import urllib.request
@@ -41,11 +40,6 @@ from pathlib import Path
 
 import numpy as np
 from tqdm import tqdm
-
-try:
-    import fcntl  # locks on staging folders (POSIX)
-except ImportError:  # Windows: no locks (and no pid check): stale staging folders are only reported there
-    fcntl = None
 
 SHAKESPEARE_URL = "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt"
 # Data shipped with nlq (provenance and licences: tests/data/PROVENANCE.md): the files the tests and the quick
@@ -490,44 +484,6 @@ def write_bin(path, chunks, dtype, total=None, desc=None, progress=True):
     return out.count, out.digest.hexdigest()
 
 
-# Staging folders are named .partial-HOST-PID-RANDOM, so that a later preparation can tell one left by a killed
-# process (SIGKILL, the OOM killer, a power cut: no `finally` ran) from one a concurrent preparation of the same
-# dataset is writing now (train.py's first-use preparation can race another run). The writer also holds a lock
-# on STAGE_LOCK inside it: a process in another pid namespace (a container sharing the data folder and the host
-# name) looks dead to os.kill, but its lock is still held.
-STAGE_HOST = re.sub(r"[^A-Za-z0-9.-]", "_", socket.gethostname())[:64] or "host"
-STAGE_NAME = re.compile(r"\.partial-(.+)-(\d+)-[0-9a-f]{8}$")
-STAGE_LOCK = ".lock"
-
-
-def _pid_alive(pid):
-    """True unless process pid surely does not exist on this machine (Windows: always True, for os.kill(pid,
-    0) would end the process there)."""
-    if os.name == "nt":
-        return True
-    try:
-        os.kill(pid, 0)  # signal 0: only asks whether the process exists
-    except ProcessLookupError:
-        return False
-    except OSError:  # PermissionError: it exists, another user's
-        return True
-    return True
-
-
-def _lock_is_held(stage):
-    """True if a live process holds the lock of staging folder stage (False where locks are not available)."""
-    if fcntl is None or not (stage / STAGE_LOCK).is_file():
-        return False
-    try:
-        with open(stage / STAGE_LOCK) as f:
-            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)  # released again when f closes
-    except BlockingIOError:
-        return True
-    except OSError:  # a file system without locks: the pid alone decides
-        return False
-    return False
-
-
 def _folder_size(folder):
     """The bytes of the files under folder, as '3.2 GB' (files that vanish meanwhile count 0)."""
     total = 0
@@ -541,46 +497,27 @@ def _folder_size(folder):
     return f"{total} bytes"
 
 
-def remove_stale_stages(out_dir):
-    """Remove the staging folders in out_dir that killed preparations left behind (their process no longer
-    exists on this host), saying so; for each other one (a live preparation's, another host's, or one from
-    before nlq named them) warn with its size and the command to delete it, and leave it."""
+def warn_about_leftover_stages(out_dir):
+    """Warn about each hidden staging folder (.partial-*) already in out_dir, with its size and the command that
+    deletes it. A preparation killed outright (SIGKILL, the OOM killer: no cleanup runs) leaves its files there,
+    up to 17 GB for OpenWebText; one still running (train.py's first use beside another run) is writing them
+    now. Which of the two it is cannot be told safely from here, so nothing is deleted."""
     for stage in sorted(Path(out_dir).glob(".partial-*")):
-        if not stage.is_dir():
-            continue
-        size, owner = _folder_size(stage), STAGE_NAME.match(stage.name)
-        delete = f"rm -rf {shlex.quote(str(stage))}"
-        if (owner and owner.group(1) == STAGE_HOST and not _pid_alive(int(owner.group(2)))
-                and not _lock_is_held(stage)):
-            try:
-                shutil.rmtree(stage)
-            except OSError as e:  # another user's folder, say: the run goes on, the folder is named
-                warn(f"{stage} ({size}) holds the staging files of a killed preparation, but could not be "
-                     f"removed ({e.strerror or e}); delete it: {delete}")
-            else:
-                print(f"note: removed {stage} ({size}), the staging files of a preparation that was killed (pid "
-                      f"{owner.group(2)} no longer runs)", file=sys.stderr)
-            continue
-        who = (f"a preparation by pid {owner.group(2)} on host {owner.group(1)}" if owner
-               else "an earlier preparation")
-        warn(f"{stage} ({size}) holds the staging files of {who}, which may still be running; if it is not, "
-             f"delete them: {delete}")
+        if stage.is_dir():
+            warn(f"{stage} ({_folder_size(stage)}) holds the staging files of another preparation of this "
+                 f"dataset, killed or still running; if none is running, delete them: "
+                 f"rm -rf {shlex.quote(str(stage))}")
 
 
 @contextlib.contextmanager
 def staging(out_dir):
-    """A hidden folder .partial-HOST-PID-RANDOM inside out_dir for the files being written, locked while in
-    use; removed on exit, whatever happened (a hard kill leaves it: remove_stale_stages then removes it)."""
+    """A hidden folder inside out_dir for the files being written; removed on exit, whatever happened (a hard
+    kill leaves it: the next preparation names it, warn_about_leftover_stages)."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    stage = out_dir / f".partial-{STAGE_HOST}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-    stage.mkdir(mode=0o700)
+    stage = Path(tempfile.mkdtemp(prefix=".partial-", dir=out_dir))
     try:
-        with open(stage / STAGE_LOCK, "w") as lock:
-            if fcntl is not None:
-                with contextlib.suppress(OSError):  # a file system without locks: the pid in the name protects it
-                    fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            yield stage
+        yield stage
     finally:
         shutil.rmtree(stage, ignore_errors=True)
 
@@ -938,7 +875,7 @@ def _run(args, out_dir, verbose):
     common = dict(val_fraction=args.val_fraction, seed=args.seed, num_proc=args.num_proc,
                   bpe_dir=args.bpe_dir, overwrite=args.overwrite)
     check_target(out_dir, args.overwrite)  # fail before reading or downloading anything
-    remove_stale_stages(out_dir)  # a killed run's staging files (up to 17 GB): before this run needs the space
+    warn_about_leftover_stages(out_dir)  # a killed run's staging files (up to 17 GB): named, with the command
     if args.dataset == "openwebtext":  # ~54 GB to download: check the BPE first
         gpt2_encoding(args.bpe_dir)
         return prepare_hf_dataset(load_openwebtext(args.num_proc), out_dir, **common)
