@@ -205,21 +205,27 @@ def check_value(key, value):
 def parse_override(arg):
     """'--key=value' -> (key, value). Values are Python literals; anything else is taken as a string."""
     if not arg.startswith("--") or "=" not in arg:
-        raise ValueError(f"cannot parse argument {arg!r}; write overrides as --key=value")
-    key, text = arg[2:].split("=", 1)
-    text = {"true": "True", "false": "False", "none": "None"}.get(text, text)
+        hint = ("" if arg.startswith("-") else
+                f" (a config file is a .py file: did you mean {arg}.py?)" if os.path.isfile(arg + ".py") else
+                f" ({arg} is a folder; a config file is a .py file, e.g. config/shakespeare_char.py)"
+                if os.path.isdir(arg) else " (a config file is a .py file)")
+        raise ValueError(f"cannot parse argument {arg!r}; write overrides as --key=value{hint}")
+    key, raw = arg[2:].split("=", 1)
+    text = {"true": "True", "false": "False", "none": "None"}.get(raw, raw)
     try:
         value = ast.literal_eval(text)
     except (ValueError, SyntaxError):
         value = text
     if isinstance(DEFAULTS.get(key), str) and not isinstance(value, str):
-        value = text  # e.g. --wandb_run_name=123 stays a string
+        value = raw  # e.g. --wandb_run_name=123 or --out_dir=none stays the string given
     return key, value
 
 
 def read_config_file(path, kind="config file"):
     """The settings a config file (or, kind="study file", a study file) assigns (plain Python; names starting
     with _ and imported modules skipped)."""
+    if os.path.isdir(path):
+        raise FileNotFoundError(f"{kind} {path} is a folder, not a file")
     if not os.path.isfile(path):
         raise FileNotFoundError(f"{kind} {path} not found")
     namespace = {}
@@ -242,7 +248,7 @@ def parse_config(argv):
         if arg.endswith(".py") and not arg.startswith("--"):
             if i > 0:
                 raise ValueError(f"config file {arg} must be the first argument, before the --key=value "
-                                 f"overrides (which apply on top of it)")
+                                 f"overrides (which apply on top of it); one config file per run")
             updates = read_config_file(arg)
         else:
             updates = dict([parse_override(arg)])

@@ -140,6 +140,16 @@ def test_config_layers_and_errors(tmp_path):
         common.parse_config([str(tmp_path / "bad.py")])
     with pytest.raises(ValueError, match="write overrides as --key=value"):
         common.parse_config(["--n_layer", "4"])
+    # a config file named without .py, or a folder; strings that look like literals stay as given
+    with pytest.raises(ValueError, match="a config file is a .py file: did you mean .*bad.py\\?"):
+        common.parse_config([str(tmp_path / "bad")])
+    with pytest.raises(ValueError, match="is a folder; a config file is a .py file"):
+        common.parse_config([str(tmp_path)])
+    with pytest.raises(ValueError, match="must be the first argument, .*; one config file per run"):
+        common.parse_config([str(cfg_file), str(cfg_file)])
+    assert common.parse_override("--out_dir=none") == ("out_dir", "none")  # was None -> a folder named 'None'
+    assert common.parse_override("--wandb_run_name=true") == ("wandb_run_name", "true")
+    assert common.parse_override("--compile=true") == ("compile", True)
 
 
 def test_cli_reports_config_errors_cleanly():
