@@ -659,7 +659,8 @@ def load_checkpoint(path, mmap=False):
 
 def check_finite_weights(ckpt, path):
     """ValueError if a checkpoint's model weights hold NaN or inf (written by a run that diverged)."""
-    bad = [k for k, v in ckpt["model"].items() if v.is_floating_point() and not torch.isfinite(v).all()]
+    bad = [k for k, v in ckpt["model"].items()
+           if torch.is_tensor(v) and v.is_floating_point() and not torch.isfinite(v).all()]
     if bad:
         raise ValueError(f"checkpoint weights are not finite (training diverged at iter {ckpt['iter_num']}): "
                          f"{path}, e.g. {bad[0]}; retrain with a lower learning_rate, or use an earlier "
@@ -737,6 +738,24 @@ def check_output_file(path, option):
     except OSError as e:
         raise ValueError(f"{option} {path}: cannot create its folder or write in it ({e.strerror or e}); "
                          f"choose a writable path") from e
+
+
+def check_creatable_folder(folder, option, example):
+    """ValueError unless folder is a folder already or can be made: a non-empty path with no file at it or
+    above it, under a folder this process may write in. Creates nothing, so a command can check its output
+    path before its work and still write nothing when it fails. option, example: the command-line option
+    and a sample value, for the message (e.g. "--out_dir", "out/NAME")."""
+    if not str(folder).strip():
+        raise ValueError(f"{option} is empty; give the folder to create, e.g. {option}={example}")
+    path = os.path.abspath(folder)
+    while not os.path.lexists(path):  # the nearest part of the path that exists ("/" at worst)
+        path = os.path.dirname(path)
+    if not os.path.isdir(path):
+        where = "is a file" if path == os.path.abspath(folder) else f"cannot be made: {path} is a file"
+        raise ValueError(f"{option} {folder} {where}, not a folder; choose another path, e.g. "
+                         f"{option}={example}")
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise ValueError(f"{option} {folder}: no permission to write in {path}; choose a writable path")
 
 
 def make_writable_folder(folder):

@@ -37,8 +37,9 @@ agree within 1e-6 (tests/test_convert.py).
                  seed) and the GradScaler (a fresh one). The dataset is yours to name (--dataset, --data_dir);
                  its vocabulary must fit the checkpoint's embedding.
 
-Nothing is written unless the whole conversion succeeds; a file that is not an official checkpoint, or one
-with a query mode, field or parameter this script does not know, is an error that names it.
+Nothing is written unless the whole conversion succeeds; a file that is not an official checkpoint, one
+with a query mode, field or parameter this script does not know, or with NaN/inf weights, and an output folder
+that cannot be made or holds another run's files, is an error that names it.
 """
 import argparse
 import os
@@ -47,8 +48,9 @@ from datetime import datetime, timezone
 
 import torch
 
-from common import (DEFAULTS, MODEL_KEYS, HelpFormatter, atomic_write_text, check_value, load_checkpoint,
-                    model_config, model_from_checkpoint, save_checkpoint, validate)
+from common import (DEFAULTS, MODEL_KEYS, HelpFormatter, atomic_write_text, check_creatable_folder,
+                    check_finite_weights, check_value, load_checkpoint, model_config, model_from_checkpoint,
+                    save_checkpoint, validate)
 from model import GPT
 from prepare_data import GPT2_EOT, GPT2_VOCAB, DataError, load_meta
 
@@ -221,7 +223,7 @@ def convert(official, meta, dataset, data_dir, out_dir, source="?"):
 
     meta: the meta.json of the dataset the converted run will use (dataset, data_dir). ValueError naming the
     problem for anything that does not fit (see read_official, nlq_model_config, map_tensors,
-    convert_optimizer).
+    convert_optimizer) and for weights that are not finite (a diverged run: common.check_finite_weights).
     """
     margs = nlq_model_config(official["model_args"], meta["vocab_size"])
     cfg = dict(DEFAULTS, out_dir=out_dir, dataset=dataset, data_dir=data_dir, init_from="resume",
@@ -244,6 +246,7 @@ def convert(official, meta, dataset, data_dir, out_dir, source="?"):
     # the official model without flash attention keeps its causal mask as a buffer, attn.bias: not a weight
     weights = {k: v for k, v in official["model"].items() if not k.endswith(".attn.bias")}
     state_dict = map_tensors(weights, {k: v.shape for k, v in model.state_dict().items()}, mode, C)
+    check_finite_weights(official, source)  # NaN/inf weights: sample.py and eval.py would refuse the run
     wte, head = weights["transformer.wte.weight"], weights["lm_head.weight"]
     if model_cfg.tie_weights and not torch.equal(wte, head):
         raise ValueError("tie_weights is True but transformer.wte.weight and lm_head.weight differ")
@@ -349,11 +352,15 @@ def main(argv=None):
     if args.format == "hf":
         return export_hf(args)
 
-    if os.path.exists(args.out_dir) and not os.path.isdir(args.out_dir):
-        raise ValueError(f"--out_dir {args.out_dir} is a file; choose a folder")
+    check_creatable_folder(args.out_dir, "--out_dir", "out/NAME")  # now, not after the conversion
     ckpt_path = os.path.join(args.out_dir, "ckpt.pt")
     if os.path.exists(ckpt_path):
         raise ValueError(f"{ckpt_path} exists; choose a new --out_dir (or delete the old run)")
+    # another run's log or settings would pass for this run's: a resume keeps metrics rows up to its iter
+    foreign = [f for f in ("config.json", "metrics.jsonl") if os.path.lexists(os.path.join(args.out_dir, f))]
+    if foreign:
+        raise ValueError(f"--out_dir {args.out_dir} holds another run's {' and '.join(foreign)}; choose a new "
+                         f"--out_dir (or delete {'them' if len(foreign) > 1 else 'it'})")
     official = read_official(args.path)
     if args.tokenizer and args.dataset:
         raise ValueError("pass --tokenizer (no dataset) or --dataset (a prepared one), not both")
@@ -366,7 +373,10 @@ def main(argv=None):
             else load_meta(os.path.join(args.data_dir, dataset)))
     ckpt, notes = convert(official, meta, dataset, args.data_dir, args.out_dir, args.path)
 
-    os.makedirs(args.out_dir, exist_ok=True)
+    try:
+        os.makedirs(args.out_dir, exist_ok=True)
+    except OSError as e:  # checked above; only a change since then gets here
+        raise ValueError(f"cannot create --out_dir {args.out_dir} ({e.strerror or e}); choose another path") from e
     atomic_write_text(os.path.join(args.out_dir, "train_config.py"), config_file(ckpt["config"], args.path))
     save_checkpoint(ckpt_path, ckpt)  # last, via a temp file: a ckpt.pt is only ever complete
     m = ckpt["model_args"]

@@ -221,6 +221,11 @@ BAD = {
     "optimizer groups without params": (lambda o, t: edited(o, t, lambda c: c["optimizer"]["param_groups"][0]
                                                             .pop("params")),
                                         r"the optimizer is not the official AdamW state dict"),
+    # was written, with `next: python sample.py ...`, which then refused the run
+    "NaN weights": (lambda o, t: edited(o, t, lambda c: c["model"]["_orig_mod.transformer.h.1.mlp.c_fc.weight"]
+                                        [3].fill_(float("nan"))),
+                    r"checkpoint weights are not finite \(training diverged at iter 1\): .*edited.pt, e.g. "
+                    r"transformer.h.1.mlp.c_fc.weight; retrain with a lower learning_rate, or use an earlier"),
     "foreign optimizer": (lambda o, t: edited(o, t, lambda c: c["optimizer"]["param_groups"][0]["params"]
                                               .pop()),
                           r"the optimizer's decayed \(≥2-D\) group has 13 parameters; the model has 14"),
@@ -274,6 +279,31 @@ def test_an_existing_run_is_never_overwritten(official, data_dir, tmp_path):
                       "--dataset=shakespeare_char", f"--data_dir={data_dir}"])
     assert [p.name for p in out.iterdir()] == ["ckpt.pt"]
     assert (out / "ckpt.pt").read_bytes() == b"an earlier run"
+
+
+def test_an_out_dir_that_cannot_be_made_or_holds_another_run_is_refused(official, data_dir, tmp_path,
+                                                                        monkeypatch):
+    """Under a file (was a NotADirectoryError traceback), empty, or holding another run's metrics.jsonl or
+    config.json (was accepted: a resume kept the other run's rows): one line, nothing written."""
+    (tmp_path / "file.txt").write_text("x")
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "metrics.jsonl").write_text('{"iter": 0, "val_loss": 4.2}\n')
+    monkeypatch.chdir(other)
+    for out, message in ((tmp_path / "file.txt" / "sub", r"--out_dir .*file.txt.sub cannot be made: .*file.txt "
+                          r"is a file, not a folder; choose another path, e.g. --out_dir=out/NAME$"),
+                         ("", r"^--out_dir is empty; give the folder to create, e.g. --out_dir=out/NAME$"),
+                         (other, r"--out_dir .*other holds another run's metrics.jsonl; choose a new --out_dir "
+                          r"\(or delete it\)$")):
+        with pytest.raises(ValueError, match=message):
+            convert.main(["official", str(official / "identity" / "ckpt.pt"), f"--out_dir={out}",
+                          "--dataset=shakespeare_char", f"--data_dir={data_dir}"])
+    (other / "config.json").write_text("{}")
+    with pytest.raises(ValueError, match=r"holds another run's config.json and metrics.jsonl; .*\(or delete them"):
+        convert.main(["official", str(official / "identity" / "ckpt.pt"), f"--out_dir={other}",
+                      "--dataset=shakespeare_char", f"--data_dir={data_dir}"])
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["file.txt", "other"]
+    assert sorted(p.name for p in other.iterdir()) == ["config.json", "metrics.jsonl"]
 
 
 # ----------------------------------------------------------------------------- GPT-2's vocabulary, no dataset
