@@ -300,6 +300,7 @@ def tokenizer_meta(tokenizer, dataset):
 def export_hf(args):
     """convert.py hf: an nlq run folder -> a transformers folder (hf.export); returns its notes."""
     import hf  # imports transformers
+    hf.check_new_folder(args.out)  # before the checkpoint is read
     path = os.path.join(args.run, "ckpt.pt")
     if not os.path.isfile(path):
         raise FileNotFoundError(f"no checkpoint at {path}; give an nlq run folder (train.py's out_dir)")

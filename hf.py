@@ -29,6 +29,7 @@ import tempfile
 import torch
 
 import model as nlq_model
+from common import check_creatable_folder
 from model import GPTConfig
 from prepare_data import GPT2_BPE_DIR, GPT2_VOCAB, gpt2_encoding
 
@@ -226,19 +227,38 @@ def tokenizer_for(meta, bpe_dir=None):
 
 
 # ------------------------------------------------------------------------------------------- the folder
+def check_new_folder(hf_dir):
+    """ValueError, naming the fix, unless hf_dir (convert.py hf's --out) is absent and can be made."""
+    if os.path.lexists(hf_dir):
+        raise ValueError(f"{hf_dir} exists; choose a new --out folder (or delete the old one)")
+    check_creatable_folder(hf_dir, "--out", "hf/NAME")
+
+
+def normal_permissions(folder):
+    """Give folder, and everything in it, the modes a plain mkdir and open would: 0o777 and 0o666 less the
+    umask (tempfile.mkdtemp makes 0700 and safetensors writes its file 0600, which other users, a shared
+    model folder or a web server could not read)."""
+    umask = os.umask(0o022)  # the umask can only be read by setting it: set it back at once
+    os.umask(umask)
+    for root, _, files in os.walk(folder):
+        os.chmod(root, 0o777 & ~umask)
+        for name in files:
+            os.chmod(os.path.join(root, name), 0o666 & ~umask)
+
+
 def export(model, meta, hf_dir, bpe_dir=None, code="auto", source=""):
     """Write an nlq GPT (eval mode, any device) and its tokenizer as a transformers folder at hf_dir.
 
     meta: the dataset's meta.json dict (its tokenizer). code: "auto" = nlq's modeling code only where a plain
     GPT-2 cannot compute the model, "nlq" = always, "gpt2" = never (ValueError naming why, for a model GPT-2
     cannot express).
-    The folder is written to a temporary folder next to hf_dir and renamed into place: it is complete or absent.
-    ValueError if hf_dir exists. Returns a list of notes (str) for the user.
+    The folder is written to a temporary folder next to hf_dir and renamed into place: it is complete or absent,
+    with the permissions a plain mkdir and open would give (the umask's). ValueError if hf_dir exists, is empty
+    or cannot be made (a file in its path, no permission). Returns a list of notes (str) for the user.
     """
     t = _transformers()
     cfg = model.config
-    if os.path.exists(hf_dir):
-        raise ValueError(f"{hf_dir} exists; choose a new --out folder (or delete the old one)")
+    check_new_folder(hf_dir)  # before the temporary folder is made next to it
     blockers = gpt2_blockers(cfg)
     if code not in ("auto", "gpt2", "nlq"):
         raise ValueError(f"code={code!r}; use auto, gpt2 or nlq")
@@ -285,6 +305,7 @@ def export(model, meta, hf_dir, bpe_dir=None, code="auto", source=""):
             hf_model.generation_config = t.GenerationConfig(**generation)
             hf_model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
+        normal_permissions(tmp)
         os.replace(tmp, hf_dir)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)

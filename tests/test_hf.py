@@ -213,3 +213,37 @@ def test_train_init_from_a_gpt2_folder_then_resume(tmp_path, capsys):
         common.parse_config(["--init_from=gpt3"])
     with pytest.raises(ValueError, match=r"tokenized with 'byte', but GPT-2 reads GPT-2 BPE ids"):
         hf.gpt2_settings(hf._transformers().GPT2Config(), common.DEFAULTS, dict(tokenizer="byte"))
+
+# ------------------------------------------------------------------------------------ bad input: export
+def test_an_out_folder_that_cannot_be_made_is_one_line_before_the_checkpoint_is_read(tmp_path, monkeypatch):
+    """--out under a file was a FileExistsError traceback; an empty --out staged a temporary folder in the parent
+    of the working folder and failed renaming it to ''. Now each is named before the run folder is read."""
+    (tmp_path / "file.txt").write_text("x")
+    work = tmp_path / "work"
+    work.mkdir()
+    monkeypatch.chdir(work)
+    for out, message in ((str(tmp_path / "file.txt" / "sub"), r"--out .*file.txt.sub cannot be made: "
+                          r".*file.txt is a file, not a folder; choose another path, e.g. --out=hf/NAME$"),
+                         ("", r"^--out is empty; give the folder to create, e.g. --out=hf/NAME$"),
+                         (str(tmp_path / "file.txt"), r"file.txt exists; choose a new --out folder")):
+        with pytest.raises(ValueError, match=message):
+            convert.main(["hf", str(tmp_path / "no_run"), f"--out={out}"])  # --out first: no run needed
+        with pytest.raises(ValueError, match=message):
+            hf.export(random_gpt(), BYTE_META, out)
+    assert sorted(os.listdir(tmp_path)) == ["file.txt", "work"] and os.listdir(work) == []
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o027], ids=["umask022", "umask027"])
+def test_an_export_gets_the_permissions_of_a_plain_folder(umask, tmp_path):
+    """mkdtemp's 0700 folder and safetensors' 0600 file became the export's: now the umask's, as mkdir and
+    open give (0755 and 0644 for the usual 022)."""
+    old = os.umask(umask)
+    try:
+        hf.export(random_gpt(), BYTE_META, str(tmp_path / "linear"))
+        hf.export(random_gpt(query_mode="nonlinear"), BYTE_META, str(tmp_path / "nonlinear"))
+    finally:
+        os.umask(old)
+    for folder in ("linear", "nonlinear"):
+        assert oct((tmp_path / folder).stat().st_mode & 0o777) == oct(0o777 & ~umask)
+        modes = {p.name: oct(p.stat().st_mode & 0o777) for p in (tmp_path / folder).iterdir()}
+        assert "model.safetensors" in modes and set(modes.values()) == {oct(0o666 & ~umask)}, modes
