@@ -31,7 +31,7 @@ import torch
 import model as nlq_model
 from common import check_creatable_folder
 from model import GPTConfig
-from prepare_data import GPT2_BPE_DIR, GPT2_VOCAB, gpt2_encoding
+from prepare_data import GPT2_BPE_DIR, GPT2_EOT, GPT2_VOCAB, gpt2_encoding
 
 # GPT-2's activation_function -> GPTConfig.activation (GPT-2 itself uses gelu_new, the tanh approximation)
 HF_ACTIVATIONS = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh"}
@@ -320,23 +320,140 @@ def export(model, meta, hf_dir, bpe_dir=None, code="auto", source=""):
 
 
 # ------------------------------------------------------------------------------------------------ import
-def load_gpt2(name_or_path):
-    """A transformers GPT-2 (GPT2LMHeadModel) -> (its state dict, its GPT2Config), float32, on the CPU.
+# the files from_pretrained reads a local folder's weights from; one of them must be there
+WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
+                "pytorch_model.bin.index.json")
+FROM_GPT2 = "give a GPT-2 folder or a Hub name (gpt2, gpt2-medium, gpt2-large, gpt2-xl)"
 
-    name_or_path: a GPT2_HUB name (downloaded once into the Hugging Face cache) or a local folder.
-    ValueError naming the problem (not GPT-2, not found, offline without a cached copy).
+
+def read_folder_config(folder):
+    """A local folder's config.json as a dict, read as plain JSON: no code of the folder runs, and transformers
+    is not asked (it would offer to run an nlq export's modeling_nlq.py, interactively).
+
+    ValueError naming the problem and the fix for a folder init_from cannot load: no or a damaged config.json,
+    an nlq run folder (train.py's config.json), an nlq export (convert.py hf: model_type nlq), any other
+    model_type than gpt2, or no weights file (WEIGHT_FILES).
     """
-    t = _transformers()
+    path = os.path.join(folder, "config.json")
     try:
-        config = t.AutoConfig.from_pretrained(name_or_path)
+        with open(path, encoding="utf-8") as f:
+            config = json.load(f)
+    except FileNotFoundError:
+        raise ValueError(f"{folder} has no config.json, so it is not a transformers folder; {FROM_GPT2}") from None
+    except (OSError, ValueError):  # unreadable, not UTF-8, not JSON
+        config = None
+    if not isinstance(config, dict):
+        raise ValueError(f"{path} is damaged (not a JSON object); export or download the folder again")
+    model_type = config.get("model_type")
+    if model_type is None and "model_args" in config and "out_dir" in config:
+        raise ValueError(f"{folder} is an nlq run folder (train.py's config.json), not a transformers folder: "
+                         f"continue that run with --init_from=resume --out_dir={folder} (a linear run can "
+                         f"also be exported as a GPT-2 folder for init_from: python convert.py hf {folder} "
+                         f"--out=NEW_FOLDER)")
+    if model_type == "nlq":
+        mode = (config.get("nlq") or {}).get("query_mode", "?")
+        raise ValueError(f"{folder} is an nlq export (convert.py hf of a {mode} model, with its own modeling "
+                         f"code); init_from loads GPT-2 folders only: to train that model on, continue the nlq "
+                         f"run it was exported from with --init_from=resume --out_dir=RUN_FOLDER")
+    if model_type != "gpt2":
+        raise ValueError(f"{folder} holds a {model_type!r} model (config.json's model_type); init_from loads "
+                         f"GPT-2 (model_type gpt2) only: {FROM_GPT2}")
+    if not any(os.path.isfile(os.path.join(folder, name)) for name in WEIGHT_FILES):
+        raise ValueError(f"{folder} has a config.json but no weights (model.safetensors): the folder is "
+                         f"incomplete; export or download it again")
+    return config
+
+
+def load_gpt2_config(name_or_path):
+    """The GPT2Config of a GPT2_HUB name (downloaded once into the Hugging Face cache) or a local folder
+    (checked by read_folder_config first). ValueError naming the problem (not GPT-2, not found, offline
+    without a cached copy)."""
+    t = _transformers()
+    if os.path.isdir(name_or_path):  # transformers reads a local folder before the Hub
+        read_folder_config(name_or_path)
+    try:
+        config = t.AutoConfig.from_pretrained(name_or_path, trust_remote_code=False)
     except OSError as e:
         raise ValueError(f"cannot load {name_or_path!r}: {str(e).splitlines()[0]}; give gpt2, gpt2-medium, "
                          f"gpt2-large, gpt2-xl (with network or a cached copy) or a local folder") from None
     if config.model_type != "gpt2":
         raise ValueError(f"{name_or_path} is a {config.model_type!r} model; init_from loads GPT-2 "
                          f"(model_type gpt2) only")
-    hf = t.GPT2LMHeadModel.from_pretrained(name_or_path, dtype=torch.float32)
+    return config
+
+
+def load_gpt2(name_or_path):
+    """A transformers GPT-2 (GPT2LMHeadModel) -> (its state dict, its GPT2Config), float32, on the CPU.
+
+    name_or_path: a GPT2_HUB name (downloaded once into the Hugging Face cache) or a local folder.
+    ValueError naming the problem (not GPT-2, not found, offline without a cached copy, weights missing,
+    truncated or damaged).
+    """
+    t = _transformers()
+    config = load_gpt2_config(name_or_path)
+    try:
+        hf = t.GPT2LMHeadModel.from_pretrained(name_or_path, dtype=torch.float32, trust_remote_code=False)
+    except Exception as e:  # OSError (no weights), safetensors' SafetensorError (truncated), ...
+        first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+        raise ValueError(f"cannot read the weights of {name_or_path} ({type(e).__name__}: {first}); they are "
+                         f"truncated or damaged: export or download them again") from e
     return {k: v.detach() for k, v in hf.state_dict().items()}, config
+
+
+def folder_tokenizer(folder):
+    """The tokenizer a transformers folder ships, read from its tokenizer.json as plain JSON: a meta.json-like
+    dict(tokenizer=gpt2 | byte | char | None (one nlq does not make), vocab_size=N), with chars for char;
+    None if the folder has no readable tokenizer.json."""
+    try:
+        with open(os.path.join(folder, "tokenizer.json"), encoding="utf-8") as f:
+            tok = json.load(f)
+        model, added = tok["model"], tok.get("added_tokens") or []
+        vocab = dict(model["vocab"])
+        ids = set(vocab.values()) | {a["id"] for a in added}
+    except (OSError, ValueError, TypeError, KeyError):
+        return None
+    kind, chars = None, None
+    if model.get("type") == "BPE" and len(ids) == GPT2_VOCAB and vocab.get("<|endoftext|>") == GPT2_EOT:
+        kind = "gpt2"
+    elif model.get("type") == "BPE" and not model.get("merges") and len(ids) == 256:
+        kind = "byte"
+    elif model.get("type") == "WordLevel":  # vocab_tokenizer's char vocabulary: {char: its id}
+        kind, chars = "char", [c for c, _ in sorted(vocab.items(), key=lambda kv: kv[1])]
+    return dict(tokenizer=kind, vocab_size=len(ids), **({"chars": chars} if chars is not None else {}))
+
+
+# how to prepare a dataset with each tokenizer, for check_tokenizer's messages
+PREPARE_FOR = {"gpt2": "e.g. python prepare_data.py shakespeare, then --dataset=shakespeare",
+               "byte": "e.g. python prepare_data.py local --input TEXT --name NAME --tokenizer byte, then "
+                       "--dataset=NAME",
+               "char": "the dataset of the run it was exported from"}
+
+
+def check_tokenizer(config, cfg, meta):
+    """ValueError, naming both and the fix, if the dataset (meta: its meta.json dict) is not tokenized as the
+    model of init_from (cfg["init_from"]; config: its GPT2Config) was trained. A folder that ships a tokenizer
+    nlq knows (tokenizer.json: GPT-2 BPE, byte or char) is compared token for token; otherwise a GPT-2-sized
+    embedding (50257 rows, or more: padded, as nlq's exports of GPT-2 BPE runs are) needs GPT-2 BPE data."""
+    data = (f"dataset {cfg['dataset']} is tokenized with {meta.get('tokenizer')!r} "
+            f"({meta.get('vocab_size')} tokens)")
+    source = cfg["init_from"]
+    theirs = folder_tokenizer(source) if os.path.isdir(source) else None
+    if theirs is not None and theirs["tokenizer"] is not None:
+        kind = theirs["tokenizer"]
+        if kind != meta.get("tokenizer") or theirs["vocab_size"] != meta.get("vocab_size"):
+            raise ValueError(f"{data}, but init_from {source} reads {kind!r} ids ({theirs['vocab_size']} tokens, "
+                             f"its tokenizer.json): the ids would mean other tokens; fine-tune it on data "
+                             f"prepared with its tokenizer ({PREPARE_FOR[kind]})")
+        if theirs.get("chars") is not None and meta.get("chars") is not None and theirs["chars"] != meta["chars"]:
+            raise ValueError(f"{data}, but init_from {source} has another character vocabulary (its "
+                             f"tokenizer.json): the ids would mean other characters; fine-tune it on data "
+                             f"prepared with its tokenizer ({PREPARE_FOR['char']})")
+        return
+    if config.vocab_size >= GPT2_VOCAB and meta.get("tokenizer") != "gpt2":
+        rows = (f"{config.vocab_size} rows: GPT-2's {GPT2_VOCAB} BPE tokens and padding"
+                if config.vocab_size > GPT2_VOCAB else f"{GPT2_VOCAB} tokens")
+        raise ValueError(f"{data}, but GPT-2 reads GPT-2 BPE ids (init_from {source}: {rows}); fine-tune it on "
+                         f"data prepared with the gpt2 tokenizer ({PREPARE_FOR['gpt2']})")
 
 
 def gpt2_settings(config, cfg, meta=None):
@@ -345,7 +462,7 @@ def gpt2_settings(config, cfg, meta=None):
     the dataset's meta.json dict, or None.
 
     ValueError for a GPT-2 variant nlq cannot compute (another activation, layer-norm epsilon or attention
-    scaling), or a dataset that is not tokenized with GPT-2's BPE for GPT-2's 50257-token vocabulary."""
+    scaling), or a dataset whose tokens are not the model's (check_tokenizer)."""
     act = HF_ACTIVATIONS.get(config.activation_function)
     problems = [] if act else [f"activation_function {config.activation_function!r} (nlq computes "
                                f"{', '.join(HF_ACTIVATIONS)})"]
@@ -355,9 +472,8 @@ def gpt2_settings(config, cfg, meta=None):
         problems.append("an attention scale other than 1/sqrt(head_dim)")
     if problems:
         raise ValueError(f"this GPT-2 variant has {'; '.join(problems)}: nlq cannot load it exactly")
-    if meta is not None and config.vocab_size == GPT2_VOCAB and meta.get("tokenizer") != "gpt2":
-        raise ValueError(f"the dataset is tokenized with {meta.get('tokenizer')!r}, but GPT-2 reads GPT-2 BPE "
-                         f"ids: prepare the data with the gpt2 tokenizer (e.g. prepare_data.py shakespeare)")
+    if meta is not None:
+        check_tokenizer(config, cfg, meta)
     if cfg["block_size"] > config.n_positions:
         raise ValueError(f"block_size={cfg['block_size']} exceeds the model's {config.n_positions} positions; "
                          f"set block_size <= {config.n_positions}")

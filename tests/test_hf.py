@@ -4,6 +4,8 @@ exactly; the exported tokenizers encode as nlq's do. Tiny random models, saved l
 (conftest.py sets the Hugging Face libraries offline)."""
 import json
 import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -15,6 +17,7 @@ import hf
 import prepare_data
 import sample
 import train
+from conftest import ROOT
 from model import GPT, GPTConfig, QUERY_MODES
 from test_sample_eval import TEXT, small_cfg
 
@@ -211,8 +214,107 @@ def test_train_init_from_a_gpt2_folder_then_resume(tmp_path, capsys):
     assert saved["init_from"] == "resume" and saved["initialised_from"] == str(tmp_path / "gpt2")
     with pytest.raises(ValueError, match=r"init_from='gpt3'; use scratch or resume, a GPT-2 \(gpt2, gpt2-m"):
         common.parse_config(["--init_from=gpt3"])
-    with pytest.raises(ValueError, match=r"tokenized with 'byte', but GPT-2 reads GPT-2 BPE ids"):
-        hf.gpt2_settings(hf._transformers().GPT2Config(), common.DEFAULTS, dict(tokenizer="byte"))
+    with pytest.raises(ValueError, match=r"tokenized with 'byte' \(256 tokens\), but GPT-2 reads GPT-2 BPE ids "
+                                         r"\(init_from scratch: 50257 tokens\)"):
+        hf.gpt2_settings(hf._transformers().GPT2Config(), common.DEFAULTS, dict(tokenizer="byte", vocab_size=256))
+
+
+# ------------------------------------------------------------------------------------ bad input: import
+def write_char_dataset(folder, chars=None):
+    """A prepared char-level dataset of TEXT in folder (prepare_data.py's sorted characters, or chars);
+    returns its meta.json dict."""
+    chars = chars or sorted(set(TEXT.decode()))
+    folder.mkdir()
+    ids = np.array([chars.index(c) for c in TEXT.decode() * 50], np.uint16)
+    ids[:3000].tofile(folder / "train.bin")
+    ids[3000:3700].tofile(folder / "val.bin")
+    meta = dict(name="tiny", tokenizer="char", vocab_size=len(chars), chars=chars, dtype="uint16", eot_token=None)
+    (folder / "meta.json").write_text(json.dumps(meta))
+    return meta
+
+
+def test_init_from_a_folder_of_another_tokenizer_is_refused(shipped_data, tmp_path):
+    """Char data and a GPT-2 BPE export with the padded vocabulary (50304 rows) trained before with no error;
+    a folder's tokenizer.json is compared with the dataset's, and without one a GPT-2-sized embedding needs
+    GPT-2 BPE data. A folder whose characters are the dataset's trains."""
+    meta = write_char_dataset(tmp_path / "tiny")
+    out = tmp_path / "out"
+    cfg = lambda folder, **kw: small_cfg(tmp_path, out, init_from=str(tmp_path / folder), **kw)
+    bpe = random_gpt(vocab_size=50304, data_vocab_size=50257)
+    hf.export(bpe, dict(tokenizer="gpt2", vocab_size=50257), str(tmp_path / "bpe"), bpe_dir=shipped_data / "gpt2")
+    with pytest.raises(ValueError, match=r"dataset tiny is tokenized with 'char' \(30 tokens\), but init_from "
+                                         r".*bpe reads 'gpt2' ids \(50257 tokens, its tokenizer.json\): .*"
+                                         r"python prepare_data.py shakespeare, then --dataset=shakespeare\)$"):
+        train.train(cfg("bpe"))
+    (tmp_path / "bpe" / "tokenizer.json").unlink()  # no tokenizer: the embedding's size tells
+    with pytest.raises(ValueError, match=r"tokenized with 'char' \(30 tokens\), but GPT-2 reads GPT-2 BPE ids "
+                                         r"\(init_from .*bpe: 50304 rows: GPT-2's 50257 BPE tokens and padding\)"):
+        train.train(cfg("bpe"))
+    hf.export(random_gpt(vocab_size=256, data_vocab_size=256), BYTE_META, str(tmp_path / "byte"))
+    with pytest.raises(ValueError, match=r"but init_from .*byte reads 'byte' ids \(256 tokens, its tokenizer."
+                                         r"json\).*prepare_data.py local --input TEXT --name NAME --tokenizer byte"):
+        train.train(cfg("byte"))
+    other = dict(meta, chars=meta["chars"][::-1])  # the same characters, other ids
+    hf.export(random_gpt(vocab_size=64, data_vocab_size=30), other, str(tmp_path / "shuffled"))
+    with pytest.raises(ValueError, match=r"but init_from .*shuffled has another character vocabulary"):
+        train.train(cfg("shuffled"))
+    assert not out.exists()
+    model = random_gpt(vocab_size=64, data_vocab_size=30)
+    hf.export(model, meta, str(tmp_path / "same"))
+    train.train(cfg("same", max_iters=0))
+    x = torch.randint(0, 30, (2, 16))
+    loaded, *_ = sample.load_checkpoint(str(out))
+    assert (nlq_logits(loaded, x) - nlq_logits(model, x)).abs().max().item() <= 1e-5
+
+
+def test_init_from_refuses_nlq_folders_before_transformers_reads_them(tmp_path):
+    """An nlq export (its own modeling code), an nlq run folder, another model type or a damaged config.json:
+    one line naming the fix, from config.json read as JSON; transformers never offers to run modeling_nlq.py."""
+    hf.export(random_gpt(query_mode="nonlinear"), BYTE_META, str(tmp_path / "nl"))
+    ran = tmp_path / "modeling_nlq_ran"
+    with open(tmp_path / "nl" / hf.MODELING_FILE, "a") as f:
+        f.write(f"\nopen({str(ran)!r}, 'w').close()\n")
+    write_byte_dataset(tmp_path / "tiny")
+    res = subprocess.run([sys.executable, "train.py", f"--data_dir={tmp_path}", "--dataset=tiny",
+                          f"--init_from={tmp_path / 'nl'}", f"--out_dir={tmp_path / 'out'}", "--device=cpu",
+                          "--block_size=16"],
+                         cwd=ROOT, capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=300)
+    assert res.returncode == 1 and "Traceback" not in res.stderr and "custom code" not in res.stdout, res
+    assert res.stderr.strip() == (f"error: {tmp_path / 'nl'} is an nlq export (convert.py hf of a nonlinear "
+                                  f"model, with its own modeling code); init_from loads GPT-2 folders only: to "
+                                  f"train that model on, continue the nlq run it was exported from with "
+                                  f"--init_from=resume --out_dir=RUN_FOLDER")
+    assert not ran.exists() and not (tmp_path / "out").exists()
+    train.train(small_cfg(tmp_path, tmp_path / "run", max_iters=0))
+    with pytest.raises(ValueError, match=r"run is an nlq run folder \(train.py's config.json\), not a "
+                                         r"transformers folder: continue that run with --init_from=resume "
+                                         r"--out_dir=.*run"):
+        hf.load_gpt2(str(tmp_path / "run"))
+    (tmp_path / "llama").mkdir()
+    (tmp_path / "llama" / "config.json").write_text('{"model_type": "llama"}')
+    with pytest.raises(ValueError, match=r"holds a 'llama' model \(config.json's model_type\); init_from loads "
+                                         r"GPT-2 \(model_type gpt2\) only: give a GPT-2 folder or a Hub name"):
+        hf.load_gpt2(str(tmp_path / "llama"))
+    (tmp_path / "llama" / "config.json").write_text('{"model_type": "gpt')
+    with pytest.raises(ValueError, match=r"llama.config.json is damaged \(not a JSON object\); export or "
+                                         r"download the folder again"):
+        hf.load_gpt2(str(tmp_path / "llama"))
+
+
+def test_a_gpt2_folder_without_or_with_damaged_weights_is_one_error(tmp_path):
+    """Was OSError (no model.safetensors) and SafetensorError (incomplete metadata) tracebacks."""
+    tiny_gpt2(tmp_path / "gpt2")
+    (tmp_path / "config_only").mkdir()
+    (tmp_path / "config_only" / "config.json").write_bytes((tmp_path / "gpt2" / "config.json").read_bytes())
+    with pytest.raises(ValueError, match=r"config_only has a config.json but no weights \(model.safetensors\): "
+                                         r"the folder is incomplete; export or download it again"):
+        hf.load_gpt2(str(tmp_path / "config_only"))
+    weights = tmp_path / "gpt2" / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:weights.stat().st_size // 2])
+    with pytest.raises(ValueError, match=r"cannot read the weights of .*gpt2 \(SafetensorError: .*incomplete "
+                                         r"metadata.*\); they are truncated or damaged: export or download them"):
+        hf.load_gpt2(str(tmp_path / "gpt2"))
+
 
 # ------------------------------------------------------------------------------------ bad input: export
 def test_an_out_folder_that_cannot_be_made_is_one_line_before_the_checkpoint_is_read(tmp_path, monkeypatch):
