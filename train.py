@@ -122,6 +122,38 @@ def get_lr(it, cfg, decay_iters=None):
 
 
 # --------------------------------------------------------------------------------------- resume, logs
+def check_out_dir_is_ours(cfg):
+    """ValueError, before anything is written, if out_dir is the init_from folder or holds a Hugging Face
+    export (model.safetensors, or a config.json that is not train.py's): the run writes its own config.json
+    there, and the other folder could no longer be loaded. A folder of an nlq run (train.py's config.json and
+    metrics.jsonl, with or without ckpt.pt) is this run's, and passes."""
+    out, source = cfg["out_dir"], cfg["init_from"]
+    if source not in ("scratch", "resume") and os.path.isdir(source) and os.path.isdir(out) \
+            and os.path.samefile(out, source):
+        raise ValueError(f"out_dir {out} is the init_from folder: the run would overwrite its config.json; "
+                         f"give the run a new out_dir (e.g. --out_dir=out/NAME)")
+    if not os.path.isdir(out):
+        return
+    found = ["model.safetensors"] if os.path.lexists(os.path.join(out, "model.safetensors")) else []
+    path = os.path.join(out, "config.json")
+    if os.path.exists(path):
+        try:
+            with open(path) as f:
+                saved = json.load(f)
+        except (OSError, ValueError):
+            saved = None
+        ours = isinstance(saved, dict) and "model_type" not in saved and {"out_dir", "model_args"} <= set(saved)
+        kind = saved.get("model_type") if isinstance(saved, dict) else None
+        if saved is None:
+            found.append("a config.json that is not JSON")
+        elif not ours:
+            found.append("a config.json that is not train.py's" + (f" (model_type {kind!r})" if kind else ""))
+    if found:
+        raise ValueError(f"out_dir {out} holds a Hugging Face export or another program's files "
+                         f"({', '.join(found)}): the run would overwrite its config.json; give the run a new "
+                         f"out_dir (e.g. --out_dir=out/NAME)")
+
+
 def checkpoint_to_resume(cfg, model_cfg, ckpt_path):
     """The checkpoint to resume from, or None for init_from=scratch (or GPT-2's weights).
 
@@ -450,6 +482,7 @@ def train_until_stopped(cfg, stop, held):
         except ImportError:
             raise ValueError("wandb_log=True but the wandb package is not installed: pip install wandb, or "
                              "drop --wandb_log") from None
+    check_out_dir_is_ours(cfg)  # never write into another program's folder
     # -- processes and devices -------------------------------------------------------------------------------
     rank, local_rank, world_size = setup_distributed(cfg)
     master = rank == 0

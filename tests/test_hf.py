@@ -316,6 +316,33 @@ def test_a_gpt2_folder_without_or_with_damaged_weights_is_one_error(tmp_path):
         hf.load_gpt2(str(tmp_path / "gpt2"))
 
 
+def test_a_run_never_writes_into_an_export_or_its_init_from_folder(tmp_path):
+    """train.py's config.json would replace an export's (transformers could no longer load it): refused before
+    anything is written, as is out_dir = init_from. A run interrupted before its first checkpoint (train.py's
+    config.json and metrics.jsonl, no ckpt.pt) starts again."""
+    write_byte_dataset(tmp_path / "tiny")
+    tiny_gpt2(tmp_path / "gpt2")
+    export_config = (tmp_path / "gpt2" / "config.json").read_bytes()
+    for out, init_from, message in (
+            ("gpt2", "scratch", r"out_dir .*gpt2 holds a Hugging Face export or another program's files "
+                                r"\(model.safetensors, a config.json that is not train.py's \(model_type 'gpt2'\)\)"
+                                r": the run would overwrite its config.json; give the run a new out_dir"),
+            ("gpt2", "gpt2", r"out_dir .*gpt2 is the init_from folder: the run would overwrite its config.json; "
+                             r"give the run a new out_dir \(e.g. --out_dir=out/NAME\)")):
+        with pytest.raises(ValueError, match=message):
+            train.train(small_cfg(tmp_path, tmp_path / out, max_iters=0, block_size=16,
+                                  init_from=str(tmp_path / init_from) if init_from != "scratch" else init_from))
+    (tmp_path / "gpt2" / "model.safetensors").unlink()  # a config.json alone is refused too
+    with pytest.raises(ValueError, match=r"\(a config.json that is not train.py's \(model_type 'gpt2'\)\)"):
+        train.train(small_cfg(tmp_path, tmp_path / "gpt2"))
+    assert sorted(os.listdir(tmp_path / "gpt2")) == ["config.json", "generation_config.json"]
+    assert (tmp_path / "gpt2" / "config.json").read_bytes() == export_config
+    cfg = small_cfg(tmp_path, tmp_path / "out", max_iters=2, eval_interval=2)
+    first = train.train(cfg)
+    (tmp_path / "out" / "ckpt.pt").unlink()  # as if stopped before its first checkpoint
+    assert train.train(cfg) == first
+
+
 # ------------------------------------------------------------------------------------ bad input: export
 def test_an_out_folder_that_cannot_be_made_is_one_line_before_the_checkpoint_is_read(tmp_path, monkeypatch):
     """--out under a file was a FileExistsError traceback; an empty --out staged a temporary folder in the parent
