@@ -1,8 +1,10 @@
 """
 nlq and the Hugging Face ecosystem: export a run to a `transformers` folder, import GPT-2's weights.
 
-    python convert.py hf out/owt --out=hf/owt                # export (convert.py calls export)
-    python train.py config/finetune_shakespeare.py --init_from=gpt2             # import (train.py calls these)
+    python convert.py hf out/owt --out=hf/owt                                # export (convert.py calls export)
+    python train.py --init_from=gpt2 --dataset=shakespeare --out_dir=out/gpt2_shakespeare   # import (train.py)
+
+hf.py itself is a library: `python hf.py` only prints these commands (docs/huggingface.md has the details).
 
 Export. A `linear` model that GPT-2 can express (the standard scale 1/sqrt(head_dim), no qk_norm) becomes a plain
 GPT2LMHeadModel folder that AutoModelForCausalLM loads without custom code: nn.Linear weights are transposed into
@@ -24,6 +26,7 @@ import json
 import math
 import os
 import shutil
+import sys
 import tempfile
 
 import torch
@@ -537,3 +540,20 @@ def load_gpt2_weights(model, gpt2_sd):
         for name, t in out.items():
             mine[name].copy_(t)
     return sorted(set(mine) - set(out) - ({"lm_head.weight"} if cfg.tie_weights else set()))
+
+
+# ------------------------------------------------------------------------------------------------ usage
+USAGE = """usage: hf.py is a library, not a command; these commands use it:
+  python convert.py hf RUN_FOLDER --out=NEW_FOLDER       export an nlq run as a transformers folder
+                                                         (python convert.py hf --help: its options)
+  python train.py --init_from=gpt2 --dataset=shakespeare --out_dir=out/gpt2_shakespeare
+                                                         fine-tune GPT-2's weights (gpt2, gpt2-medium, gpt2-large,
+                                                         gpt2-xl or a local GPT-2 folder; GPT-2 BPE data)
+docs/huggingface.md has the details."""
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] in ([], ["-h"], ["--help"]):
+        print(USAGE)
+    else:
+        sys.exit(f"{USAGE}\nerror: hf.py takes no arguments (got {' '.join(sys.argv[1:])})")

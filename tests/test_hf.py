@@ -4,6 +4,7 @@ exactly; the exported tokenizers encode as nlq's do. Tiny random models, saved l
 (conftest.py sets the Hugging Face libraries offline)."""
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -376,3 +377,20 @@ def test_an_export_gets_the_permissions_of_a_plain_folder(umask, tmp_path):
         assert oct((tmp_path / folder).stat().st_mode & 0o777) == oct(0o777 & ~umask)
         modes = {p.name: oct(p.stat().st_mode & 0o777) for p in (tmp_path / folder).iterdir()}
         assert "model.safetensors" in modes and set(modes.values()) == {oct(0o666 & ~umask)}, modes
+
+
+def test_hf_py_help_points_at_the_commands_that_use_it():
+    """`python hf.py --help` printed nothing; its docstring cited a config file that does not exist."""
+    for args in ([], ["--help"]):
+        res = subprocess.run([sys.executable, "hf.py", *args], cwd=ROOT, capture_output=True, text=True,
+                             timeout=120)
+        assert res.returncode == 0 and res.stdout.startswith("usage: hf.py is a library, not a command"), res
+        assert "python convert.py hf RUN_FOLDER --out=NEW_FOLDER" in res.stdout
+        assert "python train.py --init_from=gpt2 --dataset=shakespeare" in res.stdout
+    res = subprocess.run([sys.executable, "hf.py", "out/run"], cwd=ROOT, capture_output=True, text=True,
+                         timeout=120)
+    assert res.returncode == 1 and res.stderr.endswith("error: hf.py takes no arguments (got out/run)\n")
+    commands = re.findall(r"python ([\w/]+\.py)", hf.__doc__)  # and the files in folders it cites
+    cited = commands + re.findall(r"\b\w+/[\w/.]+\.(?:py|md)\b", hf.__doc__)
+    assert commands == ["convert.py", "train.py", "hf.py"] and "docs/huggingface.md" in cited
+    assert [p for p in cited if not (ROOT / p).is_file()] == []
