@@ -496,9 +496,10 @@ def get_batch(data_path, dtype, starts, block_size, device, vocab_size=None):
     data = np.memmap(data_path, dtype=dtype, mode="r")
     windows = np.stack([data[i:i + block_size + 1] for i in starts.tolist()]).astype(np.int64)  # (B, T + 1)
     if vocab_size is not None and windows.max() >= vocab_size:
-        raise ValueError(f"{data_path} holds token id {windows.max()}, but meta.json's vocab_size is "
-                         f"{vocab_size}: the bin and meta.json do not belong together; prepare the dataset "
-                         f"again (python prepare_data.py DATASET --overwrite)")
+        name = getattr(data_path, "name", data_path)  # an open file: its path
+        raise ValueError(f"{name} holds token id {windows.max()}, but meta.json's vocab_size is {vocab_size}: "
+                         f"the bin and meta.json do not belong together; prepare the dataset again "
+                         f"(python prepare_data.py DATASET --overwrite)")
     x, y = torch.from_numpy(windows[:, :-1].copy()), torch.from_numpy(windows[:, 1:].copy())
     if device.startswith("cuda"):
         return x.pin_memory().to(device, non_blocking=True), y.pin_memory().to(device, non_blocking=True)
