@@ -552,8 +552,13 @@ USAGE = """usage: hf.py is a library, not a command; these commands use it:
 docs/huggingface.md has the details."""
 
 
+def main(argv=None):
+    """`python hf.py [--help]`: print USAGE; any other argument: USAGE and an error (exit status 1)."""
+    argv = sys.argv[1:] if argv is None else argv
+    if argv not in ([], ["-h"], ["--help"]):
+        sys.exit(f"{USAGE}\nerror: hf.py takes no arguments (got {' '.join(argv)})")
+    print(USAGE)
+
+
 if __name__ == "__main__":
-    if sys.argv[1:] in ([], ["-h"], ["--help"]):
-        print(USAGE)
-    else:
-        sys.exit(f"{USAGE}\nerror: hf.py takes no arguments (got {' '.join(sys.argv[1:])})")
+    main()

@@ -379,17 +379,20 @@ def test_an_export_gets_the_permissions_of_a_plain_folder(umask, tmp_path):
         assert "model.safetensors" in modes and set(modes.values()) == {oct(0o666 & ~umask)}, modes
 
 
-def test_hf_py_help_points_at_the_commands_that_use_it():
+def test_hf_py_help_points_at_the_commands_that_use_it(capsys):
     """`python hf.py --help` printed nothing; its docstring cited a config file that does not exist."""
-    for args in ([], ["--help"]):
-        res = subprocess.run([sys.executable, "hf.py", *args], cwd=ROOT, capture_output=True, text=True,
-                             timeout=120)
-        assert res.returncode == 0 and res.stdout.startswith("usage: hf.py is a library, not a command"), res
-        assert "python convert.py hf RUN_FOLDER --out=NEW_FOLDER" in res.stdout
-        assert "python train.py --init_from=gpt2 --dataset=shakespeare" in res.stdout
-    res = subprocess.run([sys.executable, "hf.py", "out/run"], cwd=ROOT, capture_output=True, text=True,
+    res = subprocess.run([sys.executable, "hf.py", "--help"], cwd=ROOT, capture_output=True, text=True,
                          timeout=120)
-    assert res.returncode == 1 and res.stderr.endswith("error: hf.py takes no arguments (got out/run)\n")
+    assert res.returncode == 0 and res.stdout == hf.USAGE + "\n"
+    for args in ([], ["--help"]):
+        hf.main(args)
+        out = capsys.readouterr().out
+        assert out.startswith("usage: hf.py is a library, not a command")
+        assert "python convert.py hf RUN_FOLDER --out=NEW_FOLDER" in out
+        assert "python train.py --init_from=gpt2 --dataset=shakespeare" in out
+    with pytest.raises(SystemExit) as e:
+        hf.main(["out/run"])
+    assert str(e.value).endswith("error: hf.py takes no arguments (got out/run)")
     commands = re.findall(r"python ([\w/]+\.py)", hf.__doc__)  # and the files in folders it cites
     cited = commands + re.findall(r"\b\w+/[\w/.]+\.(?:py|md)\b", hf.__doc__)
     assert commands == ["convert.py", "train.py", "hf.py"] and "docs/huggingface.md" in cited
