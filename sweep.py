@@ -588,6 +588,10 @@ def due_runs(study):
     return sorted(due, key=lambda run: seeds.index(run[2]))  # stable: arms and rates keep their order
 
 
+class OtherData(ValueError):
+    """The prepared dataset is not the one the runs already in a study's runs folder were trained on."""
+
+
 def check_data(study):
     """FileNotFoundError / ValueError before any run starts if a dataset the study's runs read is missing,
     damaged or too short for their block_size (else every run would fail, the cause only in its train.log),
@@ -606,7 +610,7 @@ def check_data(study):
                           f"its config's comment shows the command that prepares it") from None
         for saved, runs in data_of_runs(study).get(cfg["dataset"], {}).values():
             if saved["sha256"] != meta.get("sha256"):  # new runs would be compared with runs on other data
-                raise ValueError(
+                raise OtherData(
                     f"the dataset {folder} is {describe_data(meta)}, but {study['runs_dir']} holds "
                     f"{describe_data(saved, runs)}, e.g. {runs[0]}; their results and new ones would be "
                     f"compared as if on one dataset. Prepare it as they were (their config.json's "
@@ -626,6 +630,8 @@ def data_status(study, complete=False):
                 + (f" (from a file shipped in tests/data: {', '.join(trial)} is trial data, for --quick; its "
                    f"numbers are not a committed study's, docs/studies.md)" if trial else ""))
     except (FileNotFoundError, ValueError) as e:
+        if complete and isinstance(e, OtherData):  # --quick runs in a scratch folder of its own
+            return f"data: not the runs' data (the report does not need it, and a --quick try may use it): {e}"
         if complete:
             return f"data: not ready (the report does not need it; a --quick try would stop at once): {e}"
         return f"data: not ready, so the sweep would stop at once: {e}"

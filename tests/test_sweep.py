@@ -443,6 +443,8 @@ def test_runs_on_other_data_are_refused_before_any_run(study_file, tmp_path, mon
     assert "Prepare it as they were" in str(e.value) and "give this study its own runs folder" in str(e.value)
     sweep.main([str(study_file), "--dry_run"])
     assert "data: not ready, so the sweep would stop at once: the dataset" in capsys.readouterr().out
+    assert sweep.data_status(study, complete=True).startswith(  # a complete study: only --quick would run
+        "data: not the runs' data (the report does not need it, and a --quick try may use it): the dataset")
     shutil.rmtree(sweep.run_dir(study, "linear", 1e-2, 1))  # a study of its own on the trial file: a note
     assert sweep.data_status(study) == (f"data: {folder} prepared (from a file shipped in tests/data: {folder} "
                                         f"is trial data, for --quick; its numbers are not a committed "
