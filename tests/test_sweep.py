@@ -307,19 +307,25 @@ def test_a_run_killed_by_sigint_during_start_up_is_interrupted_too(study_file, m
     assert "interrupted: linear lr=0.01 seed=1" in capsys.readouterr().out
 
 
+def sweep_of_one_long_run(tmp_path):
+    """A sweep (its own process, in a new session) of one run of 100,000 steps, once that run has written its
+    first checkpoint -> (the sweep's Popen, the run's folder)."""
+    study_file = tiny_study(tmp_path, ONE_ARM + "learning_rates = [3e-3]\nselection_seeds = []\n"
+                                      "overrides = {'max_iters': 100000, 'lr_decay_iters': 100000}\n")
+    out = sweep.run_dir(sweep.load_study(str(study_file)), "linear", 3e-3, 2)
+    proc = subprocess.Popen([sys.executable, str(ROOT / "sweep.py"), str(study_file), "--threads", "1"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    deadline = time.time() + 120
+    while not os.path.exists(os.path.join(out, "ckpt.pt")) and time.time() < deadline:
+        time.sleep(0.05)
+    return proc, out
+
+
 def test_a_run_stopped_by_ctrl_c_is_reported_as_interrupted_not_failed(tmp_path):
     """SIGINT to a sweep's train.py: it exits 130 after its checkpoint, and the sweep says 'interrupted' (it
     resumes when the sweep runs again), not FAILED."""
-    study_file = tiny_study(tmp_path, ONE_ARM + "learning_rates = [3e-3]\nselection_seeds = []\n"
-                                      "overrides = {'max_iters': 100000, 'lr_decay_iters': 100000}\n")
-    study = sweep.load_study(str(study_file))
-    out = sweep.run_dir(study, "linear", 3e-3, 2)
-    proc = subprocess.Popen([sys.executable, str(ROOT / "sweep.py"), str(study_file), "--threads", "1"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    proc, out = sweep_of_one_long_run(tmp_path)
     try:
-        deadline = time.time() + 120
-        while not os.path.exists(os.path.join(out, "ckpt.pt")) and time.time() < deadline:
-            time.sleep(0.05)
         train = [pid for pid, cmd in command_lines().items() if out in cmd and "train.py" in cmd]
         assert len(train) == 1, "train.py did not start"
         os.kill(train[0], signal.SIGINT)  # the run's process only, as a Ctrl-C would reach it
@@ -336,17 +342,10 @@ def test_a_run_stopped_by_ctrl_c_is_reported_as_interrupted_not_failed(tmp_path)
 def test_a_sigterm_to_the_sweep_stops_its_runs_at_a_checkpoint(tmp_path):
     """SIGTERM to the sweep (kill PID, a job's end) reaches the train.py it runs, which checkpoints and exits
     (no orphan goes on training, so a restarted sweep never runs a run twice at once); the sweep says
-    'stopped', starts nothing more, and the run resumes when the sweep runs again."""
-    study_file = tiny_study(tmp_path, ONE_ARM + "learning_rates = [3e-3]\nselection_seeds = []\n"
-                                      "overrides = {'max_iters': 100000, 'lr_decay_iters': 100000}\n")
-    study = sweep.load_study(str(study_file))
-    out = sweep.run_dir(study, "linear", 3e-3, 2)
-    proc = subprocess.Popen([sys.executable, str(ROOT / "sweep.py"), str(study_file), "--threads", "1"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    'stopped' and starts nothing more; the run's checkpoint is at the step it stopped after (a resume from it
+    is tested in test_preemption.py)."""
+    proc, out = sweep_of_one_long_run(tmp_path)
     try:
-        deadline = time.time() + 120
-        while not os.path.exists(os.path.join(out, "ckpt.pt")) and time.time() < deadline:
-            time.sleep(0.05)
         assert [cmd for cmd in command_lines().values() if out in cmd and "train.py" in cmd], "no train.py"
         proc.send_signal(signal.SIGTERM)  # the sweep only
         stdout, stderr = proc.communicate(timeout=120)  # the sweep waits for its train.py to end
