@@ -423,7 +423,8 @@ def contrasts_table(study, data):
         pd = paired_difference(a, b)
         cells = [f"{arm} − {other}", isolates, "—" if not pd["n"] else f"{pd['mean']:+.4f} (n={pd['n']})",
                  fmt_ci(pd["ci"]),
-                 "—" if pd["p"] is None else f"{pd['p']:.3g}", verdict(pd["ci"], study.get("quick")) if pd["n"] else "—"]
+                 "—" if pd["p"] is None else f"{pd['p']:.3g}",
+                 verdict(pd["ci"], study.get("quick")) if pd["n"] else "—"]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 

@@ -514,11 +514,12 @@ STOPPING = threading.Event()
 
 
 def stop_runs(signum, frame=None):
-    """Signal handler of the local sweep: pass the signal to every running train.py (each checkpoints at its
-    next step boundary and exits with EXIT_PREEMPTED) and start no more runs."""
+    """Signal handler of the local sweep: send SIGTERM (one of train.py's stop signals, whichever signal the
+    sweep got) to every running train.py, which checkpoints at its next step boundary and exits with
+    EXIT_PREEMPTED, and start no more runs."""
     STOPPING.set()
     for proc in list(RUNNING):
-        proc.send_signal(signum)
+        proc.send_signal(signal.SIGTERM)
 
 
 def launch(study, arm, lr, seed, threads, progress=""):
@@ -542,7 +543,8 @@ def launch(study, arm, lr, seed, threads, progress=""):
     if os.path.exists(os.path.join(out_dir, "ckpt.pt")):
         args.append("--init_from=resume")
     env = {**os.environ, "OMP_NUM_THREADS": str(threads)} if threads else None
-    print(f"running{f' ({progress})' if progress else ''}: {arm} lr={lr:g} seed={seed} -> {out_dir}", flush=True)
+    where = f" ({progress})" if progress else ""
+    print(f"running{where}: {arm} lr={lr:g} seed={seed} -> {out_dir}", flush=True)
     log_path = os.path.join(out_dir, "train.log")
     with open(log_path, "a") as log:
         proc = subprocess.Popen([sys.executable, TRAIN_PY, *args], stdout=log, stderr=subprocess.STDOUT, env=env)
@@ -597,7 +599,7 @@ def check_data(study):
     damaged or too short for their block_size (else every run would fail, the cause only in its train.log),
     or is not the data the runs already in its runs folder were trained on (data_of_runs). Returns the
     datasets' folders."""
-    folders = []
+    folders, made_on = [], data_of_runs(study)
     for arm in study["arms"]:
         cfg = run_config(study, arm, study["grids"][arm][0], study["seeds"][0])
         folder = os.path.join(cfg["data_dir"], cfg["dataset"])
@@ -608,7 +610,7 @@ def check_data(study):
         except (FileNotFoundError, ValueError) as e:
             raise type(e)(f"the study's runs read the dataset {folder} (arm {arm}): {e}; the study file's or "
                           f"its config's comment shows the command that prepares it") from None
-        for saved, runs in data_of_runs(study).get(cfg["dataset"], {}).values():
+        for saved, runs in made_on.get(cfg["dataset"], {}).values():
             if saved["sha256"] != meta.get("sha256"):  # new runs would be compared with runs on other data
                 raise OtherData(
                     f"the dataset {folder} is {describe_data(meta)}, but {study['runs_dir']} holds "

@@ -363,6 +363,20 @@ def test_a_sigterm_to_the_sweep_stops_its_runs_at_a_checkpoint(tmp_path):
     assert "stopped by SIGTERM after iter" in open(os.path.join(out, "train.log")).read()
 
 
+def test_any_stop_signal_reaches_the_runs_as_sigterm(monkeypatch):
+    """SIGHUP (a closed terminal) as SIGTERM: train.py checkpoints on SIGTERM, and would die of SIGHUP."""
+    class Run:
+        def __init__(self):
+            self.signals = []
+        def send_signal(self, sig):
+            self.signals.append(sig)
+    runs = [Run(), Run()]
+    monkeypatch.setattr(sweep, "RUNNING", set(runs))
+    monkeypatch.setattr(sweep, "STOPPING", sweep.threading.Event())
+    sweep.stop_runs(signal.SIGHUP)
+    assert [r.signals for r in runs] == [[signal.SIGTERM]] * 2 and sweep.STOPPING.is_set()
+
+
 def test_per_arm_given_learning_rates_skip_the_search(study_file):
     """learning_rates as a dict arm -> [lr] with no selection seeds: each arm's rate is given (e.g. chosen by
     an earlier study) and only the final seeds are due."""
