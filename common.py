@@ -537,8 +537,8 @@ def estimate_loss(model, splits, ctx, rank=0, world_size=1, device="cpu", vocab_
 
     splits: {name: (bin path or open file, dtype, windows (N,) offsets, block_size)}, evaluated batch_size
     windows at a time (the last batch may be smaller; every window weighs the same); vocab_size: see get_batch.
-    Returns
-    {name: float}; a diverged model gives nan or inf, never an error. The model's train/eval mode is restored.
+    Returns {name: float}; a diverged model gives nan or inf, never an error. The model's train/eval mode is
+    restored.
     Every rank runs the same number of forward passes (see my_share), as FSDP's collective forward needs.
     progress: a tqdm bar per split (see progress_bar).
     """
