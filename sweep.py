@@ -195,6 +195,10 @@ def load_study(path, quick=None):
         if keys.get("init_from") == "resume":  # every new run would fail: there is nothing to resume yet
             raise ValueError(f"study file {path}: {where} sets init_from='resume'; leave it out: sweep.py "
                              f"resumes each run that has a checkpoint by itself")
+        if keys.get("init_from", "scratch") != "scratch":  # GPT-2's shape would replace the study's model keys
+            raise ValueError(f"study file {path}: {where} sets init_from={keys['init_from']!r}; a study's runs "
+                             f"train from scratch (a GPT-2's weights replace its model settings, so its runs "
+                             f"could never match the study's); fine-tune with train.py --init_from")
     overlap = set(study["selection_seeds"]) & set(study["seeds"])
     if overlap:
         raise ValueError(f"study file {path}: seeds {sorted(overlap)} are both selection and final seeds; "
@@ -207,6 +211,13 @@ def load_study(path, quick=None):
         except ValueError as e:
             raise ValueError(f"study file {path}: arm {arm} at learning rate {study['grids'][arm][0]:g}: "
                              f"{e}") from None
+    data = {arm: os.path.join(*(run_config(study, arm, study["grids"][arm][0], study["seeds"][0])[k]
+                                for k in ("data_dir", "dataset"))) for arm in study["arms"]}
+    if len(set(data.values())) > 1:  # paired by seed, the arms must see the same tokens
+        raise ValueError(f"study file {path}: its arms read different data ("
+                         + ", ".join(f"{arm}: {d}" for arm, d in data.items()) + "); the arms of a study are "
+                         f"compared on one dataset, seed by seed: set data_dir and dataset in its config or "
+                         f"overrides, not per arm, and give each dataset a study of its own")
     check_shared_runs(study, path)  # and every run already in its folder, before anything starts
     return study
 
@@ -538,6 +549,11 @@ def launch(study, arm, lr, seed, threads, progress=""):
         print(f"done already: {arm} lr={lr:g} seed={seed}", flush=True)
         return None
     out_dir = run_dir(study, arm, lr, seed)
+    try:  # again before each run: the dataset may have been prepared again since the sweep started
+        check_data(study)
+    except (FileNotFoundError, ValueError) as e:
+        print(f"not started: {arm} lr={lr:g} seed={seed}: {e}", flush=True)
+        return f"{out_dir} was not started: {e}"
     os.makedirs(out_dir, exist_ok=True)
     args = run_args(study, arm, lr, seed)
     if os.path.exists(os.path.join(out_dir, "ckpt.pt")):
@@ -615,9 +631,8 @@ def check_data(study):
                 raise OtherData(
                     f"the dataset {folder} is {describe_data(meta)}, but {study['runs_dir']} holds "
                     f"{describe_data(saved, runs)}, e.g. {runs[0]}; their results and new ones would be "
-                    f"compared as if on one dataset. Prepare it as they were (their config.json's "
-                    f"dataset_meta: source, tokenizer, val_fraction, seed), point data_dir to that copy, or "
-                    f"{clash_fix(study)}")
+                    f"compared as if on one dataset. Prepare it again as they were (their config.json's "
+                    f"dataset_meta: source, tokenizer, val_fraction, seed), or {clash_fix(study)}")
         folders.append(folder)
     return sorted(set(folders))
 
@@ -967,8 +982,10 @@ def job_alive(job, record):
 
 
 def submit(study, arm, lr, seed, kind, gpus_per_run, slurm, threads):
-    """Submit one run as a job; record it in <run dir>/job.json (atomically) -> the Job."""
+    """Submit one run as a job; record it in <run dir>/job.json (atomically) -> the Job. ValueError /
+    FileNotFoundError if the data is not the study's (check_data, again before each job)."""
     check_settings(study, arm, lr, seed)
+    check_data(study)
     out_dir = run_dir(study, arm, lr, seed)
     os.makedirs(out_dir, exist_ok=True)
     folder = os.path.abspath(os.path.join(out_dir, "submitit"))
@@ -1102,6 +1119,7 @@ def main(argv=None):
         parser.error("--executor slurm submits with SLURM's sbatch, which is not on PATH here: run it on the "
                      "cluster's login node, or use --executor local on this machine")
     if args.executor != "local" and not args.nproc:
+        check_data(study)
         gpus, slurm = slurm_settings(study, args)
         failed = drive(study, args.executor, gpus, slurm, args.threads, args.poll_s)
         print("chosen learning rates:", json.dumps({arm: plan(study, arm)["chosen"] for arm in study["arms"]}))

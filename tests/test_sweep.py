@@ -453,7 +453,12 @@ def test_runs_on_other_data_are_refused_before_any_run(study_file, tmp_path, mon
     assert (f"the dataset {folder} is the data prepared from tests/data/enwiki2015/AA (train.bin sha256 "
             f"cccccccccccc…), but {tmp_path / 'runs'} holds 1 run(s) on the data prepared from wiki/AA "
             f"(train.bin sha256 aaaaaaaaaaaa…), e.g. {sweep.run_dir(study, 'linear', 1e-2, 1)}") in str(e.value)
-    assert "Prepare it as they were" in str(e.value) and "give this study its own runs folder" in str(e.value)
+    assert "Prepare it again as they were" in str(e.value) and "give this study its own runs folder" in str(e.value)
+    # prepared again while a sweep runs: each run checks the data again before it starts (local and submitit)
+    failure = sweep.launch(study, "nonlinear", 1e-2, 1, threads=1)
+    assert failure.startswith(f"{sweep.run_dir(study, 'nonlinear', 1e-2, 1)} was not started: the dataset {folder}")
+    with pytest.raises(ValueError, match="the dataset .* is the data prepared from tests/data/enwiki2015/AA"):
+        sweep.submit(study, "nonlinear", 1e-2, 1, "local_submitit", 1, None, 1)
     sweep.main([str(study_file), "--dry_run"])
     assert "data: not ready, so the sweep would stop at once: the dataset" in capsys.readouterr().out
     assert sweep.data_status(study, complete=True).startswith(  # a complete study: only --quick would run
@@ -473,6 +478,20 @@ def test_runs_on_other_data_are_refused_before_any_run(study_file, tmp_path, mon
                                              "prepared from wiki/AA .*; 1 run\\(s\\) on the data prepared from "
                                              "tests/data/enwiki2015/AA"):
             main([str(study_file)])
+
+
+@pytest.mark.parametrize("edit,message", [
+    ("'nonlinear': dict(query_mode='nonlinear')", "its arms read different data (linear: "),
+    ("'nonlinear': dict(query_mode='nonlinear')", "sets init_from='gpt2'; a study's runs train from scratch"),
+])
+def test_arms_on_other_data_or_from_gpt2_are_refused(study_file, tmp_path, edit, message):
+    """Paired by seed, a study's arms must read one dataset (an arm's own dataset or data_dir made the report
+    pair runs on different tokens); init_from a GPT-2 replaces the model keys, so its runs never match."""
+    keys = "dataset='other'" if "different data" in message else "init_from='gpt2'"
+    bad = tmp_path / "bad.py"
+    bad.write_text(study_file.read_text().replace(edit, edit[:-1] + f", {keys})"))
+    with pytest.raises(ValueError, match=message.replace("(", "\\(")):
+        sweep.load_study(str(bad))
 
 
 def test_a_missing_dataset_stops_the_sweep_before_any_run(study_file, tmp_path, monkeypatch):
