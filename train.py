@@ -125,8 +125,9 @@ def get_lr(it, cfg, decay_iters=None):
 def check_out_dir_is_ours(cfg):
     """ValueError, before anything is written, if out_dir is the init_from folder or holds a Hugging Face
     export (model.safetensors, or a config.json that is not train.py's): the run writes its own config.json
-    there, and the other folder could no longer be loaded. A folder of an nlq run (train.py's config.json and
-    metrics.jsonl, with or without ckpt.pt) is this run's, and passes."""
+    there, and the other folder could no longer be loaded; and, for a new run (not init_from=resume), if it holds
+    a finished run without its checkpoint (a committed study run), whose results the new run would replace. A
+    folder of an nlq run stopped before its first checkpoint may start again."""
     out, source = cfg["out_dir"], cfg["init_from"]
     if source not in ("scratch", "resume") and os.path.isdir(source) and os.path.isdir(out) \
             and os.path.samefile(out, source):
@@ -135,7 +136,7 @@ def check_out_dir_is_ours(cfg):
     if not os.path.isdir(out):
         return
     found = ["model.safetensors"] if os.path.lexists(os.path.join(out, "model.safetensors")) else []
-    path = os.path.join(out, "config.json")
+    path, saved = os.path.join(out, "config.json"), {}
     if os.path.exists(path):
         try:
             with open(path) as f:
@@ -152,6 +153,14 @@ def check_out_dir_is_ours(cfg):
         raise ValueError(f"out_dir {out} holds a Hugging Face export or another program's files "
                          f"({', '.join(found)}): the run would overwrite its config.json; give the run a new "
                          f"out_dir (e.g. --out_dir=out/NAME)")
+    rows = read_metrics(out) if cfg["init_from"] != "resume" else []
+    if rows and not os.path.exists(os.path.join(out, "ckpt.pt")) \
+            and (rows[-1].get("diverged") or rows[-1]["iter"] >= saved.get("max_iters", math.inf)):
+        # a finished run whose checkpoint is gone (a committed study run keeps only its metrics and config):
+        # starting again would replace its results; one stopped before its first checkpoint may start again
+        raise ValueError(f"out_dir {out} holds a finished run (metrics.jsonl up to iter {rows[-1]['iter']}, no "
+                         f"ckpt.pt): a new run there would replace its results; give the run a new out_dir "
+                         f"(e.g. --out_dir=out/NAME), or delete the folder to run it again")
 
 
 def checkpoint_to_resume(cfg, model_cfg, ckpt_path):

@@ -228,6 +228,22 @@ def test_a_dataset_prepared_again_mid_run_does_not_change_the_run(data_dir, tmp_
     assert losses(tmp_path / "next")[0]["val_loss"] != losses(tmp_path / "calm")[0]["val_loss"]  # ... new data
 
 
+def test_a_finished_run_without_its_checkpoint_is_not_replaced(data_dir, tmp_path):
+    """A committed study run keeps only metrics.jsonl and config.json: a new run into its folder replaced its
+    results without a word. A run stopped before its first checkpoint may still start again there."""
+    train.train(tiny_cfg(data_dir, tmp_path, max_iters=3, eval_interval=3))
+    (tmp_path / "ckpt.pt").unlink()
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+    with pytest.raises(ValueError, match="holds a finished run \\(metrics.jsonl up to iter 3, no ckpt.pt\\): a "
+                                         "new run there would replace its results"):
+        train.train(tiny_cfg(data_dir, tmp_path, max_iters=3, eval_interval=3))
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before
+    rows = (tmp_path / "metrics.jsonl").read_text().splitlines()
+    (tmp_path / "metrics.jsonl").write_text(rows[0] + "\n")  # stopped after the iter-0 eval, before a checkpoint
+    train.train(tiny_cfg(data_dir, tmp_path, max_iters=3, eval_interval=3))
+    assert common.read_metrics(str(tmp_path))[-1]["iter"] == 3
+
+
 def test_resume_rejects_changed_model(data_dir, tmp_path):
     train.train(tiny_cfg(data_dir, tmp_path, max_iters=1, eval_interval=1))
     with pytest.raises(ValueError, match="settings differ from the checkpoint's.*query_mode"):
