@@ -72,7 +72,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import difflib
 from common import (DEFAULTS, EXIT_DIVERGED, EXIT_INTERRUPTED, EXIT_PREEMPTED, HelpFormatter, atomic_write_text,
-                    load_meta, open_split, parse_config, read_config_file, read_metrics)
+                    eval_window_count, load_meta, open_split, parse_config, read_config_file, read_metrics)
 
 TRAIN_PY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "train.py")
 STUDY_KEYS = ("name", "config", "overrides", "arms", "learning_rates", "selection_seeds", "seeds")
@@ -293,13 +293,24 @@ def nproc_run_args(study, arm, lr, seed, nproc):
         if batch % nproc:
             raise ValueError(f"neither gradient_accumulation_steps={accum} nor batch_size={batch} divides "
                              f"among {nproc} processes; pick another --print count (or --gpus_per_run)")
-        args += [f"--batch_size={batch // nproc}", f"--gradient_accumulation_steps={accum * nproc}"]
+        args += [f"--batch_size={batch // nproc}", f"--gradient_accumulation_steps={accum * nproc}",
+                 f"--eval_windows={eval_window_count(cfg)}"]  # the same eval set as the study's batch shape
     return args
 
 
 # Keys that do not change a run's results; any other difference means the run dir holds another experiment.
 NOT_EXPERIMENT = {"init_from", "log_interval", "wandb_log", "wandb_project", "wandb_run_name", "device",
                   "dtype", "compile", "fsdp"}
+# The batch's shape: a run may split its batch otherwise (nproc_run_args: more processes), the same experiment
+# as long as the tokens a step and the eval windows are the same (train.py draws both from the seed alone).
+LAYOUT = ("batch_size", "gradient_accumulation_steps", "eval_iters", "eval_windows")
+
+
+def same_layout_experiment(saved, wanted):
+    """Whether two configs split the same step (batch_size x gradient_accumulation_steps sequences) and
+    evaluate on as many fixed windows (common.eval_window_count)."""
+    step = lambda c: c["batch_size"] * c["gradient_accumulation_steps"]
+    return step(saved) == step(wanted) and eval_window_count(saved) == eval_window_count(wanted)
 
 
 def read_saved_config(path):
@@ -322,13 +333,15 @@ def settings_diff(study, arm, lr, seed):
     asks now, where the weights started included (initialised_from vs init_from); {} if they agree or there
     is no run yet. A key added to nlq after the run was made counts as its default (committed runs stay
     valid); out_dir is where the run was made, not what it is (runs copied to another clone or folder stay
-    valid)."""
+    valid), and a batch split another way (LAYOUT: more processes) is the same run."""
     saved = read_saved_config(os.path.join(run_dir(study, arm, lr, seed), "config.json"))
     if saved is None:
         return {}
     wanted = run_config(study, arm, lr, seed)
     diff = {k: (saved.get(k, DEFAULTS[k]), v) for k, v in wanted.items()
             if k not in NOT_EXPERIMENT and k != "out_dir" and saved.get(k, DEFAULTS[k]) != v}
+    if any(k in diff for k in LAYOUT) and same_layout_experiment({**DEFAULTS, **saved}, wanted):
+        diff = {k: v for k, v in diff.items() if k not in LAYOUT}  # the batch split otherwise: the same run
     origin = saved.get("initialised_from")  # init_from says 'resume' once a run resumed; this keeps the start
     if origin is not None and origin != wanted["init_from"]:
         diff["initialised_from"] = (origin, wanted["init_from"])

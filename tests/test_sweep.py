@@ -115,8 +115,19 @@ def test_chosen_lr_and_print_mode(study_file, capsys):
     # seed by seed: nonlinear's search runs (selection seed 1) come before linear's final run (seed 2)
     assert "--query_mode=nonlinear --learning_rate=0.003 --seed=1" in lines[0]
     assert "--min_lr=0.0003 --query_mode=linear --learning_rate=0.003 --seed=2" in lines[-2]
-    # the study's 1 micro-batch of 4 cannot be shared by 2 processes: 2 micro-batches of 2, same global batch
-    assert lines[-2].endswith("--batch_size=2 --gradient_accumulation_steps=2")
+    # the study's 1 micro-batch of 4 cannot be shared by 2 processes: 2 micro-batches of 2, same global batch,
+    # and the study's eval windows pinned (eval_iters 2 x batch_size 4 = 8): the same experiment
+    assert lines[-2].endswith("--batch_size=2 --gradient_accumulation_steps=2 --eval_windows=8")
+    out = sweep.run_dir(study, "linear", 3e-3, 2)
+    os.makedirs(out)
+    with open(os.path.join(out, "config.json"), "w") as f:  # as that command's run saves it
+        json.dump(dict(sweep.run_config(study, "linear", 3e-3, 2), batch_size=2, gradient_accumulation_steps=2,
+                       eval_windows=8), f)
+    assert sweep.settings_diff(study, "linear", 3e-3, 2) == {}
+    with open(os.path.join(out, "config.json"), "w") as f:  # without the pinned windows: 4 of them, not 8
+        json.dump(dict(sweep.run_config(study, "linear", 3e-3, 2), batch_size=2, gradient_accumulation_steps=2), f)
+    assert set(sweep.settings_diff(study, "linear", 3e-3, 2)) == {"batch_size", "gradient_accumulation_steps"}
+    shutil.rmtree(out)
     assert lines[-1].startswith("# more runs follow")
     with pytest.raises(ValueError,
                        match="neither gradient_accumulation_steps=1 nor batch_size=4 divides among 3"):

@@ -236,4 +236,4 @@ def test_slurm_jobs_get_the_partition_time_gpus_and_extra_flags(tmp_path, monkey
     cmd = job.command()
     assert cmd[1:5] == ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
     assert "--signals_to_handle=SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1,SIGUSR2" in cmd
-    assert cmd[-2:] == ["--batch_size=2", "--gradient_accumulation_steps=2"]  # 1 x 4 shared by 2 ranks
+    assert cmd[-3:] == ["--batch_size=2", "--gradient_accumulation_steps=2", "--eval_windows=8"]  # 1 x 4 by 2 ranks
