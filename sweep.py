@@ -1155,7 +1155,8 @@ def main(argv=None):
     print(announce(study, due_runs(study), args.jobs), flush=True)
     failed = {}
     STOPPING.clear()
-    previous = {sig: signal.signal(sig, stop_runs) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    previous = {sig: signal.signal(sig, stop_runs)  # a killed sweep would leave its train.py running
+                for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)}
     try:
         with ThreadPoolExecutor(args.jobs) as pool:
             while not STOPPING.is_set():  # each round runs what is due; finished runs decide each arm's next phase

@@ -163,6 +163,25 @@ def check_out_dir_is_ours(cfg):
                          f"(e.g. --out_dir=out/NAME), or delete the folder to run it again")
 
 
+def hold_out_dir(out_dir, held):
+    """Lock out_dir/.lock for this run (fcntl.flock; the lock goes when the process ends, however it ends, and
+    held, an ExitStack, closes the file). ValueError if another train.py holds it: two runs would write one
+    checkpoint (e.g. a sweep restarted beside an orphan of a killed one). No lock where fcntl is missing."""
+    try:
+        import fcntl
+    except ImportError:  # Windows
+        return
+    lock = held.enter_context(open(os.path.join(out_dir, ".lock"), "a"))
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        raise ValueError(f"out_dir {out_dir} is in use by another train.py (it holds {out_dir}/.lock): two runs "
+                         f"would write one checkpoint; wait for it to end or stop it, or use another "
+                         f"out_dir") from None
+    except OSError:  # a file system without locks: run unlocked, as before
+        pass
+
+
 def checkpoint_to_resume(cfg, model_cfg, ckpt_path):
     """The checkpoint to resume from, or None for init_from=scratch (or GPT-2's weights).
 
@@ -533,6 +552,8 @@ def train_until_stopped(cfg, stop, held):
         log("\n".join(notes))
     model_cfg = model_config(cfg, meta["vocab_size"])
     ckpt = checkpoint_to_resume(cfg, model_cfg, ckpt_path)
+    if master:
+        hold_out_dir(cfg["out_dir"], held)  # one train.py per out_dir
     torch.manual_seed(cfg["seed"])  # the same initial weights for every rank and every run with this seed
     raw_model = GPT(model_cfg)
     if gpt2_weights is not None:

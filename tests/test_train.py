@@ -244,6 +244,26 @@ def test_a_finished_run_without_its_checkpoint_is_not_replaced(data_dir, tmp_pat
     assert common.read_metrics(str(tmp_path))[-1]["iter"] == 3
 
 
+def test_one_train_py_per_out_dir(data_dir, tmp_path):
+    """A second train.py on an out_dir in use (a sweep restarted beside an orphan of a killed one) is refused
+    before it writes anything; the lock goes with the process that held it."""
+    train.train(tiny_cfg(data_dir, tmp_path, max_iters=1, eval_interval=1))
+    holder = subprocess.Popen([sys.executable, "-c", "import fcntl, sys, time; f = open(sys.argv[1], 'a'); "
+                               "fcntl.flock(f, fcntl.LOCK_EX); print('held', flush=True); time.sleep(60)",
+                               str(tmp_path / ".lock")], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline() == "held\n"
+        before = (tmp_path / "metrics.jsonl").read_bytes()
+        with pytest.raises(ValueError, match="is in use by another train.py .* two runs would write one checkpoint"):
+            train.train(tiny_cfg(data_dir, tmp_path, max_iters=2, eval_interval=1, init_from="resume"))
+        assert (tmp_path / "metrics.jsonl").read_bytes() == before
+    finally:
+        holder.kill()
+        holder.wait()
+    train.train(tiny_cfg(data_dir, tmp_path, max_iters=2, eval_interval=1, init_from="resume"))
+    assert common.read_metrics(str(tmp_path))[-1]["iter"] == 2  # the lock went with its process
+
+
 def test_resume_rejects_changed_model(data_dir, tmp_path):
     train.train(tiny_cfg(data_dir, tmp_path, max_iters=1, eval_interval=1))
     with pytest.raises(ValueError, match="settings differ from the checkpoint's.*query_mode"):
