@@ -187,8 +187,8 @@ MAX_SEED = 2 ** 62  # |seed| below it: torch's generators take 64-bit seeds, and
 def check_value(key, value):
     """Return value if it fits key's type (ints are accepted for floats); raise ValueError naming the key."""
     if key not in DEFAULTS:
-        match = difflib.get_close_matches(key, DEFAULTS, n=1)
-        raise ValueError(f"unknown config key {key!r}" + (f", did you mean {match[0]!r}?" if match else "")
+        match = difflib.get_close_matches(key.lower(), DEFAULTS, n=1)
+        raise ValueError(f"unknown config key {key!r}" + (f", did you mean {match[0]!r}?" if match else ".")
                          + f" Valid keys: {', '.join(sorted(DEFAULTS))}")
     want = OPTIONAL_TYPES.get(key, type(DEFAULTS[key]))
     if value is None and key in OPTIONAL_TYPES:

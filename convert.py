@@ -343,7 +343,7 @@ def main(argv=None):
     h.add_argument("run", type=os.path.expanduser, help="the nlq run folder (train.py's out_dir, with ckpt.pt)")
     h.add_argument("--out", type=os.path.expanduser, required=True, help="the transformers folder to create")
     h.add_argument("--bpe_dir", type=os.path.expanduser, default=None, help="GPT-2's encoder.json + vocab.bpe "
-                   "for the tokenizer (default: the Hub's gpt2 tokenizer, through the Hugging Face cache)")
+                   "for the tokenizer (default: the copy shipped in tests/data/gpt2)")
     h.add_argument("--code", choices=("auto", "gpt2", "nlq"), default="auto", help="auto: a plain "
                    "GPT2LMHeadModel where GPT-2 can compute the model, else nlq's modeling code; gpt2: plain or "
                    "an error; nlq: always nlq's modeling code")

@@ -220,7 +220,7 @@ def read_text(path):
     data = Path(path).read_bytes()
     bom = len(codecs.BOM_UTF8) if data.startswith(codecs.BOM_UTF8) else 0
     try:
-        return data[bom:].decode("utf-8")
+        text = data[bom:].decode("utf-8")
     except UnicodeDecodeError as e:
         for magic, kind, fix in NOT_UTF8:
             if data.startswith(magic):
@@ -229,6 +229,12 @@ def read_text(path):
         raise DataError(f"{path}: not valid UTF-8 (byte {at}: {data[at:at + 4]!r}); "
                         f"convert it, e.g. iconv -f latin1 -t utf-8 {path} > fixed.txt, "
                         "or remove the file") from e
+    if "\x00" in text:  # valid UTF-8, but text has no NUL: UTF-16 without a byte-order mark, or a binary file
+        at = data.index(b"\x00")
+        raise DataError(f"{path}: holds NUL characters (byte {at}), which text does not: it is "
+                        f"likely UTF-16 without a byte-order mark (convert it: iconv -f utf-16le -t utf-8 {path} "
+                        f"> fixed.txt) or not text; remove the file")
+    return text
 
 
 def read_file_docs(path):
@@ -310,11 +316,13 @@ def corpus_files(folder):
     """(read, skipped): the files under folder (recursively, sorted) that read_documents reads, and the others.
 
     Read: .txt, .jsonl and .parquet files, the suffix in any case (notes.TXT), and files without a suffix that
-    are WikiExtractor output (wiki_00). Hidden files (.DS_Store, ...) are in neither list.
+    are WikiExtractor output (wiki_00). Hidden files and folders (.DS_Store, .ipynb_checkpoints/: copies that
+    would put one text in train and val) are in neither list.
     """
     read, skipped = [], []
     for f in sorted(Path(folder).rglob("*")):
-        if f.is_file() and not f.name.startswith("."):
+        hidden = any(part.startswith(".") for part in f.relative_to(folder).parts)  # .ipynb_checkpoints/ too
+        if f.is_file() and not hidden:
             wanted = f.suffix.lower() in TEXT_SUFFIXES or (not f.suffix and _is_wiki(f))
             (read if wanted else skipped).append(f)
     return read, skipped

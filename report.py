@@ -355,8 +355,11 @@ def method(study, tokenizer):
     ref = study["reference"]
     bpb = (" Bits per byte = loss / ln 2 (byte-level data: one token per byte)." if tokenizer == "byte"
            else "")
-    final, key = (("its last fixed-window val loss", "`val_loss`: a --quick run skips the whole-split eval")
-                  if study.get("quick") else
+    first = next(iter(study["arms"]))
+    full = sweep.run_config(study, first, study["grids"][first][0], study["seeds"][0])["eval_full_at_end"]
+    final, key = (("its last fixed-window val loss", "`val_loss`: these runs skip the whole-split eval "
+                   "(eval_full_at_end=False, as every --quick run does)")
+                  if not full else
                   ("its val loss over the whole val split, every val token once", "`val_loss_full`"))
     grids = {tuple(g) for g in study["grids"].values()}
     grid = (f"the base grid {', '.join(f'{lr:g}' for lr in next(iter(grids)))}" if len(grids) == 1
@@ -799,7 +802,8 @@ def main(argv=None):
                    help="the runs of python sweep.py STUDY --quick (in out/quick/<name>/runs; the report in "
                    "out/quick/<name>)")
     p.add_argument("--bpe_dir", type=os.path.expanduser, default=None, help="run folders: GPT-2's "
-                   "encoder.json + vocab.bpe, to count bytes for bits/byte of gpt2 runs without network")
+                   "encoder.json + vocab.bpe, to count bytes for bits/byte of gpt2 runs (default: the copy "
+                   "shipped in tests/data/gpt2)")
     args = p.parse_args(argv)
     if all(os.path.isdir(path) for path in args.study):
         return compare(args.study, args.out or os.path.join("out", "compare"), args.bpe_dir)

@@ -353,8 +353,9 @@ def clash_fix(study):
     if study.get("quick"):
         return (f"{study['runs_dir']} is scratch space for --quick (nothing committed is there): delete it "
                 f"and run again")
-    return (f"give this study its own runs folder: leave out runs_dir (the default is "
-            f"{study['own_runs_dir']}) or set runs_dir to a new folder. Share a runs_dir only between "
+    own = ("set runs_dir to a new folder" if study["runs_dir"] == study["own_runs_dir"] else
+           f"leave out runs_dir (the default is {study['own_runs_dir']}) or set runs_dir to a new folder")
+    return (f"give this study its own runs folder: {own}. Share a runs_dir only between "
             f"studies whose arms are the same experiments (same config, overrides and arm settings); to try a "
             f"study at fewer steps, use python sweep.py STUDY --quick")
 

@@ -749,3 +749,17 @@ def test_download_when_asked(shipped_data, tmp_path, monkeypatch, capsys):
     assert offline.returncode == 1 and not (tmp_path / "o" / "shakespeare_char").exists()
     assert offline.stderr.startswith(f"error: could not download Tiny Shakespeare from {P.SHAKESPEARE_URL} (")
     assert f"drop --download to use the copy shipped with nlq ({P.SHAKESPEARE_TXT})" in offline.stderr
+
+
+def test_hidden_folders_and_nul_characters(tmp_path):
+    """A hidden folder's files (.ipynb_checkpoints/ holds copies: one text in train and val) are not read, as
+    hidden files are not; a UTF-16 file without a byte-order mark decodes as UTF-8 full of NULs: refused."""
+    (tmp_path / "corpus" / ".ipynb_checkpoints").mkdir(parents=True)
+    (tmp_path / "corpus" / "one.txt").write_text("one")
+    (tmp_path / "corpus" / ".ipynb_checkpoints" / "one-checkpoint.txt").write_text("one")
+    assert P.corpus_files(tmp_path / "corpus") == ([tmp_path / "corpus" / "one.txt"], [])
+    (tmp_path / "u16.txt").write_bytes("text".encode("utf-16-le"))
+    with pytest.raises(P.DataError, match=r"u16.txt: holds NUL characters \(byte 1\), which text does not: it "
+                                          r"is likely UTF-16 without a byte-order mark \(convert it: iconv -f "
+                                          r"utf-16le -t utf-8"):
+        P.read_text(tmp_path / "u16.txt")
