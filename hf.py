@@ -385,17 +385,18 @@ def load_gpt2_config(name_or_path):
     return config
 
 
-def load_gpt2(name_or_path):
+def load_gpt2(name_or_path, config=None):
     """A transformers GPT-2 (GPT2LMHeadModel) -> (its state dict, its GPT2Config), float32, on the CPU.
 
-    name_or_path: a GPT2_HUB name (downloaded once into the Hugging Face cache) or a local folder.
-    ValueError naming the problem (not GPT-2, not found, offline without a cached copy, weights missing,
-    truncated or damaged).
+    name_or_path: a GPT2_HUB name (downloaded once into the Hugging Face cache) or a local folder; config: its
+    GPT2Config when load_gpt2_config has read it already (else it is read here). ValueError naming the problem
+    (not GPT-2, not found, offline without a cached copy, weights missing, truncated or damaged).
     """
     t = _transformers()
-    config = load_gpt2_config(name_or_path)
+    config = config or load_gpt2_config(name_or_path)
     try:
-        hf = t.GPT2LMHeadModel.from_pretrained(name_or_path, dtype=torch.float32, trust_remote_code=False)
+        hf = t.GPT2LMHeadModel.from_pretrained(name_or_path, config=config, dtype=torch.float32,
+                                               trust_remote_code=False)
     except Exception as e:  # OSError (no weights), safetensors' SafetensorError (truncated), ...
         first = str(e).strip().splitlines()[0] if str(e).strip() else ""
         raise ValueError(f"cannot read the weights of {name_or_path} ({type(e).__name__}: {first}); they are "

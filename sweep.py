@@ -205,14 +205,14 @@ def load_study(path, quick=None):
                          "the final statistics must not use the seeds the learning rate was chosen on")
     study["grids"] = {arm: sorted(grid) for arm, grid in grids.items()}
     # resolve every arm now: a typo or a bad value fails here, not hours into the sweep
+    data = {}  # arm -> the dataset folder its runs read
     for arm in study["arms"]:  # its lowest rate: where an arm's fixed min_lr could exceed the rate
         try:
-            run_config(study, arm, study["grids"][arm][0], study["seeds"][0])
+            cfg = run_config(study, arm, study["grids"][arm][0], study["seeds"][0])
         except ValueError as e:
             raise ValueError(f"study file {path}: arm {arm} at learning rate {study['grids'][arm][0]:g}: "
                              f"{e}") from None
-    data = {arm: os.path.join(*(run_config(study, arm, study["grids"][arm][0], study["seeds"][0])[k]
-                                for k in ("data_dir", "dataset"))) for arm in study["arms"]}
+        data[arm] = os.path.join(cfg["data_dir"], cfg["dataset"])
     if len(set(data.values())) > 1:  # paired by seed, the arms must see the same tokens
         raise ValueError(f"study file {path}: its arms read different data ("
                          + ", ".join(f"{arm}: {d}" for arm, d in data.items()) + "); the arms of a study are "

@@ -546,8 +546,9 @@ def train_until_stopped(cfg, stop, held):
     if cfg["init_from"] not in ("scratch", "resume"):  # GPT-2 (hf.py): its shape sets the model keys
         import hf
         # its settings and tokenizer are checked against the run's before its weights are read
-        settings, notes = hf.gpt2_settings(hf.load_gpt2_config(cfg["init_from"]), cfg, meta)
-        gpt2_weights, _ = hf.load_gpt2(cfg["init_from"])
+        gpt2_config = hf.load_gpt2_config(cfg["init_from"])
+        settings, notes = hf.gpt2_settings(gpt2_config, cfg, meta)
+        gpt2_weights, _ = hf.load_gpt2(cfg["init_from"], gpt2_config)
         cfg.update(settings)
         log("\n".join(notes))
     model_cfg = model_config(cfg, meta["vocab_size"])
