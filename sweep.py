@@ -216,7 +216,7 @@ def load_study(path, quick=None):
     if len(set(data.values())) > 1:  # paired by seed, the arms must see the same tokens
         raise ValueError(f"study file {path}: its arms read different data ("
                          + ", ".join(f"{arm}: {d}" for arm, d in data.items()) + "); the arms of a study are "
-                         f"compared on one dataset, seed by seed: set data_dir and dataset in its config or "
+                         "compared on one dataset, seed by seed: set data_dir and dataset in its config or "
                          f"overrides, not per arm, and give each dataset a study of its own")
     check_shared_runs(study, path)  # and every run already in its folder, before anything starts
     return study

@@ -146,8 +146,8 @@ def test_a_rebuild_of_the_same_runs_leaves_the_files_as_they_are(tmp_path, monke
             return real_datetime(2031, 1, 2, 3, 4, tzinfo=tz)
     monkeypatch.setattr(report.datetime, "datetime", Later)
     report.main([str(path), "--out", str(out)])
-    assert capsys.readouterr().out == (f"wrote nothing; README.md, forest.png, val_loss.png already up to date "
-                                       f"(a README's date line aside)\n")
+    assert capsys.readouterr().out == ("wrote nothing; README.md, forest.png, val_loss.png already up to date "
+                                       "(a README's date line aside)\n")
     assert {p.name: p.read_bytes() for p in out.iterdir()} == before
     (out / "reading.md").write_text("a reading\n")
     text = report.main([str(path), "--out", str(out)])
