@@ -217,7 +217,7 @@ def load_study(path, quick=None):
         raise ValueError(f"study file {path}: its arms read different data ("
                          + ", ".join(f"{arm}: {d}" for arm, d in data.items()) + "); the arms of a study are "
                          "compared on one dataset, seed by seed: set data_dir and dataset in its config or "
-                         f"overrides, not per arm, and give each dataset a study of its own")
+                         "overrides, not per arm, and give each dataset a study of its own")
     check_shared_runs(study, path)  # and every run already in its folder, before anything starts
     return study
 
