@@ -883,8 +883,8 @@ def write_report(study_path, study, data, out, stage):
     if len(study["selection_seeds"]) > 1:
         plot_lr_curves(study, data, os.path.join(stage, "lr_curves.png"))
         curves = [f"## Learning-rate curves (final loss over selection seeds {study['selection_seeds']})",
-                  f"Stalled runs as defined above. Means and 95% CIs are over the finished, non-diverged seeds "
-                  f"at each rate.",
+                  "Stalled runs as defined above. Means and 95% CIs are over the finished, non-diverged seeds "
+                  "at each rate.",
                   "![learning-rate curves](lr_curves.png)", band_table(study, data), curve_table(study, data),
                   f"Each arm against {study['reference']} at the same rate, paired by selection seed (95% CI; a "
                   f"call only where the CI excludes 0):", curve_gap_table(study, data)]
