@@ -339,7 +339,9 @@ def read_documents(path):
     are not read are counted in a warning, by suffix; never skipped without a word."""
     path = Path(path)
     if not path.exists():
-        raise DataError(f"--input {path} does not exist")
+        hint = ("; the CPU studies' 30 Wikipedia files: docs/studies.md says where to get them, and "
+                "tests/data/enwiki2015/AA holds one of them for a --quick trial" if "enwiki2015" in str(path) else "")
+        raise DataError(f"--input {path} does not exist{hint}")
     if path.is_dir():
         files, skipped = corpus_files(path)
         if not files:
