@@ -563,7 +563,7 @@ def test_input_checked_before_bpe(src, expected, existing, monkeypatch):
 def test_the_studies_missing_wikipedia_files_point_at_where_to_get_them(tmp_path):
     """Without the shared data folder, the README's study command names docs/studies.md and the file shipped
     for trials."""
-    message = fails(tmp_path / "data", "local", "--input", str(tmp_path / "shared/data/enwiki2015/AA"), "--name",
+    message = fails(tmp_path / "data", "local", "--input", str(tmp_path / "enwiki2015" / "AA"), "--name",
                     "enwiki_bytes", "--tokenizer", "byte")
     assert message.endswith("enwiki2015/AA does not exist; the CPU studies' 30 Wikipedia files: docs/studies.md "
                             "says where to get them, and tests/data/enwiki2015/AA holds one of them for a --quick "
