@@ -536,12 +536,18 @@ def plan(study, arm):
 # SIGTERM to the sweep (kill PID, a job's end) is passed on to them, and no run starts after it.
 RUNNING = set()
 STOPPING = threading.Event()
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
+STOPPED_BY = []  # the name of the first stop signal the sweep got
 
 
 def stop_runs(signum, frame=None):
     """Signal handler of the local sweep: send SIGTERM (one of train.py's stop signals, whichever signal the
     sweep got) to every running train.py, which checkpoints at its next step boundary and exits with
-    EXIT_PREEMPTED, and start no more runs."""
+    EXIT_PREEMPTED, and start no more runs. SIGINT too: a Ctrl-C in the terminal reaches the runs by itself
+    (they stop at once, EXIT_INTERRUPTED), but `kill -INT PID` reaches the sweep alone, which would otherwise
+    wait for runs that go on for hours."""
+    if not STOPPING.is_set():
+        STOPPED_BY.append(signal.Signals(signum).name)
     STOPPING.set()
     for proc in list(RUNNING):
         proc.send_signal(signal.SIGTERM)
@@ -1156,8 +1162,9 @@ def main(argv=None):
     print(announce(study, due_runs(study), args.jobs), flush=True)
     failed = {}
     STOPPING.clear()
+    STOPPED_BY.clear()
     previous = {sig: signal.signal(sig, stop_runs)  # a killed sweep would leave its train.py running
-                for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)}
+                for sig in STOP_SIGNALS}
     try:
         with ThreadPoolExecutor(args.jobs) as pool:
             while not STOPPING.is_set():  # each round runs what is due; finished runs decide each arm's next phase
@@ -1172,9 +1179,11 @@ def main(argv=None):
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     if STOPPING.is_set():
-        stopped = [f for f in failed.values() if "stopped by a signal" in f]
-        raise RuntimeError(f"the sweep was stopped by a signal: {len(stopped)} running run(s) stopped at a "
-                           f"checkpoint, none started after it; run the same command again to go on")
+        stopped = [f for f in failed.values() if "was stopped by a signal" in f or "was interrupted" in f]
+        how = "interrupted (Ctrl-C)" if STOPPED_BY[0] == "SIGINT" else f"stopped by {STOPPED_BY[0]}"
+        raise RuntimeError(f"the sweep was {how}: {len(stopped)} running run(s) stopped, none started after "
+                           f"it; run the same command again to go on (each run resumes from its last "
+                           f"checkpoint)")
     print("chosen learning rates:", json.dumps({arm: plan(study, arm)["chosen"] for arm in study["arms"]}))
     if failed:
         raise RuntimeError(f"{len(failed)} run(s) did not finish; the others did:\n"
