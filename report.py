@@ -245,7 +245,7 @@ def config_differences(runs):
     run, leaving out where a run lives and how it ran (NOT_COMPARED)."""
     keys = sorted({k for run in runs for k in run["config"]
                    if k in common.DEFAULTS and k not in NOT_COMPARED})
-    diffs = {k: [run["config"].get(k, common.DEFAULTS[k]) for run in runs] for k in keys}
+    diffs = {k: [setting(run["config"], k) for run in runs] for k in keys}
     diffs = {k: v for k, v in diffs.items() if any(x != v[0] for x in v)}
     origins = [initialised_from(run["config"]) for run in runs]  # scratch, a GPT-2, convert.py's source
     if any(o != origins[0] for o in origins):
@@ -256,6 +256,16 @@ def config_differences(runs):
         groups = {sha: i + 1 for i, sha in enumerate(dict.fromkeys(shas))}
         diffs["dataset contents"] = [f"data {groups[sha]}" for sha in shas]
     return diffs
+
+
+def setting(config, key):
+    """A run's value of one config key. A model size left at None (mlp_hidden, query_hidden, vocab_size: derived
+    from n_embd or the data) is the size the model was built with (config.json's model_args), so None and
+    4·n_embd are one setting; attn_scale=None stays None (the query mode's own default)."""
+    value = config.get(key, common.DEFAULTS[key])
+    if value is None and key != "attn_scale":
+        value = (config.get("model_args") or {}).get(key)
+    return value
 
 
 def initialised_from(config):

@@ -419,16 +419,20 @@ def test_compare_plain_runs(tmp_path, capsys, monkeypatch):
 
 def test_compare_names_the_one_difference_and_refuses_a_folder_without_results(tmp_path, capsys):
     rows = [dict(iter=10, tokens=640, val_loss=2.0, ms_per_iter=1.0)]
-    write_plain_run(tmp_path / "a", rows, max_iters=10, query_mode="nonlinear")
-    write_plain_run(tmp_path / "b", rows, max_iters=10)
+    write_plain_run(tmp_path / "a", rows, max_iters=10, query_mode="nonlinear", model_args=dict(mlp_hidden=512))
+    # mlp_hidden given as the default it resolves to (4 n_embd) is the same model as mlp_hidden=None
+    write_plain_run(tmp_path / "b", rows, max_iters=10, mlp_hidden=512, model_args=dict(mlp_hidden=512))
     text = report.main([str(tmp_path / "a"), str(tmp_path / "b"), "--out", str(tmp_path / "cmp")])
+    assert "mlp_hidden" not in text  # a's None was built as 512
     a, b = tmp_path / "a", tmp_path / "b"
     assert f"They differ only in query_mode: {a}: 'nonlinear', {b}: 'linear'." in text
     # where the weights started counts too (init_from itself says 'resume' once a run resumed)
     write_plain_run(tmp_path / "ft", rows, max_iters=10, init_from="resume", initialised_from="gpt2")
     write_plain_run(tmp_path / "old", rows, max_iters=10, init_from="resume")  # predates initialised_from
-    text = report.main([str(b), str(tmp_path / "ft"), str(tmp_path / "old"), "--out", str(tmp_path / "cmp")])
-    assert (f"They differ only in initialised_from: {b}: 'scratch', {tmp_path / 'ft'}: 'gpt2', "
+    write_plain_run(tmp_path / "s", rows, max_iters=10)
+    s = tmp_path / "s"
+    text = report.main([str(s), str(tmp_path / "ft"), str(tmp_path / "old"), "--out", str(tmp_path / "cmp")])
+    assert (f"They differ only in initialised_from: {s}: 'scratch', {tmp_path / 'ft'}: 'gpt2', "
             f"{tmp_path / 'old'}: 'not recorded'.") in text
     (tmp_path / "empty").mkdir()
     with pytest.raises(ValueError, match="empty is not a train.py run folder with results: no metrics.jsonl "
