@@ -164,6 +164,12 @@ class NlqForCausalLM(transformers.PreTrainedModel, transformers.GenerationMixin)
         if attention_mask is not None and not bool(attention_mask.all()):
             raise ValueError("nlq models take no padding mask: pad on the right (or not at all), or use "
                              "batch size 1")
+        past = 0 if past_key_values is None else past_key_values.get_seq_length()
+        block_size = self.gpt.config.block_size
+        if past + input_ids.size(1) > block_size:
+            raise ValueError(f"this model has {block_size} positions (block_size): {past} past + "
+                             f"{input_ids.size(1)} new tokens do not fit; keep the prompt's length + "
+                             f"max_new_tokens <= {block_size + 1}, or crop the prompt on the left")
         targets = torch.full_like(input_ids, -1)
         if labels is not None:
             targets[:, :-1] = labels[:, 1:].masked_fill(labels[:, 1:] == -100, -1)
@@ -316,6 +322,13 @@ def export(model, meta, hf_dir, bpe_dir=None, code="auto", source=""):
     kind = ("nlq modeling code (trust_remote_code=True)" + (f": {'; '.join(blockers)}" if blockers else "")
             if custom else "a plain GPT2LMHeadModel (no custom code)")
     notes = [f"exported {source} -> {hf_dir} as {kind}"]
+    if eos is None:  # byte and char vocabularies: nothing marks where a text starts
+        chars = meta.get("chars") or []
+        newline = 10 if meta["tokenizer"] == "byte" else chars.index("\n") if "\n" in chars else None
+        prefix = (f"prefix_token_id={newline} (a newline)" if newline is not None
+                  else "prefix_token_id=ID (a token that starts texts in the training data)")
+        notes.append(f"the tokenizer has no BOS/EOS token: lm-evaluation-harness needs one to start a text, so "
+                     f"add {prefix} to lm_eval's --model_args")
     if cfg.vocab_size > cfg.data_vocab_size:
         notes.append(f"the embedding has {cfg.vocab_size} rows for the tokenizer's {cfg.data_vocab_size} tokens "
                      f"(padding rows, never sampled by nlq): logits have {cfg.vocab_size} entries")

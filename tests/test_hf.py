@@ -78,6 +78,14 @@ def test_export_computes_the_same_logits_and_greedy_tokens(mode, tmp_path):
                 got = h.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=10,
                                  do_sample=False, use_cache=use_cache)
                 assert got.tolist() == want_ids.tolist(), (mode, bias, tie, use_cache)
+                if mode != "linear":  # past block_size: nlq's positions end there, said in the user's terms
+                    assert h.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=13,
+                                      do_sample=False, use_cache=use_cache).shape == (2, 17)  # the most
+                    with pytest.raises(ValueError, match=r"this model has 16 positions \(block_size\): "
+                                                         r"(16 past \+ 1|0 past \+ 17) new tokens do not fit; "
+                                                         r"keep the prompt's length \+ max_new_tokens <= 17"):
+                        h.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=14,
+                                   do_sample=False, use_cache=use_cache)
 
 
 def test_export_gelu_tanh_and_other_scales(tmp_path):

@@ -11,7 +11,9 @@ import torch
 import common
 import convert
 import eval as nlq_eval
+import hf
 from model import GPT, GPTConfig
+from test_hf import BYTE_META, random_gpt
 
 EXAMPLES = [  # HellaSwag's fields, WikiHow markers included; the last context is longer than block_size
     dict(activity_label="Making a cake", ctx_a="A woman stands in a kitchen.", ctx_b="she",
@@ -97,3 +99,23 @@ def test_lm_eval_equals_eval_py(exported, shipped_data):
     # and the harness's per-ending log-likelihoods are eval.py's scores
     lls = np.array([[r[0][0] for r in s["resps"]] for s in res["samples"]["nlq_hellaswag_local"]])
     assert 0 < ours["acc"] < 1 and lls.shape == (5, 4)
+
+
+def test_a_byte_export_is_scored_with_the_prefix_token_its_note_names(tmp_path):
+    """A byte vocabulary has no BOS/EOS token, which the harness starts every text with: the export's note
+    names the newline as prefix_token_id, and with it the harness's rolling log-likelihood of a text is nlq's
+    own sum of log-probabilities of the text after a newline."""
+    from lm_eval.api.instance import Instance
+    from lm_eval.models.huggingface import HFLM
+    model = random_gpt(query_mode="nonlinear", vocab_size=256, data_vocab_size=256)
+    notes = hf.export(model, BYTE_META, str(tmp_path / "hf"))
+    assert ("the tokenizer has no BOS/EOS token: lm-evaluation-harness needs one to start a text, so add "
+            "prefix_token_id=10 (a newline) to lm_eval's --model_args") in notes
+    lm = HFLM(pretrained=str(tmp_path / "hf"), trust_remote_code=True, dtype="float32", device="cpu",
+              batch_size=1, prefix_token_id=10)
+    text = "hello world"
+    theirs = lm.loglikelihood_rolling([Instance("loglikelihood_rolling", {}, (text,), 0)], disable_tqdm=True)
+    ids = torch.tensor([list(b"\n" + text.encode())])  # 12 tokens <= block_size 16: one window
+    with torch.no_grad():
+        logp = model(ids, targets=ids)[0].log_softmax(-1)[0, :-1].gather(-1, ids[0, 1:, None]).sum()
+    assert theirs[0] == pytest.approx(logp.item(), abs=1e-4)
