@@ -4,6 +4,7 @@ Validation loss (nats/token), perplexity, bits per token and bits per byte of a 
     python eval.py --out_dir=out/enwiki_bytes         # train.py's fixed eval windows (= metrics.jsonl)
     python eval.py --out_dir=out/enwiki_bytes --full --json val.json   # every token of the val split once
     python eval.py --out_dir=out/owt --split=train     # GPT-2 BPE: tests/data/gpt2, or --bpe_dir=DIR
+    python eval.py --out_dir=out/owt --dataset=enwiki --full   # another dataset of the same tokenizer
 
 Default: the fixed random windows train.py draws from the checkpoint's seed (eval_windows of them; unset:
 eval_iters x batch_size), so the loss is the run's val_loss at the checkpoint's iteration (windows may overlap;
@@ -103,11 +104,13 @@ def metrics(nats, tokens, n_bytes):
 
 
 def evaluate(out_dir, split="val", full=False, device="cpu", dtype=None, batch_size=None, data_dir=None,
-             bpe_dir=None):
-    """Evaluate out_dir/ckpt.pt; returns a dict of the numbers (see metrics) and what was evaluated."""
-    meta, _ = find_dataset(out_dir, data_dir)  # the dataset and the tokenizer before the weights are read
+             bpe_dir=None, dataset=None):
+    """Evaluate out_dir/ckpt.pt on its dataset's split, or on another prepared dataset of the same tokenizer
+    (dataset: its name; find_dataset's errors); returns a dict of the numbers (see metrics) and what was
+    evaluated."""
+    meta, _ = find_dataset(out_dir, data_dir, dataset=dataset)  # data and tokenizer before the weights
     nbytes = token_bytes(meta, bpe_dir)
-    model, ckpt, meta, data = load_checkpoint(out_dir, "cpu", data_dir)
+    model, ckpt, meta, data = load_checkpoint(out_dir, "cpu", data_dir, dataset=dataset)
     cfg = ckpt["config"]
     device, device_type, ptdtype = resolve_device({"device": device, "dtype": dtype or cfg["dtype"]})
     model.to(device)
@@ -117,7 +120,8 @@ def evaluate(out_dir, split="val", full=False, device="cpu", dtype=None, batch_s
     else:
         res = fixed_windows(model, ctx, cfg, data, meta, split, device, nbytes)
     nats, tokens, n_bytes, windows = res
-    return dict(out_dir=out_dir, iter=ckpt["iter_num"], split=split, mode="full" if full else "fixed_windows",
+    return dict(out_dir=out_dir, iter=ckpt["iter_num"], dataset=os.path.basename(data), split=split,
+                mode="full" if full else "fixed_windows",
                 windows=windows, tokens=tokens, bytes=n_bytes, nats=nats, **metrics(nats, tokens, n_bytes),
                 dtype=str(ptdtype).replace("torch.", ""))
 
@@ -126,10 +130,10 @@ def table(r):
     """A small markdown table of an evaluate() result (the whole split of N tokens scores N - 1: the first
     token has no context)."""
     bpb = "n/a" if r["bits_per_byte"] is None else f"{r['bits_per_byte']:.4f}"
-    return ("| split | mode | iter | tokens scored | bytes | loss (nats/token) | perplexity | bits/token "
-            "| bits/byte |\n"
-            "|---|---|---:|---:|---:|---:|---:|---:|---:|\n"
-            f"| {r['split']} | {r['mode']} | {r['iter']} | {r['tokens']:,} | {r['bytes']:,} "
+    return ("| dataset | split | mode | iter | tokens scored | bytes | loss (nats/token) | perplexity "
+            "| bits/token | bits/byte |\n"
+            "|---|---|---|---:|---:|---:|---:|---:|---:|---:|\n"
+            f"| {r['dataset']} | {r['split']} | {r['mode']} | {r['iter']} | {r['tokens']:,} | {r['bytes']:,} "
             f"| {r['loss']:.4f} | {r['ppl']:.3f} | {r['bits_per_token']:.4f} | {bpb} |")
 
 
@@ -307,6 +311,8 @@ def main(argv=None):
     p.add_argument("--data_dir", type=os.path.expanduser,
                    default=None, help="override the checkpoint's data_dir "
                    "(parent of the dataset; default: the checkpoint's)")
+    p.add_argument("--dataset", default=None, metavar="NAME", help="evaluate on this prepared dataset "
+                   "(in --data_dir) instead of the checkpoint's own; it must have the same tokenizer")
     p.add_argument("--bpe_dir", type=os.path.expanduser, default=None, help="GPT-2 encoder.json + vocab.bpe "
                    "(gpt2 data, bytes per token; default: the copy shipped in tests/data/gpt2)")
     p.add_argument("--json", type=os.path.expanduser,
@@ -319,8 +325,8 @@ def main(argv=None):
                 "default) always use the checkpoint's batch_size")
     if args.limit is not None and (args.limit < 1 or not args.hellaswag):
         p.error("--limit N needs N >= 1 and --hellaswag PATH")
-    if args.hellaswag and (args.full or args.split != "val"):
-        p.error("--hellaswag scores HellaSwag instead of the loss: leave out --full and --split")
+    if args.hellaswag and (args.full or args.split != "val" or args.dataset):
+        p.error("--hellaswag scores HellaSwag instead of the loss: leave out --full, --split and --dataset")
     if args.json:  # before the evaluation, so a bad path cannot lose its result
         try:
             check_output_file(args.json, "--json")
@@ -332,7 +338,7 @@ def main(argv=None):
         print(hellaswag_table(r))
     else:
         r = evaluate(args.out_dir, args.split, args.full, args.device, args.dtype, args.batch_size,
-                     args.data_dir, args.bpe_dir)
+                     args.data_dir, args.bpe_dir, args.dataset)
         print(table(r))
     if args.json:
         atomic_write_text(args.json, json.dumps(r, indent=2))

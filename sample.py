@@ -34,21 +34,22 @@ def dataset_dir(cfg, data_dir=None):
         path = os.path.join(root, cfg["dataset"])
         if os.path.isfile(os.path.join(path, "meta.json")):
             return path
-    raise FileNotFoundError(f"dataset {cfg['dataset']!r} of the checkpoint not found (looked in "
+    raise FileNotFoundError(f"dataset {cfg['dataset']!r} not found (looked in "
                             f"{', '.join(os.path.join(r, cfg['dataset']) for r in roots)}); "
                             f"pass --data_dir DIR with DIR/{cfg['dataset']}/meta.json, "
                             f"or prepare it with prepare_data.py")
 
 
-def find_dataset(out_dir, data_dir=None, need_data=True):
+def find_dataset(out_dir, data_dir=None, need_data=True, dataset=None):
     """The dataset of out_dir/ckpt.pt, found without reading its weights (the file is memory-mapped) ->
     (meta dict, dataset folder). Call it first, and check the tokenizer, before load_checkpoint reads a large
     file. need_data=False: a checkpoint that records only its tokenizer (convert.py official --tokenizer)
-    needs no dataset; its dataset folder is then None.
+    needs no dataset; its dataset folder is then None. dataset: another prepared dataset's name (in data_dir,
+    or the checkpoint's data_dir) instead of the one it was trained on; it must have the same tokenizer.
 
     FileNotFoundError naming the path and how to make a checkpoint if there is none, or the dataset if it is
     not found (and needed); ValueError if the checkpoint records its dataset's meta.json (dataset_meta) and the
-    dataset found now differs from it.
+    dataset found now differs from it (with `dataset`: if its tokenizer differs).
     """
     path = os.path.join(out_dir, "ckpt.pt")
     if not os.path.isfile(path):
@@ -56,6 +57,12 @@ def find_dataset(out_dir, data_dir=None, need_data=True):
                                 f"python train.py config/shakespeare_char.py --out_dir={out_dir}")
     ckpt = read_checkpoint(path, mmap=True)
     saved = ckpt.get("dataset_meta") or {}
+    if dataset is not None:
+        data = dataset_dir({**ckpt["config"], "dataset": dataset}, data_dir)
+        meta = load_meta(data)
+        if saved:
+            check_same_tokenizer(saved, meta, data)
+        return meta, data
     try:
         data = dataset_dir(ckpt["config"], data_dir)
     except FileNotFoundError:
@@ -68,13 +75,27 @@ def find_dataset(out_dir, data_dir=None, need_data=True):
     return meta, data
 
 
-def load_checkpoint(out_dir, device="cpu", data_dir=None, need_data=True):
+def check_same_tokenizer(trained, meta, data):
+    """ValueError unless the dataset at data (its meta.json dict: meta) is tokenised as the checkpoint's
+    training data was (trained: the checkpoint's dataset_meta): the same tokenizer, vocabulary size and, for
+    char data, the same characters in the same order. The text itself may differ."""
+    diffs = [f"{key} {trained.get(key)!r} at training, {meta.get(key)!r} now"
+             for key in ("tokenizer", "vocab_size") if trained.get(key) != meta.get(key)]
+    if not diffs and trained.get("chars") != meta.get("chars"):
+        diffs = ["the same number of characters, but not the same characters in the same order"]
+    if diffs:
+        raise ValueError(f"dataset {data} is not tokenised as this checkpoint's training data was "
+                         f"({'; '.join(diffs)}): its token ids would mean other tokens to the model; prepare "
+                         f"that text with the checkpoint's tokenizer ({trained.get('tokenizer')})")
+
+
+def load_checkpoint(out_dir, device="cpu", data_dir=None, need_data=True, dataset=None):
     """out_dir/ckpt.pt -> (model in eval mode on device, checkpoint dict, meta dict, dataset folder).
 
-    The dataset is checked first (find_dataset: its errors; need_data as there), then the weights are read;
-    ValueError if they are not finite (a diverged run) or do not fit the checkpoint's settings.
+    The dataset is checked first (find_dataset: its errors; need_data and dataset as there), then the weights
+    are read; ValueError if they are not finite (a diverged run) or do not fit the checkpoint's settings.
     """
-    meta, data = find_dataset(out_dir, data_dir, need_data)
+    meta, data = find_dataset(out_dir, data_dir, need_data, dataset)
     path = os.path.join(out_dir, "ckpt.pt")
     ckpt = read_checkpoint(path)  # onto the CPU first: works for a checkpoint written on any device
     model = model_from_checkpoint(ckpt, path).to(device)

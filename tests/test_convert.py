@@ -342,7 +342,7 @@ def test_a_gpt2_vocabulary_checkpoint_converts_without_a_dataset(official, shipp
     ids = model.generate(torch.tensor([enc.encode_ordinary("Hello world")]), 8, temperature=0)[0].tolist()
     assert max(ids) < 50257 and texts == [enc.decode(ids)] and texts[0].startswith("Hello world")
     # the loss needs the dataset, and says so; once it is prepared, train.py accepts it (no hashes recorded)
-    with pytest.raises(FileNotFoundError, match=r"dataset 'openwebtext' of the checkpoint not found"):
+    with pytest.raises(FileNotFoundError, match=r"dataset 'openwebtext' not found"):
         nlq_eval.evaluate(str(out))
     common.check_same_dataset(ckpt["dataset_meta"], dict(tokenizer="gpt2", vocab_size=50257,
                                                          sha256={"train.bin": "ab"}), "data/openwebtext")

@@ -164,7 +164,7 @@ def test_missing_file_and_char_vocabulary(ckpt, tmp_path):
 
 
 @pytest.mark.parametrize("args, expected", [(["--limit", "3"], "--limit N needs N >= 1 and --hellaswag"),
-                                            (["--hellaswag", "x", "--full"], "leave out --full and --split"),
+                                            (["--hellaswag", "x", "--full"], "leave out --full, --split and --dataset"),
                                             (["--batch_size", "4"],
                                              "--batch_size sets the batches of --full"),
                                             ])

@@ -193,6 +193,39 @@ def test_eval_full_predicts_every_val_token_once(run):
     assert r["loss"] == pytest.approx(nats / 699, rel=1e-5)
 
 
+def test_eval_on_another_dataset_of_the_same_tokenizer(run, tmp_path):
+    """--dataset NAME: the checkpoint's loss on other prepared data, when it is tokenised the same way: the
+    same numbers as the checkpoint's own dataset holding that data; another tokenizer is refused before the
+    weights are read."""
+    root, out = run
+    other = tmp_path / "data" / "other"
+    other.mkdir(parents=True)
+    val = np.frombuffer(b"a different text about foxes, dogs and jugs of liquor. " * 12, np.uint8)
+    val.astype(np.uint16).tofile(other / "val.bin")
+    meta = dict(name="other", tokenizer="byte", vocab_size=256, dtype="uint16", eot_token=None)
+    (other / "meta.json").write_text(json.dumps(meta))
+    r = nlq_eval.main(["--out_dir", str(out), "--data_dir", str(tmp_path / "data"), "--dataset", "other",
+                       "--full"])
+    assert (r["dataset"], r["tokens"]) == ("other", len(val) - 1)
+    model, *_ = sample.load_checkpoint(str(out))  # reference: the whole text in windows of 16
+    ids, nats = torch.from_numpy(val.astype(np.int64)), 0.0
+    with torch.no_grad():
+        for s in range(0, len(ids) - 1, 16):
+            y = ids[s + 1:s + 17]
+            x = ids[s:s + len(y)]
+            nats += F.cross_entropy(model(x[None], y[None])[0][0], y, reduction="sum").item()
+    assert r["loss"] == pytest.approx(nats / (len(val) - 1), rel=1e-5)
+    assert nlq_eval.main(["--out_dir", str(out), "--full"])["dataset"] == "tiny"  # its own by default
+    for change, said in [({"tokenizer": "char", "chars": ["a"]}, "tokenizer 'byte' at training, 'char' now"),
+                         ({"vocab_size": 300}, "vocab_size 256 at training, 300 now")]:
+        (other / "meta.json").write_text(json.dumps({**meta, **change}))
+        with pytest.raises(ValueError, match=f"dataset {other} is not tokenised as this checkpoint's training "
+                                             f"data was \\({said}\\): its token ids would mean other tokens"):
+            nlq_eval.main(["--out_dir", str(out), "--data_dir", str(tmp_path / "data"), "--dataset", "other"])
+    with pytest.raises(FileNotFoundError, match="dataset 'nope' not found"):
+        nlq_eval.main(["--out_dir", str(out), "--data_dir", str(tmp_path / "data"), "--dataset", "nope"])
+
+
 def test_token_bytes_char():
     meta = dict(tokenizer="char", chars=["\n", "a", "é", "€"])
     assert nlq_eval.token_bytes(meta).tolist() == [1, 1, 2, 3]
