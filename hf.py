@@ -40,6 +40,9 @@ from prepare_data import GPT2_BPE_DIR, GPT2_EOT, GPT2_VOCAB, gpt2_encoding
 HF_ACTIVATIONS = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh"}
 EXPORT_ACTIVATIONS = {"gelu": "gelu", "gelu_tanh": "gelu_pytorch_tanh"}
 MODELING_FILE = "modeling_nlq.py"
+# The model keys a GPT-2's config fixes (gpt2_settings), whatever the run's config says; attn_scale too for
+# residual runs that leave it unset
+GPT2_SHAPE_KEYS = ("n_layer", "n_head", "n_embd", "mlp_hidden", "vocab_size", "bias", "tie_weights", "activation")
 
 
 def _transformers():
@@ -516,8 +519,6 @@ def gpt2_settings(config, cfg, meta=None):
                        and not cfg["qk_norm"] else "")))
     if cfg["block_size"] < config.n_positions:
         notes.append(f"position embeddings cropped to block_size {cfg['block_size']} of {config.n_positions}")
-    notes.append("to resume this run later: --init_from=resume "
-                 + " ".join(f"--{k}={v}" for k, v in settings.items()))
     return settings, notes
 
 

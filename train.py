@@ -47,7 +47,7 @@ from common import (DEFAULTS, EXIT_DIVERGED, EXIT_INTERRUPTED, EXIT_PREEMPTED, M
                     full_split_windows, get_batch, is_fsdp, load_checkpoint, load_meta, make_writable_folder,
                     model_config, open_split, parse_config, read_metrics, resolve_device, safe_exp, save_checkpoint,
                     settings_help, setup_distributed, shard_model, use_compile, validate, window_starts)
-from model import GPT
+from model import GPT, GPTConfig
 from prepare_data import BIN_FILES, SHIPPED_DATASETS, DataError, prepare_shipped
 
 # Settings a resumed run must share with its checkpoint, besides the model's: they define the experiment. (The
@@ -203,14 +203,34 @@ def checkpoint_to_resume(cfg, model_cfg, ckpt_path):
     if not os.path.isfile(ckpt_path):
         raise FileNotFoundError(f"init_from=resume but {ckpt_path} does not exist; use init_from=scratch")
     ckpt = load_checkpoint(ckpt_path)
-    ours = {**vars(model_cfg), **{k: cfg[k] for k in RESUME_FIXED if k not in MODEL_KEYS}}
-    theirs = {**ckpt["model_args"], **ckpt["config"]}
+    # the model as built (a None of the config resolved: mlp_hidden 4·n_embd, the mode's attention scale, the
+    # data's vocabulary), so that attn_scale=0.1 at training and None now is a difference, not a silent change
+    ours = {**{k: cfg[k] for k in RESUME_FIXED}, **vars(model_cfg)}
+    theirs = {**ckpt["config"], **vars(GPTConfig(**ckpt["model_args"]))}  # resolved (older ones saved None)
     changed = {k: (ours[k], theirs.get(k, DEFAULTS[k])) for k in RESUME_FIXED
-               if ours[k] != theirs.get(k, DEFAULTS[k]) and cfg[k] is not None}
+               if ours[k] != theirs.get(k, DEFAULTS[k])}
     if changed:
-        raise ValueError(f"settings differ from the checkpoint's (yours, checkpoint's): {changed}; "
-                         f"resume with the checkpoint's settings or start a new out_dir")
+        flags = " ".join(f"--{k}={theirs[k]}" for k in changed if k in theirs)
+        raise ValueError(f"settings differ from the checkpoint's (yours, checkpoint's): {changed}; resume with "
+                         f"the checkpoint's settings ({flags}) or start a new out_dir")
     return ckpt
+
+
+def gpt2_shape(ckpt_path, cfg, log):
+    """The model keys of a run that started from GPT-2 weights, as its checkpoint holds them: the GPT-2 set
+    them on the first run, whatever the config said (hf.gpt2_settings), so a resume takes them from the
+    checkpoint in the same way and needs no more flags than the first run did. {} for any other run, whose
+    model keys come from its config and are checked against the checkpoint (checkpoint_to_resume)."""
+    ckpt = load_checkpoint(ckpt_path, mmap=True)  # its settings only; the weights are read later
+    origin = initialised_from(cfg, ckpt)
+    if origin is None or origin == "scratch" or origin.startswith("convert.py"):
+        return {}
+    import hf
+    keys = hf.GPT2_SHAPE_KEYS + (("attn_scale",) if cfg["attn_scale"] is None else ())
+    shape = {k: ckpt["model_args"][k] for k in keys}
+    log(f"started from GPT-2 weights ({origin}): its shape from the checkpoint, "
+        + " ".join(f"{k}={v}" for k, v in shape.items() if k != "attn_scale"))
+    return shape
 
 
 def initialised_from(cfg, ckpt):
@@ -551,6 +571,8 @@ def train_until_stopped(cfg, stop, held):
         gpt2_weights, _ = hf.load_gpt2(cfg["init_from"], gpt2_config)
         cfg.update(settings)
         log("\n".join(notes))
+    elif cfg["init_from"] == "resume" and os.path.isfile(ckpt_path):
+        cfg.update(gpt2_shape(ckpt_path, cfg, log))
     model_cfg = model_config(cfg, meta["vocab_size"])
     ckpt = checkpoint_to_resume(cfg, model_cfg, ckpt_path)
     if master:

@@ -215,10 +215,23 @@ def test_train_init_from_a_gpt2_folder_then_resume(tmp_path, capsys):
     x = torch.randint(0, 256, (2, 16))
     with torch.no_grad():
         assert (nlq_logits(model, x) - ref(x).logits).abs().max().item() <= 1e-5
-    hint = log.split("to resume this run later: ")[1].splitlines()[0].split()
+    # resumed with the first run's command (the GPT-2 set the model keys then, the checkpoint sets them now)
     cfg.update(max_iters=2, eval_interval=2)
-    resumed = common.parse_config([f"--{k}={v}" for k, v in cfg.items() if k != "init_from"] + hint)
+    resumed = common.parse_config([f"--{k}={v}" for k, v in cfg.items() if k != "init_from"]
+                                  + ["--init_from=resume"])
     assert np.isfinite(train.train(resumed)["val"])
+    assert ("started from GPT-2 weights (" + str(tmp_path / "gpt2") + "): its shape from the checkpoint, "
+            "n_layer=2 n_head=4 n_embd=32 mlp_hidden=128 vocab_size=256 bias=True tie_weights=False "
+            "activation=gelu_tanh") in capsys.readouterr().out
+    assert set(hf.gpt2_settings(hf.load_gpt2_config(str(tmp_path / "gpt2")), cfg)[0]) == set(hf.GPT2_SHAPE_KEYS)
+    # residual: the GPT-2 also set attn_scale (1/sqrt(head_dim), not the mode's 1/(2 sqrt(head_dim)))
+    first = {**cfg, "out_dir": str(tmp_path / "res"), "query_mode": "residual", "max_iters": 0}
+    train.train(common.parse_config([f"--{k}={v}" for k, v in first.items() if k != "init_from"]
+                                    + [f"--init_from={tmp_path / 'gpt2'}"]))
+    again = common.parse_config([f"--{k}={v}" for k, v in {**first, "max_iters": 1}.items() if k != "init_from"]
+                                + ["--init_from=resume"])
+    assert again["attn_scale"] is None and np.isfinite(train.train(again)["val"])
+    assert torch.load(tmp_path / "res" / "ckpt.pt", weights_only=True)["model_args"]["attn_scale"] == pytest.approx(8 ** -0.5)  # head_dim 8
     saved = json.loads((out / "config.json").read_text())  # resumed, the record still says where it started
     assert saved["init_from"] == "resume" and saved["initialised_from"] == str(tmp_path / "gpt2")
     with pytest.raises(ValueError, match=r"init_from='gpt3'; use scratch or resume, a GPT-2 \(gpt2, gpt2-m"):

@@ -270,6 +270,21 @@ def test_resume_rejects_changed_model(data_dir, tmp_path):
         train.train(tiny_cfg(data_dir, tmp_path, max_iters=2, init_from="resume", query_mode="nonlinear"))
 
 
+def test_resume_compares_the_model_as_built_not_the_config_text(data_dir, tmp_path):
+    """A run trained at attn_scale=0.1 and resumed with attn_scale unset (None: the mode's default) would train
+    on at another scale: refused, naming the flag. None and its resolved value (mlp_hidden 4·n_embd) are one
+    setting."""
+    train.train(tiny_cfg(data_dir, tmp_path, max_iters=1, eval_interval=1, attn_scale=0.1))
+    with pytest.raises(ValueError, match=r"settings differ from the checkpoint's \(yours, checkpoint's\): "
+                                         r"\{'attn_scale': \(0.25, 0.1\)\}; resume with the checkpoint's "
+                                         r"settings \(--attn_scale=0.1\)"):
+        train.train(tiny_cfg(data_dir, tmp_path, max_iters=2, init_from="resume"))
+    n_embd = tiny_cfg(data_dir, tmp_path)["n_embd"]
+    train.train(tiny_cfg(data_dir, tmp_path, max_iters=2, eval_interval=1, init_from="resume", attn_scale=0.1,
+                         mlp_hidden=4 * n_embd))
+    assert torch.load(tmp_path / "ckpt.pt", weights_only=True)["model_args"]["attn_scale"] == 0.1
+
+
 def test_resume_refuses_other_optimizer_settings_and_seed_and_keeps_the_record(data_dir, tmp_path):
     """A changed optimizer setting would be half applied (the loaded optimizer state keeps its betas and weight
     decay) and a new seed redraws the eval windows; config.json must keep describing what was trained."""
