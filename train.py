@@ -216,21 +216,39 @@ def checkpoint_to_resume(cfg, model_cfg, ckpt_path):
     return ckpt
 
 
-def gpt2_shape(ckpt_path, cfg, log):
-    """The model keys of a run that started from GPT-2 weights, as its checkpoint holds them: the GPT-2 set
-    them on the first run, whatever the config said (hf.gpt2_settings), so a resume takes them from the
-    checkpoint in the same way and needs no more flags than the first run did. {} for any other run, whose
-    model keys come from its config and are checked against the checkpoint (checkpoint_to_resume)."""
+def kept_on_resume(ckpt_path, cfg, log):
+    """Settings a resumed run takes from its checkpoint rather than from its config -> {key: value}.
+
+    - The eval set. With eval_windows unset, a run evaluates on eval_iters x batch_size windows; a resume with
+      another batch_size would change the eval set half-way through the run's val-loss curve, so it keeps the
+      checkpoint's number of windows (the same windows: they are drawn from the seed). An explicit
+      eval_windows that differs is allowed, with a warning.
+    - The model keys of a run that started from GPT-2 weights: the GPT-2 set them on the first run, whatever
+      the config said (hf.gpt2_settings), so a resume takes them from the checkpoint in the same way and needs
+      no more flags than the first run did. Other runs' model keys come from their config and are checked
+      against the checkpoint (checkpoint_to_resume).
+    """
     ckpt = load_checkpoint(ckpt_path, mmap=True)  # its settings only; the weights are read later
+    kept = {}
+    saved_windows, windows = eval_window_count(ckpt["config"]), eval_window_count(cfg)
+    if windows != saved_windows:
+        where = f"the checkpoint's {saved_windows:,} eval windows per split, not {windows:,}"
+        if cfg["eval_windows"] is None:
+            kept["eval_windows"] = saved_windows
+            log(f"eval set kept: {where} (eval_iters x batch_size now), so the val losses before and after "
+                f"the resume are on the same windows")
+        else:
+            warnings.warn(f"eval_windows={windows} changes the eval set at this resume ({where}): val losses "
+                          f"after iter {ckpt['iter_num']} are on other windows than those before")
     origin = initialised_from(cfg, ckpt)
-    if origin is None or origin == "scratch" or origin.startswith("convert.py"):
-        return {}
-    import hf
-    keys = hf.GPT2_SHAPE_KEYS + (("attn_scale",) if cfg["attn_scale"] is None else ())
-    shape = {k: ckpt["model_args"][k] for k in keys}
-    log(f"started from GPT-2 weights ({origin}): its shape from the checkpoint, "
-        + " ".join(f"{k}={v}" for k, v in shape.items() if k != "attn_scale"))
-    return shape
+    if origin not in (None, "scratch") and not origin.startswith("convert.py"):
+        import hf
+        keys = hf.GPT2_SHAPE_KEYS + (("attn_scale",) if cfg["attn_scale"] is None else ())
+        shape = {k: ckpt["model_args"][k] for k in keys}
+        log(f"started from GPT-2 weights ({origin}): its shape from the checkpoint, "
+            + " ".join(f"{k}={v}" for k, v in shape.items() if k != "attn_scale"))
+        kept.update(shape)
+    return kept
 
 
 def initialised_from(cfg, ckpt):
@@ -547,6 +565,10 @@ def train_until_stopped(cfg, stop, held):
     B, T = cfg["batch_size"], cfg["block_size"]
     tokens_per_iter = accum * B * T
 
+    ckpt_path = os.path.join(cfg["out_dir"], "ckpt.pt")
+    if cfg["init_from"] == "resume" and os.path.isfile(ckpt_path):
+        cfg.update(kept_on_resume(ckpt_path, cfg, log))
+
     # -- data: memory-mapped token bins; fixed eval windows (N,) drawn from the seed, not from the batch shape --
     data_dir = os.path.join(cfg["data_dir"], cfg["dataset"])
     prepare_on_first_use(cfg, master, world_size, log)
@@ -561,7 +583,6 @@ def train_until_stopped(cfg, stop, held):
                                                                    cfg["seed"]), T)
 
     # -- model, optimizer, and the checkpoint to resume from -------------------------------------------------
-    ckpt_path = os.path.join(cfg["out_dir"], "ckpt.pt")
     gpt2_weights = None
     if cfg["init_from"] not in ("scratch", "resume"):  # GPT-2 (hf.py): its shape sets the model keys
         import hf
@@ -571,8 +592,6 @@ def train_until_stopped(cfg, stop, held):
         gpt2_weights, _ = hf.load_gpt2(cfg["init_from"], gpt2_config)
         cfg.update(settings)
         log("\n".join(notes))
-    elif cfg["init_from"] == "resume" and os.path.isfile(ckpt_path):
-        cfg.update(gpt2_shape(ckpt_path, cfg, log))
     model_cfg = model_config(cfg, meta["vocab_size"])
     ckpt = checkpoint_to_resume(cfg, model_cfg, ckpt_path)
     if master:

@@ -1,5 +1,6 @@
 """train.py: configuration, data windows, exact resume, gradient accumulation, DDP equivalence, paper
 configs."""
+import contextlib
 import json
 import os
 import shutil
@@ -268,6 +269,26 @@ def test_resume_rejects_changed_model(data_dir, tmp_path):
     train.train(tiny_cfg(data_dir, tmp_path, max_iters=1, eval_interval=1))
     with pytest.raises(ValueError, match="settings differ from the checkpoint's.*query_mode"):
         train.train(tiny_cfg(data_dir, tmp_path, max_iters=2, init_from="resume", query_mode="nonlinear"))
+
+
+def test_resume_with_another_batch_size_keeps_the_eval_set(data_dir, tmp_path, capsys):
+    """With eval_windows unset the eval set is eval_iters x batch_size windows; a resume at another batch_size
+    keeps the checkpoint's windows, so one run's val-loss curve is on one eval set. An explicit eval_windows
+    that differs is allowed with a warning."""
+    train.train(tiny_cfg(data_dir, tmp_path, max_iters=3, eval_interval=3))  # 2 x 4 = 8 windows
+    row = train.train(tiny_cfg(data_dir, tmp_path, max_iters=6, eval_interval=3, init_from="resume",
+                               batch_size=2, gradient_accumulation_steps=4))
+    assert "eval set kept: the checkpoint's 8 eval windows per split, not 4" in capsys.readouterr().out
+    assert json.loads((tmp_path / "config.json").read_text())["eval_windows"] == 8
+    model = common.model_from_checkpoint(common.load_checkpoint(str(tmp_path / "ckpt.pt")), "")
+    val = data_dir / "tiny" / "val.bin"
+    windows = common.eval_windows(len(np.fromfile(val, np.uint16)), 16, 8, seed=common.DEFAULTS["seed"])
+    want = common.estimate_loss(model, {"val": (str(val), "uint16", windows, 16)}, contextlib.nullcontext(),
+                                batch_size=3)["val"]
+    assert common.read_metrics(str(tmp_path))[-1]["val_loss"] == pytest.approx(want, abs=1e-6) == row["val"]
+    with pytest.warns(UserWarning, match="eval_windows=5 changes the eval set at this resume \\(the "
+                                         "checkpoint's 8 eval windows per split, not 5\\): val losses after iter 6"):
+        train.train(tiny_cfg(data_dir, tmp_path, max_iters=7, eval_interval=3, init_from="resume", eval_windows=5))
 
 
 def test_resume_compares_the_model_as_built_not_the_config_text(data_dir, tmp_path):
