@@ -1135,6 +1135,12 @@ def main(argv=None):
     if args.dry_run:
         print(dry_run(study, args.tokens_per_s, args.bench_json))
         return
+    if not args.nproc and not due_runs(study) and all(plan(study, arm)["chosen"] is not None
+                                                      for arm in study["arms"]):
+        # before the data check: a finished study needs no data (a clone without it reads its report)
+        print(f"nothing to run: every run of the study has finished ({study['runs_dir']}); its report: "
+              f"python report.py {args.study}{f' --quick {args.quick:g}' if args.quick else ''}")
+        return
     if args.executor == "slurm" and not args.nproc and shutil.which("sbatch") is None:
         parser.error("--executor slurm submits with SLURM's sbatch, which is not on PATH here: run it on the "
                      "cluster's login node, or use --executor local on this machine")

@@ -138,6 +138,11 @@ def test_chosen_lr_and_print_mode(study_file, capsys):
     sweep.main([str(study_file), "--print", "2"])
     assert capsys.readouterr().out == (f"# nothing due: every run of the study has finished; its report: "
                                        f"python report.py {study_file}\n")
+    # a finished study needs no data: a clone without it (or with other data) hears that nothing is left to run
+    shutil.rmtree(study_file.parent / "data")
+    sweep.main([str(study_file)])
+    assert capsys.readouterr().out == (f"nothing to run: every run of the study has finished "
+                                       f"({study['runs_dir']}); its report: python report.py {study_file}\n")
 
 
 def fake_run(study, arm, lr, seed, loss):
