@@ -30,6 +30,7 @@ eval's checkpoint and exits with status 130 (EXIT_INTERRUPTED).
 import json
 import math
 import os
+import shlex
 import signal
 import sys
 import threading
@@ -720,7 +721,8 @@ def train_until_stopped(cfg, stop, held):
             # every val token once: the final figure
             if cfg["eval_full_at_end"] and iter_num == cfg["max_iters"]:
                 batches = full_split_windows(n_tokens["val"], T, 4 * B)
-                log(f"whole-split eval: val loss over all {n_tokens['val']:,} val tokens "
+                log(f"whole-split eval: val loss over all {n_tokens['val'] - 1:,} next-token predictions of the "
+                    f"{n_tokens['val']:,} val tokens "
                     f"({sum(len(s) for s, _ in batches):,} windows of {T}, {len(batches):,} batches of "
                     f"{4 * B}); turn it off with --eval_full_at_end=False")
                 nats, n, _ = full_split_loss(raw_model, ctx, bins["val"], meta["dtype"], T, 4 * B, device,
@@ -821,7 +823,10 @@ def train_until_stopped(cfg, stop, held):
             end_distributed()  # its barrier: no rank exits before rank 0 has written the checkpoint
             raise TrainingPreempted(message)
 
-    log(f"done: {iter_num} iterations; checkpoint {ckpt_path}, metrics {cfg['out_dir']}/metrics.jsonl")
+    out = shlex.quote(cfg["out_dir"])
+    log(f"done: {iter_num} iterations; checkpoint {ckpt_path}, metrics {cfg['out_dir']}/metrics.jsonl\n"
+        f"next: python sample.py --out_dir={out} | python eval.py --out_dir={out} --full | "
+        f"python report.py {out} OTHER_RUN")
     end_distributed()
     return losses
 

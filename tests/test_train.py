@@ -540,7 +540,8 @@ def test_whole_split_eval_announces_itself_and_the_log_times_each_interval(data_
     windows = len(range(0, n_val - 1, 16))
     batches = -(-windows // 16)  # 4 x batch_size windows per batch
     announce = [line for line in printed if line.startswith("whole-split eval:")]
-    assert announce == [f"whole-split eval: val loss over all {n_val:,} val tokens ({windows} windows of 16, "
+    assert announce == [f"whole-split eval: val loss over all {n_val - 1:,} next-token predictions of the "
+                        f"{n_val:,} val tokens ({windows} windows of 16, "
                         f"{batches} batches of 16); turn it off with --eval_full_at_end=False"]
     assert printed.index(announce[0]) < next(i for i, line in enumerate(printed)
                                              if "val loss (whole split)" in line)
