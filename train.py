@@ -825,8 +825,8 @@ def train_until_stopped(cfg, stop, held):
 
     out = shlex.quote(cfg["out_dir"])
     log(f"done: {iter_num} iterations; checkpoint {ckpt_path}, metrics {cfg['out_dir']}/metrics.jsonl\n"
-        f"next: python sample.py --out_dir={out} | python eval.py --out_dir={out} --full | "
-        f"python report.py {out} OTHER_RUN")
+        f"next: text: python sample.py --out_dir={out}; loss: python eval.py --out_dir={out} --full; "
+        f"compare: python report.py {out} OTHER_RUN")
     end_distributed()
     return losses
 
