@@ -352,7 +352,8 @@ def header(study_path, study, out):
         cmds = [f"python sweep.py {study_path} --quick {q:g}", f"python report.py {study_path} --quick {q:g}"]
         about = (f"**A --quick try of this study: every run at {q:g} of its steps. For trying the machinery, "
                  f"not for comparing arms: no difference is called, and a run this short may count as "
-                 f"stalled.** {about}")
+                 f"stalled. Its runs skip the whole-split eval, so where the study's text below speaks of "
+                 f"the whole val split, this try has the last fixed-window val loss (Method).** {about}")
     now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     machine = f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs"
     return (f"# Study {study['name']}\n\n{about}\n\nProduced by (from the repository root):\n\n```\n"

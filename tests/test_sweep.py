@@ -552,6 +552,7 @@ def test_quick_writes_only_under_the_scratch_folder(one_arm_study, tmp_path, mon
                for arm in quick["arms"])
     text = report.main([str(study_file), "--quick", "0.1"])
     assert "A --quick try of this study" in text and os.path.isfile("out/quick/tiny/README.md")
+    assert "this try has the last fixed-window val loss (Method)" in text  # the study's own text may say whole
     assert "its last fixed-window val loss (`val_loss`" in text and "`val_loss_full`" not in text
     again = sweep.load_study(str(study_file), quick=0.1)  # timed now: the next estimate uses these runs
     assert "ms/step by arm" in sweep.announce(again, [("linear", 1e-2, 5)], 1)
