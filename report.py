@@ -40,7 +40,7 @@ import common
 import eval as nlq_eval  # eval.py (the name shadows the builtin only in this module)
 import sweep
 from common import HelpFormatter, model_config
-from model import GPT
+from model import GPT, QUERY_MODE_ALIASES, QUERY_MODES
 
 
 # ------------------------------------------------------------------------------------------- the numbers
@@ -259,11 +259,19 @@ def config_differences(runs):
 
 
 def setting(config, key):
-    """A run's value of one config key. A model size left at None (mlp_hidden, query_hidden, vocab_size: derived
-    from n_embd or the data) is the size the model was built with (config.json's model_args), so None and
-    4·n_embd are one setting; attn_scale=None stays None (the query mode's own default)."""
+    """A run's value of one config key, as the model was built: a model size left at None (mlp_hidden,
+    query_hidden, vocab_size: derived from n_embd or the data) is the size in config.json's model_args, so None
+    and 4·n_embd are one setting; a query_mode alias is the mode it names ('original' is linear); attn_scale is
+    None (the query mode's own default) also where it was given as that default."""
     value = config.get(key, common.DEFAULTS[key])
-    if value is None and key != "attn_scale":
+    if key == "query_mode":
+        value = QUERY_MODE_ALIASES.get(value, value)
+    elif key == "attn_scale" and value is not None:
+        mode = setting(config, "query_mode")
+        n_embd, n_head = (config.get(k, common.DEFAULTS[k]) for k in ("n_embd", "n_head"))
+        if mode in QUERY_MODES and math.isclose(value, QUERY_MODES[mode].scale_factor / math.sqrt(n_embd // n_head)):
+            value = None
+    elif value is None:
         value = (config.get("model_args") or {}).get(key)
     return value
 

@@ -426,6 +426,12 @@ def test_compare_names_the_one_difference_and_refuses_a_folder_without_results(t
     assert "mlp_hidden" not in text  # a's None was built as 512
     a, b = tmp_path / "a", tmp_path / "b"
     assert f"They differ only in query_mode: {a}: 'nonlinear', {b}: 'linear'." in text
+    # an alias is the mode it names; an attn_scale given as the mode's default is that default (n_embd 768,
+    # 12 heads: 1/(2 sqrt(64)) for nonlinear)
+    write_plain_run(tmp_path / "a2", rows, max_iters=10, query_mode="residual_gelu", attn_scale=0.0625,
+                    model_args=dict(mlp_hidden=512))
+    text = report.main([str(tmp_path / "a"), str(tmp_path / "a2"), "--out", str(tmp_path / "cmp")])
+    assert "Their settings are the same" in text
     # where the weights started counts too (init_from itself says 'resume' once a run resumed)
     write_plain_run(tmp_path / "ft", rows, max_iters=10, init_from="resume", initialised_from="gpt2")
     write_plain_run(tmp_path / "old", rows, max_iters=10, init_from="resume")  # predates initialised_from
