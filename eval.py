@@ -120,8 +120,8 @@ def evaluate(out_dir, split="val", full=False, device="cpu", dtype=None, batch_s
     else:
         res = fixed_windows(model, ctx, cfg, data, meta, split, device, nbytes)
     nats, tokens, n_bytes, windows = res
-    return dict(out_dir=out_dir, iter=ckpt["iter_num"], dataset=os.path.basename(data), split=split,
-                mode="full" if full else "fixed_windows",
+    return dict(out_dir=out_dir, iter=ckpt["iter_num"], dataset=os.path.basename(os.path.normpath(data)),
+                split=split, mode="full" if full else "fixed_windows",
                 windows=windows, tokens=tokens, bytes=n_bytes, nats=nats, **metrics(nats, tokens, n_bytes),
                 dtype=str(ptdtype).replace("torch.", ""))
 
@@ -323,6 +323,8 @@ def main(argv=None):
     if args.batch_size is not None and not (args.full or args.hellaswag):
         p.error("--batch_size sets the batches of --full or --hellaswag; train.py's fixed windows (the "
                 "default) always use the checkpoint's batch_size")
+    if args.dataset is not None and os.path.basename(os.path.normpath(args.dataset)) in ("", ".", ".."):
+        p.error(f"--dataset={args.dataset!r}: give a prepared dataset's name (a folder in --data_dir)")
     if args.limit is not None and (args.limit < 1 or not args.hellaswag):
         p.error("--limit N needs N >= 1 and --hellaswag PATH")
     if args.hellaswag and (args.full or args.split != "val" or args.dataset):

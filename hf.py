@@ -325,6 +325,9 @@ def export(model, meta, hf_dir, bpe_dir=None, code="auto", source=""):
     kind = ("nlq modeling code (trust_remote_code=True)" + (f": {'; '.join(blockers)}" if blockers else "")
             if custom else "a plain GPT2LMHeadModel (no custom code)")
     notes = [f"exported {source} -> {hf_dir} as {kind}"]
+    if not custom:  # nlq's own code says so in words; transformers' GPT-2 fails with an IndexError
+        notes.append(f"it has {cfg.block_size} positions (n_positions): keep a prompt's length + max_new_tokens "
+                     f"<= {cfg.block_size + 1} in generate")
     if eos is None:  # byte and char vocabularies: nothing marks where a text starts
         chars = meta.get("chars") or []
         newline = 10 if meta["tokenizer"] == "byte" else chars.index("\n") if "\n" in chars else None

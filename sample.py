@@ -60,8 +60,14 @@ def find_dataset(out_dir, data_dir=None, need_data=True, dataset=None):
     if dataset is not None:
         data = dataset_dir({**ckpt["config"], "dataset": dataset}, data_dir)
         meta = load_meta(data)
-        if saved:
-            check_same_tokenizer(saved, meta, data)
+        if not saved:  # a checkpoint from before dataset_meta was recorded: its own dataset's meta.json
+            try:
+                saved = load_meta(dataset_dir(ckpt["config"], data_dir))
+            except FileNotFoundError:
+                raise ValueError(f"{path} does not record its tokenizer (it predates that) and its own dataset "
+                                 f"{ckpt['config']['dataset']!r} is not found to read it from, so {data} "
+                                 f"cannot be checked; put that dataset in --data_dir") from None
+        check_same_tokenizer(saved, meta, data)
         return meta, data
     try:
         data = dataset_dir(ckpt["config"], data_dir)
@@ -81,12 +87,14 @@ def check_same_tokenizer(trained, meta, data):
     char data, the same characters in the same order. The text itself may differ."""
     diffs = [f"{key} {trained.get(key)!r} at training, {meta.get(key)!r} now"
              for key in ("tokenizer", "vocab_size") if trained.get(key) != meta.get(key)]
+    fix = f"prepare that text with the checkpoint's tokenizer ({trained.get('tokenizer')})"
     if not diffs and trained.get("chars") != meta.get("chars"):
-        diffs = ["the same number of characters, but not the same characters in the same order"]
+        diffs = ["other characters, or the same in another order"]
+        fix = ("a char vocabulary is its own dataset's characters, so a char model reads only text whose "
+               "meta.json lists the characters of its training data in the same order")
     if diffs:
         raise ValueError(f"dataset {data} is not tokenised as this checkpoint's training data was "
-                         f"({'; '.join(diffs)}): its token ids would mean other tokens to the model; prepare "
-                         f"that text with the checkpoint's tokenizer ({trained.get('tokenizer')})")
+                         f"({'; '.join(diffs)}): its token ids would mean other tokens to the model; {fix}")
 
 
 def load_checkpoint(out_dir, device="cpu", data_dir=None, need_data=True, dataset=None):

@@ -593,14 +593,13 @@ def launch(study, arm, lr, seed, threads, progress=""):
             RUNNING.discard(proc)
     if code == EXIT_DIVERGED and is_diverged(final_row(out_dir)):
         print(f"diverged: {arm} lr={lr:g} seed={seed} (recorded; the sweep goes on)", flush=True)
-    elif code in (EXIT_INTERRUPTED, -signal.SIGINT):  # Ctrl-C (-2: during start-up): it resumes next time
-        print(f"interrupted: {arm} lr={lr:g} seed={seed} (it resumes from its last checkpoint when the sweep "
-              f"runs again)", flush=True)
-        return f"{out_dir} was interrupted (Ctrl-C); it resumes from its last checkpoint when the sweep runs again"
-    elif code in (EXIT_PREEMPTED, -signal.SIGTERM):  # a stop signal (-15: during start-up)
-        print(f"stopped: {arm} lr={lr:g} seed={seed} (it resumes from its last checkpoint when the sweep runs "
-              f"again)", flush=True)
-        return f"{out_dir} was stopped by a signal; it resumes from its last checkpoint when the sweep runs again"
+    elif code in (EXIT_INTERRUPTED, -signal.SIGINT, EXIT_PREEMPTED, -signal.SIGTERM):
+        # Ctrl-C (EXIT_INTERRUPTED) or a stop signal (EXIT_PREEMPTED); -2 and -15: during start-up
+        how = "interrupted (Ctrl-C)" if code in (EXIT_INTERRUPTED, -signal.SIGINT) else "stopped by a signal"
+        then = ("it resumes from its last checkpoint" if os.path.exists(os.path.join(out_dir, "ckpt.pt"))
+                else "it had no checkpoint yet, so it starts again")
+        print(f"{how.split()[0]}: {arm} lr={lr:g} seed={seed} ({then} when the sweep runs again)", flush=True)
+        return f"{out_dir} was {how}; {then} when the sweep runs again"
     elif code != 0:
         print(f"FAILED: {arm} lr={lr:g} seed={seed} (exit code {code}); see {log_path}", flush=True)
         return f"{out_dir} failed (exit code {code}); see {log_path}"

@@ -210,10 +210,12 @@ def checkpoint_to_resume(cfg, model_cfg, ckpt_path):
     theirs = {**ckpt["config"], **vars(GPTConfig(**ckpt["model_args"]))}  # resolved (older ones saved None)
     changed = {k: (ours[k], theirs.get(k, DEFAULTS[k])) for k in RESUME_FIXED
                if ours[k] != theirs.get(k, DEFAULTS[k])}
-    if changed:
-        flags = " ".join(f"--{k}={theirs[k]}" for k in changed if k in theirs)
+    if changed:  # the flags to give: the checkpoint's settings as its config had them (not what they resolved
+        # to: a query_mode's default attn_scale, the data's vocab_size), for the keys the config sets otherwise
+        saved = {k: ckpt["config"].get(k, DEFAULTS[k]) for k in changed}
+        flags = " ".join(f"--{k}={v}" for k, v in saved.items() if v != cfg[k])
         raise ValueError(f"settings differ from the checkpoint's (yours, checkpoint's): {changed}; resume with "
-                         f"the checkpoint's settings ({flags}) or start a new out_dir")
+                         f"the checkpoint's settings{f' ({flags})' if flags else ''} or start a new out_dir")
     return ckpt
 
 
@@ -237,7 +239,7 @@ def kept_on_resume(ckpt_path, cfg, log):
         if cfg["eval_windows"] is None:
             kept["eval_windows"] = saved_windows
             log(f"eval set kept: {where} (eval_iters x batch_size now), so the val losses before and after "
-                f"the resume are on the same windows")
+                f"the resume are on the same windows (to change it anyway: --eval_windows=N)")
         else:
             warnings.warn(f"eval_windows={windows} changes the eval set at this resume ({where}): val losses "
                           f"after iter {ckpt['iter_num']} are on other windows than those before")

@@ -150,6 +150,7 @@ def test_convert_hf_command_and_text_generation_pipeline(shipped_data, tmp_path)
     os.rename(tmp_path / "tiny", tmp_path / "moved")  # the export reads the checkpoint only
     notes = convert.main(["hf", str(tmp_path / "out"), f"--out={tmp_path / 'hf'}"])
     assert "as a plain GPT2LMHeadModel (no custom code)" in notes[0]
+    assert notes[1] == "it has 16 positions (n_positions): keep a prompt's length + max_new_tokens <= 17 in generate"
     assert sorted(os.listdir(tmp_path / "hf")) == ["config.json", "generation_config.json", "model.safetensors",
                                                    "tokenizer.json", "tokenizer_config.json"]
     pipe = transformers.pipeline("text-generation", model=str(tmp_path / "hf"), device="cpu")

@@ -224,6 +224,35 @@ def test_eval_on_another_dataset_of_the_same_tokenizer(run, tmp_path):
             nlq_eval.main(["--out_dir", str(out), "--data_dir", str(tmp_path / "data"), "--dataset", "other"])
     with pytest.raises(FileNotFoundError, match="dataset 'nope' not found"):
         nlq_eval.main(["--out_dir", str(out), "--data_dir", str(tmp_path / "data"), "--dataset", "nope"])
+    for name in ("", ".", ".."):
+        with pytest.raises(SystemExit):
+            nlq_eval.main(["--out_dir", str(out), "--dataset", name])
+    # a checkpoint from before dataset_meta was recorded is checked against its own dataset's meta.json
+    old = tmp_path / "old"
+    old.mkdir()
+    ckpt = torch.load(out / "ckpt.pt", weights_only=True)
+    del ckpt["dataset_meta"]
+    torch.save(ckpt, old / "ckpt.pt")
+    (other / "meta.json").write_text(json.dumps({**meta, "tokenizer": "char", "chars": ["a"]}))
+    shutil.copytree(root / "tiny", tmp_path / "data" / "tiny")  # its own dataset, beside the other one
+    with pytest.raises(ValueError, match="tokenizer 'byte' at training, 'char' now"):
+        nlq_eval.main(["--out_dir", str(old), "--data_dir", str(tmp_path / "data"), "--dataset", "other"])
+    (other / "meta.json").write_text(json.dumps(meta))
+    r = nlq_eval.main(["--out_dir", str(old), "--data_dir", str(tmp_path / "data"), "--dataset", "other/"])
+    assert r["dataset"] == "other" and r["loss"] == pytest.approx(nlq_eval.main(
+        ["--out_dir", str(out), "--data_dir", str(tmp_path / "data"), "--dataset", "other"])["loss"])
+    shutil.rmtree(tmp_path / "data" / "tiny")
+    with pytest.raises(ValueError, match="does not record its tokenizer .* its own dataset 'tiny' is not found"):
+        nlq_eval.main(["--out_dir", str(old), "--data_dir", str(tmp_path / "data"), "--dataset", "other"])
+
+
+def test_a_char_model_reads_only_its_own_characters(tmp_path):
+    trained = dict(tokenizer="char", vocab_size=3, chars=["a", "b", "c"])
+    for chars in (["a", "c", "b"], ["x", "y", "z"]):
+        with pytest.raises(ValueError, match="other characters, or the same in another order.*a char model reads "
+                                             "only text whose meta.json lists the characters of its training"):
+            sample.check_same_tokenizer(trained, {**trained, "chars": chars}, "d")
+    sample.check_same_tokenizer(trained, dict(trained), "d")  # the same characters: fine
 
 
 def test_token_bytes_char():

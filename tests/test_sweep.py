@@ -319,8 +319,14 @@ def test_a_run_killed_by_sigint_during_start_up_is_interrupted_too(study_file, m
     monkeypatch.setattr(sweep.subprocess, "Popen", DiesOfSigint)
     study = sweep.load_study(str(study_file))
     failure = sweep.launch(study, "linear", 1e-2, 1, threads=1)
-    assert "was interrupted (Ctrl-C); it resumes from its last checkpoint" in failure
-    assert "interrupted: linear lr=0.01 seed=1" in capsys.readouterr().out
+    # stopped before its first checkpoint, it starts again (not 'resumes'); -15, a SIGTERM then, is 'stopped'
+    assert "was interrupted (Ctrl-C); it had no checkpoint yet, so it starts again when the sweep" in failure
+    assert "interrupted: linear lr=0.01 seed=1 (it had no checkpoint yet" in capsys.readouterr().out
+    DiesOfSigint.wait = lambda self: -signal.SIGTERM
+    open(os.path.join(sweep.run_dir(study, "linear", 1e-2, 1), "ckpt.pt"), "w").close()  # one from before
+    failure = sweep.launch(study, "linear", 1e-2, 1, threads=1)
+    assert "was stopped by a signal; it resumes from its last checkpoint when the sweep runs again" in failure
+    assert "stopped: linear lr=0.01 seed=1 (it resumes" in capsys.readouterr().out
 
 
 def sweep_of_one_long_run(tmp_path):

@@ -267,7 +267,10 @@ def test_one_train_py_per_out_dir(data_dir, tmp_path):
 
 def test_resume_rejects_changed_model(data_dir, tmp_path):
     train.train(tiny_cfg(data_dir, tmp_path, max_iters=1, eval_interval=1))
-    with pytest.raises(ValueError, match="settings differ from the checkpoint's.*query_mode"):
+    # the mode's own scale differs too, but only the flag that differs in the config is named
+    with pytest.raises(ValueError, match=r"settings differ from the checkpoint's.*'query_mode': \('nonlinear', "
+                                         r"'linear'\), 'attn_scale': \(0.125, 0.25\)\}; resume with the "
+                                         r"checkpoint's settings \(--query_mode=linear\) or start a new out_dir"):
         train.train(tiny_cfg(data_dir, tmp_path, max_iters=2, init_from="resume", query_mode="nonlinear"))
 
 
