@@ -225,7 +225,8 @@ def kept_on_resume(ckpt_path, cfg, log):
     - The eval set. With eval_windows unset, a run evaluates on eval_iters x batch_size windows; a resume with
       another batch_size would change the eval set half-way through the run's val-loss curve, so it keeps the
       checkpoint's number of windows (the same windows: they are drawn from the seed). An explicit
-      eval_windows that differs is allowed, with a warning.
+      eval_windows that differs is allowed, with a warning. A run with no eval logged yet (convert.py's
+      runs) has no curve to keep.
     - The model keys of a run that started from GPT-2 weights: the GPT-2 set them on the first run, whatever
       the config said (hf.gpt2_settings), so a resume takes them from the checkpoint in the same way and needs
       no more flags than the first run did. Other runs' model keys come from their config and are checked
@@ -234,7 +235,9 @@ def kept_on_resume(ckpt_path, cfg, log):
     ckpt = load_checkpoint(ckpt_path, mmap=True)  # its settings only; the weights are read later
     kept = {}
     saved_windows, windows = eval_window_count(ckpt["config"]), eval_window_count(cfg)
-    if windows != saved_windows:
+    curve = any(r.get("val_loss") is not None and r["iter"] <= ckpt["iter_num"]
+                for r in read_metrics(cfg["out_dir"]))  # none yet (e.g. a convert.py run): nothing to keep
+    if windows != saved_windows and curve:
         where = f"the checkpoint's {saved_windows:,} eval windows per split, not {windows:,}"
         if cfg["eval_windows"] is None:
             kept["eval_windows"] = saved_windows
