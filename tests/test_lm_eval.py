@@ -15,6 +15,8 @@ import hf
 from model import GPT, GPTConfig
 from test_hf import BYTE_META, random_gpt
 
+pytestmark = pytest.mark.xdist_group("lm_eval")  # one worker imports lm-evaluation-harness (4 s) once
+
 EXAMPLES = [  # HellaSwag's fields, WikiHow markers included; the last context is longer than block_size
     dict(activity_label="Making a cake", ctx_a="A woman stands in a kitchen.", ctx_b="she",
          endings=["cracks eggs into a bowl.", "rides a horse [title] fast.", "sings loudly.", "reads."], label=0),
