@@ -278,6 +278,11 @@ def export(model, meta, hf_dir, bpe_dir=None, code="auto", source=""):
         raise ValueError(f"this model cannot be a plain GPT2LMHeadModel: {'; '.join(blockers)}; export it "
                          f"with its modeling code (--code=auto or --code=nlq)")
     custom = code == "nlq" or bool(blockers)
+    query = nlq_model.QUERY_MODES[cfg.query_mode]
+    if custom and query.__module__ != nlq_model.__name__:  # modeling_nlq.py is model.py's source text
+        raise ValueError(f"query mode {cfg.query_mode!r} ({query.__name__}) is defined in {query.__module__}, "
+                         f"not in model.py, so the exported modeling code (model.py's source) could not build "
+                         f"it: define the class in model.py and register it there")
     sd = {k: v.detach().cpu().float() for k, v in model.state_dict().items()}
     tokenizer = tokenizer_for(meta, bpe_dir)
     tokenizer.model_max_length = cfg.block_size
@@ -324,7 +329,7 @@ def export(model, meta, hf_dir, bpe_dir=None, code="auto", source=""):
         raise
     kind = ("nlq modeling code (trust_remote_code=True)" + (f": {'; '.join(blockers)}" if blockers else "")
             if custom else "a plain GPT2LMHeadModel (no custom code)")
-    notes = [f"exported {source} -> {hf_dir} as {kind}"]
+    notes = [f"exported {source + ' ' if source else ''}-> {hf_dir} as {kind}"]
     if not custom:  # nlq's own code says so in words; transformers' GPT-2 fails with an IndexError
         notes.append(f"it has {cfg.block_size} positions (n_positions): keep a prompt's length + max_new_tokens "
                      f"<= {cfg.block_size + 1} in generate")

@@ -88,8 +88,12 @@ class GPTConfig:
             raise ValueError(f"attn_scale={self.attn_scale} must be positive "
                              f"(or None for the mode's default)")
         if self.attn_scale is None:
-            self.attn_scale = (QUERY_MODES[self.query_mode].scale_factor
-                               / math.sqrt(self.n_embd // self.n_head))
+            mode = QUERY_MODES[self.query_mode]
+            if mode.scale_factor is None:
+                raise ValueError(f"query mode {self.query_mode!r} ({mode.__name__}) sets no scale_factor: set it "
+                                 f"in the class (1.0: the standard 1/sqrt(head_dim); 0.5: the paper's, for a "
+                                 f"query that adds to x), or give attn_scale")
+            self.attn_scale = mode.scale_factor / math.sqrt(self.n_embd // self.n_head)
 
 
 # ------------------------------------------------------------------------------------------ the query modes
@@ -108,10 +112,11 @@ class QueryMode(nn.Module):
       The nonlinear query passes W1 this way (its parameters keep their names, so checkpoints do not change).
     Otherwise xw is None.
     scale_factor: the default attention scale is scale_factor / sqrt(head_dim); 0.5 folds the paper's
-    Q = (X + f(X)) / 2 into the scale (its method), 1.0 is the standard GPT.
+    Q = (X + f(X)) / 2 into the scale (its method), 1.0 is the standard GPT. Every mode sets it: there is no
+    default to inherit by accident (GPTConfig raises if it is missing).
     """
     fuse_w_q = False
-    scale_factor = 0.5
+    scale_factor = None
 
     def __init__(self, cfg: GPTConfig):
         super().__init__()
@@ -136,6 +141,7 @@ class LinearQuery(QueryMode):
 
 class IdentityQuery(QueryMode):
     """q = x: W_Q fixed to the identity (the paper's basis-change argument: no loss of expressivity)."""
+    scale_factor = 0.5
 
     def forward(self, x, xw):
         """(B, T, C) -> (B, T, C), x itself."""
@@ -144,6 +150,7 @@ class IdentityQuery(QueryMode):
 
 class ResidualQuery(QueryMode):
     """q = x + x·W_Q, a linear residual query (an ablation in the official code). C² (+ C) parameters."""
+    scale_factor = 0.5
 
     def __init__(self, cfg: GPTConfig):
         super().__init__(cfg)
@@ -167,6 +174,7 @@ class NonlinearQuery(QueryMode):
     LayerNorm's two statistics for the backward pass and recomputes the rest there (under torch.compile the
     partitioner recomputes even those).
     """
+    scale_factor = 0.5
 
     def __init__(self, cfg: GPTConfig):
         super().__init__(cfg)
@@ -200,6 +208,15 @@ class NonlinearQuery(QueryMode):
             return checkpoint(FusedF.apply, *args, use_reentrant=False, preserve_rng_state=False)
         return FusedF.apply(*args)
 
+
+QUERY_MODES = {"linear": LinearQuery, "identity": IdentityQuery, "residual": ResidualQuery,
+               "nonlinear": NonlinearQuery}
+QUERY_MODE_ALIASES = {"original": "linear", "residual_gelu": "nonlinear"}  # names used by the official code
+
+
+# ---------------------------------------------------------------------- f's fused forward and backward
+# NonlinearQuery's engine: the maths of f written out once, so that autograd keeps three floats per token.
+# A reader who wants the model first can skip to the GPT below.
 
 class FusedF(torch.autograd.Function):
     """q = x + f(x) from xw = x·(W1·diag γ)ᵀ, with a backward pass written out (no activations of f stored).
@@ -304,11 +321,6 @@ class FusedF(torch.autograd.Function):
             g_rstd = torch.linalg.vecdot(g_h, FusedF.acc(xw)).unsqueeze(-1)  # (B, T, 1)
             g_x = torch.addcmul(g, x, g_rstd * rstd.pow(3), value=-1.0 / x.size(-1))
             return g_x.to(x.dtype), (g_h * rstd).to(xw.dtype), g_b1, g_w2, g_b2, None, g_ln_w, g_ln_b, None
-
-
-QUERY_MODES = {"linear": LinearQuery, "identity": IdentityQuery, "residual": ResidualQuery,
-               "nonlinear": NonlinearQuery}
-QUERY_MODE_ALIASES = {"original": "linear", "residual_gelu": "nonlinear"}  # names used by the official code
 
 
 # ------------------------------------------------------------------------------------------------ the GPT

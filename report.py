@@ -269,7 +269,8 @@ def setting(config, key):
     elif key == "attn_scale" and value is not None:
         mode = setting(config, "query_mode")
         n_embd, n_head = (config.get(k, common.DEFAULTS[k]) for k in ("n_embd", "n_head"))
-        if mode in QUERY_MODES and math.isclose(value, QUERY_MODES[mode].scale_factor / math.sqrt(n_embd // n_head)):
+        factor = QUERY_MODES[mode].scale_factor if mode in QUERY_MODES else None
+        if factor is not None and math.isclose(value, factor / math.sqrt(n_embd // n_head)):
             value = None
     elif value is None:
         value = (config.get("model_args") or {}).get(key)

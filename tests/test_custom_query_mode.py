@@ -48,6 +48,19 @@ def test_the_example_is_short_and_default_scale_is_its_own():
     assert cfg.attn_scale == pytest.approx(0.5 / 4)  # scale_factor 0.5 / sqrt(16)
 
 
+def test_a_mode_must_choose_its_scale(monkeypatch):
+    """No scale is inherited by accident: a mode without scale_factor is an error naming the two usual
+    choices, unless attn_scale is given."""
+    class Unscaled(model.QueryMode):
+        def forward(self, x, xw):
+            return x
+    monkeypatch.setitem(model.QUERY_MODES, "unscaled", Unscaled)
+    with pytest.raises(ValueError, match=r"query mode 'unscaled' \(Unscaled\) sets no scale_factor: set it in "
+                                         r"the class \(1.0: the standard 1/sqrt\(head_dim\); 0.5: the paper's"):
+        model.GPTConfig(n_embd=64, n_head=4, query_mode="unscaled")
+    assert model.GPTConfig(n_embd=64, n_head=4, query_mode="unscaled", attn_scale=0.2).attn_scale == 0.2
+
+
 @pytest.mark.parametrize("flash", [True, False])
 def test_causality(flash):
     test_model.test_causality(MODE, flash)

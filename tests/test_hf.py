@@ -19,6 +19,7 @@ import prepare_data
 import sample
 import train
 from conftest import ROOT
+import model as nlq_model
 from model import GPT, GPTConfig, QUERY_MODES
 from test_sample_eval import TEXT, small_cfg
 
@@ -86,6 +87,20 @@ def test_export_computes_the_same_logits_and_greedy_tokens(mode, tmp_path):
                                                          r"keep the prompt's length \+ max_new_tokens <= 17"):
                         h.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=14,
                                    do_sample=False, use_cache=use_cache)
+
+
+def test_a_query_mode_defined_outside_model_py_is_not_exported(tmp_path, monkeypatch):
+    """The export's modeling code is model.py's source: a mode registered from elsewhere would give a folder
+    that cannot load ('unknown query_mode'), so it is refused before anything is written."""
+    class Elsewhere(nlq_model.QueryMode):
+        scale_factor = 0.5
+        def forward(self, x, xw):
+            return 2 * x
+    monkeypatch.setitem(nlq_model.QUERY_MODES, "elsewhere", Elsewhere)
+    with pytest.raises(ValueError, match="query mode 'elsewhere' \\(Elsewhere\\) is defined in test_hf, not in "
+                                         "model.py.*define the class in model.py and register it there"):
+        hf.export(random_gpt(query_mode="elsewhere"), BYTE_META, str(tmp_path / "hf"))
+    assert os.listdir(tmp_path) == []
 
 
 def test_export_gelu_tanh_and_other_scales(tmp_path):
