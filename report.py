@@ -517,6 +517,19 @@ def stalled_count(runs):
     return sum(bool(r["status"] == "done" and is_stalled(r)) for r in runs)
 
 
+def stall_caution(data):
+    """[a paragraph] where final runs stalled, else []: the results table counts them, the text says what they
+    do to a comparison. data: collect's {arm: ...}."""
+    hit = [(arm, stalled_count(d["finals"].values()), len(final_losses(d))) for arm, d in data.items()]
+    hit = [f"{arm} {k} of {n}" for arm, k, n in hit if k]
+    if not hit:
+        return []
+    return [f"**Stalled final runs: {', '.join(hit)}.** A stalled run is still on the early plateau half-way "
+            f"through (Method). Its final loss mostly says whether and when it left the plateau, not how well "
+            f"the query learns, so a difference over such runs is about plateaus as much as about the method: "
+            f"more steps, another learning rate or more seeds tell the two apart."]
+
+
 def mean_ci(values, confidence=0.95):
     """Values -> (mean, (lo, hi)) with a Student's t CI over n - 1 df; the CI is None for n < 2."""
     mean, std, n = summarize(values)
@@ -910,7 +923,8 @@ def write_report(study_path, study, data, out, stage):
                   f"call only where the CI excludes 0):", curve_gap_table(study, data)]
     text = "\n\n".join([
         header(study_path, study, out), "## Results", method(study, tokenizer),
-        results_table(study, data, tokenizer), *precision, "![forest plot](forest.png)", *contrasts,
+        results_table(study, data, tokenizer), *stall_caution(data), *precision, "![forest plot](forest.png)",
+        *contrasts,
         "![val loss](val_loss.png)", *curves, *reading,
         (f"## Learning-rate search (mean final loss over selection seeds {study['selection_seeds']})"
          if study["selection_seeds"] else "## Learning rates (one per arm, given by the study: no search)"),

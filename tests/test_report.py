@@ -288,6 +288,20 @@ def write_curve_run(study, arm, lr, seed, evals, final=None, diverged=False):
         json.dump(sweep.run_config(study, arm, lr, seed), f)
 
 
+def test_stalled_final_runs_are_said_in_words():
+    run = lambda mid: dict(status="done", max_iters=100, final=2.0, rows=[
+        dict(iter=25, val_loss=2.60), dict(iter=50, val_loss=mid), dict(iter=100, val_loss=2.0)])
+    data = {"linear": dict(finals={1: run(2.0), 2: run(2.0)}),
+            "nonlinear": dict(finals={1: run(2.59), 2: run(2.0)})}
+    assert report.stall_caution(data) == [
+        "**Stalled final runs: nonlinear 1 of 2.** A stalled run is still on the early plateau half-way through "
+        "(Method). Its final loss mostly says whether and when it left the plateau, not how well the query "
+        "learns, so a difference over such runs is about plateaus as much as about the method: more steps, "
+        "another learning rate or more seeds tell the two apart."]
+    data["nonlinear"]["finals"][1] = run(2.0)
+    assert report.stall_caution(data) == []
+
+
 def test_is_stalled_at_half_way():
     """Stalled: at the first eval at or after half of max_iters, still within 5% of the first eval's loss."""
     run = lambda evals: dict(max_iters=100, rows=[dict(iter=0, val_loss=5.5)] + [
