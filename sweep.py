@@ -663,8 +663,9 @@ def data_status(study, complete=False):
         folders = check_data(study)
         trial = [f for f in folders if "tests/data/" in load_meta(f).get("source", "").replace(os.sep, "/")]
         return (f"data: {', '.join(folders)} prepared"
-                + (f" (from a file shipped in tests/data: {', '.join(trial)} is trial data, for --quick; its "
-                   f"numbers are not a committed study's, docs/studies.md)" if trial else ""))
+                + (f" ({', '.join(trial)}: prepared from a file shipped in tests/data, small: fine for --quick "
+                   f"and studies of your own, not the data of the committed studies, docs/studies.md)"
+                   if trial else ""))
     except (FileNotFoundError, ValueError) as e:
         if complete and isinstance(e, OtherData):  # --quick runs in a scratch folder of its own
             return f"data: not the runs' data (the report does not need it, and a --quick try may use it): {e}"

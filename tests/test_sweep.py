@@ -495,9 +495,9 @@ def test_runs_on_other_data_are_refused_before_any_run(study_file, tmp_path, mon
     assert sweep.data_status(study, complete=True).startswith(  # a complete study: only --quick would run
         "data: not the runs' data (the report does not need it, and a --quick try may use it): the dataset")
     shutil.rmtree(sweep.run_dir(study, "linear", 1e-2, 1))  # a study of its own on the trial file: a note
-    assert sweep.data_status(study) == (f"data: {folder} prepared (from a file shipped in tests/data: {folder} "
-                                        f"is trial data, for --quick; its numbers are not a committed "
-                                        f"study's, docs/studies.md)")
+    assert sweep.data_status(study) == (f"data: {folder} prepared ({folder}: prepared from a file shipped in "
+                                        f"tests/data, small: fine for --quick and studies of your own, not the "
+                                        f"data of the committed studies, docs/studies.md)")
     finished_run(study, "linear", 1e-2, 1)
     json.dump(dict(saved, dataset_meta=meta("wiki/AA", "a" * 64)), open(record, "w"))
     finished_run(study, "nonlinear", 1e-2, 1)  # a run on the other data, in the same folder
