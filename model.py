@@ -391,6 +391,7 @@ class CausalSelfAttention(nn.Module):
             if bias is not None:
                 bias = torch.cat([bias.new_zeros(w_query.size(0)), bias])
             xw_kv = F.linear(x, torch.cat([w_query, self.c_attn.weight]), bias)
+        # (B, T, m + 2C) -> xw (B, T, m), k, v (B, T, C); m = C (linear), r (nonlinear) or 0 (nothing fused)
         xw, k, v = xw_kv.split([xw_kv.size(-1) - 2 * C, C, C], dim=-1)
         q = self.query(x, xw if xw.size(-1) else None)
         q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
