@@ -419,8 +419,10 @@ def results_table(study, data, tokenizer):
         losses = final_losses(d)
         mean, std, n = summarize(list(losses.values()))
         chosen = d["plan"]["chosen"]
+        diverged = sum(r["status"] == "diverged" for r in d["finals"].values())
         cells = [arm, f"{ne:,}", f"{nem:,}", "—" if chosen is None else f"{chosen:g}",
-                 "—" if not n else f"{mean:.4f} ± {std:.4f} ({n})" if n > 1 else f"{mean:.4f} (1)"]
+                 ("—" if not n else f"{mean:.4f} ± {std:.4f} ({n})" if n > 1 else f"{mean:.4f} (1)")
+                 + (f"; {diverged} diverged" if diverged else "")]
         cells += [f"{stalled_count(d['finals'].values())} of {n}" if n else "—"]
         cells += [f"{mean / math.log(2):.4f}" if n else "—"] if byte else []
         if arm == ref or not (losses and ref_losses):
@@ -809,6 +811,10 @@ def status_section(data):
     pending = [arm for arm, d in data.items() if d["plan"]["chosen"] is None]
     note = (f" Arms whose search is not complete yet (their next runs are not listed): {', '.join(pending)}."
             if pending else "")
+    diverged = [r for r in runs.values() if r["status"] == "diverged"]
+    if diverged:  # finished, but with no final loss: a table cell alone would hide them
+        note += (f" {len(diverged)} of them diverged (the loss became NaN/inf; recorded, no final loss):\n\n"
+                 + "\n".join(f"- {r['out_dir']}: {fmt_run(r)}" for r in diverged) + "\n")
     if not todo:
         return f"All {len(runs)} runs {'so far ' if pending else ''}finished.{note}"
     return f"{len(runs) - len(todo)} of {len(runs)} runs finished.{note} Not finished:\n\n" + "\n".join(

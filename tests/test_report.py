@@ -288,6 +288,18 @@ def write_curve_run(study, arm, lr, seed, evals, final=None, diverged=False):
         json.dump(sweep.run_config(study, arm, lr, seed), f)
 
 
+def test_diverged_runs_are_listed_with_the_finished_ones():
+    """A diverged run finished (recorded, the sweep goes on) but has no final loss: the runs section names it,
+    also where the rate was given and no search table shows it."""
+    run = lambda out, status, it: dict(out_dir=out, status=status, iter=it, max_iters=10, final=None)
+    data = {"linear": dict(plan=dict(chosen=1e6), search={},
+                           finals={1: run("r/linear/lr1e+06_seed1", "diverged", 3),
+                                   2: run("r/linear/lr1e+06_seed2", "diverged", 4)})}
+    assert report.status_section(data) == (
+        "All 2 runs finished. 2 of them diverged (the loss became NaN/inf; recorded, no final loss):\n\n"
+        "- r/linear/lr1e+06_seed1: diverged (iter 3)\n- r/linear/lr1e+06_seed2: diverged (iter 4)\n")
+
+
 def test_stalled_final_runs_are_said_in_words():
     run = lambda mid: dict(status="done", max_iters=100, final=2.0, rows=[
         dict(iter=25, val_loss=2.60), dict(iter=50, val_loss=mid), dict(iter=100, val_loss=2.0)])
