@@ -133,6 +133,14 @@ def load_study(path, quick=None):
         study["runs_dir"] = os.path.join(QUICK_DIR, study["name"], "runs")
     if os.path.exists(study["runs_dir"]) and not os.path.isdir(study["runs_dir"]):
         raise ValueError(f"study file {path}: runs_dir {study['runs_dir']} is a file; choose a folder")
+    parts = os.path.relpath(os.path.abspath(study["runs_dir"])).split(os.sep)
+    if parts[0] == "results" and (len(parts) == 1 or parts[1] != study["name"] and parts[2:] != ["runs"]):
+        # results/<other>/runs itself is how studies share runs (check_shared_runs); anything else in
+        # results/<other>/ would put runs inside another study's committed report folder
+        other = parts[1] if len(parts) > 1 else "<name>"
+        raise ValueError(f"study file {path}: runs_dir {study['runs_dir']} is inside results/{other}/, another "
+                         f"study's report folder; leave runs_dir out (the default is {study['own_runs_dir']}), or "
+                         f"share that study's runs with runs_dir = {os.path.join('results', other, 'runs')!r}")
     number = lambda x: isinstance(x, (int, float)) and not isinstance(x, bool)
     distinct = lambda xs: isinstance(xs, list) and xs and len(set(xs)) == len(xs)
     ints = lambda xs: distinct(xs) and all(type(x) is int for x in xs)
@@ -205,7 +213,7 @@ def load_study(path, quick=None):
                          "the final statistics must not use the seeds the learning rate was chosen on")
     study["grids"] = {arm: sorted(grid) for arm, grid in grids.items()}
     # resolve every arm now: a typo or a bad value fails here, not hours into the sweep
-    data = {}  # arm -> the dataset folder its runs read
+    data, budget = {}, {}  # arm -> the dataset folder its runs read; arm -> its training tokens and eval set
     for arm in study["arms"]:  # its lowest rate: where an arm's fixed min_lr could exceed the rate
         try:
             cfg = run_config(study, arm, study["grids"][arm][0], study["seeds"][0])
@@ -213,6 +221,18 @@ def load_study(path, quick=None):
             raise ValueError(f"study file {path}: arm {arm} at learning rate {study['grids'][arm][0]:g}: "
                              f"{e}") from None
         data[arm] = os.path.join(cfg["data_dir"], cfg["dataset"])
+        budget[arm] = dict(max_iters=cfg["max_iters"], block_size=cfg["block_size"],
+                           tokens_per_step=cfg["batch_size"] * cfg["gradient_accumulation_steps"] * cfg["block_size"],
+                           eval_windows=eval_window_count(cfg), eval_interval=cfg["eval_interval"],
+                           eval_full_at_end=cfg["eval_full_at_end"])
+    first = next(iter(budget))
+    differ = [k for k in budget[first] if any(b[k] != budget[first][k] for b in budget.values())]
+    if differ:  # paired by seed and step, the arms must train on as many tokens and be evaluated alike
+        raise ValueError(f"study file {path}: its arms differ in {differ[0]} ("
+                         + ", ".join(f"{arm}: {b[differ[0]]}" for arm, b in budget.items()) + "); the arms of a "
+                         "study get the same training tokens and eval set (max_iters, batch_size x "
+                         "gradient_accumulation_steps x block_size, eval_windows or eval_iters, eval_interval): "
+                         "set them in its config or overrides, not per arm")
     if len(set(data.values())) > 1:  # paired by seed, the arms must see the same tokens
         raise ValueError(f"study file {path}: its arms read different data ("
                          + ", ".join(f"{arm}: {d}" for arm, d in data.items()) + "); the arms of a study are "
@@ -591,16 +611,17 @@ def launch(study, arm, lr, seed, threads, progress=""):
             code = proc.wait()
         finally:
             RUNNING.discard(proc)
+    stopped = code in (EXIT_INTERRUPTED, -signal.SIGINT, EXIT_PREEMPTED, -signal.SIGTERM)
     if code == EXIT_DIVERGED and is_diverged(final_row(out_dir)):
         print(f"diverged: {arm} lr={lr:g} seed={seed} (recorded; the sweep goes on)", flush=True)
-    elif code in (EXIT_INTERRUPTED, -signal.SIGINT, EXIT_PREEMPTED, -signal.SIGTERM):
+    elif stopped and not is_finished(study, arm, lr, seed):  # (a signal as the run ended: finished, below)
         # Ctrl-C (EXIT_INTERRUPTED) or a stop signal (EXIT_PREEMPTED); -2 and -15: during start-up
         how = "interrupted (Ctrl-C)" if code in (EXIT_INTERRUPTED, -signal.SIGINT) else "stopped by a signal"
         then = ("it resumes from its last checkpoint" if os.path.exists(os.path.join(out_dir, "ckpt.pt"))
                 else "it had no checkpoint yet, so it starts again")
         print(f"{how.split()[0]}: {arm} lr={lr:g} seed={seed} ({then} when the sweep runs again)", flush=True)
         return f"{out_dir} was {how}; {then} when the sweep runs again"
-    elif code != 0:
+    elif code != 0 and not stopped:
         print(f"FAILED: {arm} lr={lr:g} seed={seed} (exit code {code}); see {log_path}", flush=True)
         return f"{out_dir} failed (exit code {code}); see {log_path}"
     elif not is_finished(study, arm, lr, seed):  # else it would be launched again and again

@@ -328,6 +328,15 @@ def test_a_run_killed_by_sigint_during_start_up_is_interrupted_too(study_file, m
     assert "was stopped by a signal; it resumes from its last checkpoint when the sweep runs again" in failure
     assert "stopped: linear lr=0.01 seed=1 (it resumes" in capsys.readouterr().out
 
+    class FinishesThenSigint(DiesOfSigint):  # Ctrl-C as the run ended: its last row was written
+        def wait(self):
+            shutil.rmtree(sweep.run_dir(study, "linear", 3e-3, 1), ignore_errors=True)
+            finished_run(study, "linear", 3e-3, 1)
+            return 130
+    monkeypatch.setattr(sweep.subprocess, "Popen", FinishesThenSigint)
+    assert sweep.launch(study, "linear", 3e-3, 1, threads=1) is None
+    assert "finished: linear lr=0.003 seed=1: val loss 2.0000" in capsys.readouterr().out
+
 
 def sweep_of_one_long_run(tmp_path):
     """A sweep (its own process, in a new session) of one run of 100,000 steps, once that run has written its
@@ -511,17 +520,34 @@ def test_runs_on_other_data_are_refused_before_any_run(study_file, tmp_path, mon
             main([str(study_file)])
 
 
-@pytest.mark.parametrize("edit,message", [
-    ("'nonlinear': dict(query_mode='nonlinear')", "its arms read different data (linear: "),
-    ("'nonlinear': dict(query_mode='nonlinear')", "sets init_from='gpt2'; a study's runs train from scratch"),
+@pytest.mark.parametrize("keys,message", [
+    ("dataset='other'", "its arms read different data (linear: "),
+    ("init_from='gpt2'", "sets init_from='gpt2'; a study's runs train from scratch"),
+    ("max_iters=40", "its arms differ in max_iters (linear: 20, nonlinear: 40); the arms of a study get the same "
+                     "training tokens and eval set"),
+    ("batch_size=8", "its arms differ in tokens_per_step (linear: 64, nonlinear: 128)"),
+    ("eval_iters=3", "its arms differ in eval_windows (linear: 8, nonlinear: 12)"),
 ])
-def test_arms_on_other_data_or_from_gpt2_are_refused(study_file, tmp_path, edit, message):
+def test_arms_on_other_data_or_budgets_or_from_gpt2_are_refused(study_file, tmp_path, keys, message):
     """Paired by seed, a study's arms must read one dataset (an arm's own dataset or data_dir made the report
-    pair runs on different tokens); init_from a GPT-2 replaces the model keys, so its runs never match."""
-    keys = "dataset='other'" if "different data" in message else "init_from='gpt2'"
+    pair runs on different tokens), train as long on as many tokens and be evaluated on the same windows;
+    init_from a GPT-2 replaces the model keys, so its runs never match."""
+    edit = "'nonlinear': dict(query_mode='nonlinear')"
     bad = tmp_path / "bad.py"
     bad.write_text(study_file.read_text().replace(edit, edit[:-1] + f", {keys})"))
-    with pytest.raises(ValueError, match=message.replace("(", "\\(")):
+    with pytest.raises(ValueError, match=message.replace("(", "\\(").replace(")", "\\)")):
+        sweep.load_study(str(bad))
+
+
+@pytest.mark.parametrize("runs_dir", ["results/enwiki_cpu/runs/linear", "results/enwiki_cpu", "results"])
+def test_a_runs_dir_inside_another_studys_report_folder_is_refused(study_file, tmp_path, runs_dir):
+    """Runs inside results/<other study>/ (but not its runs/ folder itself, which is how studies share runs)
+    would be untracked files in a committed report's tree."""
+    bad = tmp_path / "bad.py"
+    bad.write_text(study_file.read_text().replace(f"runs_dir = {str(tmp_path / 'runs')!r}",
+                                                  f"runs_dir = {runs_dir!r}"))
+    with pytest.raises(ValueError, match=f"runs_dir {runs_dir} is inside results/(enwiki_cpu|<name>)/, another "
+                                         f"study's report folder; leave runs_dir out"):
         sweep.load_study(str(bad))
 
 
