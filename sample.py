@@ -168,9 +168,12 @@ def parse_args(argv=None):
     p.add_argument("--bpe_dir", type=os.path.expanduser, default=None, help="GPT-2 encoder.json + vocab.bpe "
                    "(default: the copy shipped in tests/data/gpt2)")
     args = p.parse_args(argv)
-    if not (math.isfinite(args.temperature) and args.temperature >= 0) or args.num_samples < 1 \
-            or args.max_new_tokens < 0:
-        p.error("need a finite --temperature >= 0, --num_samples >= 1 and --max_new_tokens >= 0")
+    if not (math.isfinite(args.temperature) and args.temperature >= 0):
+        p.error(f"--temperature={args.temperature}: give a finite number >= 0 (0 = greedy)")
+    if args.num_samples < 1:
+        p.error(f"--num_samples={args.num_samples}: give 1 or more")
+    if args.max_new_tokens < 0:
+        p.error(f"--max_new_tokens={args.max_new_tokens}: give 0 or more")
     if args.top_k is not None and args.top_k < 1:
         p.error("--top_k must be >= 1 (leave it out for no limit)")
     if not abs(args.seed) < MAX_SEED:

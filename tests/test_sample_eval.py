@@ -71,11 +71,15 @@ def test_temperature_top_k_and_seed(run):
     assert hot == sample.main(common + ["--temperature", "1.5", "--seed", "4", "--no_cache"])  # same text
 
 
-@pytest.mark.parametrize("value", ["nan", "inf", "-1"])
-def test_temperature_must_be_finite(value, capsys):
+@pytest.mark.parametrize("arg, said", [("--temperature=nan", "--temperature=nan: give a finite number >= 0"),
+                                       ("--temperature=inf", "--temperature=inf: give a finite number >= 0"),
+                                       ("--temperature=-1", "--temperature=-1.0: give a finite number >= 0"),
+                                       ("--num_samples=0", "--num_samples=0: give 1 or more"),
+                                       ("--max_new_tokens=-1", "--max_new_tokens=-1: give 0 or more")])
+def test_bad_sampling_flags_are_named(arg, said, capsys):
     with pytest.raises(SystemExit) as e:
-        sample.parse_args([f"--temperature={value}"])
-    assert e.value.code == 2 and "need a finite --temperature >= 0" in capsys.readouterr().err
+        sample.parse_args([arg])
+    assert e.value.code == 2 and said in capsys.readouterr().err
 
 
 def test_unavailable_device_is_a_clear_error(run, monkeypatch):
