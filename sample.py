@@ -188,6 +188,10 @@ def main(argv=None):
     meta, _ = find_dataset(args.out_dir, args.data_dir, need_data=False)  # the dataset and its tokenizer
     encode, decode = get_codec(meta, args.bpe_dir)  # first: quick to check, the weights may take minutes
     model, _, meta, _ = load_checkpoint(args.out_dir, device, args.data_dir, need_data=False)
+    n_prompt, block_size = len(prompt_ids(args.start, meta, encode)), model.config.block_size
+    if n_prompt > block_size:
+        print(f"note: the prompt is {n_prompt} tokens, more than block_size {block_size}: each new token is "
+              f"predicted from the last {block_size}", file=sys.stderr)
     texts = generate(model, meta, encode, decode, args.start, args.num_samples, args.max_new_tokens,
                      args.temperature, args.top_k, args.seed, device, not args.no_cache)
     for text in texts:

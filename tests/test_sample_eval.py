@@ -54,6 +54,10 @@ def test_sample_prints_text(run, capsys):
     printed = capsys.readouterr().out
     assert len(texts) == 2 and all(t.startswith("the ") and t in printed for t in texts)
     assert printed.count("-" * 40) == 2
+    long = sample.main(["--out_dir", str(out), "--start", "x" * 20, "--max_new_tokens", "3"])  # block_size 16
+    assert long[0].startswith("x" * 20) and len(long[0]) == 23
+    assert ("note: the prompt is 20 tokens, more than block_size 16: each new token is predicted from the last "
+            "16") in capsys.readouterr().err
 
 
 def test_temperature_top_k_and_seed(run):
