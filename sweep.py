@@ -221,8 +221,8 @@ def load_study(path, quick=None):
             raise ValueError(f"study file {path}: arm {arm} at learning rate {study['grids'][arm][0]:g}: "
                              f"{e}") from None
         data[arm] = os.path.join(cfg["data_dir"], cfg["dataset"])
-        budget[arm] = dict(max_iters=cfg["max_iters"], block_size=cfg["block_size"],
-                           tokens_per_step=cfg["batch_size"] * cfg["gradient_accumulation_steps"] * cfg["block_size"],
+        step = cfg["batch_size"] * cfg["gradient_accumulation_steps"] * cfg["block_size"]  # tokens per step
+        budget[arm] = dict(max_iters=cfg["max_iters"], block_size=cfg["block_size"], tokens_per_step=step,
                            eval_windows=eval_window_count(cfg), eval_interval=cfg["eval_interval"],
                            eval_full_at_end=cfg["eval_full_at_end"])
     first = next(iter(budget))
@@ -1209,8 +1209,8 @@ def main(argv=None):
         stopped = [f for f in failed.values() if "was stopped by a signal" in f or "was interrupted" in f]
         how = "interrupted (Ctrl-C)" if STOPPED_BY[0] == "SIGINT" else f"stopped by {STOPPED_BY[0]}"
         raise RuntimeError(f"the sweep was {how}: {len(stopped)} running run(s) stopped, none started after "
-                           f"it; run the same command again to go on (each run resumes from its last "
-                           f"checkpoint)")
+                           f"it; run the same command again to go on (each stopped run resumes from its last "
+                           f"checkpoint, or starts again if it had none)")
     print("chosen learning rates:", json.dumps({arm: plan(study, arm)["chosen"] for arm in study["arms"]}))
     if failed:
         raise RuntimeError(f"{len(failed)} run(s) did not finish; the others did:\n"
