@@ -145,13 +145,15 @@ def load_study(path, quick=None):
     distinct = lambda xs: isinstance(xs, list) and xs and len(set(xs)) == len(xs)
     ints = lambda xs: distinct(xs) and all(type(x) is int for x in xs)
     # a grid: positive numbers, each once to 6 significant digits (the run folders' names)
-    grid_ok = lambda g: (distinct(g) and all(number(lr) and lr > 0 for lr in g)
-                         and len({f"{lr:g}" for lr in g}) == len(g))
+    rate_ok = lambda lr: number(lr) and lr > 0 and math.isfinite(lr)
+    grid_ok = lambda g: distinct(g) and all(map(rate_ok, g)) and len({f"{lr:g}" for lr in g}) == len(g)
     lrs = study["learning_rates"]  # one grid for every arm (the fair default), or a dict arm -> grid
     arms = study["arms"]
     grids = lrs if isinstance(lrs, dict) else {arm: lrs for arm in arms}
     unmatched = (f" (the dict's arms {sorted(grids)}, the study's {sorted(arms)})"
                  if isinstance(lrs, dict) and set(grids) != set(arms) else "")
+    bad = [lr for g in grids.values() for lr in (g if isinstance(g, list) else [g]) if not rate_ok(lr)]
+    unmatched += f" (not a positive finite number: {bad[0]!r})" if bad else ""
     checks = {"learning_rates": (set(grids) == set(arms) and all(grid_ok(g) for g in grids.values()),
                                  "a non-empty list of positive numbers, each once (to 6 significant digits), "
                                  f"or a dict arm -> such a list for every arm{unmatched}"),

@@ -258,6 +258,8 @@ def study(tmp_path):
     ("learning_rates = [1e-2, 1e-2, 3e-3]", r"learning_rates must be a non-empty list of positive numbers, "
                                             r"each once"),
     ("learning_rates = [1e-2, 1.0000001e-2]", r"learning_rates .*each once \(to 6 significant digits"),
+    ("learning_rates = [1e-2, float('inf')]", r"learning_rates must be .* \(not a positive finite number: inf\)"),
+    ("learning_rates = [-1e-2]", r"learning_rates must be .* \(not a positive finite number: -0.01\)"),
     ("seeds = [True]", r"seeds must be a non-empty list of ints"),
     ("max_extensions = -1", r"max_extensions must be an int >= 0"),
     ("half_steps = 'no'", r"half_steps must be True or False"),
