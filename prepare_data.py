@@ -611,9 +611,11 @@ def prepare_texts(docs, out_dir, *, tokenizer="gpt2", positional=False, val_frac
     tokens = {}
     for split, texts in parts.items():
         batches = range(0, len(texts), 256)  # batches: a progress bar, and threads see many documents at once
-        tokens[split] = [a for i in tqdm(batches, desc=f"tokenizing {split}", unit="batch", disable=not progress)
-                         for a in encode_docs(texts[i:i + 256], tokenizer, enc=enc, chars=chars,
-                                              end=not positional, num_threads=num_proc)]
+        with tqdm(batches, desc=f"tokenizing {split}", unit="batch", disable=not progress) as bar:  # closed
+            # also on Ctrl-C, so that the message goes on a line of its own
+            tokens[split] = [a for i in bar for a in encode_docs(texts[i:i + 256], tokenizer, enc=enc,
+                                                                 chars=chars, end=not positional,
+                                                                 num_threads=num_proc)]
     counts = {s: sum(a.size for a in arrays) for s, arrays in tokens.items()}
     check_lengths(counts, source, val_fraction, min_val_tokens)
     return save_dataset(out_dir, {s: (tokens[s], counts[s]) for s in tokens}, meta, progress)
