@@ -107,15 +107,17 @@ def load_study(path, quick=None):
                          f"{', '.join(STUDY_KEYS + tuple(OPTIONAL_KEYS))}")
     study = {**OPTIONAL_KEYS,
              **{k: namespace[k] for k in STUDY_KEYS + tuple(OPTIONAL_KEYS) if k in namespace}}
-    plain = lambda name: (isinstance(name, str) and name.strip() not in ("", ".", "..")
-                          and os.path.basename(name) == name)
-    first = {"name": (plain(study["name"]), "a plain folder name (a string without /)"),
+    # a folder name that needs no quoting in a shell and no care in a path: letters, digits, _ . - (not first)
+    plain = lambda name: isinstance(name, str) and re.fullmatch(r"[A-Za-z0-9_][A-Za-z0-9_.-]*", name) is not None
+    first = {"name": (plain(study["name"]), "a plain folder name (letters, digits, _ . -; not starting with . "
+                                            "or -)"),
              "config": (isinstance(study["config"], str), "the path of a train.py config file"),
              "runs_dir": (study["runs_dir"] is None or isinstance(study["runs_dir"], str), "a folder path"),
              "overrides": (isinstance(study["overrides"], dict), "a dict of train.py keys"),
              "arms": (isinstance(study["arms"], dict) and study["arms"] and all(
                  plain(a) and isinstance(keys, dict) for a, keys in study["arms"].items()),
-                      "a non-empty dict: arm name (a plain folder name) -> dict of train.py keys")}
+                      "a non-empty dict: arm name (a plain folder name: letters, digits, _ . -) -> dict of "
+                      "train.py keys")}
     for key, (ok, want) in first.items():
         if not ok:
             raise ValueError(f"study file {path}: {key} must be {want}")

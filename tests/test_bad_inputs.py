@@ -268,12 +268,15 @@ def study(tmp_path):
     ("overrides = {'min_lr': 0.0}", r"overrides sets min_lr.*set it with each arm's min_lr"),
     ("arms = {'linear': dict(seed=5)}", r"arm linear sets seed.*set it with selection_seeds and seeds"),
     # and these were tracebacks
-    ("arms = {'linear': 5}", r"arms must be a non-empty dict: arm name \(a plain folder name\) -> dict"),
+    ("arms = {'linear': 5}", r"arms must be a non-empty dict: arm name \(a plain folder name: letters, digits, "
+                             r"_ . -\) -> dict"),
     ("arms = {'lin/ear': {}, 'linear': {}}", r"arms must be a non-empty dict: arm name \(a plain folder"),
     ("overrides = 5", r"overrides must be a dict of train.py keys"),
     ("config = 5", r"config must be the path of a train.py config file"),
     ("name = 5\nruns_dir = None", r"name must be a plain folder name"),
     ("name = '.'", r"name must be a plain folder name"),
+    ("name = '-x'", r"name must be a plain folder name \(letters, digits, _ . -; not starting with . or -\)"),
+    ("name = 'my study'", r"name must be a plain folder name"),
     ("runs_dir = 5", r"runs_dir must be a folder path"),
     ("contrasts = [('linear', 'lineer', 'a typo')]", r"contrasts name \['lineer'\], which are not arms of this "
                                                      r"study; its arms: linear, nonlinear"),
