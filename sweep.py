@@ -122,8 +122,12 @@ def load_study(path, quick=None):
         if not ok:
             raise ValueError(f"study file {path}: {key} must be {want}")
     if not os.path.isfile(study["config"]):
+        here = os.path.dirname(os.path.abspath(__file__))
+        where = ("" if os.path.isabs(study["config"]) or os.path.samefile(os.getcwd(), here) else
+                 f" (a relative path in a study file is read from the folder you run in, {os.getcwd()}; "
+                 f"run from the repository root, {here})")
         raise FileNotFoundError(f"study file {path}: its config file {study['config']} not found"
-                                f"{close_match(study['config'])}")
+                                f"{close_match(study['config'])}{where}")
     study["own_runs_dir"] = os.path.join("results", study["name"], "runs")  # the default
     study["runs_dir"] = study["runs_dir"] or study["own_runs_dir"]
     study["shared_runs_dir"] = study["runs_dir"]  # its full-length runs, even under --quick (time estimates)

@@ -551,6 +551,16 @@ def test_a_runs_dir_inside_another_studys_report_folder_is_refused(study_file, t
         sweep.load_study(str(bad))
 
 
+def test_a_study_run_from_another_folder_is_told_where_to_run(tmp_path, monkeypatch):
+    """The committed studies name their config relative to the repository root: from elsewhere, the error
+    says so."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(FileNotFoundError, match=f"its config file config/enwiki_bytes.py not found \\(a relative "
+                                                f"path in a study file is read from the folder you run in, "
+                                                f"{tmp_path}; run from the repository root, {ROOT}\\)"):
+        sweep.load_study(str(ROOT / "studies" / "enwiki_cpu.py"))
+
+
 def test_a_missing_dataset_stops_the_sweep_before_any_run(study_file, tmp_path, monkeypatch):
     config = tmp_path / "tiny_config.py"
     config.write_text(config.read_text().replace("dataset = 'tiny'", "dataset = 'not_prepared'"))
