@@ -72,7 +72,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import difflib
 from common import (DEFAULTS, EXIT_DIVERGED, EXIT_INTERRUPTED, EXIT_PREEMPTED, HelpFormatter, atomic_write_text,
-                    eval_window_count, load_meta, open_split, parse_config, read_config_file, read_metrics)
+                    check_value, eval_window_count, load_meta, open_split, parse_config, read_config_file,
+                    read_metrics)
 
 TRAIN_PY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "train.py")
 STUDY_KEYS = ("name", "config", "overrides", "arms", "learning_rates", "selection_seeds", "seeds")
@@ -204,6 +205,12 @@ def load_study(path, quick=None):
             raise ValueError(f"study file {path}: {key} must be {want}")
     places = [("overrides", study["overrides"])] + [(f"arm {arm}", keys) for arm, keys in arms.items()]
     for where, keys in places:
+        for key, value in keys.items():  # typed as in a config file: '2' for an int is refused there too
+            if key in DEFAULTS and key not in PER_RUN:
+                try:
+                    check_value(key, value)
+                except ValueError as e:
+                    raise ValueError(f"study file {path}: {where}: {e}") from None
         clash = [k for k in PER_RUN if k in keys and not (k == "min_lr" and where != "overrides")]
         if clash:
             raise ValueError(f"study file {path}: {where} sets {clash[0]}, which sweep.py sets for every run "

@@ -272,6 +272,8 @@ def study(tmp_path):
                              r"_ . -\) -> dict"),
     ("arms = {'lin/ear': {}, 'linear': {}}", r"arms must be a non-empty dict: arm name \(a plain folder"),
     ("overrides = 5", r"overrides must be a dict of train.py keys"),
+    ("overrides = {'n_layer': '2'}", r"overrides: config key 'n_layer' needs an int, got '2' \(str\)"),
+    ("arms = {'linear': dict(qk_norm=1)}", r"arm linear: config key 'qk_norm' needs a bool, got 1 \(int\)"),
     ("config = 5", r"config must be the path of a train.py config file"),
     ("name = 5\nruns_dir = None", r"name must be a plain folder name"),
     ("name = '.'", r"name must be a plain folder name"),
