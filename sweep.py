@@ -75,7 +75,8 @@ from common import (DEFAULTS, EXIT_DIVERGED, EXIT_INTERRUPTED, EXIT_PREEMPTED, H
                     check_value, eval_window_count, load_meta, open_split, parse_config, read_config_file,
                     read_metrics)
 
-TRAIN_PY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "train.py")
+ROOT = os.path.dirname(os.path.abspath(__file__))  # the repository
+TRAIN_PY = os.path.join(ROOT, "train.py")
 STUDY_KEYS = ("name", "config", "overrides", "arms", "learning_rates", "selection_seeds", "seeds")
 OPTIONAL_KEYS = dict(seeds_per_arm={}, reference="linear", max_extensions=2, half_steps=True, runs_dir=None,
                      contrasts=[], slurm={}, precision=None)
@@ -123,10 +124,9 @@ def load_study(path, quick=None):
         if not ok:
             raise ValueError(f"study file {path}: {key} must be {want}")
     if not os.path.isfile(study["config"]):
-        here = os.path.dirname(os.path.abspath(__file__))
-        where = ("" if os.path.isabs(study["config"]) or os.path.samefile(os.getcwd(), here) else
+        where = ("" if os.path.isabs(study["config"]) or os.path.samefile(os.getcwd(), ROOT) else
                  f" (a relative path in a study file is read from the folder you run in, {os.getcwd()}; "
-                 f"run from the repository root, {here})")
+                 f"run from the repository root, {ROOT})")
         raise FileNotFoundError(f"study file {path}: its config file {study['config']} not found"
                                 f"{close_match(study['config'])}{where}")
     study["own_runs_dir"] = os.path.join("results", study["name"], "runs")  # the default
@@ -631,10 +631,11 @@ def launch(study, arm, lr, seed, threads, progress=""):
         print(f"diverged: {arm} lr={lr:g} seed={seed} (recorded; the sweep goes on)", flush=True)
     elif stopped and not is_finished(study, arm, lr, seed):  # (a signal as the run ended: finished, below)
         # Ctrl-C (EXIT_INTERRUPTED) or a stop signal (EXIT_PREEMPTED); -2 and -15: during start-up
-        how = "interrupted (Ctrl-C)" if code in (EXIT_INTERRUPTED, -signal.SIGINT) else "stopped by a signal"
+        word, how = (("interrupted", "interrupted (Ctrl-C)") if code in (EXIT_INTERRUPTED, -signal.SIGINT)
+                     else ("stopped", "stopped by a signal"))
         then = ("it resumes from its last checkpoint" if os.path.exists(os.path.join(out_dir, "ckpt.pt"))
                 else "it had no checkpoint yet, so it starts again")
-        print(f"{how.split()[0]}: {arm} lr={lr:g} seed={seed} ({then} when the sweep runs again)", flush=True)
+        print(f"{word}: {arm} lr={lr:g} seed={seed} ({then} when the sweep runs again)", flush=True)
         return f"{out_dir} was {how}; {then} when the sweep runs again"
     elif code != 0 and not stopped:
         print(f"FAILED: {arm} lr={lr:g} seed={seed} (exit code {code}); see {log_path}", flush=True)
@@ -767,8 +768,7 @@ def announce(study, due, jobs):
 
 # ------------------------------------------------------------------------------ the plan and its cost (--dry_run)
 # bench.py's one-H200 figures at the paper's shapes (bench/RESULTS.md): what --dry_run counts with by default
-DEFAULT_BENCH_JSON = os.path.join(os.path.dirname(os.path.abspath(__file__)), "bench", "results",
-                                  "h200_2026-11-30", "bench_nlq_small.json")
+DEFAULT_BENCH_JSON = os.path.join(ROOT, "bench", "results", "h200_2026-11-30", "bench_nlq_small.json")
 
 
 def run_tokens(cfg):
@@ -1171,11 +1171,12 @@ def main(argv=None):
     if args.dry_run:
         print(dry_run(study, args.tokens_per_s, args.bench_json))
         return
-    if not args.nproc and not due_runs(study) and all(plan(study, arm)["chosen"] is not None
-                                                      for arm in study["arms"]):
-        # before the data check: a finished study needs no data (a clone without it reads its report)
+    due = due_runs(study)
+    report_cmd = f"python report.py {args.study}{f' --quick {args.quick:g}' if args.quick else ''}"
+    if not args.nproc and not due:  # before the data check: a finished study needs no data (a clone without
+        # it reads its report)
         print(f"nothing to run: every run of the study has finished ({study['runs_dir']}); its report: "
-              f"python report.py {args.study}{f' --quick {args.quick:g}' if args.quick else ''}")
+              f"{report_cmd}")
         return
     if args.executor == "slurm" and not args.nproc and shutil.which("sbatch") is None:
         parser.error("--executor slurm submits with SLURM's sbatch, which is not on PATH here: run it on the "
@@ -1190,18 +1191,16 @@ def main(argv=None):
                                + "\n".join(failed.values()))
         return
     if args.nproc:
-        due = due_runs(study)
         if due:
             print("\n".join(torchrun_command(study, *run, args.nproc) for run in due))
         if any(plan(study, arm)["chosen"] is None for arm in study["arms"]):
             print("# more runs follow (grid extensions, half steps, final seeds): "
                   "run this again once these finish")
         elif not due:
-            print(f"# nothing due: every run of the study has finished; its report: python report.py "
-                  f"{args.study}{f' --quick {args.quick:g}' if args.quick else ''}")
+            print(f"# nothing due: every run of the study has finished; its report: {report_cmd}")
         return
     check_data(study)
-    print(announce(study, due_runs(study), args.jobs), flush=True)
+    print(announce(study, due, args.jobs), flush=True)
     failed = {}
     STOPPING.clear()
     STOPPED_BY.clear()
