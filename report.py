@@ -40,7 +40,7 @@ import common
 import eval as nlq_eval  # eval.py (the name shadows the builtin only in this module)
 import sweep
 from common import HelpFormatter, model_config
-from model import GPT, QUERY_MODE_ALIASES, QUERY_MODES
+from model import GPT, GPTConfig, QUERY_MODE_ALIASES
 
 
 # ------------------------------------------------------------------------------------------- the numbers
@@ -267,10 +267,12 @@ def setting(config, key):
     if key == "query_mode":
         value = QUERY_MODE_ALIASES.get(value, value)
     elif key == "attn_scale" and value is not None:
-        mode = setting(config, "query_mode")
-        n_embd, n_head = (config.get(k, common.DEFAULTS[k]) for k in ("n_embd", "n_head"))
-        factor = QUERY_MODES[mode].scale_factor if mode in QUERY_MODES else None
-        if factor is not None and math.isclose(value, factor / math.sqrt(n_embd // n_head)):
+        try:  # the mode's default scale, as GPTConfig resolves it
+            default = GPTConfig(**{k: config.get(k, common.DEFAULTS[k]) for k in ("n_embd", "n_head",
+                                                                                   "query_mode")}).attn_scale
+        except ValueError:  # a mode this code does not know (or without a default scale)
+            default = None
+        if default is not None and math.isclose(value, default):
             value = None
     elif value is None:
         value = (config.get("model_args") or {}).get(key)

@@ -127,16 +127,21 @@ def prompt_ids(start, meta, encode):
 
 
 def generate(model, meta, encode, decode, start="", num_samples=1, max_new_tokens=200, temperature=0.8,
-             top_k=None, seed=1337, device="cpu", use_cache=True):
+             top_k=None, seed=1337, device="cpu", use_cache=True, log=None):
     """num_samples texts (prompt included), each max_new_tokens tokens longer than the prompt.
 
     The RNG is seeded once, so the same seed and arguments give the same texts. temperature 0 = greedy.
     Only ids < meta["vocab_size"] are sampled (the padded embedding rows never are). use_cache: GPT.generate's
-    KV cache (the same texts either way, faster with it).
+    KV cache (the same texts either way, faster with it). log: called with a note (str) for a prompt longer
+    than block_size, or None.
     """
     ids = prompt_ids(start, meta, encode)
     if not ids:
         raise ValueError(f"--start {start!r} encodes to no tokens")
+    block_size = model.config.block_size
+    if log and len(ids) > block_size:
+        log(f"note: the prompt is {len(ids)} tokens, more than block_size {block_size}: each new token is "
+            f"predicted from the last {block_size}")
     x = torch.tensor([ids], dtype=torch.long, device=device)
     torch.manual_seed(seed)
     texts = []
@@ -188,12 +193,9 @@ def main(argv=None):
     meta, _ = find_dataset(args.out_dir, args.data_dir, need_data=False)  # the dataset and its tokenizer
     encode, decode = get_codec(meta, args.bpe_dir)  # first: quick to check, the weights may take minutes
     model, _, meta, _ = load_checkpoint(args.out_dir, device, args.data_dir, need_data=False)
-    n_prompt, block_size = len(prompt_ids(args.start, meta, encode)), model.config.block_size
-    if n_prompt > block_size:
-        print(f"note: the prompt is {n_prompt} tokens, more than block_size {block_size}: each new token is "
-              f"predicted from the last {block_size}", file=sys.stderr)
     texts = generate(model, meta, encode, decode, args.start, args.num_samples, args.max_new_tokens,
-                     args.temperature, args.top_k, args.seed, device, not args.no_cache)
+                     args.temperature, args.top_k, args.seed, device, not args.no_cache,
+                     log=lambda note: print(note, file=sys.stderr))
     for text in texts:
         print(text, "-" * 40, sep="\n", flush=True)
     return texts
