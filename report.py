@@ -274,7 +274,7 @@ def setting(config, key):
             default = None
         if default is not None and math.isclose(value, default):
             value = None
-    elif value is None:
+    elif value is None and key != "attn_scale":  # None: the mode's own scale, whatever model_args resolved
         value = (config.get("model_args") or {}).get(key)
     return value
 

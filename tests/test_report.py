@@ -445,9 +445,12 @@ def test_compare_plain_runs(tmp_path, capsys, monkeypatch):
 
 def test_compare_names_the_one_difference_and_refuses_a_folder_without_results(tmp_path, capsys):
     rows = [dict(iter=10, tokens=640, val_loss=2.0, ms_per_iter=1.0)]
-    write_plain_run(tmp_path / "a", rows, max_iters=10, query_mode="nonlinear", model_args=dict(mlp_hidden=512))
+    # model_args as train.py saves them: resolved (each mode's own attn_scale, which is no setting of the run)
+    write_plain_run(tmp_path / "a", rows, max_iters=10, query_mode="nonlinear",
+                    model_args=dict(mlp_hidden=512, attn_scale=0.0625))
     # mlp_hidden given as the default it resolves to (4 n_embd) is the same model as mlp_hidden=None
-    write_plain_run(tmp_path / "b", rows, max_iters=10, mlp_hidden=512, model_args=dict(mlp_hidden=512))
+    write_plain_run(tmp_path / "b", rows, max_iters=10, mlp_hidden=512,
+                    model_args=dict(mlp_hidden=512, attn_scale=0.125))
     text = report.main([str(tmp_path / "a"), str(tmp_path / "b"), "--out", str(tmp_path / "cmp")])
     assert "mlp_hidden" not in text  # a's None was built as 512
     a, b = tmp_path / "a", tmp_path / "b"
