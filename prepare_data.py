@@ -423,12 +423,19 @@ def split_indices(n_docs, val_fraction, seed, source):
 
 
 def check_lengths(counts, source, val_fraction, min_tokens=MIN_VAL_TOKENS):
-    """DataError unless both splits hold at least min_tokens tokens."""
+    """DataError unless both splits hold at least min_tokens tokens. The advice is one that can work: a
+    val_fraction between min_tokens / total and 1 - min_tokens / total, or a larger corpus if none can."""
+    total = sum(counts.values())
     for split, n in counts.items():
         if n < min_tokens:
-            fix = "raise" if split == "val" else "lower"
-            raise DataError(f"{source}: the {split} split has {n} tokens, shorter than one block of "
-                            f"{min_tokens}; {fix} --val_fraction (now {val_fraction}) or use a larger corpus")
+            problem = (f"{source}: the {split} split has {n} tokens, shorter than one block of {min_tokens}; ")
+            if total < 2 * min_tokens:  # no fraction gives both splits a block
+                raise DataError(problem + f"the corpus has {total:,} tokens in all and each split needs "
+                                f"{min_tokens}: use a corpus of at least {2 * min_tokens:,} tokens")
+            low, high = min_tokens / total, 1 - min_tokens / total
+            raise DataError(problem + f"{'raise' if split == 'val' else 'lower'} --val_fraction (now "
+                            f"{val_fraction}; {low:.3g} to {high:.3g} fits this corpus's {total:,} tokens, "
+                            f"roughly where documents are split whole) or use a larger corpus")
 
 
 def check_target(out_dir, overwrite):
