@@ -18,10 +18,12 @@ import argparse
 import ast
 import dataclasses
 import difflib
+import functools
 import json
 import math
 import os
 import re
+import subprocess
 import sys
 import tempfile
 import time
@@ -319,6 +321,35 @@ def model_config(cfg, data_vocab_size=None):
                          f"({data_vocab_size}); leave vocab_size unset (None) to size it from the data")
     return GPTConfig(**{**{k: cfg[k] for k in MODEL_KEYS}, "vocab_size": vocab_size,
                         "data_vocab_size": data_vocab_size})
+
+
+def param_counts(model_cfg):
+    """GPT(model_cfg).param_breakdown() (model.py: counts by role, ints), the model built on the meta device
+    (no memory, no weights); cached per config, so checking many runs of one arm builds it once."""
+    return dict(_param_counts(tuple(sorted(vars(model_cfg).items()))))
+
+
+@functools.lru_cache(maxsize=64)
+def _param_counts(items):
+    with torch.device("meta"):
+        return tuple(GPT(GPTConfig(**dict(items))).param_breakdown().items())
+
+
+def code_version():
+    """The git commit of the code this runs (the repository holding common.py) -> dict(commit: 40 hex digits,
+    edited: whether tracked .py files differ from it), or None outside a git checkout (a copy, no git). Saved
+    in each run's config.json, so that runs made with other code can be told apart."""
+    root = os.path.dirname(os.path.abspath(__file__))
+    try:
+        commit = subprocess.run(["git", "-C", root, "rev-parse", "HEAD"], capture_output=True, text=True,
+                                timeout=10)
+        edited = subprocess.run(["git", "-C", root, "status", "--porcelain", "--untracked-files=no", "--",
+                                 "*.py"], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):  # no git, or it hung
+        return None
+    if commit.returncode or edited.returncode:
+        return None
+    return dict(commit=commit.stdout.strip(), edited=bool(edited.stdout.strip()))
 
 
 # ------------------------------------------------------------------------------------------------ devices

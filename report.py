@@ -40,7 +40,7 @@ import common
 import eval as nlq_eval  # eval.py (the name shadows the builtin only in this module)
 import sweep
 from common import HelpFormatter, model_config
-from model import GPT, GPTConfig, QUERY_MODE_ALIASES
+from model import GPTConfig, QUERY_MODE_ALIASES
 
 
 # ------------------------------------------------------------------------------------------- the numbers
@@ -138,11 +138,10 @@ def final_losses(d):
 
 
 def param_counts(study, arm):
-    """(non_embedding, non_embedding_matrix) of the arm's model, built on the meta device
-    (no memory, no data)."""
+    """(non_embedding, non_embedding_matrix) of the arm's model as this clone's model.py builds it (no memory,
+    no data); a run made by a model.py that built another is refused by read_run (sweep.settings_diff)."""
     cfg = sweep.run_config(study, arm, study["grids"][arm][0], study["seeds"][0])
-    with torch.device("meta"):
-        counts = GPT(model_config(cfg)).param_breakdown()
+    counts = common.param_counts(model_config(cfg))
     return counts["non_embedding"], counts["non_embedding_matrix"]
 
 

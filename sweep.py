@@ -72,8 +72,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import difflib
 from common import (DEFAULTS, EXIT_DIVERGED, EXIT_INTERRUPTED, EXIT_PREEMPTED, HelpFormatter, atomic_write_text,
-                    check_value, eval_window_count, load_meta, open_split, parse_config, read_config_file,
-                    read_metrics)
+                    check_value, eval_window_count, load_meta, model_config, open_split, param_counts, parse_config,
+                    read_config_file, read_metrics)
 
 ROOT = os.path.dirname(os.path.abspath(__file__))  # the repository
 TRAIN_PY = os.path.join(ROOT, "train.py")
@@ -380,17 +380,31 @@ def settings_diff(study, arm, lr, seed):
     origin = saved.get("initialised_from")  # init_from says 'resume' once a run resumed; this keeps the start
     if origin is not None and origin != wanted["init_from"]:
         diff["initialised_from"] = (origin, wanted["init_from"])
+    # the same settings, another model: model.py changed since the run was made (runs made before nlq saved
+    # its counts are not checked)
+    made = (saved.get("param_counts") or {}).get("non_embedding")
+    now = param_counts(model_config(wanted))["non_embedding"]
+    if made is not None and made != now:
+        diff[CODE_CHANGED] = (made, now)
     return diff
 
 
-def clash_fix(study):
-    """What to do when a study's runs folder holds other experiments: never delete runs someone made."""
+CODE_CHANGED = "non-embedding parameters"  # settings_diff's key for a model that model.py builds otherwise now
+
+
+def clash_fix(study, diffs=()):
+    """What to do when a study's runs folder holds other experiments (diffs: their settings_diff dicts): never
+    delete runs someone made."""
+    code = ("" if not any(CODE_CHANGED in d for d in diffs) else
+            "the settings are the study's, but this clone's model.py builds another model from them: it changed "
+            "since the runs were made (each run's config.json names its commit under 'code'). Restore that "
+            "model.py, or give the changed query mode's arm a new name (new runs), or ")
     if study.get("quick"):
-        return (f"{study['runs_dir']} is scratch space for --quick (nothing committed is there): delete it "
+        return (f"{code}{study['runs_dir']} is scratch space for --quick (nothing committed is there): delete it "
                 f"and run again")
     own = ("set runs_dir to a new folder" if study["runs_dir"] == study["own_runs_dir"] else
            f"leave out runs_dir (the default is {study['own_runs_dir']}) or set runs_dir to a new folder")
-    return (f"give this study its own runs folder: {own}. Share a runs_dir only between "
+    return (f"{code}give this study its own runs folder: {own}. Share a runs_dir only between "
             f"studies whose arms are the same experiments (same config, overrides and arm settings); to try a "
             f"study at fewer steps, use python sweep.py STUDY --quick")
 
@@ -401,7 +415,7 @@ def check_settings(study, arm, lr, seed):
     diff = settings_diff(study, arm, lr, seed)
     if diff:
         raise ValueError(f"{run_dir(study, arm, lr, seed)} holds a run with other settings (saved, study): "
-                         f"{diff}; {clash_fix(study)}")
+                         f"{diff}; {clash_fix(study, [diff])}")
 
 
 RUN_NAME = re.compile(r"lr(.+)_seed(-?\d+)")
@@ -447,10 +461,11 @@ def check_shared_runs(study, path):
     by another study that shares the folder, at any learning rate and seed) holds a run with other settings
     than this study would give it: the study would read another experiment's results as its own. Names how
     many, the first few with their differences, and a fix that deletes nothing."""
-    clashes = []
+    clashes, diffs = [], []
     for arm, lr, seed in existing_runs(study):
         diff = settings_diff(study, arm, lr, seed)
         if diff:
+            diffs.append(diff)
             clashes.append(f"{run_dir(study, arm, lr, seed)}: " + ", ".join(
                 f"{k} {saved!r} (study: {wanted!r})" for k, (saved, wanted) in diff.items()))
     for name, contents in data_of_runs(study).items():  # one dataset name, two datasets: not comparable
@@ -462,7 +477,7 @@ def check_shared_runs(study, path):
                                             if len(clashes) > 3 else "")
         raise ValueError(f"study file {path}: {len(clashes)} run folder(s) in {study['runs_dir']} hold runs "
                          f"made with other settings than this study's, which it would take as its own:\n  "
-                         f"{shown}\nTo fix it, {clash_fix(study)}.")
+                         f"{shown}\nTo fix it, {clash_fix(study, diffs)}.")
 
 
 # ----------------------------------------------------------------------------------------------- the runs

@@ -42,12 +42,12 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from common import (DEFAULTS, EXIT_DIVERGED, EXIT_INTERRUPTED, EXIT_PREEMPTED, MODEL_KEYS, atomic_write_text,
-                    autocast, check_fsdp_support, check_same_dataset, damaged_checkpoint, end_distributed,
-                    estimate_loss, eval_window_count, eval_windows, format_config, full_split_loss,
-                    full_split_windows, get_batch, is_fsdp, load_checkpoint, load_meta, make_writable_folder,
-                    model_config, open_split, parse_config, read_metrics, resolve_device, safe_exp, save_checkpoint,
-                    settings_help, setup_distributed, shard_model, use_compile, validate, window_starts)
+from common import (DEFAULTS, EXIT_DIVERGED, EXIT_INTERRUPTED, EXIT_PREEMPTED, MODEL_KEYS, atomic_write_text, autocast,
+                    check_fsdp_support, check_same_dataset, code_version, damaged_checkpoint, end_distributed,
+                    estimate_loss, eval_window_count, eval_windows, format_config, full_split_loss, full_split_windows,
+                    get_batch, is_fsdp, load_checkpoint, load_meta, make_writable_folder, model_config, open_split,
+                    param_counts, parse_config, read_metrics, resolve_device, safe_exp, save_checkpoint, settings_help,
+                    setup_distributed, shard_model, use_compile, validate, window_starts)
 from model import GPT, GPTConfig
 from prepare_data import BIN_FILES, SHIPPED_DATASETS, DataError, prepare_shipped
 
@@ -652,7 +652,9 @@ def train_until_stopped(cfg, stop, held):
         atomic_write_text(os.path.join(cfg["out_dir"], "config.json"), json.dumps(
             {**cfg, "model_args": vars(model_cfg), "world_size": world_size, "resolved_device": device,
              "resolved_dtype": str(ptdtype), "tokens_per_iter": tokens_per_iter, "lr_decay_iters_resolved":
-             decay_iters, "dataset_meta": meta, "initialised_from": origin}, indent=2))
+             decay_iters, "dataset_meta": meta, "initialised_from": origin,
+             # what the code built, and which code: sweep.py and report.py refuse runs that other code made
+             "param_counts": param_counts(model_cfg), "code": code_version()}, indent=2))
         # a fresh run starts a fresh log; a resumed one drops lines written after its checkpoint (and the
         # checkpoint's own iter when its eval is still to come)
         append_metrics(cfg["out_dir"], None, truncate_after=-1 if resumed_at is None

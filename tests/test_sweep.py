@@ -10,6 +10,7 @@ import time
 
 import pytest
 
+import common
 import report
 import sweep
 from conftest import ROOT, write_tiny_dataset
@@ -468,6 +469,32 @@ def test_a_clashing_study_is_refused_before_any_run_starts(study_file, tmp_path,
     shutil.rmtree(sweep.run_dir(study, "nonlinear", 3e-3, 1))
     with pytest.raises(ValueError, match="1 run folder"):
         sweep.load_study(str(clash))
+
+
+def test_runs_made_by_another_model_py_are_refused(study_file, tmp_path):
+    """The same settings, another model: config.json records the parameter counts train.py built. A run whose
+    counts differ from what this clone's model.py builds for its arm (model.py changed since, e.g. a query mode
+    edited) is refused by the sweep and the report, naming both counts, the commit and a fix."""
+    study = sweep.load_study(str(study_file))
+    finished_run(study, "nonlinear", 1e-2, 1)
+    path = os.path.join(sweep.run_dir(study, "nonlinear", 1e-2, 1), "config.json")
+    saved = json.loads(open(path).read())
+    built = common.param_counts(common.model_config(saved))
+    for counts, refused in ((built, False), ({**built, "non_embedding": built["non_embedding"] - 1024}, True)):
+        with open(path, "w") as f:
+            json.dump({**saved, "param_counts": counts, "code": dict(commit="0123abc" * 5 + "01234", edited=False)},
+                      f)
+        if not refused:
+            sweep.load_study(str(study_file))  # the counts this model.py builds: the run is the study's
+            continue
+        for main in (sweep.main, report.main):
+            with pytest.raises(ValueError) as e:
+                main([str(study_file)])
+            message = str(e.value)
+            assert (f"lr0.01_seed1: non-embedding parameters {built['non_embedding'] - 1024} (study: "
+                    f"{built['non_embedding']})") in message
+            assert "this clone's model.py builds another model from them" in message
+            assert "config.json names its commit under 'code'" in message and "new name" in message
 
 
 def test_runs_on_other_data_are_refused_before_any_run(study_file, tmp_path, monkeypatch, capsys):

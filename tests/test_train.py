@@ -309,6 +309,22 @@ def test_resume_compares_the_model_as_built_not_the_config_text(data_dir, tmp_pa
     assert torch.load(tmp_path / "ckpt.pt", weights_only=True)["model_args"]["attn_scale"] == 0.1
 
 
+def test_config_json_records_the_model_built_and_the_code(data_dir, tmp_path):
+    """config.json keeps the parameter counts of the model as built and the git commit of the code, so that
+    sweep.py and report.py can tell runs made by another model.py (tests/test_sweep.py)."""
+    train.train(tiny_cfg(data_dir, tmp_path, max_iters=1, eval_interval=1))
+    saved = json.loads((tmp_path / "config.json").read_text())
+    model = common.model_from_checkpoint(common.load_checkpoint(str(tmp_path / "ckpt.pt")), "")
+    assert saved["param_counts"] == model.param_breakdown()
+    assert saved["param_counts"]["non_embedding"] == sum(p.numel() for p in model.transformer.h.parameters()) \
+        + sum(p.numel() for p in model.transformer.ln_f.parameters())
+    head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, text=True)
+    if head.returncode == 0:  # a git checkout (CI's clean clone): its commit, and whether .py files differ
+        assert saved["code"]["commit"] == head.stdout.strip() and type(saved["code"]["edited"]) is bool
+    else:  # a copy without git
+        assert saved["code"] is None
+
+
 def test_resume_refuses_other_optimizer_settings_and_seed_and_keeps_the_record(data_dir, tmp_path):
     """A changed optimizer setting would be half applied (the loaded optimizer state keeps its betas and weight
     decay) and a new seed redraws the eval windows; config.json must keep describing what was trained."""
