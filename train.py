@@ -813,7 +813,7 @@ def train_until_stopped(cfg, stop, held):
             log(f"iter {iter_num}: loss {step_loss:.4f}, lr {lr:.2e}, {1000 * step:.1f} ms/iter, "
                 f"{tokens_per_iter / max(step, 1e-9):,.0f} tokens/s"
                 + (f", MFU {100 * mfu:.1f}%" if mfu else "")
-                + f", elapsed {clock(time.time() - started)}, ETA {clock(eta)}"
+                + f", elapsed {clock(elapsed_before + time.time() - started)}, ETA {clock(eta)}"
                 + (" + the whole-split eval" if cfg["eval_full_at_end"] else ""))
             log_steps, log_time = 0, 0.0
         if nonfinite_steps >= cfg["max_nonfinite_steps"]:

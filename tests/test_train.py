@@ -3,6 +3,7 @@ configs."""
 import contextlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -307,6 +308,17 @@ def test_resume_compares_the_model_as_built_not_the_config_text(data_dir, tmp_pa
     train.train(tiny_cfg(data_dir, tmp_path, max_iters=2, eval_interval=1, init_from="resume", attn_scale=0.1,
                          mlp_hidden=4 * n_embd))
     assert torch.load(tmp_path / "ckpt.pt", weights_only=True)["model_args"]["attn_scale"] == 0.1
+
+
+def test_a_resumed_run_logs_the_runs_elapsed_time_not_this_starts(data_dir, tmp_path, capsys):
+    """The log's 'elapsed' goes on from the checkpoint's, as metrics.jsonl's elapsed_s does."""
+    train.train(tiny_cfg(data_dir, tmp_path, max_iters=3, eval_interval=3))
+    ckpt = torch.load(tmp_path / "ckpt.pt", weights_only=False)
+    torch.save({**ckpt, "elapsed_s": 3600.0}, tmp_path / "ckpt.pt")  # as if the first start had trained an hour
+    capsys.readouterr()
+    train.train(tiny_cfg(data_dir, tmp_path, max_iters=4, eval_interval=3, init_from="resume"))
+    assert re.search(r"iter 4: loss [^\n]*, elapsed 1:00:0\d,", capsys.readouterr().out)
+    assert common.read_metrics(str(tmp_path))[-1]["elapsed_s"] >= 3600.0
 
 
 def test_config_json_records_the_model_built_and_the_code(data_dir, tmp_path):
