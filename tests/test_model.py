@@ -122,9 +122,24 @@ def test_param_counts():
             == pytest.approx(1.125, abs=1e-12))
     # the nonlinear arm matches the linear one's matrix budget
     assert counts["nonlinear"]["non_embedding_matrix"] == counts["linear"]["non_embedding_matrix"]
-    for c in counts.values():
-        parts = ("embedding", "lm_head", "attn_q", "attn_kv", "attn_out", "mlp", "norms")
-        assert sum(c[k] for k in parts) == c["total"]
+
+
+@pytest.mark.parametrize("mode", QUERY_MODES)
+def test_param_accounting(mode):
+    """Any query mode (a new one too: pytest -k MODE selects this): its parts sum to the total; attn_q is all
+    the mode adds over identity, its own parameters plus W_Q's rows where it fuses them into c_attn; the FLOPs
+    count every matmul weight it adds."""
+    model, identity = build(query_mode=mode), build(query_mode="identity")
+    c, base = model.param_breakdown(), identity.param_breakdown()
+    parts = ("embedding", "lm_head", "attn_q", "attn_kv", "attn_out", "mlp", "norms")
+    assert sum(c[k] for k in parts) == c["total"] == sum(p.numel() for p in model.parameters())
+    C, L, q_width = model.config.n_embd, model.config.n_layer, model.transformer.h[0].attn.q_width
+    queries = [block.attn.query for block in model.transformer.h]
+    own = sum(p.numel() for q in queries for p in q.parameters())
+    assert c["attn_q"] == own + L * q_width * (C + model.config.bias) == c["total"] - base["total"]
+    assert c["non_embedding"] - base["non_embedding"] == c["attn_q"]
+    matmul = sum(m.weight.numel() for q in queries for m in q.modules() if isinstance(m, torch.nn.Linear))
+    assert model.flops_per_token() - identity.flops_per_token() == 6 * (matmul + L * q_width * C)
 
 
 def test_flops_and_mfu():
