@@ -199,14 +199,14 @@ def bench(cfg, opts):
 def table(rows, device):
     """Rows as a markdown table, with each mode's tokens/s relative to the first mode."""
     ref = rows[0]["tokens_per_s"]
-    ranks = rows[0]["world_size"]
+    ranks, cuda = rows[0]["world_size"], device.startswith("cuda")
     how = ("one process" if rows[0]["parallel"] == "single" else
            f"{rows[0]['parallel'].upper()}, {ranks} rank{'s' if ranks > 1 else ''} (figures per rank)")
     lines = [f"device: {device_name(device)}, torch {torch.__version__}, {time.strftime('%Y-%m-%d')}, "
              f"vocab {rows[0]['vocab_size']}, {rows[0]['params']:,} parameters ({rows[0]['query_mode']}), "
              f"{how}",
              "| query_mode | compile | dtype | batch x block | ms/iter (median) | p10-p90 ms | tokens/s | "
-             f"vs {rows[0]['query_mode']} | MFU | peak mem MB |",
+             f"vs {rows[0]['query_mode']} | MFU | {'peak mem MB' if cuda else 'process peak RSS MB so far'} |",
              "|---|---|---|---|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         mfu = f"{100 * r['mfu']:.1f}%" if r["mfu"] is not None else "n/a"
@@ -214,6 +214,9 @@ def table(rows, device):
                      f"{r['block_size']} | {r['ms_per_iter']:.1f} | {r['ms_p10']:.1f}-{r['ms_p90']:.1f} "
                      f"| {r['tokens_per_s']:,.0f} | {r['tokens_per_s'] / ref:.3f} | {mfu} "
                      f"| {r['peak_mem_mb']:,.0f} |")
+    if not cuda:
+        lines += ["(CPU: the process's peak RSS only rises, so the column grows with each mode run before; it does "
+                  "not rank the modes. Their activation memory, exactly: python bench/saved_activations.py)"]
     if ranks > 1:
         lines += [f"peak mem MB of ranks 0..{ranks - 1}: " + "; ".join(
             f"{r['query_mode']} " + ", ".join(f"{m:,.0f}" for m in r["peak_mem_mb_per_rank"]) for r in rows)]

@@ -96,6 +96,8 @@ def test_bench_runs_it(capsys):
                                       "--batch_size=2", "--device=cpu", "--vocab_size=64", "--compile=False"])
     rows, _ = bench.bench(cfg, opts)
     assert [r["query_mode"] for r in rows] == ["linear", MODE] and all(r["ms_per_iter"] > 0 for r in rows)
+    lines = bench.table(rows, "cpu").splitlines()  # on the CPU the memory column is a running maximum: said so
+    assert lines[1].endswith("| MFU | process peak RSS MB so far |") and "does not rank the modes" in lines[-1]
 
 
 def test_a_checkpoint_of_the_mode_names_its_modules(tmp_path):
