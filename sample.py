@@ -17,7 +17,7 @@ import sys
 import torch
 
 from common import (MAX_SEED, HelpFormatter, check_same_dataset, load_checkpoint as read_checkpoint,
-                    model_from_checkpoint, resolve_device)
+                    model_from_checkpoint, read_metrics, resolve_device)
 from prepare_data import DataError, get_codec, load_meta, read_text
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -110,6 +110,16 @@ def load_checkpoint(out_dir, device="cpu", data_dir=None, need_data=True, datase
     return model, ckpt, meta, data
 
 
+def checkpoint_note(out_dir, ckpt):
+    """'sampling from OUT/ckpt.pt, iter N': which weights are sampled, and, for a run that diverged after its
+    last checkpoint, that these are the last finite ones (for the user who did not see the run's end)."""
+    rows = read_metrics(out_dir)
+    note = f"sampling from {os.path.join(out_dir, 'ckpt.pt')}, iter {ckpt['iter_num']:,}"
+    if rows and rows[-1].get("diverged"):
+        note += f" (the run diverged at iter {rows[-1]['iter']:,}: these are its last finite weights)"
+    return note
+
+
 def prompt_ids(start, meta, encode):
     """Prompt token ids: the text of --start (FILE:path reads a file); empty -> eot (gpt2) or encoded
     newline."""
@@ -192,7 +202,8 @@ def main(argv=None):
     device, _, _ = resolve_device({"device": args.device, "dtype": "float32"})  # clear error if absent
     meta, _ = find_dataset(args.out_dir, args.data_dir, need_data=False)  # the dataset and its tokenizer
     encode, decode = get_codec(meta, args.bpe_dir)  # first: quick to check, the weights may take minutes
-    model, _, meta, _ = load_checkpoint(args.out_dir, device, args.data_dir, need_data=False)
+    model, ckpt, meta, _ = load_checkpoint(args.out_dir, device, args.data_dir, need_data=False)
+    print(checkpoint_note(args.out_dir, ckpt), file=sys.stderr)
     texts = generate(model, meta, encode, decode, args.start, args.num_samples, args.max_new_tokens,
                      args.temperature, args.top_k, args.seed, device, not args.no_cache,
                      log=lambda note: print(note, file=sys.stderr))

@@ -77,7 +77,8 @@ def test_diverging_run_stops_and_keeps_the_finite_checkpoint(char_data, tmp_path
     assert sweep.is_diverged(last) and sweep.final_val_loss(last) is None
 
 
-def test_diverging_run_on_the_command_line_exits_3_and_sample_still_works(char_data, tmp_path):
+def test_diverging_run_on_the_command_line_exits_3_and_sample_still_works(char_data, tmp_path, capsys):
+    """sample.py then samples the last finite checkpoint, and says so."""
     out = tmp_path / "nan"
     args = [f"--{k}={v}" for k, v in {**T_SETTINGS, **BLOW_UP}.items()]
     result = subprocess.run([sys.executable, str(ROOT / "train.py"), f"--data_dir={char_data}",
@@ -87,6 +88,10 @@ def test_diverging_run_on_the_command_line_exits_3_and_sample_still_works(char_d
     assert "error: training diverged at iter" in result.stderr and "Traceback" not in result.stderr
     texts = sample.main(["--out_dir", str(out), "--max_new_tokens", "5", "--data_dir", str(char_data)])
     assert len(texts) == 1 and len(texts[0]) == 1 + 5  # newline prompt + 5 characters
+    saved, last = torch.load(out / "ckpt.pt", weights_only=True)["iter_num"], common.read_metrics(str(out))[-1]
+    assert last["diverged"] and last["iter"] > saved
+    assert (f"sampling from {out / 'ckpt.pt'}, iter {saved} (the run diverged at iter {last['iter']}: these are "
+            f"its last finite weights)") in capsys.readouterr().err
 
 
 def test_non_finite_checkpoint_gets_a_clear_error_in_sample_and_eval(char_data, tmp_path):
