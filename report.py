@@ -306,7 +306,7 @@ def plot_runs(runs, path):
                         label=run["name"])
         if rows[-1].get("val_loss_full") is not None:
             ax.plot(rows[-1]["tokens"], rows[-1]["val_loss_full"], "x", ms=8, color=line.get_color())
-    ax.set(xlabel="training tokens", ylabel="val loss (nats/token; x: whole split)",
+    ax.set(xlabel="training tokens", ylabel="val loss (nats/token; ×: whole split)",
            title="val loss of each run (one seed each: no call)")
     ax.grid(alpha=0.3)
     if ax.lines:
@@ -365,7 +365,8 @@ def header(study_path, study, out):
                  f"stalled. Its runs skip the whole-split eval, so where the study's text below speaks of "
                  f"the whole val split, this try has the last fixed-window val loss (Method).** {about}")
     now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    machine = f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs"
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()  # usable ones
+    machine = f"{platform.processor() or platform.machine()}, {cpus} CPUs"
     return (f"# Study {study['name']}\n\n{about}\n\nProduced by (from the repository root):\n\n```\n"
             + "\n".join(cmds) + f"\n```\n\nGenerated {now} on {machine}; Python {platform.python_version()}, "
             f"torch {torch.__version__}. Raw runs (each run's metrics.jsonl and config.json): "
@@ -743,6 +744,12 @@ def gap_table(study, data):
     return "\n".join(lines)
 
 
+CURVES_CAPTION = ("The val-loss curves of the final runs at each arm's chosen rate: the line is the mean over "
+                  "seeds, the band their min–max; iter 0 (the untrained model) is left out. Against tokens the "
+                  "arms are compared; against seconds (right) the curves depend on the machine, its load and "
+                  "how many runs shared it (`--jobs`): a guide to cost, not a measurement (bench.py is one).")
+
+
 def plot_curves(data, path):
     """val loss (fixed windows) vs training tokens and vs training seconds, per arm at its chosen lr: mean
     over the final seeds (line) and min–max (band)."""
@@ -764,8 +771,10 @@ def plot_curves(data, path):
                              color=line.get_color())
         axes[1].plot([np.mean(by_time[x]) for x in xs], mean, marker="o", ms=3, color=line.get_color(),
                      label=arm)
-    axes[0].set(xlabel="training tokens", ylabel="val loss (nats/token, fixed windows)")
-    axes[1].set(xlabel="training seconds (mean over seeds; evals excluded)", ylabel="val loss (nats/token)")
+    axes[0].set(xlabel="training tokens", ylabel="val loss (nats/token, fixed windows)",
+                title="mean over final seeds; band: min–max")
+    axes[1].set(xlabel="training seconds (mean over seeds; evals excluded)", ylabel="val loss (nats/token)",
+                title="seconds: this machine, its load and --jobs")
     for ax in axes:
         ax.grid(alpha=0.3)
         if ax.lines:
@@ -932,7 +941,7 @@ def write_report(study_path, study, data, out, stage):
         header(study_path, study, out), "## Results", method(study, tokenizer),
         results_table(study, data, tokenizer), *stall_caution(data), *precision, "![forest plot](forest.png)",
         *contrasts,
-        "![val loss](val_loss.png)", *curves, *reading,
+        "![val loss](val_loss.png)", CURVES_CAPTION, *curves, *reading,
         (f"## Learning-rate search (mean final loss over selection seeds {study['selection_seeds']})"
          if study["selection_seeds"] else "## Learning rates (one per arm, given by the study: no search)"),
         search_table(study, data),

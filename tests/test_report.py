@@ -124,7 +124,8 @@ def test_reading_is_kept_across_rebuilds(tmp_path):
     (out / "reading.md").write_text("paired_wins is lower, CI [-0.0406, -0.0027].\n")
     text = report.main([str(path), "--out", str(out)])
     reading = "## Reading\n\npaired_wins is lower, CI [-0.0406, -0.0027].\n\n## "
-    assert "![val loss](val_loss.png)\n\n" + reading in text
+    assert "![val loss](val_loss.png)\n\n" + report.CURVES_CAPTION + "\n\n" + reading in text
+    assert "band their min–max" in report.CURVES_CAPTION and "(`--jobs`)" in report.CURVES_CAPTION
     again = report.main([str(path), "--out", str(out)])  # a rebuild keeps it once, unchanged
     assert again.count("## Reading") == 1 and (out / "reading.md").read_text().strip() in again
 
