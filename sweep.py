@@ -590,6 +590,14 @@ STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, si
 STOPPED_BY = []  # the name of the first stop signal the sweep got
 
 
+class SweepStopped(RuntimeError):
+    """A stop signal ended the sweep; exit_code is train.py's for the same signal (130 Ctrl-C, 144 others)."""
+
+    def __init__(self, message, exit_code):
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
 def stop_runs(signum, frame=None):
     """Signal handler of the local sweep: send SIGTERM (one of train.py's stop signals, whichever signal the
     sweep got) to every running train.py, which checkpoints at its next step boundary and exits with
@@ -774,7 +782,8 @@ def announce(study, due, jobs):
         (timing[arm][1] if arm in timing else mean(1)) if evals_known else 0.0)
     wall = sum(per_run(run[0], n) for run, n in steps.items()) / max(1, min(jobs, len(due)))
     speed = sorted(1000 * step for step, _ in timing.values())
-    return (f"{head}; about {f'{wall / 3600:.1f} h' if wall >= 3600 else f'{wall / 60:.0f} min'} at --jobs "
+    return (f"{head}; about {f'{wall / 3600:.1f} h' if wall >= 3600 else f'{max(1, round(wall / 60))} min'} at "
+            f"--jobs "
             f"{jobs}, timed on the finished runs in {source} ({speed[0]:.0f}-{speed[-1]:.0f} ms/step by arm"
             + (f", plus {mean(1):.0f} s of evals per run" if evals_known else "; evals not included")
             + ("; quick runs skip the whole-split eval, a full run adds it" if QUICK_DIR in source
@@ -885,13 +894,15 @@ def dry_run(study, tokens_per_s=None, bench_json=None):
     lines.append(f"| **all** | | | | | {finished} | {now} | {first} | {fewest} | {most} "
                  f"| {total['hours'][0]:,.1f} | {total['hours'][2]:,.1f} |")
     h_first, h_fewest, h_most = total["hours"]
-    cost = (f"{h_fewest:,.1f}-{h_most:,.1f} {unit}-hours (first wave: {first} runs, {h_first:,.1f} {unit}-hours)"
-            if not untimed else f"{unit}-hours unknown until {', '.join(untimed)} has a finished run to time "
-                                f"(first wave: {first} runs)")
+    span = lambda lo, hi, fmt: f"{lo:{fmt}}" if f"{lo:{fmt}}" == f"{hi:{fmt}}" else f"{lo:{fmt}}-{hi:{fmt}}"
+    cost = (f"{span(h_fewest, h_most, ',.1f')} {unit}-hours (first wave: {first} runs, {h_first:,.1f} "
+            f"{unit}-hours)" if not untimed else
+            f"{unit}-hours unknown until {' and '.join(untimed)} ha{'ve' if len(untimed) > 1 else 's'} a finished "
+            f"run to time (first wave: {first} runs)")
     lines += ["", "finished: runs done; due now: what the sweep would start now; first wave: the base grid on the "
                   "selection seeds; fewest / most: the whole study without / with every grid extension the search "
                   "may add (half steps and final seeds included)",
-              "", f"The study: {fewest}-{most} runs, {cost}; {finished} finished, {now} due now."
+              "", f"The study: {span(fewest, most, 'd')} runs, {cost}; {finished} finished, {now} due now."
               + (" Complete: the sweep has nothing to run; report.py writes its report, and --quick tries the "
                  "study in the scratch folder." if now == 0 else ""),
               data_status(study, complete=now == 0)]
@@ -1237,9 +1248,10 @@ def main(argv=None):
     if STOPPING.is_set():
         stopped = [f for f in failed.values() if "was stopped by a signal" in f or "was interrupted" in f]
         how = "interrupted (Ctrl-C)" if STOPPED_BY[0] == "SIGINT" else f"stopped by {STOPPED_BY[0]}"
-        raise RuntimeError(f"the sweep was {how}: {len(stopped)} running run(s) stopped, none started after "
+        raise SweepStopped(f"the sweep was {how}: {len(stopped)} running run(s) stopped, none started after "
                            f"it; run the same command again to go on (each stopped run resumes from its last "
-                           f"checkpoint, or starts again if it had none)")
+                           f"checkpoint, or starts again if it had none)",
+                           EXIT_INTERRUPTED if STOPPED_BY[0] == "SIGINT" else EXIT_PREEMPTED)
     print("chosen learning rates:", json.dumps({arm: plan(study, arm)["chosen"] for arm in study["arms"]}))
     if failed:
         raise RuntimeError(f"{len(failed)} run(s) did not finish; the others did:\n"
@@ -1249,7 +1261,11 @@ def main(argv=None):
 if __name__ == "__main__":
     try:
         main()
+    except SweepStopped as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(e.exit_code)
     except (ValueError, FileNotFoundError, RuntimeError) as e:
         sys.exit(f"error: {e}")
     except KeyboardInterrupt:
-        sys.exit("interrupted; run the same command again to resume (finished runs are kept)")
+        print("interrupted; run the same command again to resume (finished runs are kept)", file=sys.stderr)
+        sys.exit(EXIT_INTERRUPTED)

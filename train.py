@@ -559,6 +559,8 @@ def train_until_stopped(cfg, stop, held):
     rank, local_rank, world_size = setup_distributed(cfg)
     master = rank == 0
     log = print if master else (lambda *a, **k: None)
+    if not master:  # every rank resolves the same settings: rank 0 warns about them once, as it logs
+        warnings.filterwarnings("ignore", module=__name__)
     accum = cfg["gradient_accumulation_steps"]
     if accum % world_size:
         raise ValueError(f"gradient_accumulation_steps={accum} is not divisible by the {world_size} "

@@ -392,7 +392,7 @@ def test_a_sigterm_to_the_sweep_stops_its_runs_at_a_checkpoint(tmp_path):
                 os.kill(pid, signal.SIGKILL)
     assert not orphans
     assert "stopped: linear lr=0.003 seed=2 (it resumes from its last checkpoint" in stdout
-    assert "FAILED" not in stdout and proc.returncode == 1
+    assert "FAILED" not in stdout and proc.returncode == common.EXIT_PREEMPTED  # as train.py's for a SIGTERM
     assert "the sweep was stopped by SIGTERM: 1 running run(s) stopped, none started after it" in stderr
     assert "stopped by SIGTERM after iter" in open(os.path.join(out, "train.log")).read()
 
@@ -418,7 +418,7 @@ def test_any_stop_signal_reaches_the_runs_as_sigterm(monkeypatch):
                                        signal.SIGUSR2}
 
 
-def test_per_arm_given_learning_rates_skip_the_search(study_file):
+def test_per_arm_given_learning_rates_skip_the_search(study_file, capsys):
     """learning_rates as a dict arm -> [lr] with no selection seeds: each arm's rate is given (e.g. chosen by
     an earlier study) and only the final seeds are due."""
     text = study_file.read_text().replace("learning_rates = [1e-2, 3e-3]",
@@ -427,6 +427,9 @@ def test_per_arm_given_learning_rates_skip_the_search(study_file):
     study = sweep.load_study(str(study_file))
     assert sweep.due_runs(study) == [("linear", 3e-3, 2), ("nonlinear", 5e-3, 2)]
     assert sweep.plan(study, "nonlinear")["chosen"] == 5e-3
+    sweep.main([str(study_file), "--dry_run", "--tokens_per_s=100"])  # no search: one count of runs, not "2-2"
+    assert "The study: 2 runs, 0.0 CPU-hours (first wave: 2 runs, 0.0 CPU-hours); 0 finished, 2 due now." \
+        in capsys.readouterr().out
     bad = study_file.read_text().replace("'nonlinear': [5e-3]", "'nonlinear': [5e-3, 1e-2]")
     study_file.write_text(bad)
     with pytest.raises(ValueError, match="selection_seeds must be a non-empty list of ints"):
