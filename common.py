@@ -225,19 +225,37 @@ def parse_override(arg):
 
 def read_config_file(path, kind="config file"):
     """The settings a config file (or, kind="study file", a study file) assigns (plain Python; names starting
-    with _ and imported modules skipped)."""
+    with _ and imported modules skipped). ValueError for a file that fails, exits, or writes a dict with a key
+    twice (Python keeps the last silently: two arms with one name would be one arm)."""
     if os.path.isdir(path):
         raise FileNotFoundError(f"{kind} {path} is a folder, not a file")
     if not os.path.isfile(path):
         raise FileNotFoundError(f"{kind} {path} not found")
-    namespace = {}
+    namespace, failed = {}, lambda e: ValueError(f"{kind} {path} failed: {type(e).__name__}: {e}")
     try:
         with open(path) as f:
-            exec(compile(f.read(), path, "exec"), namespace)
-    except Exception as e:  # a syntax error or a failing line: say which file, not a traceback
-        raise ValueError(f"{kind} {path} failed: {type(e).__name__}: {e}") from e
+            tree = ast.parse(f.read(), path)
+    except (SyntaxError, ValueError, UnicodeDecodeError) as e:  # not Python: say which file, not a traceback
+        raise failed(e) from e
+    check_repeated_keys(tree, path, kind)
+    try:
+        exec(compile(tree, path, "exec"), namespace)
+    except (Exception, SystemExit) as e:  # a failing line, or sys.exit (which would end the run as a success)
+        raise failed(e) from e
     return {k: v for k, v in namespace.items()
             if not k.startswith("_") and not callable(v) and type(v).__name__ != "module"}
+
+
+def check_repeated_keys(tree, path, kind):
+    """ValueError if a dict written out in the file (ast tree) repeats a key."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Dict):
+            keys = [ast.literal_eval(k) for k in node.keys if isinstance(k, ast.Constant)]
+            repeated = sorted({k for k in keys if keys.count(k) > 1}, key=str)
+            if repeated:
+                raise ValueError(f"{kind} {path}, line {node.lineno}: a dict repeats the key(s) "
+                                 f"{', '.join(map(repr, repeated))}; Python keeps only the last value of each, "
+                                 f"so give each entry its own key")
 
 
 def parse_config(argv):

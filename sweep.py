@@ -123,6 +123,11 @@ def load_study(path, quick=None):
     for key, (ok, want) in first.items():
         if not ok:
             raise ValueError(f"study file {path}: {key} must be {want}")
+    owner = os.path.join(ROOT, "studies", study["name"] + ".py")  # results/<name>/ is that study's
+    if os.path.isfile(owner) and not os.path.samefile(owner, path):
+        raise ValueError(f"study file {path}: its name {study['name']!r} is the study {os.path.relpath(owner)}'s "
+                         f"(taken over from it by an import or a copy?), whose report and runs are in "
+                         f"results/{study['name']}/; set name = '...' to a name of this study's own")
     if not os.path.isfile(study["config"]):
         where = ("" if os.path.isabs(study["config"]) or os.path.samefile(os.getcwd(), ROOT) else
                  f" (a relative path in a study file is read from the folder you run in, {os.getcwd()}; "

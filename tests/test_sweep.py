@@ -278,6 +278,14 @@ def test_edited_study_does_not_reuse_old_runs(study_file, tmp_path):
      r"reference must be the name of one of the arms \(linear, nonlinear\), got \['linear'\]"),
     (("max_extensions = 0", "contrasts = [('nonlinear', 'lowrnak', 'x')]"),
      r"contrasts name \['lowrnak'\], which are not arms of this study; its arms: linear, nonlinear"),
+    # two arms under one name would be one arm (Python keeps the last): the reference could train another model
+    (("'nonlinear': dict(", "'linear': dict(query_mode='identity'), 'nonlinear': dict("),
+     r"bad\.py, line 5: a dict repeats the key\(s\) 'linear'; Python keeps only the last value"),
+    (("max_extensions = 0", "import sys; sys.exit(0)"), r"study file .*bad\.py failed: SystemExit: 0"),
+    # a study that imports (or copies) a committed one and keeps its name would write that study's report
+    (("name = 'tiny'", "from studies.enwiki_cpu import name"),
+     r"its name 'enwiki_cpu' is the study studies/enwiki_cpu\.py's \(taken over from it by an import or a copy\?\)"
+     r", whose report and runs are in results/enwiki_cpu/; set name = '\.\.\.' to a name of this study's own"),
 ])
 def test_bad_study_values(study_file, tmp_path, edit, message):
     bad = tmp_path / "bad.py"
