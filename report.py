@@ -100,17 +100,13 @@ def verdict(ci, quick=False):
 def read_run(study, arm, lr, seed):
     """One run dir -> dict(status 'done' | 'diverged' | 'unfinished' | 'missing', iter, max_iters, final loss,
     rows, config). final: sweep.final_val_loss of a finished run."""
-    sweep.check_settings(study, arm, lr, seed)  # never report a run made with other settings
+    sweep.check_settings(study, arm, lr, seed)  # never report a run made with other settings (or damaged)
     out_dir = sweep.run_dir(study, arm, lr, seed)
     rows, config = sweep.read_metrics(out_dir), sweep.read_saved_config(os.path.join(out_dir, "config.json"))
     max_iters = sweep.run_config(study, arm, lr, seed)["max_iters"]
     last = rows[-1] if rows else {}
     status = ("missing" if not rows else "diverged" if sweep.is_diverged(last) else
               "done" if last["iter"] >= max_iters else "unfinished")
-    if rows and config is None:  # train.py writes config.json before the first metrics row
-        raise ValueError(f"{out_dir} is damaged: it has metrics.jsonl but no config.json, so its settings "
-                         f"cannot be checked; restore config.json from a copy, or delete the run folder to run "
-                         f"the run again")
     final = sweep.final_val_loss(last) if status == "done" else None
     if status == "done" and final is None:  # train.py flags a non-finite loss as diverged: this is damage
         raise ValueError(f"{os.path.join(out_dir, 'metrics.jsonl')} is damaged: its last row (iter "
@@ -855,7 +851,10 @@ def main(argv=None):
                    "shipped in tests/data/gpt2)")
     args = p.parse_args(argv)
     if all(os.path.isdir(path) for path in args.study):
-        return compare(args.study, args.out or os.path.join("out", "compare"), args.bpe_dir)
+        out = args.out or os.path.join("out", "compare")
+        if os.path.exists(out) and not os.path.isdir(out):
+            p.error(f"--out {out} is a file, not a folder; the plot goes into a folder: choose another --out")
+        return compare(args.study, out, args.bpe_dir)
     if len(args.study) > 1:
         p.error(f"give one study file, or run folders to compare; not a folder: "
                 f"{', '.join(x for x in args.study if not os.path.isdir(x))}")
@@ -866,6 +865,13 @@ def main(argv=None):
     out = args.out or default_out(study)
     if os.path.exists(out) and not os.path.isdir(out):  # now, before the runs are read
         p.error(f"--out {out}: cannot create the folder (File exists); choose another --out")
+    readme = os.path.join(out, "README.md")
+    if os.path.isfile(readme):  # a report is rewritten only by a report of the same study
+        with open(readme, errors="replace") as f:
+            title = f.readline().rstrip("\n")
+        if title != f"# Study {study['name']}":
+            p.error(f"--out {out} holds a README.md that is not a report of study {study['name']} (its first line: "
+                    f"{title[:60]!r}); the report would replace it: choose another --out")
     data = collect(study)
     runs = [r for d in data.values() for r in (*d["search"].values(), *d["finals"].values())]
     if all(r["status"] == "missing" for r in runs):  # a report of nothing would only be a folder to delete

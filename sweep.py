@@ -374,8 +374,13 @@ def settings_diff(study, arm, lr, seed):
     is no run yet. A key added to nlq after the run was made counts as its default (committed runs stay
     valid); out_dir is where the run was made, not what it is (runs copied to another clone or folder stay
     valid), and a batch split another way (LAYOUT: more processes) is the same run."""
-    saved = read_saved_config(os.path.join(run_dir(study, arm, lr, seed), "config.json"))
+    out_dir = run_dir(study, arm, lr, seed)
+    saved = read_saved_config(os.path.join(out_dir, "config.json"))
     if saved is None:
+        if read_metrics(out_dir):  # train.py writes config.json before the first metrics row
+            raise ValueError(f"{out_dir} is damaged: it has metrics.jsonl but no config.json, so its settings "
+                             f"cannot be checked; restore config.json from a copy, or delete the run folder to "
+                             f"run the run again")
         return {}
     wanted = run_config(study, arm, lr, seed)
     diff = {k: (saved.get(k, DEFAULTS[k]), v) for k, v in wanted.items()

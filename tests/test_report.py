@@ -204,8 +204,11 @@ def test_a_run_without_a_final_loss_or_a_config_is_named_as_damaged(tmp_path):
         report.main([str(path), "--out", str(tmp_path / "results")])
     write_run(study, "linear", 2e-3, 12, LINEAR[12])  # mended; now another run loses its config.json
     os.remove(os.path.join(sweep.run_dir(study, "linear", 2e-3, 13), "config.json"))
-    with pytest.raises(ValueError, match=r"lr0.002_seed13 is damaged: it has metrics.jsonl but no config.json"):
+    damaged = r"lr0.002_seed13 is damaged: it has metrics.jsonl but no config.json"
+    with pytest.raises(ValueError, match=damaged):
         report.main([str(path), "--out", str(tmp_path / "results")])
+    with pytest.raises(ValueError, match=damaged):  # nor does the sweep count it as finished
+        sweep.main([str(path), "--dry_run"])
 
 
 def test_contrasts_between_two_arms_are_paired(tmp_path):
@@ -396,6 +399,26 @@ def test_curve_and_band_tables_by_hand(tmp_path):
     os.remove(os.path.join(sweep.run_dir(study, "linear", 1e-3, 3), "metrics.jsonl"))  # seed 3 not run yet
     text = report.search_table(study, report.collect(study))
     assert "| 0.001 | 2.5100 (2 of 3 seeds) | 2.4200 |" in text  # the mean of 2.50 and 2.52 so far
+
+
+def test_report_never_replaces_a_file_that_is_not_its_own(tmp_path, capsys):
+    """--out pointing at a folder whose README.md is not this study's report (the repository's own README,
+    another study's report) is refused before anything is written; compare mode's --out must be a folder."""
+    path, _ = make_study(tmp_path)
+    for title in ("# nlq — GPTs with a nonlinear attention query", "# Study enwiki_cpu"):
+        (tmp_path / "README.md").write_text(title + "\n\nnot this study's\n")
+        with pytest.raises(SystemExit):
+            report.main([str(path), "--out", str(tmp_path)])
+        assert (f"--out {tmp_path} holds a README.md that is not a report of study toy (its first line: "
+                f"{title!r}); the report would replace it" in capsys.readouterr().err)
+        assert (tmp_path / "README.md").read_text() == title + "\n\nnot this study's\n"
+        assert not (tmp_path / "forest.png").exists()
+    report.main([str(path), "--out", str(tmp_path / "own")])
+    report.main([str(path), "--out", str(tmp_path / "own")])  # its own report: rebuilt in place
+    write_plain_run(tmp_path / "a", [dict(iter=10, tokens=640, val_loss=2.0, ms_per_iter=1.0)])
+    with pytest.raises(SystemExit):
+        report.main([str(tmp_path / "a"), "--out", str(tmp_path / "README.md")])
+    assert "README.md is a file, not a folder; the plot goes into a folder" in capsys.readouterr().err
 
 
 def write_plain_run(out, rows, **config):
