@@ -828,8 +828,12 @@ def read_metrics(out_dir):
     if not os.path.exists(path):
         return []
     rows = []
-    with open(path) as f:
-        lines = [line for line in f if line.strip()]
+    try:
+        with open(path) as f:
+            lines = [line for line in f if line.strip()]
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{path} is not text (byte {e.start} is not UTF-8): the log is damaged; restore it from "
+                         f"a copy") from None
     for i, line in enumerate(lines):
         try:
             row = json.loads(line)

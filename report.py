@@ -172,7 +172,11 @@ def read_plain_run(path):
     rows = sweep.read_metrics(path)
     config = sweep.read_saved_config(os.path.join(path, "config.json"))
     if not rows or config is None:
+        log = os.path.join(path, "metrics.jsonl")
         missing = " and ".join(f for f, ok in (("metrics.jsonl", rows), ("config.json", config)) if not ok)
+        if os.path.exists(log) and not rows:  # there, but empty, or a first line cut short
+            missing = missing.replace("metrics.jsonl", "row in its metrics.jsonl (empty, or cut short before "
+                                                       "its first row ended)")
         raise ValueError(f"{path} is not a train.py run folder with results: no {missing} (a run writes both "
                          f"once it has evaluated; give run folders, e.g. out/a out/b, or one study file)")
     return dict(name=path, config=config, rows=rows)

@@ -95,6 +95,8 @@ def load_study(path, quick=None):
     quick: a fraction in (0, 1]: the study at that fraction of its steps (see quick_keys), its runs in the
     scratch folder out/quick/<name>/runs, whatever its runs_dir (results/ is never touched).
     """
+    if os.path.isdir(path):
+        raise FileNotFoundError(f"study file {path} is a folder; give a study file (e.g. studies/enwiki_cpu.py)")
     if not os.path.isfile(path):
         raise FileNotFoundError(f"study file {path} not found{close_match(path)}")
     namespace = read_config_file(path, "study file")  # plain Python, like a config file
@@ -246,6 +248,9 @@ def load_study(path, quick=None):
                            eval_windows=eval_window_count(cfg), eval_interval=cfg["eval_interval"],
                            eval_full_at_end=cfg["eval_full_at_end"])
     first = next(iter(budget))
+    if budget[first]["max_iters"] < 1:  # every rate would tie at the untrained loss, and be reported
+        raise ValueError(f"study file {path}: max_iters={budget[first]['max_iters']}: its runs would not train "
+                         f"(every learning rate ties at the untrained model's loss); give max_iters >= 1")
     differ = [k for k in budget[first] if any(b[k] != budget[first][k] for b in budget.values())]
     if differ:  # paired by seed and step, the arms must train on as many tokens and be evaluated alike
         raise ValueError(f"study file {path}: its arms differ in {differ[0]} ("
@@ -322,7 +327,7 @@ def torchrun_command(study, arm, lr, seed, nproc):
     sequence, so the runs see the same data. ValueError if neither divides.
     """
     args = nproc_run_args(study, arm, lr, seed, nproc)
-    return f"torchrun --standalone --nproc_per_node={nproc} train.py " + " ".join(args)
+    return f"torchrun --standalone --nproc_per_node={nproc} train.py " + shlex.join(args)  # pasteable
 
 
 def nproc_run_args(study, arm, lr, seed, nproc):

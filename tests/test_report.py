@@ -497,6 +497,16 @@ def test_compare_names_the_one_difference_and_refuses_a_folder_without_results(t
     with pytest.raises(ValueError, match="empty is not a train.py run folder with results: no metrics.jsonl "
                                          "and config.json"):
         report.main([str(tmp_path / "a"), str(tmp_path / "empty")])
+    cut = tmp_path / "cut"  # a log cut short in its first row, then one that is not text
+    write_plain_run(cut, [])
+    (cut / "metrics.jsonl").write_text('{"iter": 0, "tok')
+    with pytest.raises(ValueError, match=r"cut is not a train.py run folder with results: no row in its "
+                                         r"metrics.jsonl \(empty, or cut short before its first row ended\)"):
+        report.main([str(tmp_path / "a"), str(cut)])
+    (cut / "metrics.jsonl").write_bytes(b'{"iter": 0}\n\xbf\xff\n')
+    with pytest.raises(ValueError, match=r"cut/metrics.jsonl is not text \(byte 12 is not UTF-8\): the log is "
+                                         r"damaged"):
+        report.main([str(tmp_path / "a"), str(cut)])
 
 
 def test_seeds_needed_and_the_precision_table_by_hand():

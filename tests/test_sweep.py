@@ -2,6 +2,7 @@
 import json
 import math
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -104,10 +105,7 @@ def test_killed_sweep_restarts_without_rerunning_finished_runs(one_arm_study):
 def test_chosen_lr_and_print_mode(study_file, capsys):
     study = sweep.load_study(str(study_file))
     for lr, loss in ((1e-2, 2.0), (3e-3, 1.5)):
-        out = sweep.run_dir(study, "linear", lr, 1)
-        os.makedirs(out)
-        with open(os.path.join(out, "metrics.jsonl"), "w") as f:
-            f.write(json.dumps(dict(iter=20, val_loss=loss)) + "\n")
+        write_run(study, "linear", lr, 1, [dict(iter=20, val_loss=loss)])
     assert sweep.plan(study, "linear")["chosen"] == 3e-3
     assert sweep.plan(study, "nonlinear")["chosen"] is None  # not swept yet
     sweep.main([str(study_file), "--print", "2"])
@@ -146,12 +144,34 @@ def test_chosen_lr_and_print_mode(study_file, capsys):
                                        f"({study['runs_dir']}); its report: python report.py {study_file}\n")
 
 
-def fake_run(study, arm, lr, seed, loss):
-    """A finished run's metrics.jsonl with the given final loss (no training)."""
+def test_printed_commands_paste_into_a_shell_and_a_folder_is_not_a_study(tmp_path, capsys):
+    """--print quotes what needs quoting (a runs_dir with a space): the shell gives train.py the run's own
+    arguments."""
+    study_file = tiny_study(tmp_path / "with space", "half_steps = False\nmax_extensions = 0\n" + ONE_ARM)
+    sweep.main([str(study_file), "--print", "1"])
+    line = capsys.readouterr().out.splitlines()[0]
+    study = sweep.load_study(str(study_file))
+    run = sweep.due_runs(study)[0]
+    assert shlex.split(line)[4:] == sweep.nproc_run_args(study, *run, 1)
+    assert f"'--out_dir={sweep.run_dir(study, *run)}'" in line and " " in sweep.run_dir(study, *run)
+    with pytest.raises(FileNotFoundError, match=f"study file {tmp_path} is a folder; give a study file"):
+        sweep.main([str(tmp_path)])
+
+
+def write_run(study, arm, lr, seed, rows):
+    """A run folder as train.py leaves it, without training: config.json (the study's settings) and
+    metrics.jsonl with the given rows."""
     out = sweep.run_dir(study, arm, lr, seed)
     os.makedirs(out, exist_ok=True)
+    with open(os.path.join(out, "config.json"), "w") as f:
+        json.dump(sweep.run_config(study, arm, lr, seed), f)
     with open(os.path.join(out, "metrics.jsonl"), "w") as f:
-        f.write(json.dumps(dict(iter=20, val_loss=loss + 0.1, val_loss_full=loss)) + "\n")
+        f.writelines(json.dumps(row) + "\n" for row in rows)
+
+
+def fake_run(study, arm, lr, seed, loss):
+    """A finished run with the given final loss (no training)."""
+    write_run(study, arm, lr, seed, [dict(iter=20, val_loss=loss + 0.1, val_loss_full=loss)])
 
 
 def test_search_extends_at_the_edge_then_takes_half_steps(study_file):
@@ -282,6 +302,7 @@ def test_edited_study_does_not_reuse_old_runs(study_file, tmp_path):
     (("'nonlinear': dict(", "'linear': dict(query_mode='identity'), 'nonlinear': dict("),
      r"bad\.py, line 5: a dict repeats the key\(s\) 'linear'; Python keeps only the last value"),
     (("max_extensions = 0", "import sys; sys.exit(0)"), r"study file .*bad\.py failed: SystemExit: 0"),
+    (("overrides = {}", "overrides = {'max_iters': 0}"), r"max_iters=0: its runs would not train"),
     # a study that imports (or copies) a committed one and keeps its name would write that study's report
     (("name = 'tiny'", "from studies.enwiki_cpu import name"),
      r"its name 'enwiki_cpu' is the study studies/enwiki_cpu\.py's \(taken over from it by an import or a copy\?\)"
@@ -446,14 +467,8 @@ def test_per_arm_given_learning_rates_skip_the_search(study_file, capsys):
 
 def finished_run(study, arm, lr, seed):
     """A finished run of the study, as a committed one is: metrics.jsonl and config.json only."""
-    out = sweep.run_dir(study, arm, lr, seed)
-    os.makedirs(out)
-    cfg = sweep.run_config(study, arm, lr, seed)
-    with open(os.path.join(out, "config.json"), "w") as f:
-        json.dump(cfg, f)
-    with open(os.path.join(out, "metrics.jsonl"), "w") as f:
-        f.write(json.dumps(dict(iter=cfg["max_iters"], tokens=0, val_loss=2.0, val_loss_full=2.0,
-                                ms_per_iter=10.0)) + "\n")
+    write_run(study, arm, lr, seed, [dict(iter=sweep.run_config(study, arm, lr, seed)["max_iters"], tokens=0,
+                                          val_loss=2.0, val_loss_full=2.0, ms_per_iter=10.0)])
 
 
 def test_a_clashing_study_is_refused_before_any_run_starts(study_file, tmp_path, monkeypatch):

@@ -11,7 +11,7 @@ import pytest
 import common
 import sweep
 from conftest import ROOT
-from test_sweep import ONE_ARM, command_lines, tiny_study
+from test_sweep import ONE_ARM, command_lines, tiny_study, write_run
 
 
 def test_dry_run_of_the_paper_study_prints_its_runs_and_gpu_hours():
@@ -45,10 +45,7 @@ def test_dry_run_counts_finished_and_due_runs_and_names_a_missing_mode(tmp_path,
     study_file = tiny_study(tmp_path, "max_extensions = 1\n")
     study = sweep.load_study(str(study_file))
     for lr, loss in ((1e-2, 2.0), (3e-3, 1.5)):  # linear's grid is done: 3e-3 is at the lower edge
-        out = sweep.run_dir(study, "linear", lr, 1)
-        os.makedirs(out)
-        with open(os.path.join(out, "metrics.jsonl"), "w") as f:
-            f.write(json.dumps(dict(iter=20, val_loss=loss)) + "\n")
+        write_run(study, "linear", lr, 1, [dict(iter=20, val_loss=loss)])
     sweep.main([str(study_file), "--dry_run", "--tokens_per_s", "3.6"])  # 20 x 64 tokens = 1280: 0.1 h a run
     out = capsys.readouterr().out
     # linear: 2 finished, the extension 9e-4 due; at most 2 + 1 + 2 half steps + 1 final = 6 runs
@@ -73,9 +70,7 @@ def test_dry_run_of_a_complete_study_says_there_is_nothing_to_run(tmp_path, caps
     study = sweep.load_study(str(study_file))
     for arm in study["arms"]:  # 3e-3 wins on seed 1 (no extension: the edge stays), then final seed 2
         for lr, seed, loss in ((1e-2, 1, 2.0), (3e-3, 1, 1.5), (3e-3, 2, 1.4)):
-            os.makedirs(sweep.run_dir(study, arm, lr, seed))
-            with open(os.path.join(sweep.run_dir(study, arm, lr, seed), "metrics.jsonl"), "w") as f:
-                f.write(json.dumps(dict(iter=20, val_loss=loss, val_loss_full=loss)) + "\n")
+            write_run(study, arm, lr, seed, [dict(iter=20, val_loss=loss, val_loss_full=loss)])
     sweep.main([str(study_file), "--dry_run", "--tokens_per_s", "3.6"])
     assert "6 finished, 0 due now. Complete: the sweep has nothing to run" in capsys.readouterr().out
     shutil.rmtree(tmp_path / "data")  # a clone with the committed runs but not the data: the report needs none
@@ -94,11 +89,8 @@ def test_dry_run_of_a_cpu_study_is_timed_on_its_own_finished_runs(tmp_path, caps
             f"bench.py {tmp_path / 'tiny_config.py'} --threads=1 --query_modes=linear,nonlinear and pass its "
             f"tokens/s as --tokens_per_s") in capsys.readouterr().out
     for lr, loss in ((1e-2, 2.0), (3e-3, 1.5)):  # linear: 20 steps of 18 s, 720 s in all (360 s of evals)
-        out = sweep.run_dir(study, "linear", lr, 1)
-        os.makedirs(out)
-        with open(os.path.join(out, "metrics.jsonl"), "w") as f:
-            f.write(json.dumps(dict(iter=0, val_loss=4.0, elapsed_s=1.0)) + "\n")
-            f.write(json.dumps(dict(iter=20, val_loss=loss, ms_per_iter=18000.0, elapsed_s=720.0)) + "\n")
+        write_run(study, "linear", lr, 1, [dict(iter=0, val_loss=4.0, elapsed_s=1.0),
+                                           dict(iter=20, val_loss=loss, ms_per_iter=18000.0, elapsed_s=720.0)])
     sweep.main([str(study_file), "--dry_run"])
     out = capsys.readouterr().out
     # 64 tokens / 18 s = 3.6 tokens/s; 720 s = 0.20 h a run; first wave 2 runs, at most 6 (as above)
@@ -106,10 +98,8 @@ def test_dry_run_of_a_cpu_study_is_timed_on_its_own_finished_runs(tmp_path, caps
     assert "| nonlinear | nonlinear | ? | 1,280 | ? | 0 | 2 | 2 | 5 | 6 | ? | ? |" in out
     assert "CPU-hours unknown until nonlinear has a finished run to time (first wave: 4 runs)" in out
     assert "(evals and start-up included)" in out
-    out = sweep.run_dir(study, "nonlinear", 1e-2, 1)  # a run without step times cannot time its arm
-    os.makedirs(out)
-    with open(os.path.join(out, "metrics.jsonl"), "w") as f:
-        f.write(json.dumps(dict(iter=0, val_loss=4.0)) + "\n" + json.dumps(dict(iter=20, val_loss=2.0)) + "\n")
+    # a run without step times cannot time its arm
+    write_run(study, "nonlinear", 1e-2, 1, [dict(iter=0, val_loss=4.0), dict(iter=20, val_loss=2.0)])
     sweep.main([str(study_file), "--dry_run"])
     assert "| nonlinear | nonlinear | ? | 1,280 | ? | 1 |" in capsys.readouterr().out
     for bad in ("-5", "0", "nan"):
