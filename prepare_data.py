@@ -32,8 +32,10 @@ import os
 import re
 import shlex
 import shutil
+import signal
 import sys
 import tempfile
+import threading
 import urllib.request
 import uuid
 from pathlib import Path
@@ -539,12 +541,38 @@ def staging(out_dir):
         shutil.rmtree(stage, ignore_errors=True)
 
 
+PUBLISHED = []  # the dataset folders this main() has put in place (its message after an interruption)
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+@contextlib.contextmanager
+def signals_held():
+    """Hold Ctrl-C and the stop signals until the block ends, then stop (KeyboardInterrupt) if one came. Python
+    runs signal handlers in the main thread, so only there can a block be held; elsewhere a no-op."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught = []
+    previous = {sig: signal.signal(sig, lambda signum, frame: caught.append(signum)) for sig in STOP_SIGNALS}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+    if caught:
+        raise KeyboardInterrupt
+
+
 def publish(stage, out_dir, meta):
-    """Write meta.json into stage, then move train.bin, val.bin and meta.json (last) into out_dir."""
+    """Write meta.json into stage, then move train.bin, val.bin and meta.json (last) into out_dir. The moves
+    take milliseconds and a stop signal waits for them: out_dir holds the old dataset or the new one, never
+    the new bins without their meta.json."""
     (stage / "meta.json").write_text(json.dumps(meta, indent=1) + "\n")
-    (Path(out_dir) / "meta.json").unlink(missing_ok=True)  # an old meta.json must never describe new bins
-    for f in BIN_FILES:
-        os.replace(stage / f, Path(out_dir) / f)
+    with signals_held():
+        (Path(out_dir) / "meta.json").unlink(missing_ok=True)  # an old meta.json must never describe new bins
+        for f in BIN_FILES:
+            os.replace(stage / f, Path(out_dir) / f)
+        PUBLISHED.append(str(out_dir))
     return meta
 
 
@@ -933,15 +961,26 @@ def prepare_shipped(name, data_dir="data"):
     return run(parse_args([name, "--data_dir", str(data_dir)]), verbose=False)
 
 
+def stop(signum, frame=None):
+    """SIGTERM and SIGHUP (kill, a closed terminal, a job's end) stop the preparation as Ctrl-C does."""
+    raise KeyboardInterrupt
+
+
 def main(argv=None):
     args = parse_args(argv)
+    PUBLISHED.clear()
+    previous = {sig: signal.signal(sig, stop) for sig in STOP_SIGNALS[1:]}
     try:
         meta = run(args)
     except DataError as e:
         sys.exit(f"error: {e}")
     except KeyboardInterrupt:
-        print("interrupted; nothing was written (existing data kept)", file=sys.stderr)
+        print(f"interrupted, after {PUBLISHED[-1]} was written (complete)" if PUBLISHED else
+              "interrupted; nothing was written (existing data kept)", file=sys.stderr)
         sys.exit(130)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
     print(f"{Path(args.data_dir) / args.name}: {meta['train_tokens']:,} train + {meta['val_tokens']:,} "
           f"val tokens ({meta['tokenizer']}, vocab {meta['vocab_size']}, {meta['dtype']})")
 

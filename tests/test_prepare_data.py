@@ -5,6 +5,8 @@ import errno
 import gzip
 import hashlib
 import json
+import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -376,6 +378,41 @@ def interrupted(capsys, args):
         P.main(args)
     assert e.value.code == 130
     assert capsys.readouterr().err.splitlines()[-1] == "interrupted; nothing was written (existing data kept)"
+
+
+def test_sigterm_while_writing_is_an_interruption_and_the_moves_are_never_cut(shipped_data, tmp_path, monkeypatch,
+                                                                              capsys):
+    """SIGTERM (kill, a job's end) while the bins are written stops like Ctrl-C: nothing left behind, the
+    old dataset kept. A signal while the finished files are moved into place waits for the moves: the folder
+    then holds the whole new dataset (never new bins without their meta.json), and the message says so."""
+    args = ["shakespeare_char", "--data_dir", str(tmp_path), "--overwrite"]
+    P.main(args)
+    old = {f: (tmp_path / "shakespeare_char" / f).read_bytes() for f in P.BIN_FILES}
+    real_write, real_replace = P.write_bin, os.replace
+
+    def killed_while_writing(path, chunks, *a, **k):
+        os.kill(os.getpid(), signal.SIGTERM)
+        return real_write(path, chunks, *a, **k)
+    monkeypatch.setattr(P, "write_bin", killed_while_writing)
+    interrupted(capsys, args)
+    assert {f: (tmp_path / "shakespeare_char" / f).read_bytes() for f in P.BIN_FILES} == old
+    assert sorted(p.name for p in (tmp_path / "shakespeare_char").iterdir()) == sorted(P.BIN_FILES)
+    assert signal.getsignal(signal.SIGTERM) is not P.stop  # main gives the handlers back
+
+    def interrupted_while_moving(src, dst):
+        if Path(dst) == tmp_path / "shakespeare_char" / "train.bin":  # publish's first move (old meta.json gone)
+            os.kill(os.getpid(), signal.SIGINT)
+        real_replace(src, dst)
+    monkeypatch.setattr(P, "write_bin", real_write)
+    monkeypatch.setattr(P.os, "replace", interrupted_while_moving)
+    with pytest.raises(SystemExit) as e:
+        P.main(args + ["--val_fraction", "0.2"])  # another split: new bins, new meta.json
+    assert e.value.code == 130
+    folder = tmp_path / "shakespeare_char"
+    assert capsys.readouterr().err.splitlines()[-1] == f"interrupted, after {folder} was written (complete)"
+    meta = P.load_meta(folder)
+    assert meta["val_fraction"] == 0.2 and sorted(p.name for p in folder.iterdir()) == sorted(P.BIN_FILES)
+    assert len(np.fromfile(folder / "val.bin", np.uint16)) == meta["val_tokens"]
 
 
 def test_interrupted_run_leaves_no_bins(shipped_data, tmp_path, monkeypatch, capsys):
