@@ -579,9 +579,13 @@ def progress_bar(items, show, desc):
     return tqdm(items, desc=desc, unit="batch", leave=False, disable=None if show else True)
 
 
+class EvalStopped(Exception):
+    """An evaluation abandoned because its stop() said so (train.py: a stop signal reached a rank)."""
+
+
 @torch.no_grad()
 def estimate_loss(model, splits, ctx, rank=0, world_size=1, device="cpu", vocab_size=None, batch_size=12,
-                  progress=False):
+                  progress=False, stop=None):
     """Mean cross-entropy (nats/token) per split over its fixed eval windows, sharded over ranks.
 
     splits: {name: (bin path or open file, dtype, windows (N,) offsets, block_size)}, evaluated batch_size
@@ -589,25 +593,30 @@ def estimate_loss(model, splits, ctx, rank=0, world_size=1, device="cpu", vocab_
     Returns {name: float}; a diverged model gives nan or inf, never an error. The model's train/eval mode is
     restored.
     Every rank runs the same number of forward passes (see my_share), as FSDP's collective forward needs.
-    progress: a tqdm bar per split (see progress_bar).
+    progress: a tqdm bar per split (see progress_bar). stop: None, or a function called before every batch,
+    on every rank at the same batch: True raises EvalStopped (an eval of many windows ends at a stop signal).
     """
     was_training = model.training
     model.eval()
     out = {}
-    for split, (path, dtype, windows, block_size) in splits.items():
-        n_batches = -(-len(windows) // batch_size)  # batch k: windows[k * batch_size : (k + 1) * batch_size]
-        total = torch.zeros(2, device=device)  # loss sum over windows, window count
-        for k, counts in progress_bar(my_share(n_batches, rank, world_size), progress, f"eval {split}"):
-            starts = windows[k * batch_size:(k + 1) * batch_size]
-            x, y = get_batch(path, dtype, starts, block_size, device, vocab_size)
-            with ctx:
-                _, loss = model(x, y)
-            if counts:
-                total += len(starts) * torch.stack([loss.float(), torch.ones((), device=device)])
-        if world_size > 1:
-            dist.all_reduce(total)
-        out[split] = (total[0] / total[1]).item()
-    model.train(was_training)
+    try:
+        for split, (path, dtype, windows, block_size) in splits.items():
+            n_batches = -(-len(windows) // batch_size)  # batch k: windows[k * batch_size : (k + 1) * batch_size]
+            total = torch.zeros(2, device=device)  # loss sum over windows, window count
+            for k, counts in progress_bar(my_share(n_batches, rank, world_size), progress, f"eval {split}"):
+                if stop is not None and stop():
+                    raise EvalStopped
+                starts = windows[k * batch_size:(k + 1) * batch_size]
+                x, y = get_batch(path, dtype, starts, block_size, device, vocab_size)
+                with ctx:
+                    _, loss = model(x, y)
+                if counts:
+                    total += len(starts) * torch.stack([loss.float(), torch.ones((), device=device)])
+            if world_size > 1:
+                dist.all_reduce(total)
+            out[split] = (total[0] / total[1]).item()
+    finally:
+        model.train(was_training)
     return out
 
 
@@ -626,32 +635,36 @@ def full_split_windows(n_tokens, block_size, batch_size):
 
 @torch.no_grad()
 def full_split_loss(model, ctx, path, dtype, block_size, batch_size, device, rank=0, world_size=1,
-                    on_batch=None, vocab_size=None, progress=False):
+                    on_batch=None, vocab_size=None, progress=False, stop=None):
     """Summed cross-entropy over every target of a split once -> (total nats, tokens, windows).
 
     Batches are sharded over ranks (see my_share) and the sums all-reduced. on_batch(y) is called with each
     batch's targets (B, T) on the CPU (eval.py counts bytes with it). vocab_size: see get_batch. The model's
-    train/eval mode is restored. progress: a tqdm bar (see progress_bar).
+    train/eval mode is restored. progress: a tqdm bar (see progress_bar). stop: as in estimate_loss.
     """
     was_training = model.training
     model.eval()
     n = len(np.memmap(path, dtype=dtype, mode="r"))
     batches = full_split_windows(n, block_size, batch_size)
     total = torch.zeros(2, dtype=torch.float64, device=device)  # nats, tokens
-    for k, counts in progress_bar(my_share(len(batches), rank, world_size), progress, "whole-split eval"):
-        starts, length = batches[k]
-        x, y = get_batch(path, dtype, starts, length, device, vocab_size)
-        with ctx:
-            _, loss = model(x, y)
-        if not counts:
-            continue
-        total += torch.stack([loss.double() * y.numel(), torch.tensor(y.numel(), dtype=torch.float64,
-                                                                      device=device)])
-        if on_batch is not None:
-            on_batch(y.cpu())
-    if world_size > 1:
-        dist.all_reduce(total)
-    model.train(was_training)
+    try:
+        for k, counts in progress_bar(my_share(len(batches), rank, world_size), progress, "whole-split eval"):
+            if stop is not None and stop():
+                raise EvalStopped
+            starts, length = batches[k]
+            x, y = get_batch(path, dtype, starts, length, device, vocab_size)
+            with ctx:
+                _, loss = model(x, y)
+            if not counts:
+                continue
+            total += torch.stack([loss.double() * y.numel(), torch.tensor(y.numel(), dtype=torch.float64,
+                                                                          device=device)])
+            if on_batch is not None:
+                on_batch(y.cpu())
+        if world_size > 1:
+            dist.all_reduce(total)
+    finally:
+        model.train(was_training)
     return total[0].item(), int(total[1].item()), sum(len(s) for s, _ in batches)
 
 

@@ -42,12 +42,13 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from common import (DEFAULTS, EXIT_DIVERGED, EXIT_INTERRUPTED, EXIT_PREEMPTED, MODEL_KEYS, atomic_write_text, autocast,
-                    check_fsdp_support, check_same_dataset, code_version, damaged_checkpoint, end_distributed,
-                    estimate_loss, eval_window_count, eval_windows, format_config, full_split_loss, full_split_windows,
-                    get_batch, is_fsdp, load_checkpoint, load_meta, make_writable_folder, model_config, open_split,
-                    param_counts, parse_config, read_metrics, resolve_device, safe_exp, save_checkpoint, settings_help,
-                    setup_distributed, shard_model, use_compile, validate, window_starts)
+from common import (DEFAULTS, EXIT_DIVERGED, EXIT_INTERRUPTED, EXIT_PREEMPTED, MODEL_KEYS, EvalStopped,
+                    atomic_write_text, autocast, check_fsdp_support, check_same_dataset, code_version,
+                    damaged_checkpoint, end_distributed, estimate_loss, eval_window_count, eval_windows,
+                    format_config, full_split_loss, full_split_windows, get_batch, is_fsdp, load_checkpoint,
+                    load_meta, make_writable_folder, model_config, open_split, param_counts, parse_config,
+                    read_metrics, resolve_device, safe_exp, save_checkpoint, settings_help, setup_distributed,
+                    shard_model, use_compile, validate, window_starts)
 from model import GPT, GPTConfig
 from prepare_data import BIN_FILES, SHIPPED_DATASETS, DataError, prepare_shipped
 
@@ -680,6 +681,22 @@ def train_until_stopped(cfg, stop, held):
     if cfg["wandb_log"] and master:
         wandb.init(project=cfg["wandb_project"], name=cfg["wandb_run_name"], config=cfg)
 
+    def stop_asked():
+        """Whether a stop signal reached any rank (every rank asks at the same point: one all-reduce)."""
+        flag = torch.tensor(float(stop.received is not None), device=device)
+        if world_size > 1:
+            dist.all_reduce(flag)
+        return flag.item() > 0
+
+    def preempt(eval_pending, when):
+        """Checkpoint at this step boundary (eval_pending: its eval is still to come) and stop the run."""
+        save_state(eval_pending)
+        message = (f"stopped by {stop.received or 'a stop signal to another rank'} {when}: checkpoint "
+                   f"{ckpt_path} at iter {iter_num}; continue with --init_from=resume")
+        log(message, flush=True)
+        end_distributed()  # its barrier: no rank exits before rank 0 has written the checkpoint
+        raise TrainingPreempted(message)
+
     def save_state(eval_pending=False):
         """Checkpoint the full training state at this step boundary: weights, AdamW, the scaler, every rank's RNG
         states (so that a resume continues every stream), iter and tokens. Every rank calls it (it gathers);
@@ -724,19 +741,22 @@ def train_until_stopped(cfg, stop, held):
         is_eval_iter = iter_num % cfg["eval_interval"] == 0 or iter_num == cfg["max_iters"]
         if is_eval_iter and (iter_num != resumed_at or eval_pending):
             t_eval = time.time()
-            losses = estimate_loss(model, splits, ctx, rank, world_size, device, meta["vocab_size"], B,
-                                   progress=master and eval_flops > LARGE_EVAL_FLOPS)
-            evals_done, eval_time = evals_done + 1, eval_time + time.time() - t_eval
-            # every val token once: the final figure
-            if cfg["eval_full_at_end"] and iter_num == cfg["max_iters"]:
-                batches = full_split_windows(n_tokens["val"], T, 4 * B)
-                log(f"whole-split eval: val loss over all {n_tokens['val'] - 1:,} next-token predictions of the "
-                    f"{n_tokens['val']:,} val tokens "
-                    f"({sum(len(s) for s, _ in batches):,} windows of {T}, {len(batches):,} batches of "
-                    f"{4 * B}); turn it off with --eval_full_at_end=False")
-                nats, n, _ = full_split_loss(raw_model, ctx, bins["val"], meta["dtype"], T, 4 * B, device,
-                                             rank, world_size, vocab_size=meta["vocab_size"], progress=master)
-                losses["val_full"] = nats / n
+            try:  # a stop signal during an eval (it can take an hour) stops it: checkpoint, eval still to come
+                losses = estimate_loss(model, splits, ctx, rank, world_size, device, meta["vocab_size"], B,
+                                       progress=master and eval_flops > LARGE_EVAL_FLOPS, stop=stop_asked)
+                evals_done, eval_time = evals_done + 1, eval_time + time.time() - t_eval
+                # every val token once: the final figure
+                if cfg["eval_full_at_end"] and iter_num == cfg["max_iters"]:
+                    batches = full_split_windows(n_tokens["val"], T, 4 * B)
+                    log(f"whole-split eval: val loss over all {n_tokens['val'] - 1:,} next-token predictions of "
+                        f"the {n_tokens['val']:,} val tokens ({sum(len(s) for s, _ in batches):,} windows of "
+                        f"{T}, {len(batches):,} batches of {4 * B}); turn it off with --eval_full_at_end=False")
+                    nats, n, _ = full_split_loss(raw_model, ctx, bins["val"], meta["dtype"], T, 4 * B, device,
+                                                 rank, world_size, vocab_size=meta["vocab_size"], progress=master,
+                                                 stop=stop_asked)
+                    losses["val_full"] = nats / n
+            except EvalStopped:
+                preempt(eval_pending=True, when=f"during the eval of iter {iter_num}")
             dt = time_timed / steps_timed if steps_timed else None
             row = dict(iter=iter_num, tokens=tokens_seen, lr=get_lr(max(iter_num - 1, 0), cfg,
                        decay_iters), train_loss=losses["train"], val_loss=losses["val"],
@@ -824,13 +844,8 @@ def train_until_stopped(cfg, stop, held):
                           f"the training loss was not finite for {nonfinite_steps} consecutive steps "
                           f"(max_nonfinite_steps={cfg['max_nonfinite_steps']})", ckpt_path, last_saved)
         if stopping:  # a stop signal (a preemption or the time limit is near): checkpoint here, then exit
-            eval_pending = iter_num % cfg["eval_interval"] == 0 or iter_num == cfg["max_iters"]
-            save_state(eval_pending)
-            message = (f"stopped by {stop.received or 'a stop signal to another rank'} after iter {iter_num}: "
-                       f"checkpoint {ckpt_path} at iter {iter_num}; continue with --init_from=resume")
-            log(message, flush=True)
-            end_distributed()  # its barrier: no rank exits before rank 0 has written the checkpoint
-            raise TrainingPreempted(message)
+            preempt(eval_pending=iter_num % cfg["eval_interval"] == 0 or iter_num == cfg["max_iters"],
+                    when=f"after iter {iter_num}")
 
     out = shlex.quote(cfg["out_dir"])
     log(f"done: {iter_num} iterations; checkpoint {ckpt_path}, metrics {cfg['out_dir']}/metrics.jsonl\n"

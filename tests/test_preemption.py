@@ -80,6 +80,37 @@ def test_signal_mid_step_checkpoints_at_the_boundary_and_resumes_exactly(data_di
         (r["val_loss"], r["train_loss"], r["tokens"]) for r in straight]
 
 
+@pytest.mark.parametrize("at,whole_split", [(3, False), (6, True)])
+def test_a_signal_during_an_eval_stops_it_and_the_resumed_run_evaluates_again(data_dir, tmp_path, monkeypatch,
+                                                                            at, whole_split):
+    """A stop signal during the eval of iter `at` (the fixed-window eval at 3; the final whole-split eval at 6,
+    which can take an hour on a large split) ends the eval at its next batch: a checkpoint at `at` with its
+    eval still to come, and the resumed run evaluates it and ends with the straight run's weights and evals."""
+    run(data_dir, tmp_path / "straight", eval_full_at_end=whole_split)
+    name = "full_split_loss" if whole_split else "estimate_loss"
+    evaluate, calls = getattr(train, name), []
+
+    def eval_then_signal(*a, **kw):  # the signal comes as the eval of iter `at` starts (estimate_loss: the 2nd)
+        calls.append(1)
+        if len(calls) == (1 if whole_split else 2):
+            os.kill(os.getpid(), signal.SIGTERM)
+        return evaluate(*a, **kw)
+
+    monkeypatch.setattr(train, name, eval_then_signal)
+    with pytest.raises(train.TrainingPreempted, match=f"stopped by SIGTERM during the eval of iter {at}: "
+                                                      f"checkpoint .*ckpt.pt at iter {at}"):
+        run(data_dir, tmp_path / "stopped", eval_full_at_end=whole_split)
+    monkeypatch.setattr(train, name, evaluate)
+    saved = ckpt(tmp_path / "stopped")
+    assert saved["iter_num"] == at and saved["eval_pending"] is True
+    assert [r["iter"] for r in rows(tmp_path / "stopped")] == [it for it in (0, 3) if it < at]
+    run(data_dir, tmp_path / "stopped", init_from="resume", eval_full_at_end=whole_split)
+    assert_same_weights(tmp_path / "straight", tmp_path / "stopped")
+    straight, resumed = rows(tmp_path / "straight"), rows(tmp_path / "stopped")
+    assert [(r["iter"], r["val_loss"], r.get("val_loss_full")) for r in resumed] == [
+        (r["iter"], r["val_loss"], r.get("val_loss_full")) for r in straight]
+
+
 def wait_for_line(proc, text, timeout=120):
     """Read proc's stdout until a line contains text; the lines read. Fails if the process ends first."""
     lines, deadline = [], time.time() + timeout
