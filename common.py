@@ -250,7 +250,7 @@ def check_repeated_keys(tree, path, kind):
     """ValueError if a dict written out in the file (ast tree) repeats a key."""
     for node in ast.walk(tree):
         if isinstance(node, ast.Dict):
-            keys = [ast.literal_eval(k) for k in node.keys if isinstance(k, ast.Constant)]
+            keys = [k.value for k in node.keys if isinstance(k, ast.Constant)]  # written-out keys only
             repeated = sorted({k for k in keys if keys.count(k) > 1}, key=str)
             if repeated:
                 raise ValueError(f"{kind} {path}, line {node.lineno}: a dict repeats the key(s) "

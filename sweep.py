@@ -373,6 +373,9 @@ def read_saved_config(path):
     return saved
 
 
+CODE_CHANGED = "non-embedding parameters"  # settings_diff's key for a model that model.py builds otherwise now
+
+
 def settings_diff(study, arm, lr, seed):
     """{key: (saved, study)} for the settings in which the run dir's saved config differs from what the study
     asks now, where the weights started included (initialised_from vs init_from); {} if they agree or there
@@ -402,9 +405,6 @@ def settings_diff(study, arm, lr, seed):
     if made is not None and made != now:
         diff[CODE_CHANGED] = (made, now)
     return diff
-
-
-CODE_CHANGED = "non-embedding parameters"  # settings_diff's key for a model that model.py builds otherwise now
 
 
 def clash_fix(study, diffs=()):
@@ -798,8 +798,7 @@ def announce(study, due, jobs):
     wall = sum(per_run(run[0], n) for run, n in steps.items()) / max(1, min(jobs, len(due)))
     speed = sorted(1000 * step for step, _ in timing.values())
     return (f"{head}; about {f'{wall / 3600:.1f} h' if wall >= 3600 else f'{max(1, round(wall / 60))} min'} at "
-            f"--jobs "
-            f"{jobs}, timed on the finished runs in {source} ({speed[0]:.0f}-{speed[-1]:.0f} ms/step by arm"
+            f"--jobs {jobs}, timed on the finished runs in {source} ({speed[0]:.0f}-{speed[-1]:.0f} ms/step by arm"
             + (f", plus {mean(1):.0f} s of evals per run" if evals_known else "; evals not included")
             + ("; quick runs skip the whole-split eval, a full run adds it" if QUICK_DIR in source
                and not study.get("quick") else "") + "; measured when and where those runs were made)")
