@@ -1,7 +1,7 @@
 """Preemption: a stop signal (SIGTERM, SIGUSR1; SLURM's warnings) in the middle of a step ends the run at the
-next step boundary with a checkpoint there and exit status EXIT_PREEMPTED, on one process and on 2 gloo ranks
-(which agree to stop together even when one rank alone is signalled), and the resumed run equals a run never
-stopped, bit for bit."""
+next step boundary with a checkpoint there and exit status EXIT_PREEMPTED (during an eval: at the eval's next
+batch, the eval still to come), on one process and on 2 gloo ranks (which agree to stop together even when one
+rank alone is signalled), and the resumed run equals a run never stopped, bit for bit."""
 import json
 import os
 import signal
@@ -163,18 +163,24 @@ def free_port():
         return s.getsockname()[1]
 
 
-def stop_two_ranks(data_dir, out, sig, signalled_rank):
+# The run of the two-rank case signalled during an eval: its first eval (iter 0) takes seconds, 8000 windows
+LONG_EVAL = dict(max_iters=10, eval_interval=10, lr_decay_iters=10, eval_windows=8000)
+
+
+def stop_two_ranks(data_dir, out, sig, signalled_rank, during_eval=False):
     """2 gloo ranks (the environment torchrun sets, without its agent, so that each rank's own exit status is
-    seen) of the LONG run; once rank 0 logs iter 5, one rank gets sig. -> (exit statuses, rank 0's output)."""
+    seen) of the LONG run; once rank 0 logs iter 5, one rank gets sig (during_eval: the LONG_EVAL run, once rank
+    0 logs its eval set, just before the eval of iter 0). -> (exit statuses, rank 0's output)."""
     port, procs = free_port(), []
     for rank in (0, 1):
         env = {**os.environ, "RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": "2",
                "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "OMP_NUM_THREADS": "1"}
-        procs.append(subprocess.Popen([sys.executable, str(ROOT / "train.py"), *args(data_dir, out, **LONG)],
+        run_args = args(data_dir, out, **(LONG_EVAL if during_eval else LONG))
+        procs.append(subprocess.Popen([sys.executable, str(ROOT / "train.py"), *run_args],
                                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                       cwd=out.parent, env=env))
     try:
-        lines = wait_for_line(procs[0], "iter 5:")
+        lines = wait_for_line(procs[0], "eval set:" if during_eval else "iter 5:")
         procs[signalled_rank].send_signal(sig)
         outputs = [p.communicate(timeout=120)[0] for p in procs]
     finally:
@@ -186,17 +192,20 @@ def stop_two_ranks(data_dir, out, sig, signalled_rank):
                 iter=saved.get("iter_num"), tokens=saved.get("tokens"), ranks=len(saved.get("rng", [])))
 
 
-TWO_RANK_CASES = {"SIGTERM_to_rank_1": (signal.SIGTERM, 1), "SIGUSR1_to_rank_0": (signal.SIGUSR1, 0)}
+TWO_RANK_CASES = {"SIGTERM_to_rank_1": (signal.SIGTERM, 1, False), "SIGUSR1_to_rank_0": (signal.SIGUSR1, 0, False),
+                  "SIGTERM_to_rank_1_during_an_eval": (signal.SIGTERM, 1, True)}
 
 
 @pytest.fixture(scope="module")
 def two_ranks(data_dir, tmp_path_factory):
-    """Each case of TWO_RANK_CASES stopped, then one 2-rank launch that resumes them and runs the LONG run
-    straight. -> (folder, {case: (exit statuses, output)})."""
+    """Each case of TWO_RANK_CASES stopped, then one 2-rank launch that resumes them and runs the LONG and
+    LONG_EVAL runs straight. -> (folder, {case: (exit statuses, output)})."""
     tmp = tmp_path_factory.mktemp("two_ranks")
-    stops = {case: stop_two_ranks(data_dir, tmp / case, sig, rank) for case, (sig, rank) in TWO_RANK_CASES.items()}
-    launch = [["train.py", *args(data_dir, tmp / case, init_from="resume", **LONG)] for case in TWO_RANK_CASES]
-    launch.append(["train.py", *args(data_dir, tmp / "straight", **LONG)])
+    stops = {case: stop_two_ranks(data_dir, tmp / case, *how) for case, how in TWO_RANK_CASES.items()}
+    keys = lambda case: LONG_EVAL if TWO_RANK_CASES[case][2] else LONG
+    launch = [["train.py", *args(data_dir, tmp / case, init_from="resume", **keys(case))] for case in TWO_RANK_CASES]
+    launch += [["train.py", *args(data_dir, tmp / "straight", **LONG)],
+               ["train.py", *args(data_dir, tmp / "straight_eval", **LONG_EVAL)]]
     result = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
                              str(ROOT / "tests" / "torchrun_many.py"), *(json.dumps(c) for c in launch)],
                             capture_output=True, text=True, timeout=600, env={**os.environ, "OMP_NUM_THREADS": "1"})
@@ -211,11 +220,13 @@ def test_two_ranks_stop_together_when_one_is_signalled_and_resume_exactly(two_ra
     both exit 144. A 2-rank resume then equals a 2-rank run never stopped, bit for bit."""
     tmp, stops = two_ranks
     stop, out = stops[case], tmp / case
-    sig, signalled_rank = TWO_RANK_CASES[case]
+    sig, signalled_rank, during_eval = TWO_RANK_CASES[case]
     assert stop["codes"] == [144, 144], stop["output"][-3000:]
     it = stop["iter"]  # the stop checkpoint's, read before the resume replaced it
-    assert 5 <= it < 120 and stop["tokens"] == it * 128 and stop["ranks"] == 2
+    assert (it == 0 if during_eval else 5 <= it < 120) and stop["tokens"] == it * 128 and stop["ranks"] == 2
     who = sig.name if signalled_rank == 0 else "a stop signal to another rank"
-    assert f"stopped by {who} after iter {it}: checkpoint {out / 'ckpt.pt'} at iter {it};" in stop["output"]
-    assert_same_weights(tmp / "straight", out)
-    assert [r["val_loss"] for r in rows(out)] == [r["val_loss"] for r in rows(tmp / "straight")]
+    when = f"during the eval of iter {it}" if during_eval else f"after iter {it}"
+    assert f"stopped by {who} {when}: checkpoint {out / 'ckpt.pt'} at iter {it};" in stop["output"]
+    straight = tmp / ("straight_eval" if during_eval else "straight")
+    assert_same_weights(straight, out)
+    assert [r["val_loss"] for r in rows(out)] == [r["val_loss"] for r in rows(straight)]
