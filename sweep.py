@@ -236,12 +236,21 @@ def load_study(path, quick=None):
     study["grids"] = {arm: sorted(grid) for arm, grid in grids.items()}
     # resolve every arm now: a typo or a bad value fails here, not hours into the sweep
     data, budget = {}, {}  # arm -> the dataset folder its runs read; arm -> its training tokens and eval set
+    experiments = {}  # what an arm's runs are, apart from their folder: two arms must not be one experiment
     for arm in study["arms"]:  # its lowest rate: where an arm's fixed min_lr could exceed the rate
         try:
             cfg = run_config(study, arm, study["grids"][arm][0], study["seeds"][0])
         except ValueError as e:
             raise ValueError(f"study file {path}: arm {arm} at learning rate {study['grids'][arm][0]:g}: "
                              f"{e}") from None
+        same = json.dumps([study["grids"][arm], vars(model_config(cfg)),  # the model as built: aliases resolved
+                           {k: v for k, v in cfg.items() if k not in NOT_EXPERIMENT | {"out_dir", "query_mode"}}],
+                          sort_keys=True, default=str)
+        if same in experiments:
+            raise ValueError(f"study file {path}: arms {experiments[same]} and {arm} are the same experiment "
+                             f"(the same model, settings and learning rates: their runs would be the same runs "
+                             f"twice, two names for one arm); drop one, or make them differ")
+        experiments[same] = arm
         data[arm] = os.path.join(cfg["data_dir"], cfg["dataset"])
         step = cfg["batch_size"] * cfg["gradient_accumulation_steps"] * cfg["block_size"]  # tokens per step
         budget[arm] = dict(max_iters=cfg["max_iters"], block_size=cfg["block_size"], tokens_per_step=step,

@@ -303,6 +303,8 @@ def test_edited_study_does_not_reuse_old_runs(study_file, tmp_path):
      r"bad\.py, line 5: a dict repeats the key\(s\) 'linear'; Python keeps only the last value"),
     (("max_extensions = 0", "import sys; sys.exit(0)"), r"study file .*bad\.py failed: SystemExit: 0"),
     (("overrides = {}", "overrides = {'max_iters': 0}"), r"max_iters=0: its runs would not train"),
+    (("'nonlinear': dict(", "'original': dict(query_mode='original'), 'nonlinear': dict("),
+     r"arms linear and original are the same experiment \(the same model, settings and learning rates"),
     # a study that imports (or copies) a committed one and keeps its name would write that study's report
     (("name = 'tiny'", "from studies.enwiki_cpu import name"),
      r"its name 'enwiki_cpu' is the study studies/enwiki_cpu\.py's \(taken over from it by an import or a copy\?\)"
