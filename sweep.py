@@ -73,7 +73,7 @@ from concurrent.futures import ThreadPoolExecutor
 import difflib
 from common import (DEFAULTS, EXIT_DIVERGED, EXIT_INTERRUPTED, EXIT_PREEMPTED, HelpFormatter, atomic_write_text,
                     check_value, eval_window_count, load_meta, model_config, open_split, param_counts, parse_config,
-                    read_config_file, read_metrics)
+                    read_config_file, read_metrics, resolve_device)
 
 ROOT = os.path.dirname(os.path.abspath(__file__))  # the repository
 TRAIN_PY = os.path.join(ROOT, "train.py")
@@ -740,6 +740,19 @@ def check_data(study):
     return sorted(set(folders))
 
 
+def device_status(study):
+    """[] if this machine has the device the study's runs ask for, else one line for --dry_run saying so (a
+    cluster study is planned on a login node: its runs need the nodes' GPUs, not this machine's)."""
+    cfg = run_config(study, next(iter(study["arms"])), study["grids"][next(iter(study["arms"]))][0],
+                     study["seeds"][0])
+    try:
+        resolve_device(cfg)
+    except ValueError as e:
+        return [f"device: not here ({e}): run the sweep where the runs' device is, e.g. with --executor slurm on "
+                f"a cluster's nodes; a local sweep here would fail every run"]
+    return []
+
+
 def data_status(study, complete=False):
     """One line for --dry_run: the datasets the runs read are prepared, or what check_data would stop on
     (complete: the study has nothing left to run, so only a --quick try would need them)."""
@@ -929,6 +942,8 @@ def dry_run(study, tokens_per_s=None, bench_json=None):
               + (" Complete: the sweep has nothing to run; report.py writes its report, and --quick tries the "
                  "study in the scratch folder." if now == 0 else ""),
               data_status(study, complete=now == 0)]
+    if now:
+        lines += device_status(study)
     return re.sub(r"(?<=\| )nan(?= \|)", "?", "\n".join(lines))
 
 

@@ -7,6 +7,7 @@ import sys
 import time
 
 import pytest
+import torch
 
 import common
 import sweep
@@ -63,6 +64,17 @@ def test_dry_run_counts_finished_and_due_runs_and_names_a_missing_mode(tmp_path,
     bench.write_text("{}")
     with pytest.raises(ValueError, match="not bench.py's JSON"):
         sweep.main([str(study_file), "--dry_run", "--bench_json", str(bench)])
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message of a machine without CUDA")
+def test_dry_run_says_when_this_machine_lacks_the_runs_device(tmp_path, capsys):
+    """A study whose runs ask for device='cuda', planned on a machine without CUDA (a login node, or a mistake):
+    the dry run says a local sweep here would fail every run."""
+    study_file = tiny_study(tmp_path, "overrides = {'device': 'cuda'}\n")
+    sweep.main([str(study_file), "--dry_run", "--tokens_per_s", "3.6"])
+    assert ("device: not here (device=cuda but CUDA is not available here; use --device=cpu (or auto)): run the "
+            "sweep where the runs' device is, e.g. with --executor slurm on a cluster's nodes; a local sweep here "
+            "would fail every run") in capsys.readouterr().out
 
 
 def test_dry_run_of_a_complete_study_says_there_is_nothing_to_run(tmp_path, capsys):
