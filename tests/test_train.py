@@ -276,6 +276,13 @@ def test_resume_rejects_changed_model(data_dir, tmp_path):
         train.train(tiny_cfg(data_dir, tmp_path, max_iters=2, init_from="resume", query_mode="nonlinear"))
 
 
+def test_more_eval_windows_than_a_split_holds_are_warned_about(data_dir, tmp_path):
+    """val.bin: 776 tokens, so 760 windows of 16; 800 windows would repeat some, each eval longer for nothing."""
+    with pytest.warns(UserWarning, match="800 eval windows per split, but the smaller split has only 760 windows "
+                                         "of 16 tokens: the eval repeats windows"):
+        train.train(tiny_cfg(data_dir, tmp_path, max_iters=1, eval_interval=1, eval_windows=800))
+
+
 def test_resume_with_another_batch_size_keeps_the_eval_set(data_dir, tmp_path, capsys):
     """With eval_windows unset the eval set is eval_iters x batch_size windows; a resume at another batch_size
     keeps the checkpoint's windows, so one run's val-loss curve is on one eval set. An explicit eval_windows
