@@ -247,10 +247,18 @@ def read_config_file(path, kind="config file"):
 
 
 def check_repeated_keys(tree, path, kind):
-    """ValueError if a dict written out in the file (ast tree) repeats a key."""
+    """ValueError if a dict written out in the file (ast tree) repeats a key (one written as a literal: 'a',
+    -1, (1, 2); a key computed when the file runs is not checked)."""
+    def literal(key):
+        try:
+            value = ast.literal_eval(key)
+            hash(value)
+            return value
+        except (ValueError, TypeError):  # a name or an expression (a value only when the file runs), a list
+            return object()
     for node in ast.walk(tree):
         if isinstance(node, ast.Dict):
-            keys = [k.value for k in node.keys if isinstance(k, ast.Constant)]  # written-out keys only
+            keys = [literal(k) for k in node.keys if k is not None]  # None: a **mapping spread into it
             repeated = sorted({k for k in keys if keys.count(k) > 1}, key=str)
             if repeated:
                 raise ValueError(f"{kind} {path}, line {node.lineno}: a dict repeats the key(s) "
@@ -280,6 +288,9 @@ def parse_config(argv):
     return cfg
 
 
+DEVICE_NAME = re.compile(r"auto|(cpu|cuda|mps)(:\d+)?")
+
+
 def validate(cfg):
     """ValueError naming the first setting out of range, including the model's (via GPTConfig)."""
     for key in POSITIVE + NON_NEGATIVE:
@@ -303,6 +314,8 @@ def validate(cfg):
             more = ", a GPT-2 (gpt2, gpt2-medium, gpt2-large, gpt2-xl) or a local transformers GPT-2 folder" \
                 if key == "init_from" else ""
             raise ValueError(f"{key}={cfg[key]!r}; use {' or '.join(choices)}{more}")
+    if not DEVICE_NAME.fullmatch(cfg["device"]):  # a name no machine has (whether this one has it: resolve_device)
+        raise ValueError(f"device={cfg['device']!r}; use auto, cpu, cuda, cuda:N or mps")
     for key in ("out_dir", "data_dir", "dataset"):
         if not cfg[key].strip():
             raise ValueError(f"config key {key!r} is empty; give a folder name, e.g. --{key}={DEFAULTS[key]}")
@@ -380,7 +393,7 @@ def resolve_device(cfg, local_rank=0, world_size=1):
     if device == "auto":
         device = ("cuda" if torch.cuda.is_available()
                   else "mps" if torch.backends.mps.is_available() else "cpu")
-    if not re.fullmatch(r"(cpu|cuda|mps)(:\d+)?", device):
+    if not DEVICE_NAME.fullmatch(device):
         raise ValueError(f"device={device!r}; use auto, cpu, cuda, cuda:N or mps")
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise ValueError(f"device={device} but CUDA is not available here; use --device=cpu (or auto)")

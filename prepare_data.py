@@ -28,6 +28,7 @@ import functools
 import hashlib
 import itertools
 import json
+import math
 import os
 import re
 import shlex
@@ -426,18 +427,20 @@ def split_indices(n_docs, val_fraction, seed, source):
 
 def check_lengths(counts, source, val_fraction, min_tokens=MIN_VAL_TOKENS):
     """DataError unless both splits hold at least min_tokens tokens. The advice is one that can work: a
-    val_fraction between min_tokens / total and 1 - min_tokens / total, or a larger corpus if none can."""
+    val_fraction that leaves both splits a block with a token to spare (rounded inwards: its ends work too,
+    where the split is by position; a split by documents lands near it), or a larger corpus if none can."""
     total = sum(counts.values())
     for split, n in counts.items():
         if n < min_tokens:
             problem = (f"{source}: the {split} split has {n} tokens, shorter than one block of {min_tokens}; ")
-            if total < 2 * min_tokens:  # no fraction gives both splits a block
+            low, high = (min_tokens + 2) / total, 1 - (min_tokens + 2) / total
+            if low > high:  # no fraction gives both splits a block
                 raise DataError(problem + f"the corpus has {total:,} tokens in all and each split needs "
-                                f"{min_tokens}: use a corpus of at least {2 * min_tokens:,} tokens")
-            low, high = min_tokens / total, 1 - min_tokens / total
+                                f"{min_tokens}: use a corpus of at least {2 * min_tokens + 4:,} tokens")
+            low, high = math.ceil(low * 1000) / 1000, math.floor(high * 1000) / 1000  # 3 decimals, inwards
             raise DataError(problem + f"{'raise' if split == 'val' else 'lower'} --val_fraction (now "
-                            f"{val_fraction}; {low:.3g} to {high:.3g} fits this corpus's {total:,} tokens, "
-                            f"roughly where documents are split whole) or use a larger corpus")
+                            f"{val_fraction}; {low:.3f} to {high:.3f} fits this corpus's {total:,} tokens) or use "
+                            f"a larger corpus")
 
 
 def check_target(out_dir, overwrite):

@@ -856,8 +856,14 @@ def main(argv=None):
     args = p.parse_args(argv)
     if all(os.path.isdir(path) for path in args.study):
         out = args.out or os.path.join("out", "compare")
-        if os.path.exists(out) and not os.path.isdir(out):
-            p.error(f"--out {out} is a file, not a folder; the plot goes into a folder: choose another --out")
+        if os.path.isfile(os.path.join(out, "README.md")):  # a study's report: its val_loss.png is not ours
+            p.error(f"--out {out} holds a report (README.md), whose val_loss.png the comparison would replace; "
+                    f"choose another --out")
+        try:
+            os.makedirs(out, exist_ok=True)
+        except OSError as e:  # a file, a broken link, a path under a file
+            p.error(f"--out {out}: cannot create the folder ({e.strerror or e}); the plot goes into a folder: "
+                    f"choose another --out")
         return compare(args.study, out, args.bpe_dir)
     if len(args.study) > 1:
         p.error(f"give one study file, or run folders to compare; not a folder: "

@@ -113,7 +113,10 @@ def load_checkpoint(out_dir, device="cpu", data_dir=None, need_data=True, datase
 def checkpoint_note(out_dir, ckpt):
     """'sampling from OUT/ckpt.pt, iter N': which weights are sampled, and, for a run that diverged after its
     last checkpoint, that these are the last finite ones (for the user who did not see the run's end)."""
-    rows = read_metrics(out_dir)
+    try:
+        rows = read_metrics(out_dir)
+    except (ValueError, OSError):  # a damaged log does not stop sampling from an intact checkpoint
+        rows = []
     note = f"sampling from {os.path.join(out_dir, 'ckpt.pt')}, iter {ckpt['iter_num']:,}"
     if rows and rows[-1].get("diverged"):
         note += f" (the run diverged at iter {rows[-1]['iter']:,}: these are its last finite weights)"

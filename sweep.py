@@ -57,6 +57,7 @@ interval and eval batches scaled alike; no whole-split eval) in the scratch fold
 machinery, not for comparing arms (report.py --quick reports it).
 """
 import argparse
+import filecmp
 import json
 import math
 import os
@@ -126,7 +127,7 @@ def load_study(path, quick=None):
         if not ok:
             raise ValueError(f"study file {path}: {key} must be {want}")
     owner = os.path.join(ROOT, "studies", study["name"] + ".py")  # results/<name>/ is that study's
-    if os.path.isfile(owner) and not os.path.samefile(owner, path):
+    if os.path.isfile(owner) and not filecmp.cmp(owner, path, shallow=False):  # itself, or a copy as it is
         raise ValueError(f"study file {path}: its name {study['name']!r} is the study {os.path.relpath(owner)}'s "
                          f"(taken over from it by an import or a copy?), whose report and runs are in "
                          f"results/{study['name']}/; set name = '...' to a name of this study's own")
@@ -244,7 +245,7 @@ def load_study(path, quick=None):
             raise ValueError(f"study file {path}: arm {arm} at learning rate {study['grids'][arm][0]:g}: "
                              f"{e}") from None
         same = json.dumps([study["grids"][arm], vars(model_config(cfg)),  # the model as built: aliases resolved
-                           {k: v for k, v in cfg.items() if k not in NOT_EXPERIMENT | {"out_dir", "query_mode"}}],
+                           {k: v for k, v in cfg.items() if k not in NOT_RESULTS | {"out_dir", "query_mode"}}],
                           sort_keys=True, default=str)
         if same in experiments:
             raise ValueError(f"study file {path}: arms {experiments[same]} and {arm} are the same experiment "
@@ -353,8 +354,9 @@ def nproc_run_args(study, arm, lr, seed, nproc):
 
 
 # Keys that do not change a run's results; any other difference means the run dir holds another experiment.
-NOT_EXPERIMENT = {"init_from", "log_interval", "wandb_log", "wandb_project", "wandb_run_name", "device",
-                  "dtype", "compile", "fsdp"}
+NOT_RESULTS = {"init_from", "log_interval", "wandb_log", "wandb_project", "wandb_run_name"}
+# ... and keys a run may change between starts (a resume on other hardware): the same run, made otherwise
+NOT_EXPERIMENT = NOT_RESULTS | {"device", "dtype", "compile", "fsdp"}
 # The batch's shape: a run may split its batch otherwise (nproc_run_args: more processes), the same experiment
 # as long as the tokens a step and the eval windows are the same (train.py draws both from the seed alone).
 LAYOUT = ("batch_size", "gradient_accumulation_steps", "eval_iters", "eval_windows")
@@ -409,7 +411,11 @@ def settings_diff(study, arm, lr, seed):
         diff["initialised_from"] = (origin, wanted["init_from"])
     # the same settings, another model: model.py changed since the run was made (runs made before nlq saved
     # its counts are not checked)
-    made = (saved.get("param_counts") or {}).get("non_embedding")
+    counts = saved.get("param_counts")
+    made = counts.get("non_embedding") if isinstance(counts, dict) else counts
+    if made is not None and type(made) is not int:
+        raise ValueError(f"{out_dir} is damaged: its config.json's param_counts is {counts!r}, not train.py's "
+                         f"counts; restore config.json from a copy, or delete the run folder to run the run again")
     now = param_counts(model_config(wanted))["non_embedding"]
     if made is not None and made != now:
         diff[CODE_CHANGED] = (made, now)
@@ -743,13 +749,12 @@ def check_data(study):
 def device_status(study):
     """[] if this machine has the device the study's runs ask for, else one line for --dry_run saying so (a
     cluster study is planned on a login node: its runs need the nodes' GPUs, not this machine's)."""
-    cfg = run_config(study, next(iter(study["arms"])), study["grids"][next(iter(study["arms"]))][0],
-                     study["seeds"][0])
-    try:
-        resolve_device(cfg)
-    except ValueError as e:
-        return [f"device: not here ({e}): run the sweep where the runs' device is, e.g. with --executor slurm on "
-                f"a cluster's nodes; a local sweep here would fail every run"]
+    for arm in study["arms"]:
+        try:
+            resolve_device(run_config(study, arm, study["grids"][arm][0], study["seeds"][0]))
+        except ValueError as e:
+            return [f"device: not here (arm {arm}: {e}): run the sweep where the runs' device is, e.g. with "
+                    f"--executor slurm on a cluster's nodes; a local sweep here would fail those runs"]
     return []
 
 

@@ -689,9 +689,10 @@ def train_until_stopped(cfg, stop, held):
 
     def stop_asked():
         """Whether a stop signal reached any rank (every rank asks at the same point: one all-reduce)."""
+        if world_size == 1:
+            return stop.received is not None
         flag = torch.tensor(float(stop.received is not None), device=device)
-        if world_size > 1:
-            dist.all_reduce(flag)
+        dist.all_reduce(flag)
         return flag.item() > 0
 
     def preempt(eval_pending, when):

@@ -92,6 +92,9 @@ def test_diverging_run_on_the_command_line_exits_3_and_sample_still_works(char_d
     assert last["diverged"] and last["iter"] > saved
     assert (f"sampling from {out / 'ckpt.pt'}, iter {saved} (the run diverged at iter {last['iter']}: these are "
             f"its last finite weights)") in capsys.readouterr().err
+    (out / "metrics.jsonl").write_bytes(b"\xff")  # a damaged log does not stop sampling the intact checkpoint
+    assert len(sample.main(["--out_dir", str(out), "--max_new_tokens", "5", "--data_dir", str(char_data)])) == 1
+    assert capsys.readouterr().err.splitlines()[0] == f"sampling from {out / 'ckpt.pt'}, iter {saved}"
 
 
 def test_non_finite_checkpoint_gets_a_clear_error_in_sample_and_eval(char_data, tmp_path):

@@ -476,16 +476,16 @@ BAD_INPUTS = {  # case: (files to create {name: bytes}, --input, extra args, exp
     "one record": ({"one.jsonl": b'{"text": "a"}\n'}, "one.jsonl", [], ["1 document(s)", "no training"]),
     "one short text": ({"one.txt": b"x" * 5000}, "one.txt", [],  # split by position: 4500 + 500 bytes
                        ["one.txt: the val split has 500 tokens, shorter than one block of 1024",
-                        "raise --val_fraction (now 0.1; 0.205 to 0.795 fits this corpus's 5,000 tokens"]),
+                        "raise --val_fraction (now 0.1; 0.206 to 0.794 fits this corpus's 5,000 tokens"]),
     "corpus too short": ({"tiny.txt": b"x" * 1500}, "tiny.txt", ["--val_fraction", "0.5"],  # no fraction fits
                          ["the train split has 750 tokens", "the corpus has 1,500 tokens in all",
-                          "use a corpus of at least 2,048 tokens"]),
+                          "use a corpus of at least 2,052 tokens"]),
     "val too short": ({"s.jsonl": b"".join(b'{"text": "short doc %d"}\n' % i for i in range(200))},
                       "s.jsonl", ["--tokenizer", "byte"],
                       ["val split has", "shorter than one block of 1024", "raise --val_fraction"]),
     "train too short": ({"s.jsonl": b"".join(b'{"text": "short doc %d"}\n' % i for i in range(200))},
                         "s.jsonl", ["--tokenizer", "byte", "--val_fraction", "0.99"],
-                        ["train split has", "shorter than one block", "lower --val_fraction (now 0.99; 0.354 to 0.646 fits"]),
+                        ["train split has", "shorter than one block", "lower --val_fraction (now 0.99; 0.356 to 0.644 fits"]),
     "bad val_fraction": ({"s.jsonl": b'{"text": "a"}\n{"text": "b"}\n'}, "s.jsonl", ["--val_fraction", "0"],
                          ["--val_fraction must be between 0 and 1"]),
     "val_fraction 1": ({"s.jsonl": b'{"text": "a"}\n{"text": "b"}\n'}, "s.jsonl", ["--val_fraction", "1"],
@@ -507,6 +507,17 @@ def test_bad_local_input(case, existing, monkeypatch):
     message = fails("data", "local", "--input", src, "--name", "x", "--overwrite", *extra)
     for part in expected:
         assert part in message
+
+
+def test_the_advised_val_fraction_range_works_at_both_ends(tmp_path):
+    """The advice for a split shorter than a block (0.206 to 0.794 for 5000 bytes, above) is rounded inwards:
+    either end gives both splits a block."""
+    (tmp_path / "one.txt").write_bytes(b"x" * 5000)
+    for fraction in ("0.206", "0.794"):
+        P.main(["local", "--input", str(tmp_path / "one.txt"), "--name", "x", "--tokenizer", "byte", "--overwrite",
+                "--val_fraction", fraction, "--data_dir", str(tmp_path / "data")])
+        meta = P.load_meta(tmp_path / "data" / "x")
+        assert min(meta["train_tokens"], meta["val_tokens"]) >= P.MIN_VAL_TOKENS
 
 
 def test_tiny_positional_val(shipped_data, existing):

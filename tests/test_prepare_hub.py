@@ -178,7 +178,7 @@ BAD_STREAMS = {  # case: (load_dataset's result or exception, extra args, messag
                 ["could not reach the Hugging Face Hub for someone/nope", "network", "local --input"]),
     "val too short": (datasets.Dataset.from_dict({"text": ["short"] * 1500}).to_iterable_dataset(), [],
                       ["the val split has",
-                       "raise --val_fraction (now 0.01; 0.0975 to 0.902 fits this corpus's 10,500 tokens"]),
+                       "raise --val_fraction (now 0.01; 0.098 to 0.902 fits this corpus's 10,500 tokens"]),
 }
 
 

@@ -403,7 +403,8 @@ def test_curve_and_band_tables_by_hand(tmp_path):
 
 def test_report_never_replaces_a_file_that_is_not_its_own(tmp_path, capsys):
     """--out pointing at a folder whose README.md is not this study's report (the repository's own README,
-    another study's report) is refused before anything is written; compare mode's --out must be a folder."""
+    another study's report) is refused before anything is written; compare mode's --out must be a folder
+    that holds no report (its plot would replace the report's val_loss.png)."""
     path, _ = make_study(tmp_path)
     for title in ("# nlq — GPTs with a nonlinear attention query", "# Study enwiki_cpu"):
         (tmp_path / "README.md").write_text(title + "\n\nnot this study's\n")
@@ -418,7 +419,13 @@ def test_report_never_replaces_a_file_that_is_not_its_own(tmp_path, capsys):
     write_plain_run(tmp_path / "a", [dict(iter=10, tokens=640, val_loss=2.0, ms_per_iter=1.0)])
     with pytest.raises(SystemExit):
         report.main([str(tmp_path / "a"), "--out", str(tmp_path / "README.md")])
-    assert "README.md is a file, not a folder; the plot goes into a folder" in capsys.readouterr().err
+    assert "README.md: cannot create the folder (File exists); the plot goes into a folder" in capsys.readouterr().err
+    plot = (tmp_path / "own" / "val_loss.png").read_bytes()
+    with pytest.raises(SystemExit):
+        report.main([str(tmp_path / "a"), "--out", str(tmp_path / "own")])
+    assert "own holds a report (README.md), whose val_loss.png the comparison would replace" in \
+        capsys.readouterr().err
+    assert (tmp_path / "own" / "val_loss.png").read_bytes() == plot
 
 
 def write_plain_run(out, rows, **config):

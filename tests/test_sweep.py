@@ -274,6 +274,22 @@ def test_edited_study_does_not_reuse_old_runs(study_file, tmp_path):
         sweep.check_settings(study, "linear", 1e-2, 1)
 
 
+def test_arms_that_differ_in_precision_and_a_copy_of_a_committed_study_are_accepted(study_file, tmp_path):
+    """Two arms that differ only in dtype (or compile) are two experiments, not one; a study file that is a
+    byte-for-byte copy of a committed one is that study (an edited copy that keeps its name is not)."""
+    both = tmp_path / "precision.py"
+    both.write_text(study_file.read_text().replace("'nonlinear': dict(query_mode='nonlinear')",
+                                                   "'linear_bf16': dict(query_mode='linear', dtype='bfloat16')"))
+    assert list(sweep.load_study(str(both))["arms"]) == ["linear", "linear_bf16"]
+    committed = ROOT / "studies" / "controls_cpu_long.py"
+    copy = tmp_path / "controls_cpu_long.py"
+    copy.write_text(committed.read_text())
+    assert sweep.load_study(str(copy))["name"] == "controls_cpu_long"
+    copy.write_text(committed.read_text() + "seeds = [1]\n")
+    with pytest.raises(ValueError, match="its name 'controls_cpu_long' is the study studies/controls_cpu_long.py's"):
+        sweep.load_study(str(copy))
+
+
 @pytest.mark.parametrize("edit,message", [
     (("arms = {", "arms = {}\n_unused = {"), "arms must be a non-empty dict"),
     (("learning_rates = [1e-2, 3e-3]", "learning_rates = 1e-3"), "learning_rates must be a non-empty list"),
@@ -508,6 +524,10 @@ def test_runs_made_by_another_model_py_are_refused(study_file, tmp_path):
     path = os.path.join(sweep.run_dir(study, "nonlinear", 1e-2, 1), "config.json")
     saved = json.loads(open(path).read())
     built = common.param_counts(common.model_config(saved))
+    with open(path, "w") as f:  # counts that are not train.py's: a damaged run folder, named
+        json.dump({**saved, "param_counts": "x"}, f)
+    with pytest.raises(ValueError, match=r"lr0.01_seed1 is damaged: its config.json's param_counts is 'x'"):
+        sweep.load_study(str(study_file))
     for counts, refused in ((built, False), ({**built, "non_embedding": built["non_embedding"] - 1024}, True)):
         with open(path, "w") as f:
             json.dump({**saved, "param_counts": counts, "code": dict(commit="0123abc" * 5 + "01234", edited=False)},

@@ -70,11 +70,13 @@ def test_dry_run_counts_finished_and_due_runs_and_names_a_missing_mode(tmp_path,
 def test_dry_run_says_when_this_machine_lacks_the_runs_device(tmp_path, capsys):
     """A study whose runs ask for device='cuda', planned on a machine without CUDA (a login node, or a mistake):
     the dry run says a local sweep here would fail every run."""
-    study_file = tiny_study(tmp_path, "overrides = {'device': 'cuda'}\n")
+    study_file = tiny_study(tmp_path)  # its second arm alone asks for CUDA
+    study_file.write_text(study_file.read_text().replace("dict(query_mode='nonlinear')",
+                                                         "dict(query_mode='nonlinear', device='cuda')"))
     sweep.main([str(study_file), "--dry_run", "--tokens_per_s", "3.6"])
-    assert ("device: not here (device=cuda but CUDA is not available here; use --device=cpu (or auto)): run the "
-            "sweep where the runs' device is, e.g. with --executor slurm on a cluster's nodes; a local sweep here "
-            "would fail every run") in capsys.readouterr().out
+    assert ("device: not here (arm nonlinear: device=cuda but CUDA is not available here; use --device=cpu (or "
+            "auto)): run the sweep where the runs' device is, e.g. with --executor slurm on a cluster's nodes; a "
+            "local sweep here would fail those runs") in capsys.readouterr().out
 
 
 def test_dry_run_of_a_complete_study_says_there_is_nothing_to_run(tmp_path, capsys):

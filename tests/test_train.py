@@ -133,6 +133,8 @@ def test_config_layers_and_errors(tmp_path):
     assert cfg["query_mode"] == "nonlinear" and cfg["compile"] is False
     with pytest.raises(ValueError, match="unknown config key 'n_layers'"):
         common.parse_config(["--n_layers=4"])
+    with pytest.raises(ValueError, match="device='gpu'; use auto, cpu, cuda, cuda:N or mps"):  # on any machine
+        common.parse_config(["--device=gpu"])
     with pytest.raises(ValueError, match="config key 'batch_size' needs an int, got 'big'"):
         common.parse_config(["--batch_size=big"])
     with pytest.raises(ValueError, match="config key 'bias' needs a bool"):
