@@ -590,12 +590,6 @@ def train_until_stopped(cfg, stop, held):
         bins[split] = held.enter_context(open(os.path.join(data_dir, f"{split}.bin"), "rb"))
         splits[split] = (bins[split], meta["dtype"], eval_windows(n_tokens[split], T, eval_window_count(cfg),
                                                                    cfg["seed"]), T)
-    distinct = min(n_tokens.values()) - T  # window offsets a split has: more windows than that repeat some
-    if eval_window_count(cfg) > distinct:
-        warnings.warn(f"{eval_window_count(cfg):,} eval windows per split, but the smaller split has only "
-                      f"{distinct:,} windows of {T} tokens: the eval repeats windows and takes longer for no "
-                      f"better estimate; lower eval_windows (or eval_iters), or use eval_full_at_end for every "
-                      f"val token once")
 
     # -- model, optimizer, and the checkpoint to resume from -------------------------------------------------
     gpt2_weights = None
@@ -675,6 +669,12 @@ def train_until_stopped(cfg, stop, held):
     log(f"eval set: {eval_window_count(cfg):,} fixed windows of {T} tokens per split, {B} at a time " + (
         "(eval_windows)" if cfg["eval_windows"] else "(eval_iters x batch_size; set eval_windows to keep it "
                                                      "when the micro-batch changes)"))
+    distinct = min(n_tokens.values()) - T  # window offsets a split has: more windows than that repeat some
+    if eval_window_count(cfg) > distinct:
+        warnings.warn(f"{eval_window_count(cfg):,} eval windows per split, but the smaller split has only "
+                      f"{distinct:,} windows of {T} tokens: the eval repeats windows and takes longer for no "
+                      f"better estimate; lower eval_windows (or eval_iters), or use eval_full_at_end for every "
+                      f"val token once")
 
     model = raw_model
     if use_compile(cfg, device_type):
