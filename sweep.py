@@ -412,13 +412,12 @@ def settings_diff(study, arm, lr, seed):
     # the same settings, another model: model.py changed since the run was made (runs made before nlq saved
     # its counts are not checked)
     counts = saved.get("param_counts")
-    made = counts.get("non_embedding") if isinstance(counts, dict) else counts
-    if made is not None and type(made) is not int:
+    if counts is not None and not (isinstance(counts, dict) and type(counts.get("non_embedding")) is int):
         raise ValueError(f"{out_dir} is damaged: its config.json's param_counts is {counts!r}, not train.py's "
                          f"counts; restore config.json from a copy, or delete the run folder to run the run again")
     now = param_counts(model_config(wanted))["non_embedding"]
-    if made is not None and made != now:
-        diff[CODE_CHANGED] = (made, now)
+    if counts is not None and counts["non_embedding"] != now:
+        diff[CODE_CHANGED] = (counts["non_embedding"], now)
     return diff
 
 

@@ -2,6 +2,7 @@
 import json
 import math
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -524,10 +525,12 @@ def test_runs_made_by_another_model_py_are_refused(study_file, tmp_path):
     path = os.path.join(sweep.run_dir(study, "nonlinear", 1e-2, 1), "config.json")
     saved = json.loads(open(path).read())
     built = common.param_counts(common.model_config(saved))
-    with open(path, "w") as f:  # counts that are not train.py's: a damaged run folder, named
-        json.dump({**saved, "param_counts": "x"}, f)
-    with pytest.raises(ValueError, match=r"lr0.01_seed1 is damaged: its config.json's param_counts is 'x'"):
-        sweep.load_study(str(study_file))
+    for damaged in ("x", 5, {"non_embedding": "5"}):  # counts that are not train.py's: a damaged run folder
+        with open(path, "w") as f:
+            json.dump({**saved, "param_counts": damaged}, f)
+        with pytest.raises(ValueError, match=r"lr0.01_seed1 is damaged: its config.json's param_counts is "
+                                             + re.escape(repr(damaged))):
+            sweep.load_study(str(study_file))
     for counts, refused in ((built, False), ({**built, "non_embedding": built["non_embedding"] - 1024}, True)):
         with open(path, "w") as f:
             json.dump({**saved, "param_counts": counts, "code": dict(commit="0123abc" * 5 + "01234", edited=False)},
