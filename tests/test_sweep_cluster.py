@@ -66,10 +66,10 @@ def test_dry_run_counts_finished_and_due_runs_and_names_a_missing_mode(tmp_path,
         sweep.main([str(study_file), "--dry_run", "--bench_json", str(bench)])
 
 
-@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message of a machine without CUDA")
-def test_dry_run_says_when_this_machine_lacks_the_runs_device(tmp_path, capsys):
+def test_dry_run_says_when_this_machine_lacks_the_runs_device(tmp_path, capsys, monkeypatch):
     """A study whose runs ask for device='cuda', planned on a machine without CUDA (a login node, or a mistake):
     the dry run says a local sweep here would fail every run."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # this machine, whatever it has
     study_file = tiny_study(tmp_path)  # its second arm alone asks for CUDA
     study_file.write_text(study_file.read_text().replace("dict(query_mode='nonlinear')",
                                                          "dict(query_mode='nonlinear', device='cuda')"))
