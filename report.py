@@ -317,7 +317,8 @@ def plot_runs(runs, path):
 
 def compare(paths, out, bpe_dir=None):
     """Print a table of plain train.py runs, what differs between their settings, and what such a comparison
-    cannot tell; draw their val-loss curves to <out>/val_loss.png. Returns the printed text."""
+    cannot tell; draw their val-loss curves to <out>/val_loss.png (out: an existing folder, main makes it).
+    Returns the printed text."""
     runs = [read_plain_run(path) for path in paths]
     table, notes = compare_table(runs, bpe_dir)
     diffs = config_differences(runs)
@@ -339,7 +340,6 @@ def compare(paths, out, bpe_dir=None):
               f"python sweep.py STUDY and python report.py STUDY (README: \"Experiments\" and \"Add your own "
               f"query mode\"). Wall time is the machine's as it was during each run (its load, threads and "
               f"evals); compare speed with bench.py, which times the modes side by side.")
-    os.makedirs(out, exist_ok=True)
     plot = os.path.join(out, "val_loss.png")
     plot_runs(runs, plot)
     text = "\n\n".join([table, *(["\n".join(notes)] if notes else []), differ, caveat,
@@ -836,6 +836,28 @@ def default_out(study):
     return os.path.join(sweep.QUICK_DIR if study.get("quick") else "results", study["name"])
 
 
+def check_out(p, out, study_name):
+    """argparse error (p.error) unless --out can take this output: a folder, or none yet, whose README.md, if
+    any, is a report of study_name (None: run folders compared, whose plot must not replace a report's)."""
+    if os.path.exists(out) and not os.path.isdir(out):
+        p.error(f"--out {out}: cannot create the folder (File exists); choose another --out")
+    if os.path.isfile(os.path.join(out, "README.md")):
+        with open(os.path.join(out, "README.md"), errors="replace") as f:
+            title = f.readline().rstrip("\n")
+        if study_name is None or title != f"# Study {study_name}":
+            p.error(f"--out {out} holds a README.md that is not a report of "
+                    f"{'these runs' if study_name is None else 'study ' + study_name} (its first line: "
+                    f"{title[:60]!r}); the report would replace its files: choose another --out")
+
+
+def make_out(p, out):
+    """Create the --out folder; argparse error naming why it cannot be (a broken link, a path under a file)."""
+    try:
+        os.makedirs(out, exist_ok=True)
+    except OSError as e:
+        p.error(f"--out {out}: cannot create the folder ({e.strerror or e}); choose another --out")
+
+
 def main(argv=None):
     """Write <out>/README.md, <out>/forest.png and <out>/val_loss.png (and <out>/lr_curves.png for a study with
     several selection seeds); returns the report's markdown.
@@ -856,14 +878,8 @@ def main(argv=None):
     args = p.parse_args(argv)
     if all(os.path.isdir(path) for path in args.study):
         out = args.out or os.path.join("out", "compare")
-        if os.path.isfile(os.path.join(out, "README.md")):  # a study's report: its val_loss.png is not ours
-            p.error(f"--out {out} holds a report (README.md), whose val_loss.png the comparison would replace; "
-                    f"choose another --out")
-        try:
-            os.makedirs(out, exist_ok=True)
-        except OSError as e:  # a file, a broken link, a path under a file
-            p.error(f"--out {out}: cannot create the folder ({e.strerror or e}); the plot goes into a folder: "
-                    f"choose another --out")
+        check_out(p, out, None)
+        make_out(p, out)
         return compare(args.study, out, args.bpe_dir)
     if len(args.study) > 1:
         p.error(f"give one study file, or run folders to compare; not a folder: "
@@ -873,15 +889,7 @@ def main(argv=None):
         p.error(f"{args.study}: no such run folder (or study file, which ends in .py)")
     study = sweep.load_study(args.study, args.quick)
     out = args.out or default_out(study)
-    if os.path.exists(out) and not os.path.isdir(out):  # now, before the runs are read
-        p.error(f"--out {out}: cannot create the folder (File exists); choose another --out")
-    readme = os.path.join(out, "README.md")
-    if os.path.isfile(readme):  # a report is rewritten only by a report of the same study
-        with open(readme, errors="replace") as f:
-            title = f.readline().rstrip("\n")
-        if title != f"# Study {study['name']}":
-            p.error(f"--out {out} holds a README.md that is not a report of study {study['name']} (its first line: "
-                    f"{title[:60]!r}); the report would replace it: choose another --out")
+    check_out(p, out, study["name"])  # now, before the runs are read
     data = collect(study)
     runs = [r for d in data.values() for r in (*d["search"].values(), *d["finals"].values())]
     if all(r["status"] == "missing" for r in runs):  # a report of nothing would only be a folder to delete
@@ -889,10 +897,7 @@ def main(argv=None):
         raise ValueError(f"no run of study {study['name']} has started yet (0 of the {len(runs)} runs planned so "
                          f"far have metrics in {study['runs_dir']}): nothing to report, nothing written; run "
                          f"python sweep.py {args.study}{quick} first")
-    try:
-        os.makedirs(out, exist_ok=True)
-    except OSError as e:
-        p.error(f"--out {out}: cannot create the folder ({e.strerror or e}); choose another --out")
+    make_out(p, out)
     # the report's files are written whole into a hidden folder in out, then moved in together: a failed write
     # (a full disk) leaves the last report as it was, never half of each
     with tempfile.TemporaryDirectory(dir=out, prefix=".report-") as stage:

@@ -377,6 +377,11 @@ def clock(seconds):
     return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"
 
 
+def is_eval_iter(iter_num, cfg):
+    """Whether the loop evaluates at iter_num: every eval_interval steps, and at max_iters."""
+    return iter_num % cfg["eval_interval"] == 0 or iter_num == cfg["max_iters"]
+
+
 def evals_after(iter_num, cfg):
     """How many fixed-window evals the loop still runs after iter_num: at every multiple of eval_interval up
     to max_iters, and at max_iters."""
@@ -745,8 +750,7 @@ def train_until_stopped(cfg, stop, held):
     started = time.time()
     t0 = time.time()
     while True:
-        is_eval_iter = iter_num % cfg["eval_interval"] == 0 or iter_num == cfg["max_iters"]
-        if is_eval_iter and (iter_num != resumed_at or eval_pending):
+        if is_eval_iter(iter_num, cfg) and (iter_num != resumed_at or eval_pending):
             t_eval = time.time()
             try:  # a stop signal during an eval (it can take an hour) stops it: checkpoint, eval still to come
                 losses = estimate_loss(model, splits, ctx, rank, world_size, device, meta["vocab_size"], B,
@@ -851,8 +855,7 @@ def train_until_stopped(cfg, stop, held):
                           f"the training loss was not finite for {nonfinite_steps} consecutive steps "
                           f"(max_nonfinite_steps={cfg['max_nonfinite_steps']})", ckpt_path, last_saved)
         if stopping:  # a stop signal (a preemption or the time limit is near): checkpoint here, then exit
-            preempt(eval_pending=iter_num % cfg["eval_interval"] == 0 or iter_num == cfg["max_iters"],
-                    when=f"after iter {iter_num}")
+            preempt(eval_pending=is_eval_iter(iter_num, cfg), when=f"after iter {iter_num}")
 
     out = shlex.quote(cfg["out_dir"])
     log(f"done: {iter_num} iterations; checkpoint {ckpt_path}, metrics {cfg['out_dir']}/metrics.jsonl\n"

@@ -411,7 +411,7 @@ def test_report_never_replaces_a_file_that_is_not_its_own(tmp_path, capsys):
         with pytest.raises(SystemExit):
             report.main([str(path), "--out", str(tmp_path)])
         assert (f"--out {tmp_path} holds a README.md that is not a report of study toy (its first line: "
-                f"{title!r}); the report would replace it" in capsys.readouterr().err)
+                f"{title!r}); the report would replace its files" in capsys.readouterr().err)
         assert (tmp_path / "README.md").read_text() == title + "\n\nnot this study's\n"
         assert not (tmp_path / "forest.png").exists()
     report.main([str(path), "--out", str(tmp_path / "own")])
@@ -419,12 +419,12 @@ def test_report_never_replaces_a_file_that_is_not_its_own(tmp_path, capsys):
     write_plain_run(tmp_path / "a", [dict(iter=10, tokens=640, val_loss=2.0, ms_per_iter=1.0)])
     with pytest.raises(SystemExit):
         report.main([str(tmp_path / "a"), "--out", str(tmp_path / "README.md")])
-    assert "README.md: cannot create the folder (File exists); the plot goes into a folder" in capsys.readouterr().err
+    assert "README.md: cannot create the folder (File exists); choose another --out" in capsys.readouterr().err
     plot = (tmp_path / "own" / "val_loss.png").read_bytes()
     with pytest.raises(SystemExit):
         report.main([str(tmp_path / "a"), "--out", str(tmp_path / "own")])
-    assert "own holds a report (README.md), whose val_loss.png the comparison would replace" in \
-        capsys.readouterr().err
+    assert ("own holds a README.md that is not a report of these runs (its first line: '# Study toy'); the "
+            "report would replace its files") in capsys.readouterr().err
     assert (tmp_path / "own" / "val_loss.png").read_bytes() == plot
 
 
