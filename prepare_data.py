@@ -550,8 +550,9 @@ STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 @contextlib.contextmanager
 def signals_held():
-    """Hold Ctrl-C and the stop signals until the block ends, then stop (KeyboardInterrupt) if one came. Python
-    runs signal handlers in the main thread, so only there can a block be held; elsewhere a no-op."""
+    """Hold Ctrl-C and the stop signals until the block ends, then deliver those that came to the handlers
+    they had (main's stop, Python's KeyboardInterrupt, or train.py's, which checkpoints at its next step).
+    Python runs signal handlers in the main thread, so only there can a block be held; elsewhere a no-op."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -562,8 +563,8 @@ def signals_held():
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-    if caught:
-        raise KeyboardInterrupt
+    for signum in dict.fromkeys(caught):  # each once, in the order they came
+        signal.raise_signal(signum)
 
 
 def publish(stage, out_dir, meta):
