@@ -871,9 +871,18 @@ def usage():
             f"Config keys, their defaults and meanings:\n{settings_help()}")
 
 
+def one_line_warning(message, category, filename, lineno, line=None, _python_format=warnings.formatwarning):
+    """train.py's own warnings as "warning: <text>" (they name the setting and the fix; the source line that
+    raised them says nothing to a user); every other module's as Python formats them."""
+    if os.path.abspath(filename) == os.path.abspath(__file__):
+        return f"warning: {message}\n"
+    return _python_format(message, category, filename, lineno, line)
+
+
 if __name__ == "__main__":
     if {"-h", "--help"} & set(sys.argv[1:]):
         sys.exit(print(usage()))
+    warnings.formatwarning = one_line_warning
     try:
         config = parse_config(sys.argv[1:])
     except (ValueError, FileNotFoundError) as e:

@@ -115,6 +115,9 @@ def test_ddp_matches_single_process(data_dir, tmp_path, capsys):
     assert max_abs_diff(load_weights(tmp_path / "single"), load_weights(tmp_path / "ddp")) < 1e-6
     assert len(single_log) == 2 and logged_losses(result.stdout) == pytest.approx(single_log, abs=1e-4)
     assert result.stderr.count("the whole run is warmup") == 1  # a settings warning: rank 0's, not each rank's
+    assert any(line.startswith("warning: the whole run is warmup (warmup_iters=")  # one line, no file name
+               for line in result.stderr.splitlines())
+    assert "warnings.warn" not in result.stderr  # not the source line that raised it
 
 
 def test_ddp_rejects_indivisible_accumulation(data_dir, tmp_path):
