@@ -328,7 +328,8 @@ def schedule_notes(cfg, decay_iters):
     elif steps < decay_iters:
         out.append(("note", f"the run stops at max_iters={steps}, before the learning rate has decayed to "
                             f"min_lr (at lr_decay_iters={decay_iters}); its last step runs at "
-                            f"{get_lr(steps - 1, cfg, decay_iters):.2e}"))
+                            f"{get_lr(steps - 1, cfg, decay_iters):.2e} (--lr_decay_iters={steps} decays "
+                            f"to min_lr by the last step)"))
     return out
 
 

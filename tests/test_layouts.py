@@ -151,6 +151,7 @@ def test_the_flat_tail_and_the_early_stop_notes_are_true():
                                                       "lr_decay_iters=10")]
     cfg = schedule(warmup_iters=2, max_iters=10)
     (kind, text), = train.schedule_notes(cfg, 20)
-    assert kind == "note" and text.endswith(f"its last step runs at {train.get_lr(9, cfg, 20):.2e}")
+    assert kind == "note" and text.endswith(f"its last step runs at {train.get_lr(9, cfg, 20):.2e} "
+                                     f"(--lr_decay_iters=10 decays to min_lr by the last step)")
     assert train.get_lr(9, cfg, 20) > 6e-5 and not math.isclose(train.get_lr(9, cfg, 20), 6e-5)
     assert train.schedule_notes(schedule(warmup_iters=2, max_iters=10), 10) == []  # the ordinary case
