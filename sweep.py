@@ -738,7 +738,8 @@ def check_data(study):
             if saved["sha256"] != meta.get("sha256"):  # new runs would be compared with runs on other data
                 raise OtherData(
                     f"the dataset {folder} is {describe_data(meta)}, but {study['runs_dir']} holds "
-                    f"{describe_data(saved, runs)}, e.g. {runs[0]}; their results and new ones would be "
+                    f"{describe_data(saved, runs)} (its arms' runs at any rate and seed, other studies' "
+                    f"in a shared folder included), e.g. {runs[0]}; their results and new ones would be "
                     f"compared as if on one dataset. Prepare it again as they were (their config.json's "
                     f"dataset_meta: source, tokenizer, val_fraction, seed), or {clash_fix(study)}")
         folders.append(folder)

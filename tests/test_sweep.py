@@ -570,7 +570,8 @@ def test_runs_on_other_data_are_refused_before_any_run(study_file, tmp_path, mon
         sweep.main([str(study_file)])
     assert (f"the dataset {folder} is the data prepared from tests/data/enwiki2015/AA (train.bin sha256 "
             f"cccccccccccc…), but {tmp_path / 'runs'} holds 1 run(s) on the data prepared from wiki/AA "
-            f"(train.bin sha256 aaaaaaaaaaaa…), e.g. {sweep.run_dir(study, 'linear', 1e-2, 1)}") in str(e.value)
+            f"(train.bin sha256 aaaaaaaaaaaa…) (its arms' runs at any rate and seed, other studies' in a shared folder "
+            f"included), e.g. {sweep.run_dir(study, 'linear', 1e-2, 1)}") in str(e.value)
     assert "Prepare it again as they were" in str(e.value) and "give this study its own runs folder" in str(e.value)
     # prepared again while a sweep runs: each run checks the data again before it starts (local and submitit)
     failure = sweep.launch(study, "nonlinear", 1e-2, 1, threads=1)
