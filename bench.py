@@ -2,7 +2,7 @@
 Training-step throughput, MFU and peak memory per query mode, side by side in one process.
 
     python bench.py config/shakespeare_char.py --query_modes=linear,identity,nonlinear
-    python bench.py config/nlq_small.py --compile=True --json=bench/results/h200.json     # one GPU
+    python bench.py config/nlq_small.py --compile=True --json=bench/results/gpu.json      # one GPU
     torchrun --standalone --nproc_per_node=8 bench.py config/nlq_small.py --fsdp=True       # FSDP, 8 GPUs
 
 Under torchrun every rank runs the same steps: with fsdp=True the model is sharded as train.py shards it
@@ -231,7 +231,8 @@ def device_name(device):
 
 def usage():
     """--help: the bench's own options with their defaults (the docstring), then train.py's config keys."""
-    return f"{__doc__}\ntrain.py's config keys, their defaults and meanings:\n{settings_help()}"
+    return (f"usage: python bench.py [CONFIG_FILE.py] [--key=value ...]\n{__doc__}\n"
+            f"train.py's config keys, their defaults and meanings:\n{settings_help()}")
 
 
 def main(argv):
