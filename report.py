@@ -526,12 +526,25 @@ def stall_caution(data):
     do to a comparison. data: collect's {arm: ...}."""
     hit = [(arm, stalled_count(d["finals"].values()), len(final_losses(d))) for arm, d in data.items()]
     hit = [f"{arm} {k} of {n}" for arm, k, n in hit if k]
-    if not hit:
-        return []
-    return [f"**Stalled final runs: {', '.join(hit)}.** A stalled run is still on the early plateau half-way "
-            f"through (Method). Its final loss mostly says whether and when it left the plateau, not how well "
-            f"the query learns, so a difference over such runs is about plateaus as much as about the method: "
-            f"more steps, another learning rate or more seeds tell the two apart."]
+    out = []
+    if hit:
+        out.append(f"**Stalled final runs: {', '.join(hit)}.** A stalled run is still on the early plateau "
+                   f"half-way through (Method). Its final loss mostly says whether and when it left the plateau, "
+                   f"not how well the query learns, so a difference over such runs is about plateaus as much as "
+                   f"about the method: more steps, another learning rate or more seeds tell the two apart.")
+    blind = []  # arms whose chosen rate may have won among plateaus: its final runs (before any finished, its
+    for arm, d in data.items():  # selection runs) all stalled
+        done = [r for r in d["finals"].values() if r["status"] == "done"] or [
+            r for (lr, _), r in d["search"].items() if lr == d["plan"]["chosen"] and r["status"] == "done"]
+        if done and all(is_stalled(r) for r in done):
+            blind.append(f"{arm} ({d['plan']['chosen']:g})")
+    if blind:
+        out.append(f"**Rates chosen on the plateau: {', '.join(blind)}.** Every run at the chosen rate stalled, "
+                   f"so the rate may have won the search among heights of the early plateau, not by how well "
+                   f"the query learns, and be far from the arm's best (often a lower one). Give the arm "
+                   f"lower rates (learning_rates as a dict arm -> grid: python sweep.py --help) or more steps "
+                   f"(the full study, if this is a --quick try).")
+    return out
 
 
 def mean_ci(values, confidence=0.95):
