@@ -532,8 +532,10 @@ def stall_caution(data):
                    f"half-way through (Method). Its final loss mostly says whether and when it left the plateau, "
                    f"not how well the query learns, so a difference over such runs is about plateaus as much as "
                    f"about the method: more steps, another learning rate or more seeds tell the two apart.")
-    blind = []  # arms whose chosen rate may have won among plateaus: its final runs (before any finished, its
-    for arm, d in data.items():  # selection runs) all stalled
+    # arms whose chosen rate may have won among plateaus: every final run at it stalled (before any finished,
+    # every selection run at it)
+    blind = []
+    for arm, d in data.items():
         done = [r for r in d["finals"].values() if r["status"] == "done"] or [
             r for (lr, _), r in d["search"].items() if lr == d["plan"]["chosen"] and r["status"] == "done"]
         if done and all(is_stalled(r) for r in done):
