@@ -229,6 +229,12 @@ def device_name(device):
     return f"{platform.processor() or platform.machine()} CPU, {torch.get_num_threads()} threads"
 
 
+def is_bench_rows(rows):
+    """True if rows (a parsed JSON file) is a list of bench() rows, as --json writes them."""
+    return isinstance(rows, list) and all(isinstance(r, dict) and {"query_mode", "ms_per_iter"} <= r.keys()
+                                          for r in rows)
+
+
 def usage():
     """--help: the bench's own options with their defaults (the docstring), then train.py's config keys."""
     return (f"usage: python bench.py [CONFIG_FILE.py] [--key=value ...]\n{__doc__}\n"
@@ -239,7 +245,7 @@ def main(argv):
     opts, rest = split_args(argv)
     cfg = parse_config(rest)
     if opts["json"]:  # a bad path fails now, not after the benchmark
-        check_output_file(opts["json"], "--json")
+        check_output_file(opts["json"], "--json", is_bench_rows)
     rows, device = bench(cfg, opts)
     if int(os.environ.get("RANK", 0)) != 0:  # under torchrun, rank 0 reports
         return

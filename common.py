@@ -804,12 +804,23 @@ def atomic_write_text(path, text):
     replace_atomically(path, write)
 
 
-def check_output_file(path, option):
-    """ValueError unless path can be written as a file (its folder is made if missing); called before a long
-    job, so that a bad path cannot lose its result. option: the command-line option, for the message."""
+def check_output_file(path, option, ours):
+    """ValueError unless path can be written as a JSON file of results (its folder is made if missing);
+    called before a long job, so that a bad path cannot lose its result. option: the command-line option,
+    for the message. ours(parsed JSON) -> True if an existing file at path is this command's own output, which
+    may be replaced; any other file (a checkpoint, a metrics log, a dataset's meta.json) is refused."""
     if os.path.isdir(path):
         raise ValueError(f"{option} {path} is a folder; give a file path, "
                          f"e.g. {os.path.join(path, 'out.json')}")
+    if os.path.lexists(path):
+        try:
+            with open(path, encoding="utf-8") as f:
+                mine = ours(json.load(f))
+        except (OSError, ValueError):  # unreadable, not UTF-8, not JSON
+            mine = False
+        if not mine:
+            raise ValueError(f"{option} {path} exists and is not a results file this command wrote: it would "
+                             f"be overwritten; give a new file, e.g. {os.path.splitext(path)[0]}_results.json")
     try:
         make_writable_folder(os.path.dirname(os.path.abspath(path)))
     except OSError as e:

@@ -285,6 +285,11 @@ def hellaswag(out_dir, path, device="cpu", dtype=None, batch_size=8, data_dir=No
                 **hellaswag_metrics(scores, counts, labels), dtype=str(ptdtype).replace("torch.", ""))
 
 
+def is_eval_result(r):
+    """True if r (a parsed JSON file) is what evaluate() or hellaswag() returns, as --json writes it."""
+    return isinstance(r, dict) and {"out_dir", "iter", "dtype"} <= r.keys() and ("loss" in r or "hellaswag" in r)
+
+
 def hellaswag_table(r):
     """A small markdown table of a hellaswag() result."""
     return (f"HellaSwag: {r['examples']:,} examples of {r['hellaswag']} (iter {r['iter']}; {r['cropped']} "
@@ -331,7 +336,7 @@ def main(argv=None):
         p.error("--hellaswag scores HellaSwag instead of the loss: leave out --full, --split and --dataset")
     if args.json:  # before the evaluation, so a bad path cannot lose its result
         try:
-            check_output_file(args.json, "--json")
+            check_output_file(args.json, "--json", is_eval_result)
         except ValueError as e:
             p.error(str(e))
     if args.hellaswag:

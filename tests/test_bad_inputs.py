@@ -2,6 +2,7 @@
 checkpoints and logs, odd study files, wrong arguments, interruptions."""
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -219,6 +220,41 @@ def test_an_unwritable_json_path_fails_before_the_work(trained, capsys, monkeypa
     monkeypatch.setattr(bench, "bench", lambda *a: pytest.fail("benchmarked before checking --json"))
     with pytest.raises(ValueError, match=r"--json /proc/x.json: cannot create its folder or write in it"):
         bench.main(["--device=cpu", "--json=/proc/x.json"])
+
+
+def test_a_json_path_never_overwrites_a_file_the_command_did_not_write(trained, tmp_path, capsys, monkeypatch):
+    """--json at a checkpoint, a run's config.json or a dataset's meta.json (a fresh-clone attack overwrote
+    each) is refused before the work, the file intact; the command's own earlier output is replaced."""
+    import bench
+    import eval as nlq_eval
+    _, out = trained
+    monkeypatch.setattr(nlq_eval, "evaluate", lambda *a: pytest.fail("evaluated before checking --json"))
+    monkeypatch.setattr(bench, "bench", lambda *a: pytest.fail("benchmarked before checking --json"))
+    bench_rows = tmp_path / "bench.json"
+    bench_rows.write_text(json.dumps([dict(query_mode="linear", ms_per_iter=1.0)]))
+    for name in ("ckpt.pt", "config.json", "metrics.jsonl"):
+        before = (out / name).read_bytes()
+        with pytest.raises(SystemExit) as e:
+            nlq_eval.main(["--out_dir", str(out), "--json", str(out / name)])
+        stem = os.path.splitext(out / name)[0]
+        assert e.value.code == 2 and (f"--json {out / name} exists and is not a results file this command "
+                                      f"wrote: it would be overwritten; give a new file, e.g. "
+                                      f"{stem}_results.json") in " ".join(capsys.readouterr().err.split())
+        with pytest.raises(ValueError, match=f"--json {re.escape(str(out / name))} exists and is not a results"):
+            bench.main(["--device=cpu", f"--json={out / name}"])
+        assert (out / name).read_bytes() == before
+    with pytest.raises(SystemExit):  # another command's results: not eval's
+        nlq_eval.main(["--out_dir", str(out), "--json", str(bench_rows)])
+    monkeypatch.setattr(bench, "bench", lambda *a: ([dict(query_mode="identity", ms_per_iter=2.0)], "cpu"))
+    monkeypatch.setattr(bench, "table", lambda rows, device: "")
+    bench.main(["--device=cpu", f"--json={bench_rows}"])  # its own: replaced
+    assert json.loads(bench_rows.read_text()) == [dict(query_mode="identity", ms_per_iter=2.0)]
+    evaluated = tmp_path / "eval.json"
+    evaluated.write_text(json.dumps(dict(out_dir="o", iter=3, dtype="float32", loss=2.0)))
+    monkeypatch.setattr(nlq_eval, "evaluate", lambda *a: dict(out_dir="o", iter=4, dtype="float32", loss=1.0))
+    monkeypatch.setattr(nlq_eval, "table", lambda r: "")
+    nlq_eval.main(["--out_dir", str(out), "--json", str(evaluated)])
+    assert json.loads(evaluated.read_text())["iter"] == 4
 
 
 def test_a_hellaswag_file_that_is_not_text_or_a_folder_is_named(trained, tmp_path):
