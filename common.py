@@ -441,7 +441,15 @@ def setup_distributed(cfg):
             raise ValueError("fsdp=True shards over the processes that torchrun starts; launch with torchrun "
                              "--standalone --nproc_per_node=N (N=1 runs but shards nothing), or drop --fsdp")
         return 0, 0, 1
-    rank, local_rank, world = (int(os.environ[k]) for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE"))
+    launch = {k: os.environ.get(k) for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")}
+    try:
+        rank, local_rank, world = (int(launch[k]) for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE"))
+    except (TypeError, ValueError):  # one of them missing (None) or not an integer
+        rank = local_rank = world = -1
+    if not (0 <= rank < world and 0 <= local_rank < world and launch["MASTER_ADDR"] and launch["MASTER_PORT"]):
+        raise ValueError(f"RANK is set in the environment, but not as torchrun sets it ("
+                         f"{', '.join(f'{k}={v}' for k, v in launch.items() if v is not None)}): for one process, "
+                         f"unset RANK, LOCAL_RANK and WORLD_SIZE; for several, launch with torchrun")
     use_cuda = cfg["device"] != "cpu" and torch.cuda.is_available()
     if use_cuda:
         torch.cuda.set_device(local_rank)

@@ -36,7 +36,7 @@ import sys
 import threading
 import time
 import warnings
-from contextlib import ExitStack, nullcontext
+from contextlib import ExitStack, contextmanager, nullcontext
 
 import torch
 import torch.distributed as dist
@@ -105,6 +105,21 @@ class StopSignals:
     def __exit__(self, *exc):
         for sig, handler in self._previous.items():
             signal.signal(sig, handler)
+
+    @contextmanager
+    def paused(self):
+        """A with block in which the stop signals and Ctrl-C end the process at once (their default action),
+        for a call that blocks in C++ where no Python handler runs: the process group's rendezvous, waiting
+        for a rank that never comes. Nothing is written before it, so nothing is lost."""
+        if not self._previous:  # off the main thread: nothing was installed
+            yield
+            return
+        ours = {sig: signal.signal(sig, signal.SIG_DFL) for sig in (*STOP_SIGNALS, signal.SIGINT)}
+        try:
+            yield
+        finally:
+            for sig, handler in ours.items():
+                signal.signal(sig, handler)
 
 
 # ------------------------------------------------------------------------------------------- the schedule
@@ -563,7 +578,8 @@ def train_until_stopped(cfg, stop, held):
                              "drop --wandb_log") from None
     check_out_dir_is_ours(cfg)  # never write into another program's folder
     # -- processes and devices -------------------------------------------------------------------------------
-    rank, local_rank, world_size = setup_distributed(cfg)
+    with stop.paused():  # a rendezvous that hangs can still be stopped
+        rank, local_rank, world_size = setup_distributed(cfg)
     master = rank == 0
     log = print if master else (lambda *a, **k: None)
     if not master:  # every rank resolves the same settings: rank 0 warns about them once, as it logs

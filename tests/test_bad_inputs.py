@@ -171,6 +171,35 @@ def test_ctrl_c_before_the_first_checkpoint_says_to_start_again(tmp_path):
     assert "interrupted before the first checkpoint: there is nothing to resume; run the same command" in err
 
 
+@pytest.mark.parametrize("env", [dict(RANK="0"), dict(RANK="abc", LOCAL_RANK="0", WORLD_SIZE="2"),
+                                 dict(RANK="1", LOCAL_RANK="0", WORLD_SIZE="1"),
+                                 dict(RANK="0", LOCAL_RANK="0", WORLD_SIZE="2")])  # no MASTER_ADDR, MASTER_PORT
+def test_a_stale_rank_in_the_environment_is_named_before_any_rendezvous(env, monkeypatch):
+    """RANK left in a shell (no torchrun) gave a KeyError traceback, int()'s message or a rendezvous that waited
+    30 minutes for a peer; now one error names the variables and both fixes, and no process group starts."""
+    for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+        monkeypatch.delenv(k, raising=False)
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.setattr(common.dist, "init_process_group", lambda **k: pytest.fail("a rendezvous started"))
+    with pytest.raises(ValueError) as e:
+        common.setup_distributed(dict(common.DEFAULTS, device="cpu"))
+    assert str(e.value) == (f"RANK is set in the environment, but not as torchrun sets it "
+                            f"({', '.join(f'{k}={v}' for k, v in env.items())}): for one process, unset RANK, "
+                            f"LOCAL_RANK and WORLD_SIZE; for several, launch with torchrun")
+
+
+def test_a_rendezvous_that_hangs_can_still_be_stopped():
+    """While the process group starts (a C++ wait, where Python's handlers never run), SIGTERM and Ctrl-C do
+    what they do by default, ending the process; train.py's own handlers are back afterwards."""
+    with train.StopSignals() as stop:
+        ours = {sig: signal.getsignal(sig) for sig in (*train.STOP_SIGNALS, signal.SIGINT)}
+        with stop.paused():
+            assert all(signal.getsignal(sig) == signal.SIG_DFL for sig in ours)
+        assert {sig: signal.getsignal(sig) for sig in ours} == ours
+        assert signal.getsignal(signal.SIGTERM) == stop._handle
+
+
 # ---------------------------------------------------------------------------------------------- checkpoints
 @pytest.fixture
 def trained(tmp_path):
