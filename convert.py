@@ -374,12 +374,21 @@ def main(argv=None):
             else load_meta(os.path.join(args.data_dir, dataset)))
     ckpt, notes = convert(official, meta, dataset, args.data_dir, args.out_dir, args.path)
 
+    made = not os.path.isdir(args.out_dir)
+    config_path = os.path.join(args.out_dir, "train_config.py")
     try:
         os.makedirs(args.out_dir, exist_ok=True)
-    except OSError as e:  # checked above; only a change since then gets here
-        raise ValueError(f"cannot create --out_dir {args.out_dir} ({e.strerror or e}); choose another path") from e
-    atomic_write_text(os.path.join(args.out_dir, "train_config.py"), config_file(ckpt["config"], args.path))
-    save_checkpoint(ckpt_path, ckpt)  # last, via a temp file: a ckpt.pt is only ever complete
+        atomic_write_text(config_path, config_file(ckpt["config"], args.path))
+        save_checkpoint(ckpt_path, ckpt)  # last, via a temp file: a ckpt.pt is only ever complete
+    except BaseException as e:  # a full disk, Ctrl-C: take back what was written, so nothing half-done stays
+        if os.path.exists(config_path) and not os.path.exists(ckpt_path):
+            os.remove(config_path)
+        if made and os.path.isdir(args.out_dir) and not os.listdir(args.out_dir):
+            os.rmdir(args.out_dir)
+        if isinstance(e, OSError):
+            raise ValueError(f"cannot write {args.out_dir} ({e.strerror or e}); free space or choose another "
+                             f"--out_dir") from e
+        raise
     m = ckpt["model_args"]
     print(f"converted {args.path} (official {ckpt['converted_from']['query_mode']}, iter {ckpt['iter_num']}) "
           f"-> {ckpt_path} (nlq {m['query_mode']}, {m['n_layer']} layers x {m['n_embd']}, {m['n_head']} "
@@ -400,3 +409,5 @@ if __name__ == "__main__":
         main()
     except (FileNotFoundError, ValueError, DataError) as e:  # DataError: GPT-2's BPE files (--bpe_dir)
         sys.exit(f"error: {e}; nothing was written")
+    except KeyboardInterrupt:
+        sys.exit("interrupted; nothing was written")

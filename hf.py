@@ -266,7 +266,8 @@ def export(model, meta, hf_dir, bpe_dir=None, code="auto", source=""):
     cannot express).
     The folder is written to a temporary folder next to hf_dir and renamed into place: it is complete or absent,
     with the permissions a plain mkdir and open would give (the umask's). ValueError if hf_dir exists, is empty
-    or cannot be made (a file in its path, no permission). Returns a list of notes (str) for the user.
+    or cannot be made (a file in its path, no permission), or cannot be written (a full disk: nothing stays).
+    Returns a list of notes (str) for the user.
     """
     t = _transformers()
     cfg = model.config
@@ -324,8 +325,12 @@ def export(model, meta, hf_dir, bpe_dir=None, code="auto", source=""):
         tokenizer.save_pretrained(tmp)
         normal_permissions(tmp)
         os.replace(tmp, hf_dir)
-    except BaseException:
+    except BaseException as e:
         shutil.rmtree(tmp, ignore_errors=True)
+        from safetensors import SafetensorError  # its writer reports a full disk as its own error
+        if isinstance(e, (OSError, SafetensorError)):
+            raise ValueError(f"cannot write the export to {hf_dir} ({e}); free space or choose another "
+                             f"--out") from e
         raise
     kind = ("nlq modeling code (trust_remote_code=True)" + (f": {'; '.join(blockers)}" if blockers else "")
             if custom else "a plain GPT2LMHeadModel (no custom code)")

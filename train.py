@@ -913,6 +913,11 @@ if __name__ == "__main__":
         sys.exit(EXIT_DIVERGED)
     except CheckpointNotWritten as e:
         sys.exit(f"error: {e}")
+    except OSError as e:  # a full disk or a folder that cannot be written, e.g. as the metrics log grows
+        kept = os.path.exists(os.path.join(config["out_dir"], "ckpt.pt"))
+        sys.exit(f"error: {e}; free space or choose another out_dir"
+                 + (f" (the last checkpoint in {config['out_dir']} is intact: continue with --init_from=resume)"
+                    if kept else ""))
     except TrainingPreempted:  # logged already; the status tells a scheduler to requeue it (common.py)
         sys.exit(EXIT_PREEMPTED)
     except KeyboardInterrupt:

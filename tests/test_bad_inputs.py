@@ -93,6 +93,20 @@ def test_a_damaged_dataset_on_the_command_line_is_one_line_not_a_traceback(tmp_p
         assert code == 1 and "meta.json is damaged" in err and "Traceback" not in err, err
 
 
+def test_a_log_that_cannot_be_written_is_one_line_not_a_traceback(tmp_path):
+    """An OSError while training (a full disk as metrics.jsonl grows: a traceback in an adversarial trial;
+    here its log path is a folder) ends the run with one line naming the fix."""
+    make_dataset(tmp_path / "data")
+    (tmp_path / "out" / "metrics.jsonl").mkdir(parents=True)
+    code, err = run_script("train.py", f"--data_dir={tmp_path / 'data'}", "--dataset=tiny", "--device=cpu",
+                           f"--out_dir={tmp_path / 'out'}", "--max_iters=1", "--n_layer=1", "--n_embd=16",
+                           "--n_head=2", "--block_size=8", "--batch_size=2", "--eval_iters=1")
+    assert code == 1 and err.splitlines()[-1] == (f"error: [Errno 21] Is a directory: "
+                                                  f"'{tmp_path / 'out' / 'metrics.jsonl'}'; free space or choose "
+                                                  f"another out_dir"), err
+    assert "Traceback" not in err and not (tmp_path / "out" / "ckpt.pt").exists()
+
+
 # ------------------------------------------------------------------------------------------- settings
 @pytest.mark.parametrize("override,message", [
     ("--vocab_size=0", r"'vocab_size' = 0 must be > 0"),  # was taken as None: sized from the data

@@ -2,6 +2,7 @@
 mode): the converted nlq model computes the official logits, a resumed step is the official step, the run
 folder works with train.py, sample.py and eval.py, and bad inputs are clear errors that write nothing."""
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -240,6 +241,29 @@ def test_bad_input_is_a_clear_error_and_writes_nothing(case, official, data_dir,
         convert.main(["official", str(path), f"--out_dir={out}", "--dataset=shakespeare_char",
                       f"--data_dir={data_dir}"])
     assert not out.exists()
+
+
+@pytest.mark.parametrize("fails", ["disk_full", "ctrl_c"])
+def test_a_full_disk_or_ctrl_c_while_writing_leaves_nothing(fails, official, data_dir, tmp_path, monkeypatch):
+    """The checkpoint's write fails after train_config.py was written (an adversarial trial's 12 kB disk left
+    train_config.py without ckpt.pt): both are gone, the folder too; a full disk is one error naming the fix."""
+    error = OSError(28, "No space left on device") if fails == "disk_full" else KeyboardInterrupt()
+    def full(path, state):
+        raise error
+    monkeypatch.setattr(convert, "save_checkpoint", full)
+    out = tmp_path / "out"
+    with pytest.raises(ValueError if fails == "disk_full" else KeyboardInterrupt) as e:
+        convert.main(["official", str(official / "residual_gelu" / "ckpt.pt"), f"--out_dir={out}",
+                      "--dataset=shakespeare_char", f"--data_dir={data_dir}"])
+    assert not out.exists()
+    if fails == "disk_full":
+        assert str(e.value) == (f"cannot write {out} (No space left on device); free space or choose another "
+                                f"--out_dir")
+    out.mkdir()  # a folder that was there before stays, empty
+    with pytest.raises((ValueError, KeyboardInterrupt)):
+        convert.main(["official", str(official / "residual_gelu" / "ckpt.pt"), f"--out_dir={out}",
+                      "--dataset=shakespeare_char", f"--data_dir={data_dir}"])
+    assert out.is_dir() and os.listdir(out) == []
 
 
 def test_an_nlq_checkpoint_needs_no_conversion(converted, data_dir, tmp_path):

@@ -131,6 +131,25 @@ def test_export_gelu_tanh_and_other_scales(tmp_path):
         hf.export(model, BYTE_META, str(tmp_path / "forced"))
 
 
+@pytest.mark.parametrize("code", ["nlq", "gpt2"])
+def test_a_full_disk_is_one_error_and_leaves_no_folder(code, tmp_path, monkeypatch):
+    """safetensors reports a full disk as its own SafetensorError (a traceback in an adversarial trial),
+    transformers' save_pretrained as an OSError: either way one error naming the fix, and nothing written."""
+    import safetensors.torch
+    import transformers
+    from safetensors import SafetensorError
+    def full(*a, **k):
+        raise SafetensorError("Error while serializing: IoError(Os { code: 28, kind: StorageFull })")
+    def full_os(*a, **k):
+        raise OSError(28, "No space left on device")
+    monkeypatch.setattr(safetensors.torch, "save_file", full)
+    monkeypatch.setattr(transformers.GPT2LMHeadModel, "save_pretrained", full_os)
+    with pytest.raises(ValueError, match=f"cannot write the export to {tmp_path / 'hf'} \\(.*(StorageFull|No space "
+                                         f"left on device).*\\); free space or choose another --out"):
+        hf.export(random_gpt(), BYTE_META, str(tmp_path / "hf"), code=code)
+    assert os.listdir(tmp_path) == []
+
+
 def test_the_exported_tokenizers_encode_as_nlq_does(shipped_data, tmp_path):
     import transformers
     bpe = str(shipped_data / "gpt2")
