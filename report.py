@@ -992,3 +992,5 @@ if __name__ == "__main__":
         main()
     except (OSError, ValueError) as e:  # a missing file, a full disk: one line, nothing half-written
         sys.exit(f"error: {e}")
+    except KeyboardInterrupt:  # the report is rebuilt from the runs alone
+        sys.exit("interrupted; run the same command again to write the report")

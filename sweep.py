@@ -1307,7 +1307,7 @@ if __name__ == "__main__":
     except SweepStopped as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(e.exit_code)
-    except (ValueError, FileNotFoundError, RuntimeError) as e:
+    except (ValueError, OSError, RuntimeError) as e:  # OSError: a runs_dir that cannot be written, a full disk
         sys.exit(f"error: {e}")
     except KeyboardInterrupt:
         print("interrupted; run the same command again to resume (finished runs are kept)", file=sys.stderr)
