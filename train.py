@@ -291,7 +291,8 @@ def lr_decay_iters_for(cfg, ckpt, log):
     """The iteration at which the LR reaches min_lr. lr_decay_iters unset: a new run decays over max_iters, a
     resumed run keeps its checkpoint's schedule (raising max_iters then trains on at min_lr). A different
     explicit value on resume is allowed, with a warning naming both (the LR jumps). A note is printed when the
-    run goes on past the decay (at min_lr) or stops before it."""
+    run goes on past the decay (at min_lr) or stops before it, or, with decay_lr=False, names the schedule
+    settings a constant rate leaves unused."""
     decay_iters = cfg["lr_decay_iters"] or cfg["max_iters"]
     if ckpt is not None:
         trained = (ckpt.get("lr_decay_iters") or ckpt["config"]["lr_decay_iters"]
@@ -310,6 +311,12 @@ def lr_decay_iters_for(cfg, ckpt, log):
     if cfg["decay_lr"]:
         for kind, text in schedule_notes(cfg, decay_iters):
             warnings.warn(text) if kind == "warning" else log(f"note: {text}")
+    else:
+        unused = [f"{k}={cfg[k]!r}" for k in ("warmup_iters", "lr_decay_iters", "min_lr", "lr_schedule")
+                  if cfg[k] != DEFAULTS[k]]
+        if unused:
+            log(f"note: decay_lr=False: every step runs at learning_rate={cfg['learning_rate']:g}, so "
+                f"{', '.join(unused)} {'is' if len(unused) == 1 else 'are'} not used")
     return decay_iters
 
 

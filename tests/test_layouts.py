@@ -119,6 +119,20 @@ def schedule(**kw):
     return dict(common.DEFAULTS, learning_rate=6e-4, min_lr=6e-5, **kw)
 
 
+def test_a_constant_rate_says_which_schedule_settings_it_leaves_unused():
+    """decay_lr=False dropped warmup_iters, min_lr and the rest without a word (an adversarial trial)."""
+    notes = []
+    cfg = schedule(decay_lr=False, warmup_iters=3, max_iters=10)
+    assert train.lr_decay_iters_for(cfg, None, notes.append) == 10
+    assert [train.get_lr(i, cfg, 10) for i in (0, 9)] == [6e-4, 6e-4]
+    assert notes == ["note: decay_lr=False: every step runs at learning_rate=0.0006, so warmup_iters=3 is not "
+                     "used"]  # min_lr=6e-5 is the default: not named
+    notes.clear()
+    train.lr_decay_iters_for(dict(cfg, min_lr=0.0, lr_schedule="linear"), None, notes.append)
+    assert notes == ["note: decay_lr=False: every step runs at learning_rate=0.0006, so warmup_iters=3, "
+                     "min_lr=0.0, lr_schedule='linear' are not used"]
+
+
 def test_a_run_that_is_all_warmup_is_warned_about():
     """--max_iters=5 with the default warmup_iters=2000: the rate never passes 1.5e-6 (peak 6e-4)."""
     cfg = schedule(max_iters=5)
