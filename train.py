@@ -253,6 +253,10 @@ def kept_on_resume(ckpt_path, cfg, log):
     saved_windows, windows = eval_window_count(ckpt["config"]), eval_window_count(cfg)
     curve = any(r.get("val_loss") is not None and r["iter"] <= ckpt["iter_num"]
                 for r in read_metrics(cfg["out_dir"]))  # none yet (e.g. a convert.py run): nothing to keep
+    if not curve and ckpt["iter_num"] > 0 and "converted_from" not in ckpt:  # (a converted run has no log)
+        warnings.warn(f"{os.path.join(cfg['out_dir'], 'metrics.jsonl')} holds no eval up to the checkpoint's "
+                      f"iter {ckpt['iter_num']} (deleted or moved?): the log goes on from there, and the curve "
+                      f"before it is lost; put the file back first to keep it")
     if windows != saved_windows and curve:
         where = f"the checkpoint's {saved_windows:,} eval windows per split, not {windows:,}"
         if cfg["eval_windows"] is None:
@@ -882,7 +886,10 @@ def train_until_stopped(cfg, stop, held):
             preempt(eval_pending=is_eval_iter(iter_num, cfg), when=f"after iter {iter_num}")
 
     out = shlex.quote(cfg["out_dir"])
-    log(f"done: {iter_num} iterations; checkpoint {ckpt_path}, metrics {cfg['out_dir']}/metrics.jsonl\n"
+    kept = ("no checkpoint" if last_saved is None else f"checkpoint {ckpt_path}"
+            + ("" if last_saved == iter_num else f" (iter {last_saved}" + (
+                ", its lowest val loss: always_save_checkpoint=False)" if not cfg["always_save_checkpoint"] else ")")))
+    log(f"done: {iter_num} iterations; {kept}, metrics {cfg['out_dir']}/metrics.jsonl\n"
         f"next: text: python sample.py --out_dir={out}; loss: python eval.py --out_dir={out} --full; "
         f"compare: python report.py {out} OTHER_RUN")
     end_distributed()

@@ -80,6 +80,33 @@ def test_resume_drops_metrics_written_after_the_checkpoint(data_dir, tmp_path):
     assert [json.loads(line)["iter"] for line in open(tmp_path / "metrics.jsonl")] == [0, 3, 6]
 
 
+def test_a_resume_whose_log_is_gone_says_so(data_dir, tmp_path):
+    """metrics.jsonl deleted before a resume: the log restarted at the checkpoint without a word (an
+    adversarial trial); now a warning says the curve before it is lost."""
+    cfg = tiny_cfg(data_dir, tmp_path, max_iters=3)
+    train.train(cfg)
+    os.remove(tmp_path / "metrics.jsonl")
+    with pytest.warns(UserWarning, match=f"{tmp_path / 'metrics.jsonl'} holds no eval up to the checkpoint's "
+                                         f"iter 3 \\(deleted or moved\\?\\): the log goes on from there"):
+        train.train({**cfg, "max_iters": 6, "init_from": "resume"})
+    assert [json.loads(line)["iter"] for line in open(tmp_path / "metrics.jsonl")] == [6]
+
+
+def test_without_always_save_checkpoint_the_last_line_names_the_checkpoints_iter(data_dir, tmp_path, capsys,
+                                                                                monkeypatch):
+    """always_save_checkpoint=False keeps the checkpoint of the lowest val loss; the last line said only
+    'checkpoint PATH' after 6 iterations, as if it held iter 6 (an adversarial trial)."""
+    real, evals = train.estimate_loss, []
+    def worse_each_time(*a, **k):  # every eval after iter 0 looks worse: the checkpoint stays at iter 0
+        evals.append(1)
+        return {split: loss + len(evals) for split, loss in real(*a, **k).items()}
+    monkeypatch.setattr(train, "estimate_loss", worse_each_time)
+    train.train(tiny_cfg(data_dir, tmp_path, always_save_checkpoint=False, eval_full_at_end=False))
+    assert torch.load(tmp_path / "ckpt.pt", map_location="cpu")["iter_num"] == 0 and len(evals) == 3
+    assert f"done: 6 iterations; checkpoint {tmp_path / 'ckpt.pt'} (iter 0, its lowest val loss: " \
+           f"always_save_checkpoint=False), metrics" in capsys.readouterr().out
+
+
 def test_gradient_accumulation_equivalence(data_dir, tmp_path):
     """batch 8 x 1 micro-step and batch 4 x 2 micro-steps take the same first step."""
     common = dict(max_iters=1, eval_interval=1, dropout=0.0)
