@@ -100,6 +100,8 @@ def load_study(path, quick=None):
         raise FileNotFoundError(f"study file {path} is a folder; give a study file (e.g. studies/enwiki_cpu.py)")
     if not os.path.isfile(path):
         raise FileNotFoundError(f"study file {path} not found{close_match(path)}")
+    if not path.endswith(".py"):  # it would be run as Python (a metrics log: "name 'null' is not defined")
+        raise ValueError(f"study file {path} is not a .py file; give a study file (e.g. studies/enwiki_cpu.py)")
     namespace = read_config_file(path, "study file")  # plain Python, like a config file
     missing = [k for k in STUDY_KEYS if k not in namespace]
     if missing:
@@ -1190,8 +1192,8 @@ def slurm_settings(study, args):
             slurm["extra"][key] = text
     slurm.update({k: v for k, v in (("partition", args.slurm_partition), ("time", args.slurm_time))
                   if v is not None})
-    gpus = args.gpus_per_run or slurm.pop("gpus_per_run", None) or 1
-    slurm.pop("gpus_per_run", None)
+    gpus = slurm.pop("gpus_per_run", None) or 1
+    gpus = gpus if args.gpus_per_run is None else args.gpus_per_run  # --gpus_per_run 0: refused, not ignored
     if gpus < 1:
         raise ValueError(f"--gpus_per_run={gpus}: give 1 or more")
     return gpus, slurm
@@ -1237,6 +1239,8 @@ def main(argv=None):
               f"{args.study} --quick {args.quick:g}", flush=True)
     if args.tokens_per_s is not None and not (math.isfinite(args.tokens_per_s) and args.tokens_per_s > 0):
         parser.error(f"--tokens_per_s {args.tokens_per_s:g}: must be a positive number (measured tokens/s per GPU)")
+    if args.gpus_per_run is not None and args.gpus_per_run < 1:
+        parser.error(f"--gpus_per_run {args.gpus_per_run}: give 1 or more")
     if args.dry_run:
         print(dry_run(study, args.tokens_per_s, args.bench_json))
         return

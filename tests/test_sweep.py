@@ -157,6 +157,13 @@ def test_printed_commands_paste_into_a_shell_and_a_folder_is_not_a_study(tmp_pat
     assert f"'--out_dir={sweep.run_dir(study, *run)}'" in line and " " in sweep.run_dir(study, *run)
     with pytest.raises(FileNotFoundError, match=f"study file {tmp_path} is a folder; give a study file"):
         sweep.main([str(tmp_path)])
+    (tmp_path / "metrics.jsonl").write_text('{"iter": 0, "val_loss": null}\n')  # was run as Python: NameError
+    with pytest.raises(ValueError, match=f"study file {tmp_path / 'metrics.jsonl'} is not a .py file; give a"):
+        sweep.main([str(tmp_path / "metrics.jsonl")])
+    for gpus in ("0", "-3"):  # 0 was taken as unset (the study's value or 1), -3 passed a dry run
+        with pytest.raises(SystemExit):
+            sweep.main([str(study_file), "--dry_run", "--gpus_per_run", gpus])
+        assert f"--gpus_per_run {gpus}: give 1 or more" in capsys.readouterr().err
 
 
 def write_run(study, arm, lr, seed, rows):
