@@ -117,6 +117,8 @@ class QueryMode(nn.Module):
     """
     fuse_w_q = False
     scale_factor = None
+    settings = None  # which of QUERY_SETTINGS the mode reads; None: it may read any (a mode that declares
+    #                  them lets train.py note, and sweep.py see, a setting that changes nothing)
 
     def __init__(self, cfg: GPTConfig):
         super().__init__()
@@ -133,6 +135,7 @@ class LinearQuery(QueryMode):
     """q = x·W_Q, the standard GPT query; W_Q is the first C outputs of the attention's c_attn."""
     fuse_w_q = True
     scale_factor = 1.0
+    settings = ()
 
     def forward(self, x, xw):
         """(B, T, C), (B, T, C) -> (B, T, C)."""
@@ -142,6 +145,7 @@ class LinearQuery(QueryMode):
 class IdentityQuery(QueryMode):
     """q = x: W_Q fixed to the identity (the paper's basis-change argument: no loss of expressivity)."""
     scale_factor = 0.5
+    settings = ()
 
     def forward(self, x, xw):
         """(B, T, C) -> (B, T, C), x itself."""
@@ -151,6 +155,7 @@ class IdentityQuery(QueryMode):
 class ResidualQuery(QueryMode):
     """q = x + x·W_Q, a linear residual query (an ablation in the official code). C² (+ C) parameters."""
     scale_factor = 0.5
+    settings = ()
 
     def __init__(self, cfg: GPTConfig):
         super().__init__(cfg)
@@ -175,6 +180,7 @@ class NonlinearQuery(QueryMode):
     partitioner recomputes even those).
     """
     scale_factor = 0.5
+    settings = ("query_hidden", "query_norm_in", "query_norm_out")
 
     def __init__(self, cfg: GPTConfig):
         super().__init__(cfg)
@@ -212,6 +218,14 @@ class NonlinearQuery(QueryMode):
 QUERY_MODES = {"linear": LinearQuery, "identity": IdentityQuery, "residual": ResidualQuery,
                "nonlinear": NonlinearQuery}
 QUERY_MODE_ALIASES = {"original": "linear", "residual_gelu": "nonlinear"}  # names used by the official code
+QUERY_SETTINGS = ("query_hidden", "query_norm_in", "query_norm_out")  # GPTConfig's fields for f alone
+
+
+def unused_query_settings(query_mode):
+    """The QUERY_SETTINGS that query_mode's class says it does not read (a tuple; empty for a class that does
+    not say, which may read any). KeyError for an unknown mode."""
+    read = QUERY_MODES[QUERY_MODE_ALIASES.get(query_mode, query_mode)].settings
+    return () if read is None else tuple(k for k in QUERY_SETTINGS if k not in read)
 
 
 # ---------------------------------------------------------------------- f's fused forward and backward

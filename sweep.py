@@ -57,6 +57,7 @@ interval and eval batches scaled alike; no whole-split eval) in the scratch fold
 machinery, not for comparing arms (report.py --quick reports it).
 """
 import argparse
+import difflib
 import filecmp
 import json
 import math
@@ -71,10 +72,10 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-import difflib
 from common import (DEFAULTS, EXIT_DIVERGED, EXIT_INTERRUPTED, EXIT_PREEMPTED, HelpFormatter, atomic_write_text,
                     check_value, eval_window_count, load_meta, model_config, open_split, param_counts, parse_config,
                     read_config_file, read_metrics, resolve_device)
+from model import unused_query_settings
 
 ROOT = os.path.dirname(os.path.abspath(__file__))  # the repository
 TRAIN_PY = os.path.join(ROOT, "train.py")
@@ -246,8 +247,11 @@ def load_study(path, quick=None):
         except ValueError as e:
             raise ValueError(f"study file {path}: arm {arm} at learning rate {study['grids'][arm][0]:g}: "
                              f"{e}") from None
-        same = json.dumps([study["grids"][arm], vars(model_config(cfg)),  # the model as built: aliases resolved
-                           {k: v for k, v in cfg.items() if k not in NOT_RESULTS | {"out_dir", "query_mode"}}],
+        unused = set(unused_query_settings(cfg["query_mode"]))  # f's settings, for a mode without f
+        same = json.dumps([study["grids"][arm],  # the model as built (aliases resolved), the settings it reads
+                           {k: v for k, v in vars(model_config(cfg)).items() if k not in unused},
+                           {k: v for k, v in cfg.items()
+                            if k not in NOT_RESULTS | unused | {"out_dir", "query_mode"}}],
                           sort_keys=True, default=str)
         if same in experiments:
             raise ValueError(f"study file {path}: arms {experiments[same]} and {arm} are the same experiment "

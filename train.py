@@ -49,7 +49,7 @@ from common import (DEFAULTS, EXIT_DIVERGED, EXIT_INTERRUPTED, EXIT_PREEMPTED, M
                     load_meta, make_writable_folder, model_config, open_split, param_counts, parse_config,
                     read_metrics, resolve_device, safe_exp, save_checkpoint, settings_help, setup_distributed,
                     shard_model, use_compile, validate, window_starts)
-from model import GPT, GPTConfig
+from model import GPT, GPTConfig, unused_query_settings
 from prepare_data import BIN_FILES, SHIPPED_DATASETS, DataError, prepare_shipped
 
 # Settings a resumed run must share with its checkpoint, besides the model's: they define the experiment. (The
@@ -595,6 +595,10 @@ def train_until_stopped(cfg, stop, held):
     log = print if master else (lambda *a, **k: None)
     if not master:  # every rank resolves the same settings: rank 0 warns about them once, as it logs
         warnings.filterwarnings("ignore", module=__name__)
+    unused = [f"{k}={cfg[k]!r}" for k in unused_query_settings(cfg["query_mode"]) if cfg[k] != DEFAULTS[k]]
+    if unused:  # f's settings, for a mode without f (a study's arms may share them)
+        log(f"note: query_mode={cfg['query_mode']} does not read {', '.join(unused)}: "
+            f"{'it changes' if len(unused) == 1 else 'they change'} nothing")
     accum = cfg["gradient_accumulation_steps"]
     if accum % world_size:
         raise ValueError(f"gradient_accumulation_steps={accum} is not divisible by the {world_size} "

@@ -13,6 +13,7 @@ import time
 import pytest
 
 import common
+import model
 import report
 import sweep
 from conftest import ROOT, write_tiny_dataset
@@ -329,6 +330,10 @@ def test_arms_that_differ_in_precision_and_a_copy_of_a_committed_study_are_accep
     (("overrides = {}", "overrides = {'max_iters': 0}"), r"max_iters=0: its runs would not train"),
     (("'nonlinear': dict(", "'original': dict(query_mode='original'), 'nonlinear': dict("),
      r"arms linear and original are the same experiment \(the same model, settings and learning rates"),
+    # f's settings on a mode without f change nothing: the arms would train the same model (an adversarial trial)
+    (("'nonlinear': dict(", "'linear_r8': dict(query_mode='linear', query_hidden=8, query_norm_in=False), "
+                            "'nonlinear': dict("),
+     r"arms linear and linear_r8 are the same experiment \(the same model, settings and learning rates"),
     # a study that imports (or copies) a committed one and keeps its name would write that study's report
     (("name = 'tiny'", "from studies.enwiki_cpu import name"),
      r"its name 'enwiki_cpu' is the study studies/enwiki_cpu\.py's \(taken over from it by an import or a copy\?\)"
@@ -339,6 +344,24 @@ def test_bad_study_values(study_file, tmp_path, edit, message):
     bad.write_text(study_file.read_text().replace(*edit))
     with pytest.raises(ValueError, match=message):
         sweep.load_study(str(bad))
+
+
+def test_f_s_settings_make_another_experiment_only_where_the_mode_reads_them(study_file, tmp_path):
+    """nonlinear with another query_hidden is another arm; a custom mode that does not say which settings it
+    reads (the README's LowRankQuery reads query_hidden) is taken to read them all."""
+    bad = tmp_path / "ok.py"
+    bad.write_text(study_file.read_text().replace(
+        "'nonlinear': dict(", "'nonlinear_r8': dict(query_mode='nonlinear', query_hidden=8), 'nonlinear': dict("))
+    assert list(sweep.load_study(str(bad))["arms"]) == ["linear", "nonlinear_r8", "nonlinear"]
+    assert model.unused_query_settings("linear") == model.QUERY_SETTINGS == ("query_hidden", "query_norm_in",
+                                                                           "query_norm_out")
+    assert model.unused_query_settings("residual_gelu") == ()  # the official name of nonlinear
+
+    class LowRank(model.QueryMode):
+        scale_factor = 0.5
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setitem(model.QUERY_MODES, "lowrank_test", LowRank)
+        assert model.unused_query_settings("lowrank_test") == ()
 
 
 def test_missing_study_and_config_files_are_named_with_the_closest_name(study_file, tmp_path):

@@ -107,6 +107,16 @@ def test_without_always_save_checkpoint_the_last_line_names_the_checkpoints_iter
            f"always_save_checkpoint=False), metrics" in capsys.readouterr().out
 
 
+def test_f_s_settings_on_a_mode_without_f_are_noted(data_dir, tmp_path, capsys):
+    """--query_mode=linear --query_hidden=8 trained the same model without a word (an adversarial trial)."""
+    train.train(tiny_cfg(data_dir, tmp_path / "linear", max_iters=0, query_mode="linear", query_hidden=8,
+                         query_norm_in=False))
+    assert "note: query_mode=linear does not read query_hidden=8, query_norm_in=False: they change nothing\n" \
+        in capsys.readouterr().out
+    train.train(tiny_cfg(data_dir, tmp_path / "nonlinear", max_iters=0, query_mode="nonlinear", query_hidden=8))
+    assert "does not read" not in capsys.readouterr().out
+
+
 def test_gradient_accumulation_equivalence(data_dir, tmp_path):
     """batch 8 x 1 micro-step and batch 4 x 2 micro-steps take the same first step."""
     common = dict(max_iters=1, eval_interval=1, dropout=0.0)
