@@ -212,13 +212,19 @@ def checkpoint_to_resume(cfg, model_cfg, ckpt_path):
     except OSError as e:
         raise ValueError(f"cannot write to out_dir {cfg['out_dir']} ({e.strerror or e}); choose a writable "
                          f"folder") from e
+    if os.path.isdir(ckpt_path):
+        raise ValueError(f"{ckpt_path} is a folder, not a checkpoint; move it away, or give the run a new out_dir")
     if cfg["init_from"] != "resume":
         if os.path.exists(ckpt_path):  # never overwrite a trained model by accident
             raise ValueError(f"{ckpt_path} exists; continue it with --init_from=resume, or pick a new "
                              f"out_dir (or delete the old run) to start from scratch")
         return None
     if not os.path.isfile(ckpt_path):
-        raise FileNotFoundError(f"init_from=resume but {ckpt_path} does not exist; use init_from=scratch")
+        rows = read_metrics(cfg["out_dir"])
+        raise FileNotFoundError(f"init_from=resume but {ckpt_path} does not exist; " + (
+            f"{cfg['out_dir']} holds only a run's log (metrics.jsonl up to iter {rows[-1]['iter']}: a committed "
+            f"study run keeps no checkpoint), so there is nothing to resume; give the run a new out_dir"
+            if rows else "use init_from=scratch"))
     ckpt = load_checkpoint(ckpt_path)
     # the model as built (a None of the config resolved: mlp_hidden 4·n_embd, the mode's attention scale, the
     # data's vocabulary), so that attn_scale=0.1 at training and None now is a difference, not a silent change

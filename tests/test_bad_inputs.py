@@ -223,6 +223,26 @@ def trained(tmp_path):
     return tmp_path / "data", tmp_path / "out"
 
 
+def test_a_missing_checkpoint_gets_advice_that_works(trained, tmp_path):
+    """Each fix named is one that then runs: resuming a committed study run (its log, no checkpoint) said
+    'use init_from=scratch', which is then refused (its results would be replaced); a ckpt.pt that is a
+    folder sent scratch to resume and resume to scratch (an adversarial trial)."""
+    data, out = trained
+    os.remove(out / "ckpt.pt")  # as a committed study run: metrics.jsonl and config.json only
+    with pytest.raises(FileNotFoundError, match=f"init_from=resume but {out / 'ckpt.pt'} does not exist; {out} "
+                                                f"holds only a run's log \\(metrics.jsonl up to iter 2: a committed "
+                                                f"study run keeps no checkpoint\\), so there is nothing to resume; "
+                                                f"give the run a new out_dir"):
+        train.train(tiny_cfg(data, out, init_from="resume"))
+    with pytest.raises(FileNotFoundError, match="does not exist; use init_from=scratch$"):  # nothing there yet
+        train.train(tiny_cfg(data, tmp_path / "new", init_from="resume"))
+    (tmp_path / "odd" / "ckpt.pt").mkdir(parents=True)
+    for how in ("scratch", "resume"):
+        with pytest.raises(ValueError, match=f"{tmp_path / 'odd' / 'ckpt.pt'} is a folder, not a checkpoint; "
+                                             f"move it away, or give the run a new out_dir"):
+            train.train(tiny_cfg(data, tmp_path / "odd", init_from=how))
+
+
 def test_resume_refuses_a_dataset_whose_contents_changed(trained):
     data, out = trained
     meta = json.loads((data / "tiny" / "meta.json").read_text())
