@@ -27,6 +27,7 @@ that reaches one rank stops them all at the same step. --init_from=resume then c
 stopped: the same weights, bit for bit, as a run never stopped. Ctrl-C (SIGINT) stops at once, keeps the last
 eval's checkpoint and exits with status 130 (EXIT_INTERRUPTED).
 """
+import errno
 import json
 import math
 import os
@@ -896,9 +897,10 @@ def train_until_stopped(cfg, stop, held):
             preempt(eval_pending=is_eval_iter(iter_num, cfg), when=f"after iter {iter_num}")
 
     out = shlex.quote(cfg["out_dir"])
-    kept = ("no checkpoint" if last_saved is None else f"checkpoint {ckpt_path}"
-            + ("" if last_saved == iter_num else f" (iter {last_saved}" + (
-                ", its lowest val loss: always_save_checkpoint=False)" if not cfg["always_save_checkpoint"] else ")")))
+    kept = "no checkpoint" if last_saved is None else f"checkpoint {ckpt_path}"
+    if last_saved is not None and last_saved != iter_num:  # always_save_checkpoint=False keeps the best
+        why = "" if cfg["always_save_checkpoint"] else ", its lowest val loss: always_save_checkpoint=False"
+        kept += f" (iter {last_saved}{why})"
     log(f"done: {iter_num} iterations; {kept}, metrics {cfg['out_dir']}/metrics.jsonl\n"
         f"next: text: python sample.py --out_dir={out}; loss: python eval.py --out_dir={out} --full; "
         f"compare: python report.py {out} OTHER_RUN")
@@ -938,8 +940,9 @@ if __name__ == "__main__":
     except CheckpointNotWritten as e:
         sys.exit(f"error: {e}")
     except OSError as e:  # a full disk or a folder that cannot be written, e.g. as the metrics log grows
+        fix = "free space" if e.errno == errno.ENOSPC else "mend that path"
         kept = os.path.exists(os.path.join(config["out_dir"], "ckpt.pt"))
-        sys.exit(f"error: {e}; free space or choose another out_dir"
+        sys.exit(f"error: {e}; {fix} or choose another out_dir"
                  + (f" (the last checkpoint in {config['out_dir']} is intact: continue with --init_from=resume)"
                     if kept else ""))
     except TrainingPreempted:  # logged already; the status tells a scheduler to requeue it (common.py)

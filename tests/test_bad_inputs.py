@@ -102,8 +102,8 @@ def test_a_log_that_cannot_be_written_is_one_line_not_a_traceback(tmp_path):
                            f"--out_dir={tmp_path / 'out'}", "--max_iters=1", "--n_layer=1", "--n_embd=16",
                            "--n_head=2", "--block_size=8", "--batch_size=2", "--eval_iters=1")
     assert code == 1 and err.splitlines()[-1] == (f"error: [Errno 21] Is a directory: "
-                                                  f"'{tmp_path / 'out' / 'metrics.jsonl'}'; free space or choose "
-                                                  f"another out_dir"), err
+                                                  f"'{tmp_path / 'out' / 'metrics.jsonl'}'; mend that path or "
+                                                  f"choose another out_dir"), err
     assert "Traceback" not in err and not (tmp_path / "out" / "ckpt.pt").exists()
 
 
