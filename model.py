@@ -102,6 +102,9 @@ class GPTConfig:
 # Every mode-generic test (causality, SDPA = plain attention, resume, parameter accounting) and bench.py then
 # pick it up.
 
+QUERY_SETTINGS = ("query_hidden", "query_norm_in", "query_norm_out")  # GPTConfig's fields for f alone
+
+
 class QueryMode(nn.Module):
     """Base class of the query modes: forward(x, xw) -> q, each (B, T, C).
 
@@ -180,7 +183,7 @@ class NonlinearQuery(QueryMode):
     partitioner recomputes even those).
     """
     scale_factor = 0.5
-    settings = ("query_hidden", "query_norm_in", "query_norm_out")
+    settings = QUERY_SETTINGS
 
     def __init__(self, cfg: GPTConfig):
         super().__init__(cfg)
@@ -218,9 +221,6 @@ class NonlinearQuery(QueryMode):
 QUERY_MODES = {"linear": LinearQuery, "identity": IdentityQuery, "residual": ResidualQuery,
                "nonlinear": NonlinearQuery}
 QUERY_MODE_ALIASES = {"original": "linear", "residual_gelu": "nonlinear"}  # names used by the official code
-QUERY_SETTINGS = ("query_hidden", "query_norm_in", "query_norm_out")  # GPTConfig's fields for f alone
-
-
 def unused_query_settings(query_mode):
     """The QUERY_SETTINGS that query_mode's class says it does not read (a tuple; empty for a class that does
     not say, which may read any). KeyError for an unknown mode."""
