@@ -448,8 +448,9 @@ def setup_distributed(cfg):
         rank = local_rank = world = -1
     if not (0 <= rank < world and 0 <= local_rank < world and launch["MASTER_ADDR"] and launch["MASTER_PORT"]):
         raise ValueError(f"RANK is set in the environment, but not as torchrun sets it ("
-                         f"{', '.join(f'{k}={v}' for k, v in launch.items() if v is not None)}): for one process, "
-                         f"unset RANK, LOCAL_RANK and WORLD_SIZE; for several, launch with torchrun")
+                         f"{', '.join(f'{k}={v}' if v is not None else f'{k} unset' for k, v in launch.items())}"
+                         f"): for one process, unset RANK, LOCAL_RANK and WORLD_SIZE; for several, launch with "
+                         f"torchrun")
     use_cuda = cfg["device"] != "cpu" and torch.cuda.is_available()
     if use_cuda:
         torch.cuda.set_device(local_rank)
@@ -821,9 +822,9 @@ def check_output_file(path, option, ours):
         raise ValueError(f"{option} {path} is a folder; give a file path, "
                          f"e.g. {os.path.join(path, 'out.json')}")
     if os.path.lexists(path):
-        try:
+        try:  # results are a few kB: a larger file (a checkpoint) is not read
             with open(path, encoding="utf-8") as f:
-                mine = ours(json.load(f))
+                mine = os.path.getsize(path) < 2**20 and ours(json.load(f))
         except (OSError, ValueError):  # unreadable, not UTF-8, not JSON
             mine = False
         if not mine:

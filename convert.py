@@ -385,9 +385,9 @@ def main(argv=None):
             os.remove(config_path)
         if made and os.path.isdir(args.out_dir) and not os.listdir(args.out_dir):
             os.rmdir(args.out_dir)
-        if isinstance(e, OSError):
-            raise ValueError(f"cannot write {args.out_dir} ({e.strerror or e}); free space or choose another "
-                             f"--out_dir") from e
+        if isinstance(e, (OSError, RuntimeError)):  # torch.save reports a full disk as a RuntimeError
+            raise ValueError(f"cannot write {args.out_dir} ({getattr(e, 'strerror', None) or e}); free space or "
+                             f"choose another --out_dir") from e
         raise
     m = ckpt["model_args"]
     print(f"converted {args.path} (official {ckpt['converted_from']['query_mode']}, iter {ckpt['iter_num']}) "

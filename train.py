@@ -260,7 +260,8 @@ def kept_on_resume(ckpt_path, cfg, log):
     saved_windows, windows = eval_window_count(ckpt["config"]), eval_window_count(cfg)
     curve = any(r.get("val_loss") is not None and r["iter"] <= ckpt["iter_num"]
                 for r in read_metrics(cfg["out_dir"]))  # none yet (e.g. a convert.py run): nothing to keep
-    if not curve and ckpt["iter_num"] > 0 and "converted_from" not in ckpt:  # (a converted run has no log)
+    converted = (initialised_from(cfg, ckpt) or "").startswith("convert.py")  # its log starts at its resume
+    if not curve and ckpt["iter_num"] > 0 and not converted:
         warnings.warn(f"{os.path.join(cfg['out_dir'], 'metrics.jsonl')} holds no eval up to the checkpoint's "
                       f"iter {ckpt['iter_num']} (deleted or moved?): the log goes on from there, and the curve "
                       f"before it is lost; put the file back first to keep it")

@@ -198,9 +198,10 @@ def test_a_stale_rank_in_the_environment_is_named_before_any_rendezvous(env, mon
     monkeypatch.setattr(common.dist, "init_process_group", lambda **k: pytest.fail("a rendezvous started"))
     with pytest.raises(ValueError) as e:
         common.setup_distributed(dict(common.DEFAULTS, device="cpu"))
-    assert str(e.value) == (f"RANK is set in the environment, but not as torchrun sets it "
-                            f"({', '.join(f'{k}={v}' for k, v in env.items())}): for one process, unset RANK, "
-                            f"LOCAL_RANK and WORLD_SIZE; for several, launch with torchrun")
+    named = ", ".join(f"{k}={env[k]}" if k in env else f"{k} unset"
+                      for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"))
+    assert str(e.value) == (f"RANK is set in the environment, but not as torchrun sets it ({named}): for one "
+                            f"process, unset RANK, LOCAL_RANK and WORLD_SIZE; for several, launch with torchrun")
 
 
 def test_a_rendezvous_that_hangs_can_still_be_stopped():
@@ -312,6 +313,12 @@ def test_a_json_path_never_overwrites_a_file_the_command_did_not_write(trained, 
     monkeypatch.setattr(bench, "table", lambda rows, device: "")
     bench.main(["--device=cpu", f"--json={bench_rows}"])  # its own: replaced
     assert json.loads(bench_rows.read_text()) == [dict(query_mode="identity", ms_per_iter=2.0)]
+    big = tmp_path / "big.pt"  # a checkpoint of gigabytes is refused without being read
+    with open(big, "wb") as f:
+        f.truncate(3 * 2**30)  # sparse: no disk used
+    with monkeypatch.context() as mp, pytest.raises(ValueError, match="exists and is not a results file"):
+        mp.setattr(common.json, "load", lambda f: pytest.fail("a large file was read"))
+        bench.main(["--device=cpu", f"--json={big}"])
     evaluated = tmp_path / "eval.json"
     evaluated.write_text(json.dumps(dict(out_dir="o", iter=3, dtype="float32", loss=2.0)))
     monkeypatch.setattr(nlq_eval, "evaluate", lambda *a: dict(out_dir="o", iter=4, dtype="float32", loss=1.0))

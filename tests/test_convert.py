@@ -6,6 +6,7 @@ import os
 import shutil
 import subprocess
 import sys
+import warnings
 
 import numpy as np
 import pytest
@@ -129,6 +130,25 @@ def test_a_resumed_step_equals_the_official_step(mode, official, converted):
         assert not torch.equal(p, before[name]), f"{name} did not move"
 
 
+def test_a_converted_run_stopped_before_its_first_eval_resumes_without_a_log_warning(converted, tmp_path):
+    """A converted run preempted before its first eval has a checkpoint (which records where it started, not
+    converted_from) and no metrics.jsonl: its log starts at a resume, not lost (an adversarial trial's false
+    'deleted or moved?' warning)."""
+    out = tmp_path / "run"
+    shutil.copytree(converted["residual"], out)
+    ckpt = torch.load(out / "ckpt.pt", weights_only=False)
+    ckpt["initialised_from"] = f"convert.py: {ckpt.pop('converted_from')['path']}"
+    ckpt["iter_num"] += 20  # as train.py's checkpoint at the stop
+    torch.save(ckpt, out / "ckpt.pt")
+    cfg = common.parse_config([str(out / "train_config.py"), f"--out_dir={out}",
+                               f"--max_iters={ckpt['iter_num'] + 1}", "--eval_iters=1", "--batch_size=2", "--gradient_accumulation_steps=1",
+                               "--eval_full_at_end=False", "--device=cpu", "--compile=False"])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        train.train(cfg)
+    assert not [w for w in caught if "holds no eval" in str(w.message)]
+
+
 # ------------------------------------------------------------------------------------ the run folder
 @pytest.mark.parametrize("mode", ["residual", "residual_gelu"])
 def test_converted_run_resumes_samples_and_evaluates(mode, converted, tmp_path):
@@ -243,22 +263,26 @@ def test_bad_input_is_a_clear_error_and_writes_nothing(case, official, data_dir,
     assert not out.exists()
 
 
-@pytest.mark.parametrize("fails", ["disk_full", "ctrl_c"])
-def test_a_full_disk_or_ctrl_c_while_writing_leaves_nothing(fails, official, data_dir, tmp_path, monkeypatch):
+TORCH_DISK_FULL = "[enforce fail at inline_container.cc:672] . unexpected pos 36480 vs 36432"
+
+
+@pytest.mark.parametrize("error", [OSError(28, "No space left on device"), RuntimeError(TORCH_DISK_FULL),
+                                   KeyboardInterrupt()], ids=["os_error", "torch_save_error", "ctrl_c"])
+def test_a_full_disk_or_ctrl_c_while_writing_leaves_nothing(error, official, data_dir, tmp_path, monkeypatch):
     """The checkpoint's write fails after train_config.py was written (an adversarial trial's 12 kB disk left
-    train_config.py without ckpt.pt): both are gone, the folder too; a full disk is one error naming the fix."""
-    error = OSError(28, "No space left on device") if fails == "disk_full" else KeyboardInterrupt()
+    train_config.py without ckpt.pt): both are gone, the folder too; a full disk is one error naming the fix,
+    also as torch.save reports it (a RuntimeError, with the message above on a real full tmpfs)."""
     def full(path, state):
         raise error
     monkeypatch.setattr(convert, "save_checkpoint", full)
     out = tmp_path / "out"
-    with pytest.raises(ValueError if fails == "disk_full" else KeyboardInterrupt) as e:
+    with pytest.raises(KeyboardInterrupt if isinstance(error, KeyboardInterrupt) else ValueError) as e:
         convert.main(["official", str(official / "residual_gelu" / "ckpt.pt"), f"--out_dir={out}",
                       "--dataset=shakespeare_char", f"--data_dir={data_dir}"])
     assert not out.exists()
-    if fails == "disk_full":
-        assert str(e.value) == (f"cannot write {out} (No space left on device); free space or choose another "
-                                f"--out_dir")
+    if not isinstance(error, KeyboardInterrupt):
+        why = "No space left on device" if isinstance(error, OSError) else TORCH_DISK_FULL
+        assert str(e.value) == f"cannot write {out} ({why}); free space or choose another --out_dir"
     out.mkdir()  # a folder that was there before stays, empty
     with pytest.raises((ValueError, KeyboardInterrupt)):
         convert.main(["official", str(official / "residual_gelu" / "ckpt.pt"), f"--out_dir={out}",
