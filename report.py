@@ -532,20 +532,15 @@ def stall_caution(data):
                    f"half-way through (Method). Its final loss mostly says whether and when it left the plateau, "
                    f"not how well the query learns, so a difference over such runs is about plateaus as much as "
                    f"about the method: more steps, another learning rate or more seeds tell the two apart.")
-    # arms whose chosen rate may have won among plateaus: every final run at it stalled (before any finished,
-    # every selection run at it)
-    blind = []
-    for arm, d in data.items():
-        done = [r for r in d["finals"].values() if r["status"] == "done"] or [
-            r for (lr, _), r in d["search"].items() if lr == d["plan"]["chosen"] and r["status"] == "done"]
-        if done and all(is_stalled(r) for r in done):
-            blind.append(f"{arm} ({d['plan']['chosen']:g})")
+    # arms none of whose final runs left the plateau: their result says little, and the rate may be wrong
+    blind = [f"{arm} ({d['plan']['chosen']:g})" for arm, d in data.items()
+             if d["finals"] and all(r["status"] == "done" and is_stalled(r) for r in d["finals"].values())]
     if blind:
-        out.append(f"**Rates chosen on the plateau: {', '.join(blind)}.** Every run at the chosen rate stalled, "
-                   f"so the rate may have won the search among heights of the early plateau, not by how well "
-                   f"the query learns, and be far from the arm's best (often a lower one). Give the arm "
-                   f"lower rates (learning_rates as a dict arm -> grid: python sweep.py --help) or more steps "
-                   f"(the full study, if this is a --quick try).")
+        out.append(f"**Every final run stalled: {', '.join(blind)}.** None of these arms' final runs left the "
+                   f"early plateau by half-way, so their results say little about the query, and the chosen "
+                   f"rate (in brackets) may be far from the arm's best, often a lower one. Give such an arm lower "
+                   f"rates (learning_rates as a dict arm -> grid: python sweep.py --help) or more steps (the full "
+                   f"study, if this is a --quick try).")
     return out
 
 
