@@ -254,10 +254,14 @@ def load_study(path, quick=None):
                             if k not in NOT_RESULTS | unused | {"out_dir", "query_mode"}}],
                           sort_keys=True, default=str)
         if same in experiments:
-            raise ValueError(f"study file {path}: arms {experiments[same]} and {arm} are the same experiment "
+            other, other_cfg = experiments[same]
+            differ = sorted(k for k in unused if cfg[k] != other_cfg[k])
+            raise ValueError(f"study file {path}: arms {other} and {arm} are the same experiment "
                              f"(the same model, settings and learning rates: their runs would be the same runs "
-                             f"twice, two names for one arm); drop one, or make them differ")
-        experiments[same] = arm
+                             f"twice, two names for one arm)"
+                             + (f"; they differ only in {', '.join(differ)}, which query_mode={cfg['query_mode']} "
+                                f"does not read" if differ else "") + "; drop one, or make them differ")
+        experiments[same] = arm, cfg
         data[arm] = os.path.join(cfg["data_dir"], cfg["dataset"])
         step = cfg["batch_size"] * cfg["gradient_accumulation_steps"] * cfg["block_size"]  # tokens per step
         budget[arm] = dict(max_iters=cfg["max_iters"], block_size=cfg["block_size"], tokens_per_step=step,
@@ -1196,10 +1200,13 @@ def slurm_settings(study, args):
             slurm["extra"][key] = text
     slurm.update({k: v for k, v in (("partition", args.slurm_partition), ("time", args.slurm_time))
                   if v is not None})
-    gpus = slurm.pop("gpus_per_run", None) or 1
-    gpus = gpus if args.gpus_per_run is None else args.gpus_per_run  # --gpus_per_run 0: refused, not ignored
-    if gpus < 1:
-        raise ValueError(f"--gpus_per_run={gpus}: give 1 or more")
+    gpus = slurm.pop("gpus_per_run", None)
+    where = "the study file's slurm gpus_per_run"
+    if args.gpus_per_run is not None:
+        gpus, where = args.gpus_per_run, "--gpus_per_run"
+    gpus = 1 if gpus is None else gpus  # 0 is refused, not taken as unset
+    if not isinstance(gpus, int) or gpus < 1:
+        raise ValueError(f"{where}={gpus!r}: give 1 or more")
     return gpus, slurm
 
 

@@ -333,7 +333,8 @@ def test_arms_that_differ_in_precision_and_a_copy_of_a_committed_study_are_accep
     # f's settings on a mode without f change nothing: the arms would train the same model (an adversarial trial)
     (("'nonlinear': dict(", "'linear_r8': dict(query_mode='linear', query_hidden=8, query_norm_in=False), "
                             "'nonlinear': dict("),
-     r"arms linear and linear_r8 are the same experiment \(the same model, settings and learning rates"),
+     r"arms linear and linear_r8 are the same experiment \(.*\); they differ only in query_hidden, query_norm_in, "
+     r"which query_mode=linear does not read; drop one"),
     # a study that imports (or copies) a committed one and keeps its name would write that study's report
     (("name = 'tiny'", "from studies.enwiki_cpu import name"),
      r"its name 'enwiki_cpu' is the study studies/enwiki_cpu\.py's \(taken over from it by an import or a copy\?\)"

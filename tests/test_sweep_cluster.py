@@ -233,6 +233,9 @@ def test_slurm_jobs_get_the_partition_time_gpus_and_extra_flags(tmp_path, monkey
     assert gpus == 8 and slurm == dict(partition="gpu", time=480, extra=dict(account="lab", exclusive=True,
                                                                             cpus_per_task=32))
     assert sweep.slurm_settings(study, argparse.Namespace(**{**vars(args), "gpus_per_run": 2}))[0] == 2
+    study["slurm"]["gpus_per_run"] = 0  # was taken as unset (1)
+    with pytest.raises(ValueError, match=r"the study file's slurm gpus_per_run=0: give 1 or more"):
+        sweep.slurm_settings(study, args)
     text = sweep.make_executor("slurm", tmp_path / "jobs", gpus, slurm)._make_submission_file_text("CMD", "u")
     for flag in ("--partition=gpu", "--time=480", "--gpus-per-node=8", "--nodes=1", "--ntasks-per-node=1",
                  "--signal=USR2@90", "--account=lab", "--exclusive", "--cpus-per-task=32"):
