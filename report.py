@@ -522,8 +522,8 @@ def stalled_count(runs):
 
 
 def stall_caution(data):
-    """[a paragraph] where final runs stalled, else []: the results table counts them, the text says what they
-    do to a comparison. data: collect's {arm: ...}."""
+    """[paragraphs] where final runs stalled, else []: the results table counts them, the text says what they
+    do to a comparison, and names the arms all of whose final runs stalled. data: collect's {arm: ...}."""
     hit = [(arm, stalled_count(d["finals"].values()), len(final_losses(d))) for arm, d in data.items()]
     hit = [f"{arm} {k} of {n}" for arm, k, n in hit if k]
     out = []
