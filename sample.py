@@ -43,9 +43,11 @@ def dataset_dir(cfg, data_dir=None):
 def find_dataset(out_dir, data_dir=None, need_data=True, dataset=None):
     """The dataset of out_dir/ckpt.pt, found without reading its weights (the file is memory-mapped) ->
     (meta dict, dataset folder). Call it first, and check the tokenizer, before load_checkpoint reads a large
-    file. need_data=False: a checkpoint that records only its tokenizer (convert.py official --tokenizer)
-    needs no dataset; its dataset folder is then None. dataset: another prepared dataset's name (in data_dir,
-    or the checkpoint's data_dir) instead of the one it was trained on; it must have the same tokenizer.
+    file. need_data=False (sampling, HellaSwag: only the tokenizer is needed): where the dataset folder is
+    missing, the tokenizer the checkpoint records (dataset_meta: gpt2, byte, or char with its characters, or
+    convert.py official --tokenizer) serves, and the dataset folder is None. dataset: another prepared
+    dataset's name (in data_dir, or the checkpoint's data_dir) instead of the one it was trained on; it must
+    have the same tokenizer.
 
     FileNotFoundError naming the path and how to make a checkpoint if there is none, or the dataset if it is
     not found (and needed); ValueError if the checkpoint records its dataset's meta.json (dataset_meta) and the
@@ -71,8 +73,10 @@ def find_dataset(out_dir, data_dir=None, need_data=True, dataset=None):
         return meta, data
     try:
         data = dataset_dir(ckpt["config"], data_dir)
-    except FileNotFoundError:
-        if need_data or not saved.get("tokenizer_only"):
+    except FileNotFoundError:  # where only the tokenizer is needed, the checkpoint's record of it serves
+        decodable = (saved.get("tokenizer_only") or saved.get("chars")
+                     or saved.get("tokenizer") in ("gpt2", "byte"))
+        if need_data or not decodable:
             raise
         return saved, None
     meta = load_meta(data)
