@@ -287,8 +287,9 @@ def test_an_unwritable_json_path_fails_before_the_work(trained, capsys, monkeypa
 
 
 def test_a_json_path_never_overwrites_a_file_the_command_did_not_write(trained, tmp_path, capsys, monkeypatch):
-    """--json at a checkpoint, a run's config.json or a dataset's meta.json (a fresh-clone attack overwrote
-    each) is refused before the work, the file intact; the command's own earlier output is replaced."""
+    """--json at a checkpoint, a run's config.json or its metrics.jsonl (an adversarial trial overwrote these and
+    a dataset's meta.json) is refused before the work, the file intact, a large file unread; the command's own
+    earlier output is replaced."""
     import bench
     import eval as nlq_eval
     _, out = trained
