@@ -74,8 +74,7 @@ def find_dataset(out_dir, data_dir=None, need_data=True, dataset=None):
     try:
         data = dataset_dir(ckpt["config"], data_dir)
     except FileNotFoundError:  # where only the tokenizer is needed, the checkpoint's record of it serves
-        decodable = (saved.get("tokenizer_only") or saved.get("chars")
-                     or saved.get("tokenizer") in ("gpt2", "byte"))
+        decodable = saved.get("tokenizer") in ("gpt2", "byte") or saved.get("chars")  # (convert.py's too)
         if need_data or not decodable:
             raise
         return saved, None
