@@ -299,6 +299,11 @@ def initialised_from(cfg, ckpt):
     return None if first == "resume" else first
 
 
+def set_away_from_default(cfg, keys):
+    """['key=value', ...] for those of keys whose value in cfg is not DEFAULTS' (for notes on unused settings)."""
+    return [f"{k}={cfg[k]!r}" for k in keys if cfg[k] != DEFAULTS[k]]
+
+
 def lr_decay_iters_for(cfg, ckpt, log):
     """The iteration at which the LR reaches min_lr. lr_decay_iters unset: a new run decays over max_iters, a
     resumed run keeps its checkpoint's schedule (raising max_iters then trains on at min_lr). A different
@@ -324,8 +329,7 @@ def lr_decay_iters_for(cfg, ckpt, log):
         for kind, text in schedule_notes(cfg, decay_iters):
             warnings.warn(text) if kind == "warning" else log(f"note: {text}")
     else:
-        unused = [f"{k}={cfg[k]!r}" for k in ("warmup_iters", "lr_decay_iters", "min_lr", "lr_schedule")
-                  if cfg[k] != DEFAULTS[k]]
+        unused = set_away_from_default(cfg, ("warmup_iters", "lr_decay_iters", "min_lr", "lr_schedule"))
         if unused:
             log(f"note: decay_lr=False: every step runs at learning_rate={cfg['learning_rate']:g}, so "
                 f"{', '.join(unused)} {'is' if len(unused) == 1 else 'are'} not used")
@@ -603,7 +607,7 @@ def train_until_stopped(cfg, stop, held):
     log = print if master else (lambda *a, **k: None)
     if not master:  # every rank resolves the same settings: rank 0 warns about them once, as it logs
         warnings.filterwarnings("ignore", module=__name__)
-    unused = [f"{k}={cfg[k]!r}" for k in unused_query_settings(cfg["query_mode"]) if cfg[k] != DEFAULTS[k]]
+    unused = set_away_from_default(cfg, unused_query_settings(cfg["query_mode"]))
     if unused:  # f's settings, for a mode without f (a study's arms may share them)
         log(f"note: query_mode={cfg['query_mode']} does not read {', '.join(unused)}: "
             f"{'it changes' if len(unused) == 1 else 'they change'} nothing")
