@@ -184,12 +184,17 @@ def check_out_dir_is_ours(cfg):
 def hold_out_dir(out_dir, held):
     """Lock out_dir/.lock for this run (fcntl.flock; the lock goes when the process ends, however it ends, and
     held, an ExitStack, closes the file). ValueError if another train.py holds it: two runs would write one
-    checkpoint (e.g. a sweep restarted beside an orphan of a killed one). No lock where fcntl is missing."""
+    checkpoint (e.g. a sweep restarted beside an orphan of a killed one), or if .lock is a folder. No lock where
+    fcntl is missing."""
     try:
         import fcntl
     except ImportError:  # Windows
         return
-    lock = held.enter_context(open(os.path.join(out_dir, ".lock"), "a"))
+    path = os.path.join(out_dir, ".lock")
+    if os.path.isdir(path):
+        raise ValueError(f"{path} is a folder; train.py keeps its lock in a file of that name: move or remove "
+                         f"the folder (it is not train.py's), then run again")
+    lock = held.enter_context(open(path, "a"))
     try:
         fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:

@@ -307,6 +307,12 @@ def test_one_train_py_per_out_dir(data_dir, tmp_path):
         holder.wait()
     train.train(tiny_cfg(data_dir, tmp_path, max_iters=2, eval_interval=1, init_from="resume"))
     assert common.read_metrics(str(tmp_path))[-1]["iter"] == 2  # the lock went with its process
+    (tmp_path / ".lock").unlink()
+    (tmp_path / ".lock").mkdir()  # not a lock file: named, and nothing written
+    before = (tmp_path / "metrics.jsonl").read_bytes()
+    with pytest.raises(ValueError, match=r"\.lock is a folder; train.py keeps its lock in a file of that name"):
+        train.train(tiny_cfg(data_dir, tmp_path, max_iters=3, eval_interval=1, init_from="resume"))
+    assert (tmp_path / "metrics.jsonl").read_bytes() == before
 
 
 def test_resume_rejects_changed_model(data_dir, tmp_path):
