@@ -15,8 +15,9 @@ A study file is plain Python that sets:
     overrides             dict of train.py keys for every arm (not learning_rate, seed, out_dir or min_lr,
                           which the sweep sets for each run)
     arms                  dict: arm name -> dict of train.py keys (an arm may set min_lr, e.g. 0.0)
-    learning_rates        the base grid, e.g. [4e-3, 8e-3, 1.6e-2] (min_lr = lr / 10 unless the arm sets it);
-                          a dict arm -> grid gives arms their own (e.g. rates chosen by an earlier study)
+    learning_rates        the base grid, two or more rates, e.g. [4e-3, 8e-3, 1.6e-2] (min_lr = lr / 10 unless
+                          the arm sets it); a dict arm -> grid gives arms their own (e.g. rates chosen by an
+                          earlier study)
     selection_seeds       seeds the learning rate is chosen on (the mean final loss over them); [] with a
                           single learning rate (per arm) means: no search, that rate is the chosen one
     seeds                 final seeds, disjoint from selection_seeds; the statistics use these alone (each
@@ -233,6 +234,12 @@ def load_study(path, quick=None):
             raise ValueError(f"study file {path}: {where} sets init_from={keys['init_from']!r}; a study's runs "
                              f"train from scratch (a GPT-2's weights replace its model settings, so its runs "
                              f"could never match the study's); fine-tune with train.py --init_from")
+    single = [arm for arm, grid in grids.items() if len(grid) == 1]
+    if study["selection_seeds"] and single:  # nothing to choose between, and no grid step to extend by
+        raise ValueError(f"study file {path}: arm {single[0]} has one learning rate ({grids[single[0]][0]:g}) but "
+                         f"selection_seeds are set: a search needs a grid of two or more rates (its step is "
+                         f"the step of the extensions at an edge); give more rates, or selection_seeds = [] to "
+                         f"run the given rate on the final seeds without a search")
     overlap = set(study["selection_seeds"]) & set(study["seeds"])
     if overlap:
         raise ValueError(f"study file {path}: seeds {sorted(overlap)} are both selection and final seeds; "
@@ -589,7 +596,7 @@ def plan(study, arm):
                                         losses={lr: selection_loss(study, arm, lr) for lr in sorted(swept)})
     if runs(swept):
         return out(runs(swept))
-    ratio = swept[1] / swept[0] if len(swept) > 1 else 2.0  # the base grid's step
+    ratio = swept[1] / swept[0]  # the base grid's step (a search has two rates or more: load_study)
     extensions = 0
     while True:  # (2) extend while the best is the smallest or the largest rate swept
         best = pick_best_lr({lr: selection_loss(study, arm, lr) for lr in swept})
@@ -597,7 +604,7 @@ def plan(study, arm):
             notes.append("every swept learning rate diverged")
             return out([])
         lo, hi = min(swept), max(swept)
-        if best not in (lo, hi) or lo == hi:
+        if best not in (lo, hi):
             break
         if extensions == study["max_extensions"]:
             notes.append(f"best rate {best:g} is still at the edge after {extensions} extensions")

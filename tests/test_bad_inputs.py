@@ -368,6 +368,8 @@ def study(tmp_path):
     ("learning_rates = [1e-2, float('inf')]", r"learning_rates must be .* \(not a positive finite number: inf\)"),
     ("learning_rates = [-1e-2]", r"learning_rates must be .* \(not a positive finite number: -0.01\)"),
     ("seeds = [True]", r"seeds must be a non-empty list of ints"),
+    ("learning_rates = [1e-3]", r"arm linear has one learning rate \(0.001\) but selection_seeds are set: a "
+                                r"search needs a grid of two or more rates .* or selection_seeds = \[\] to run"),
     ("max_extensions = -1", r"max_extensions must be an int >= 0"),
     ("half_steps = 'no'", r"half_steps must be True or False"),
     ("overrides = {'learning_rate': 1e-3}", r"overrides sets learning_rate, which sweep.py sets for every "
