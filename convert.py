@@ -354,14 +354,13 @@ def main(argv=None):
         return export_hf(args)
 
     check_creatable_folder(args.out_dir, "--out_dir", "out/NAME")  # now, not after the conversion
-    ckpt_path = os.path.join(args.out_dir, "ckpt.pt")
-    if os.path.exists(ckpt_path):
-        raise ValueError(f"{ckpt_path} exists; choose a new --out_dir (or delete the old run)")
-    # another run's log or settings would pass for this run's: a resume keeps metrics rows up to its iter
-    foreign = [f for f in ("config.json", "metrics.jsonl") if os.path.lexists(os.path.join(args.out_dir, f))]
-    if foreign:
-        raise ValueError(f"--out_dir {args.out_dir} holds another run's {' and '.join(foreign)}; choose a new "
-                         f"--out_dir (or delete {'them' if len(foreign) > 1 else 'it'})")
+    # a new run folder, or an empty one: another run's checkpoint, log or settings would pass for this run's
+    # (a resume keeps metrics rows up to its iter), and a user's own train_config.py would be replaced
+    held = sorted(os.listdir(args.out_dir)) if os.path.isdir(args.out_dir) else []
+    if held:
+        shown = ", ".join(held[:3]) + (f" and {len(held) - 3} more" if len(held) > 3 else "")
+        raise ValueError(f"--out_dir {args.out_dir} is not empty (it holds {shown}); convert.py official makes a "
+                         f"new run folder: choose a new --out_dir (or empty that one)")
     official = read_official(args.path)
     if args.tokenizer and args.dataset:
         raise ValueError("pass --tokenizer (no dataset) or --dataset (a prepared one), not both")
@@ -375,7 +374,7 @@ def main(argv=None):
     ckpt, notes = convert(official, meta, dataset, args.data_dir, args.out_dir, args.path)
 
     made = not os.path.isdir(args.out_dir)
-    config_path = os.path.join(args.out_dir, "train_config.py")
+    config_path, ckpt_path = (os.path.join(args.out_dir, f) for f in ("train_config.py", "ckpt.pt"))
     try:
         os.makedirs(args.out_dir, exist_ok=True)
         atomic_write_text(config_path, config_file(ckpt["config"], args.path))

@@ -322,7 +322,8 @@ def test_an_existing_run_is_never_overwritten(official, data_dir, tmp_path):
     out = tmp_path / "out"
     out.mkdir()
     (out / "ckpt.pt").write_bytes(b"an earlier run")
-    with pytest.raises(ValueError, match=r"ckpt.pt exists; choose a new --out_dir"):
+    with pytest.raises(ValueError, match=r"out is not empty \(it holds ckpt.pt\); convert.py official makes a "
+                                         r"new run folder: choose a new --out_dir"):
         convert.main(["official", str(official / "identity" / "ckpt.pt"), f"--out_dir={out}",
                       "--dataset=shakespeare_char", f"--data_dir={data_dir}"])
     assert [p.name for p in out.iterdir()] == ["ckpt.pt"]
@@ -331,8 +332,9 @@ def test_an_existing_run_is_never_overwritten(official, data_dir, tmp_path):
 
 def test_an_out_dir_that_cannot_be_made_or_holds_another_run_is_refused(official, data_dir, tmp_path,
                                                                         monkeypatch):
-    """Under a file (was a NotADirectoryError traceback), empty, or holding another run's metrics.jsonl or
-    config.json (was accepted: a resume kept the other run's rows): one line, nothing written."""
+    """Under a file (was a NotADirectoryError traceback), empty, or not empty (another run's metrics.jsonl or
+    config.json was accepted: a resume kept the other run's rows; a user's train_config.py was replaced): one
+    line, nothing written."""
     (tmp_path / "file.txt").write_text("x")
     other = tmp_path / "other"
     other.mkdir()
@@ -341,17 +343,20 @@ def test_an_out_dir_that_cannot_be_made_or_holds_another_run_is_refused(official
     for out, message in ((tmp_path / "file.txt" / "sub", r"--out_dir .*file.txt.sub cannot be made: .*file.txt "
                           r"is a file, not a folder; choose another path, e.g. --out_dir=out/NAME$"),
                          ("", r"^--out_dir is empty; give the folder to create, e.g. --out_dir=out/NAME$"),
-                         (other, r"--out_dir .*other holds another run's metrics.jsonl; choose a new --out_dir "
-                          r"\(or delete it\)$")):
+                         (other, r"--out_dir .*other is not empty \(it holds metrics.jsonl\); .* choose a new "
+                          r"--out_dir \(or empty that one\)$")):
         with pytest.raises(ValueError, match=message):
             convert.main(["official", str(official / "identity" / "ckpt.pt"), f"--out_dir={out}",
                           "--dataset=shakespeare_char", f"--data_dir={data_dir}"])
-    (other / "config.json").write_text("{}")
-    with pytest.raises(ValueError, match=r"holds another run's config.json and metrics.jsonl; .*\(or delete them"):
+    for name in ("config.json", "train_config.py", "notes.txt"):  # a user's own train_config.py was replaced
+        (other / name).write_text("{}")
+    with pytest.raises(ValueError, match=r"\(it holds config.json, metrics.jsonl, notes.txt and 1 more\)"):
         convert.main(["official", str(official / "identity" / "ckpt.pt"), f"--out_dir={other}",
                       "--dataset=shakespeare_char", f"--data_dir={data_dir}"])
     assert sorted(p.name for p in tmp_path.iterdir()) == ["file.txt", "other"]
-    assert sorted(p.name for p in other.iterdir()) == ["config.json", "metrics.jsonl"]
+    assert sorted(p.name for p in other.iterdir()) == ["config.json", "metrics.jsonl", "notes.txt",
+                                                       "train_config.py"]
+    assert (other / "train_config.py").read_text() == "{}"
 
 
 # ----------------------------------------------------------------------------- GPT-2's vocabulary, no dataset
