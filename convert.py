@@ -39,7 +39,7 @@ agree within 1e-6 (tests/test_convert.py).
 
 Nothing is written unless the whole conversion succeeds; a file that is not an official checkpoint, one
 with a query mode, field or parameter this script does not know, or with NaN/inf weights, and an output folder
-that cannot be made or holds another run's files, is an error that names it.
+that cannot be made or is not empty, is an error that names it.
 """
 import argparse
 import os
