@@ -192,6 +192,8 @@ def test_tiny_temperature_is_greedy():
     greedy = model.generate(idx, 4, temperature=0)
     assert torch.equal(model.generate(idx, 4, temperature=1e-30), greedy)
     assert torch.equal(model.generate(idx, 4, temperature=1e-30, top_k=1), greedy)
+    for tiny in (1e-300, 5e-324):  # 0 in float32 (was a NaN from 0 / 0, then a RuntimeError in multinomial)
+        assert torch.equal(model.generate(idx, 4, temperature=tiny), greedy)
     assert torch.equal(model.generate(idx, 0), idx)  # no new tokens: the prompt back
 
 
