@@ -923,6 +923,13 @@ def main(argv=None):
     written = [os.path.join(out, n) for n in names if n not in kept]
     print(f"wrote {', '.join(written) or 'nothing'}"
           + (f"; {', '.join(kept)} already up to date (a README's date line aside)" if kept else ""))
+    left_out = [f"{r['arm']} seed {r['seed']} ({fmt_run(r)})" for d in data.values() for r in d["finals"].values()
+                if r["status"] in ("missing", "unfinished")]
+    if left_out:  # in progress, or a damaged log: either way the statistics stand on fewer seeds than planned
+        quick = f" --quick {args.quick:g}" if args.quick else ""
+        print(f"note: {len(left_out)} final run(s) not finished, left out of the statistics: {'; '.join(left_out)}"
+              f". Finish them with python sweep.py {args.study}{quick} (a committed run's metrics.jsonl that lost "
+              f"rows: restore it from git)")
     return text
 
 

@@ -109,12 +109,26 @@ def test_report_tables_from_run_files(tmp_path, capsys):
     assert "selection seeds [1]" in text and "final seeds [11, 12, 13]" in text
     assert "| 0.002 | **2.3000** | **2.3000** | **2.3000** |" in text  # the search table, chosen rate in bold
     assert "All 18 runs finished." in text  # every arm's search is complete: no "so far"
+    assert "note:" not in capsys.readouterr().out  # no final run left out
     # the gap along training: val loss on the fixed windows is final + 0.5 at iter 50 and final + 0.01 at 100,
     # so the paired Δ and its CI there equal the final ones
     gap = text.split("## The gap along training")[1].split("## Runs")[0]
     assert "| iter | paired_wins − linear | welch_wins − linear |" in gap
     for it in (50, 100):
         assert f"| {it} | -0.0217 [-0.0406, -0.0027] (n=3) | -0.1300 [" in gap
+
+
+def test_final_runs_left_out_are_named_on_the_console(tmp_path, capsys):
+    """A final run whose log is empty or cut short (in progress, or damaged) leaves the statistics on fewer
+    seeds: the console says which runs, not only the README (a committed report was rebuilt on n=2 quietly)."""
+    path, study = make_study(tmp_path)
+    open(os.path.join(sweep.run_dir(study, "linear", 0.002, 12), "metrics.jsonl"), "w").close()
+    text = report.main([str(path), "--out", str(tmp_path / "results")])
+    assert "| 0.002 | 2.1000 ± 0.1414 (2) |" in text
+    out = capsys.readouterr().out
+    assert ("note: 1 final run(s) not finished, left out of the statistics: linear seed 12 (missing). Finish "
+            f"them with python sweep.py {path} (a committed run's metrics.jsonl that lost rows: restore it from "
+            "git)") in out
 
 
 def test_reading_is_kept_across_rebuilds(tmp_path):
