@@ -333,6 +333,10 @@ def compare(paths, out, bpe_dir=None):
         width = max(len(k) for k in diffs)
         differ = "Settings that differ:\n" + "\n".join(f"  {k:<{width}}  {show(k, v)}"
                                                        for k, v in diffs.items())
+    tokenizers = [(run["config"].get("dataset_meta") or {}).get("tokenizer") for run in runs]
+    if len(set(tokenizers)) > 1:  # a char's nats and a BPE token's nats are different units
+        notes.append(f"Their tokenizers differ ({show('tokenizer', tokenizers)}): val loss is in nats per token "
+                     f"of each run's own tokenizer, so only bits/byte compares them.")
     seeds = sorted({run["config"].get("seed") for run in runs})
     caveat = (f"One seed per run (seed{'s' if len(seeds) > 1 else ''} {', '.join(map(str, seeds))}): a gap "
               f"between these runs can be seed noise, so this comparison supports no call. For one, write a "
@@ -887,6 +891,10 @@ def main(argv=None):
                    "shipped in tests/data/gpt2)")
     args = p.parse_args(argv)
     if all(os.path.isdir(path) for path in args.study):
+        real = [os.path.realpath(path) for path in args.study]
+        twice = [path for path, r in zip(args.study, real) if real.count(r) > 1]
+        if twice:
+            p.error(f"{' and '.join(twice)} are one run folder: give each run once")
         out = args.out or os.path.join("out", "compare")
         check_out(p, out, None)
         make_out(p, out)

@@ -492,6 +492,8 @@ def test_compare_plain_runs(tmp_path, capsys, monkeypatch):
         "| out/b | 100 | 6,400 | 1.9000 | 1.8847 | 2.7190 | 9 s* |",  # 5 s + 4 s of steps
         "| out/c | 40 (unfinished: max_iters 80) | 2,560 | 2.0000 | 1.5000 | 1.2366 | 1 s |"]  # x 4/7
     assert "* out/b: training steps only" in text
+    assert ("Their tokenizers differ (out/a: 'byte', out/b: 'byte', out/c: 'char'): val loss is in nats per "
+            "token of each run's own tokenizer, so only bits/byte compares them.") in text
     assert ("Settings that differ:\n"
             "  dataset     out/a: 'enwiki_bytes', out/b: 'enwiki_bytes', out/c: 'chars'\n"
             "  max_iters   out/a: 100, out/b: 100, out/c: 80\n"
@@ -519,6 +521,9 @@ def test_compare_names_the_one_difference_and_refuses_a_folder_without_results(t
                     model_args=dict(mlp_hidden=512))
     text = report.main([str(tmp_path / "a"), str(tmp_path / "a2"), "--out", str(tmp_path / "cmp")])
     assert "Their settings are the same" in text
+    with pytest.raises(SystemExit):  # one folder twice would be compared with itself
+        report.main([str(tmp_path / "a"), f"{tmp_path / 'a'}/", "--out", str(tmp_path / "cmp")])
+    assert f"{tmp_path / 'a'} and {tmp_path / 'a'}/ are one run folder: give each run once" in capsys.readouterr().err
     # where the weights started counts too (init_from itself says 'resume' once a run resumed)
     write_plain_run(tmp_path / "ft", rows, max_iters=10, init_from="resume", initialised_from="gpt2")
     write_plain_run(tmp_path / "old", rows, max_iters=10, init_from="resume")  # predates initialised_from
