@@ -301,6 +301,9 @@ def export_hf(args):
     """convert.py hf: an nlq run folder -> a transformers folder (hf.export); returns its notes."""
     import hf  # imports transformers
     hf.check_new_folder(args.out)  # before the checkpoint is read
+    if os.path.isfile(args.run):  # e.g. out/run/ckpt.pt
+        raise FileNotFoundError(f"{args.run} is a file; give the nlq run folder that holds ckpt.pt (train.py's "
+                                f"out_dir, e.g. {os.path.dirname(args.run) or '.'})")
     path = os.path.join(args.run, "ckpt.pt")
     if not os.path.isfile(path):
         raise FileNotFoundError(f"no checkpoint at {path}; give an nlq run folder (train.py's out_dir)")
