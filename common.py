@@ -313,6 +313,8 @@ def validate(cfg):
         if cfg[key] not in choices and not (key == "init_from" and is_gpt2_source(cfg[key])):
             more = ", a GPT-2 (gpt2, gpt2-medium, gpt2-large, gpt2-xl) or a local transformers GPT-2 folder" \
                 if key == "init_from" else ""
+            if key == "init_from" and os.sep in cfg[key] and not os.path.exists(cfg[key]):
+                more += f" (no folder {cfg[key]} exists)"
             raise ValueError(f"{key}={cfg[key]!r}; use {' or '.join(choices)}{more}")
     if not DEVICE_NAME.fullmatch(cfg["device"]):  # a name no machine has (whether this one has it: resolve_device)
         raise ValueError(f"device={cfg['device']!r}; use auto, cpu, cuda, cuda:N or mps")

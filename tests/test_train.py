@@ -490,6 +490,7 @@ def test_bad_checkpoints_and_mismatched_resume(data_dir, tmp_path):
     ("--mlp_hidden=0", "mlp_hidden=0 must be a positive integer"),
     ("--dropout=1.5", "dropout=1.5 must be in"),
     ("--init_from=gpt5", "init_from='gpt5'; use scratch or resume, a GPT-2 (gpt2, gpt2-medium"),
+    ("--init_from=/no/such/run", "local transformers GPT-2 folder (no folder /no/such/run exists)"),
     ("--min_lr=1e-3", "min_lr=0.001 is above learning_rate=0.0006: the schedule would rise instead of decay"),
     ("--beta1=1.5", "config key 'beta1' = 1.5 must be < 1 (AdamW's moving-average decay"),
     ("--beta2=1.0", "config key 'beta2' = 1.0 must be < 1"),
