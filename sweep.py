@@ -332,9 +332,10 @@ def quick_keys(cfg, fraction):
 def close_match(path):
     """', did you mean X?' for the existing .py file in path's folder whose name is closest to path's, or ''."""
     folder = os.path.dirname(path) or "."
-    names = sorted(f for f in os.listdir(folder) if f.endswith(".py")) if os.path.isdir(folder) else []
-    match = difflib.get_close_matches(os.path.basename(path), names, n=1)
-    return f", did you mean {os.path.join(os.path.dirname(path), match[0])}?" if match else ""
+    stems = sorted(f[:-3] for f in os.listdir(folder) if f.endswith(".py")) if os.path.isdir(folder) else []
+    # by the names without .py, which would make any two short names look alike (nope.py, imp.py)
+    match = difflib.get_close_matches(os.path.splitext(os.path.basename(path))[0], stems, n=1)
+    return f", did you mean {os.path.join(os.path.dirname(path), match[0] + '.py')}?" if match else ""
 
 
 def run_config(study, arm, lr, seed):

@@ -256,6 +256,9 @@ def test_study_typos_fail_before_any_run(tmp_path, study_file):
     bad.write_text(study_file.read_text().replace("query_mode='nonlinear'", "query_mod='nonlinear'"))
     with pytest.raises(ValueError, match="unknown config key 'query_mod'"):
         sweep.load_study(str(bad))
+    (tmp_path / "imp.py").write_text("")  # not a close name: '.py' alone made 'nope.py' look like it
+    with pytest.raises(FileNotFoundError, match=r"nope\.py not found$"):
+        sweep.load_study(str(tmp_path / "nope.py"))
     (tmp_path / "incomplete.py").write_text("name = 'x'\n")
     with pytest.raises(ValueError,
                        match="does not set config, overrides, arms, learning_rates, selection_seeds, seeds"):
