@@ -359,6 +359,10 @@ def read_documents(path):
                  "them")
     else:
         files = [path]
+        if is_one_text(path) and path.suffix.lower() not in ("", ".txt"):  # a folder would skip it: say so
+            warn(f"--input {path}: read as one plain text, all of it (a {path.suffix}'s header, commas or keys "
+                 f"too); if only a column or field is the text, write it out as .txt, or as .jsonl with a "
+                 f"\"text\" field")
     docs = [d for f in files for d in read_file_docs(f)]
     if not docs:
         raise DataError(f"--input {path}: no text found (empty file or only empty documents); check the path")
@@ -657,6 +661,11 @@ def prepare_texts(docs, out_dir, *, tokenizer="gpt2", positional=False, val_frac
                                                                  num_threads=num_proc)]
     counts = {s: sum(a.size for a in arrays) for s, arrays in tokens.items()}
     check_lengths(counts, source, val_fraction, min_val_tokens)
+    share = counts["val"] / (counts["train"] + counts["val"])
+    if not positional and abs(share - val_fraction) > val_fraction / 2:  # whole documents: few, or unequal
+        warn(f"{source}: val holds {share:.1%} of the tokens ({len(val_idx)} of {len(docs)} documents): "
+             f"--val_fraction {val_fraction} counts documents, not tokens; more (or more even) documents give a "
+             f"closer fraction")
     return save_dataset(out_dir, {s: (tokens[s], counts[s]) for s in tokens}, meta, progress)
 
 

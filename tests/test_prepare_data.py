@@ -211,6 +211,25 @@ def test_local_formats_keep_every_document(speeches, fmt, tmp_path):
     assert sorted(text.split(P.DOC_SEPARATOR)[:-1]) == sorted(docs)
 
 
+def test_val_fraction_of_few_documents_and_a_csv_read_as_text_are_said(tmp_path, capsys):
+    """--val_fraction counts documents: with 3 of them val holds a third of the tokens (was silent). One file
+    of another suffix is read as plain text, all of it, where a folder would skip it: a warning says so."""
+    for i in (1, 2, 3):
+        (tmp_path / "docs").mkdir(exist_ok=True)
+        (tmp_path / "docs" / f"d{i}.txt").write_text("word " * 400 * i)
+    P.prepare_texts(P.read_documents(tmp_path / "docs"), tmp_path / "out", tokenizer="byte", val_fraction=0.1,
+                    source=str(tmp_path / "docs"), min_val_tokens=8, progress=False)
+    val, train = ((tmp_path / "out" / f"{split}.bin").stat().st_size // 2 for split in ("val", "train"))
+    assert val in (2002, 4002, 6002) and val + train == 12006  # one whole document (its bytes and separator)
+    assert capsys.readouterr().err == (f"warning: {tmp_path / 'docs'}: val holds {val / 12006:.1%} of the tokens "
+                                       "(1 of 3 documents): --val_fraction 0.1 counts documents, not tokens; more "
+                                       "(or more even) documents give a closer fraction\n")
+    (tmp_path / "t.csv").write_text("id,text\n1,hello\n")
+    assert P.read_documents(tmp_path / "t.csv") == ["id,text\n1,hello\n"]
+    assert capsys.readouterr().err.startswith(f"warning: --input {tmp_path / 't.csv'}: read as one plain text, "
+                                              "all of it (a .csv's header, commas or keys too)")
+
+
 def test_a_folder_says_what_it_skipped(tmp_path, capsys):
     """Suffixes are read in any case (.TXT); the files that are not read are counted by suffix in a warning
     (they were skipped without a word), and a folder of none names what it holds."""
