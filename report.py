@@ -363,7 +363,7 @@ def header(study_path, study, out):
     about = " ".join(c for c in comment if not c.startswith("python "))
     if study.get("quick"):  # the study at a fraction of its steps: say so first
         q = study["quick"]
-        cmds = [f"python sweep.py {study_path} --quick {q:g}", f"python report.py {study_path} --quick {q:g}"]
+        cmds = [f"python {script} {study_path}{sweep.quick_option(q)}" for script in ("sweep.py", "report.py")]
         about = (f"**A --quick try of this study: every run at {q:g} of its steps. For trying the machinery, "
                  f"not for comparing arms: no difference is called, and a run this short may count as "
                  f"stalled. Its runs skip the whole-split eval, so where the study's text below speaks of "
@@ -911,7 +911,7 @@ def main(argv=None):
     data = collect(study)
     runs = [r for d in data.values() for r in (*d["search"].values(), *d["finals"].values())]
     if all(r["status"] == "missing" for r in runs):  # a report of nothing would only be a folder to delete
-        quick = f" --quick {args.quick:g}" if args.quick else ""
+        quick = sweep.quick_option(args.quick)
         raise ValueError(f"no run of study {study['name']} has started yet (0 of the {len(runs)} runs planned so "
                          f"far have metrics in {study['runs_dir']}): nothing to report, nothing written; run "
                          f"python sweep.py {args.study}{quick} first")
@@ -934,7 +934,7 @@ def main(argv=None):
     left_out = [f"{r['arm']} seed {r['seed']} ({fmt_run(r)})" for d in data.values() for r in d["finals"].values()
                 if r["status"] in ("missing", "unfinished")]
     if left_out:  # in progress, or a damaged log: either way the statistics stand on fewer seeds than planned
-        quick = f" --quick {args.quick:g}" if args.quick else ""
+        quick = sweep.quick_option(args.quick)
         print(f"note: {len(left_out)} final run(s) not finished, left out of the statistics: {'; '.join(left_out)}"
               f". Finish them with python sweep.py {args.study}{quick} (a committed run's metrics.jsonl that lost "
               f"rows: restore it from git)")

@@ -315,6 +315,12 @@ QUICK_DIR = os.path.join("out", "quick")
 QUICK_FRACTION = 0.05
 
 
+def quick_option(fraction):
+    """The --quick option as a command line gives it: '' (None), ' --quick' (the default fraction) or
+    ' --quick 0.1'."""
+    return "" if not fraction else " --quick" if fraction == QUICK_FRACTION else f" --quick {fraction:g}"
+
+
 def quick_keys(cfg, fraction):
     """The settings that shorten a run to fraction of its steps: max_iters, and with it the warmup, the decay
     and the eval interval, so the run keeps its shape (warmup, decay, evals) in fewer steps; the evals shrink
@@ -1255,7 +1261,7 @@ def main(argv=None):
     if args.quick:
         print(f"quick: every run at {args.quick:g} of its steps, in {study['runs_dir']} (scratch; results/ "
               f"is not touched). For trying the machinery, not for comparing arms; report: python report.py "
-              f"{args.study} --quick {args.quick:g}", flush=True)
+              f"{args.study}{quick_option(args.quick)}", flush=True)
     if args.tokens_per_s is not None and not (math.isfinite(args.tokens_per_s) and args.tokens_per_s > 0):
         parser.error(f"--tokens_per_s {args.tokens_per_s:g}: must be a positive number (measured tokens/s per GPU)")
     if args.gpus_per_run is not None and args.gpus_per_run < 1:
@@ -1264,7 +1270,7 @@ def main(argv=None):
         print(dry_run(study, args.tokens_per_s, args.bench_json))
         return
     due = due_runs(study)
-    report_cmd = f"python report.py {args.study}{f' --quick {args.quick:g}' if args.quick else ''}"
+    report_cmd = f"python report.py {args.study}{quick_option(args.quick)}"
     if not args.nproc and not due:  # before the data check: a finished study needs no data (a clone without
         # it reads its report)
         print(f"nothing to run: every run of the study has finished ({study['runs_dir']}); its report: "

@@ -694,6 +694,8 @@ def test_quick_writes_only_under_the_scratch_folder(one_arm_study, tmp_path, mon
     sweep.main([str(study_file), "--quick", "0.1", "--threads", "1"])
     printed = capsys.readouterr().out
     assert "quick: every run at 0.1 of its steps, in out/quick/tiny/runs (scratch" in printed
+    assert f"report: python report.py {study_file} --quick 0.1" in printed
+    assert (sweep.quick_option(None), sweep.quick_option(0.05)) == ("", " --quick")  # the default as typed
     assert "2 run(s) due now (more follow as each arm's search goes on" in printed
     assert "time: unknown (no finished run of this study to time yet; a run is 2 steps of" in printed
     assert "running (1 of 2 due now): linear lr=0.003 seed=1 -> out/quick/tiny/runs/linear/" in printed
