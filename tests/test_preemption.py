@@ -58,7 +58,7 @@ def test_signal_mid_step_checkpoints_at_the_boundary_and_resumes_exactly(data_di
     def window_starts_then_signal(*a, **kw):  # train.py draws each step's windows with it, once a step
         steps.append(1)
         if len(steps) == during_step:
-            os.kill(os.getpid(), sig)
+            signal.raise_signal(sig)  # to this thread, at once (os.kill may reach another)
         return real_window_starts(*a, **kw)
 
     monkeypatch.setattr(train, "window_starts", window_starts_then_signal)
@@ -93,7 +93,7 @@ def test_a_signal_during_an_eval_stops_it_and_the_resumed_run_evaluates_again(da
     def eval_then_signal(*a, **kw):  # the signal comes as the eval of iter `at` starts (estimate_loss: the 2nd)
         calls.append(1)
         if len(calls) == (1 if whole_split else 2):
-            os.kill(os.getpid(), signal.SIGTERM)
+            signal.raise_signal(signal.SIGTERM)
         return evaluate(*a, **kw)
 
     monkeypatch.setattr(train, name, eval_then_signal)

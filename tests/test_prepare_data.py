@@ -410,7 +410,7 @@ def test_sigterm_while_writing_is_an_interruption_and_the_moves_are_never_cut(sh
     real_write, real_replace = P.write_bin, os.replace
 
     def killed_while_writing(path, chunks, *a, **k):
-        os.kill(os.getpid(), signal.SIGTERM)
+        signal.raise_signal(signal.SIGTERM)  # to this thread, at once (os.kill may reach another)
         return real_write(path, chunks, *a, **k)
     monkeypatch.setattr(P, "write_bin", killed_while_writing)
     interrupted(capsys, args)
@@ -420,7 +420,7 @@ def test_sigterm_while_writing_is_an_interruption_and_the_moves_are_never_cut(sh
 
     def interrupted_while_moving(src, dst):
         if Path(dst) == tmp_path / "shakespeare_char" / "train.bin":  # publish's first move (old meta.json gone)
-            os.kill(os.getpid(), signal.SIGINT)
+            signal.raise_signal(signal.SIGINT)
         real_replace(src, dst)
     monkeypatch.setattr(P, "write_bin", real_write)
     monkeypatch.setattr(P.os, "replace", interrupted_while_moving)
