@@ -567,8 +567,13 @@ def signals_held():
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-    for signum in dict.fromkeys(caught):  # each once, in the order they came
-        signal.raise_signal(signum)
+    for signum in dict.fromkeys(caught):  # each once, in the order they came, to its handler called here (a
+        # signal raised again reaches a Python handler at whichever later bytecode checks for it: not here)
+        handler = previous[signum]
+        if callable(handler):
+            handler(signum, None)
+        elif handler != signal.SIG_IGN:  # the default action (or a handler set outside Python)
+            signal.raise_signal(signum)
 
 
 def publish(stage, out_dir, meta):

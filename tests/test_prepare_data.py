@@ -434,6 +434,25 @@ def test_sigterm_while_writing_is_an_interruption_and_the_moves_are_never_cut(sh
     assert len(np.fromfile(folder / "val.bin", np.uint16)) == meta["val_tokens"]
 
 
+def test_a_held_signal_reaches_its_handler_when_the_block_ends():
+    """signals_held calls the handler a held signal had as the block ends, at once (each signal once); an
+    ignored signal stays ignored. The handlers are back after the block."""
+    got = []
+    before = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        signal.signal(signal.SIGTERM, lambda signum, frame: got.append(signum))
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
+        with P.signals_held():
+            for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGTERM):
+                signal.raise_signal(sig)
+            assert got == []  # held
+        assert got == [signal.SIGTERM]  # once, before the next statement
+        assert signal.getsignal(signal.SIGHUP) == signal.SIG_IGN
+    finally:
+        for sig, handler in before.items():
+            signal.signal(sig, handler)
+
+
 def test_interrupted_run_leaves_no_bins(shipped_data, tmp_path, monkeypatch, capsys):
     interrupt_val_write(monkeypatch)
     interrupted(capsys, ["shakespeare_char", "--data_dir", str(tmp_path)])
