@@ -1214,14 +1214,10 @@ def slurm_settings(study, args):
             slurm["extra"][key] = text
     slurm.update({k: v for k, v in (("partition", args.slurm_partition), ("time", args.slurm_time))
                   if v is not None})
-    gpus = slurm.pop("gpus_per_run", None)
-    where = "the study file's slurm gpus_per_run"
-    if args.gpus_per_run is not None:
-        gpus, where = args.gpus_per_run, "--gpus_per_run"
-    gpus = 1 if gpus is None else gpus  # 0 is refused, not taken as unset
+    gpus = slurm.pop("gpus_per_run", 1)  # 0 is refused, not taken as unset
     if not isinstance(gpus, int) or gpus < 1:
-        raise ValueError(f"{where}={gpus!r}: give 1 or more")
-    return gpus, slurm
+        raise ValueError(f"the study file's slurm gpus_per_run={gpus!r}: give 1 or more")
+    return args.gpus_per_run or gpus, slurm  # the command line's (checked in main) wins
 
 
 def add_plan_arguments(parser):
