@@ -906,12 +906,12 @@ def main(argv=None):
     if not os.path.exists(args.study) and not args.study.endswith(".py"):
         p.error(f"{args.study}: no such run folder (or study file, which ends in .py)")
     study = sweep.load_study(args.study, args.quick)
+    quick = sweep.quick_option(args.quick)  # for the commands the messages give
     out = args.out or default_out(study)
     check_out(p, out, study["name"])  # now, before the runs are read
     data = collect(study)
     runs = [r for d in data.values() for r in (*d["search"].values(), *d["finals"].values())]
     if all(r["status"] == "missing" for r in runs):  # a report of nothing would only be a folder to delete
-        quick = sweep.quick_option(args.quick)
         raise ValueError(f"no run of study {study['name']} has started yet (0 of the {len(runs)} runs planned so "
                          f"far have metrics in {study['runs_dir']}): nothing to report, nothing written; run "
                          f"python sweep.py {args.study}{quick} first")
@@ -934,7 +934,6 @@ def main(argv=None):
     left_out = [f"{r['arm']} seed {r['seed']} ({fmt_run(r)})" for d in data.values() for r in d["finals"].values()
                 if r["status"] in ("missing", "unfinished")]
     if left_out:  # in progress, or a damaged log: either way the statistics stand on fewer seeds than planned
-        quick = sweep.quick_option(args.quick)
         print(f"note: {len(left_out)} final run(s) not finished, left out of the statistics: {'; '.join(left_out)}"
               f". Finish them with python sweep.py {args.study}{quick} (a committed run's metrics.jsonl that lost "
               f"rows: restore it from git)")
