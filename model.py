@@ -221,6 +221,8 @@ class NonlinearQuery(QueryMode):
 QUERY_MODES = {"linear": LinearQuery, "identity": IdentityQuery, "residual": ResidualQuery,
                "nonlinear": NonlinearQuery}
 QUERY_MODE_ALIASES = {"original": "linear", "residual_gelu": "nonlinear"}  # names used by the official code
+
+
 def unused_query_settings(query_mode):
     """The QUERY_SETTINGS that query_mode's class says it does not read (a tuple; empty for a class that does
     not say, which may read any). KeyError for an unknown mode."""
