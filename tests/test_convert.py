@@ -141,8 +141,9 @@ def test_a_converted_run_stopped_before_its_first_eval_resumes_without_a_log_war
     ckpt["iter_num"] += 20  # as train.py's checkpoint at the stop
     torch.save(ckpt, out / "ckpt.pt")
     cfg = common.parse_config([str(out / "train_config.py"), f"--out_dir={out}",
-                               f"--max_iters={ckpt['iter_num'] + 1}", "--eval_iters=1", "--batch_size=2", "--gradient_accumulation_steps=1",
-                               "--eval_full_at_end=False", "--device=cpu", "--compile=False"])
+                               f"--max_iters={ckpt['iter_num'] + 1}", "--eval_iters=1", "--batch_size=2",
+                               "--gradient_accumulation_steps=1", "--eval_full_at_end=False", "--device=cpu",
+                               "--compile=False"])
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         train.train(cfg)
