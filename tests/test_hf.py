@@ -142,8 +142,10 @@ def test_a_full_disk_is_one_error_and_leaves_no_folder(code, tmp_path, monkeypat
         raise SafetensorError("Error while serializing: IoError(Os { code: 28, kind: StorageFull })")
     def full_os(*a, **k):
         raise OSError(28, "No space left on device")
-    monkeypatch.setattr(safetensors.torch, "save_file", full)
+    # GPT2LMHeadModel first: its lazy import loads transformers' modeling_utils, which keeps its own reference
+    # to save_file; loaded under the patch below, it kept the stub for every later export in this process
     monkeypatch.setattr(transformers.GPT2LMHeadModel, "save_pretrained", full_os)
+    monkeypatch.setattr(safetensors.torch, "save_file", full)
     with pytest.raises(ValueError, match=f"cannot write the export to {tmp_path / 'hf'} \\(.*(StorageFull|No space "
                                          f"left on device).*\\); free space or choose another --out"):
         hf.export(random_gpt(), BYTE_META, str(tmp_path / "hf"), code=code)
