@@ -24,8 +24,10 @@ submitit's default is USR2) let the current optimizer step finish, save a checkp
 full state, as at an eval: model, optimizer, every rank's RNG, iter, tokens) and exit with status 144
 (EXIT_PREEMPTED, common.py says why 144). Under torchrun the ranks agree on the stop at every step, so a signal
 that reaches one rank stops them all at the same step. --init_from=resume then continues exactly where the run
-stopped: the same weights, bit for bit, as a run never stopped. Ctrl-C (SIGINT) stops at once, keeps the last
-eval's checkpoint and exits with status 130 (EXIT_INTERRUPTED).
+stopped: the same weights, bit for bit, as a run never stopped. Ctrl-C (SIGINT) stops at once and exits with
+status 130 (EXIT_INTERRUPTED): during a step it keeps the last eval's checkpoint (a step half done cannot be
+saved); during an eval (the final whole-split eval can take an hour) it checkpoints the step boundary first, as a
+stop signal does, so no training is lost.
 """
 import errno
 import json
@@ -817,6 +819,13 @@ def train_until_stopped(cfg, stop, held):
                     losses["val_full"] = nats / n
             except EvalStopped:
                 preempt(eval_pending=True, when=f"during the eval of iter {iter_num}")
+            except KeyboardInterrupt:  # Ctrl-C: the state is this step boundary's; save it as a stop signal does
+                if world_size > 1 or iter_num == (last_saved or 0):  # ranks may sit in different collectives;
+                    raise  # or no step was trained since the last checkpoint (or the start): nothing to save
+                save_state(eval_pending=True)
+                log(f"interrupted during the eval of iter {iter_num}: checkpoint {ckpt_path} at iter "
+                    f"{iter_num}, its eval still to come", flush=True)
+                raise
             dt = time_timed / steps_timed if steps_timed else None
             row = dict(iter=iter_num, tokens=tokens_seen, lr=get_lr(max(iter_num - 1, 0), cfg,
                        decay_iters), train_loss=losses["train"], val_loss=losses["val"],

@@ -1,7 +1,8 @@
 """Preemption: a stop signal (SIGTERM, SIGUSR1; SLURM's warnings) in the middle of a step ends the run at the
 next step boundary with a checkpoint there and exit status EXIT_PREEMPTED (during an eval: at the eval's next
 batch, the eval still to come), on one process and on 2 gloo ranks (which agree to stop together even when one
-rank alone is signalled), and the resumed run equals a run never stopped, bit for bit."""
+rank alone is signalled), and the resumed run equals a run never stopped, bit for bit. Ctrl-C during an eval
+checkpoints the step boundary too (one process)."""
 import json
 import os
 import signal
@@ -80,25 +81,31 @@ def test_signal_mid_step_checkpoints_at_the_boundary_and_resumes_exactly(data_di
         (r["val_loss"], r["train_loss"], r["tokens"]) for r in straight]
 
 
+@pytest.mark.parametrize("how", ["SIGTERM", "Ctrl-C"])
 @pytest.mark.parametrize("at,whole_split", [(3, False), (6, True)])
-def test_a_signal_during_an_eval_stops_it_and_the_resumed_run_evaluates_again(data_dir, tmp_path, monkeypatch,
-                                                                            at, whole_split):
-    """A stop signal during the eval of iter `at` (the fixed-window eval at 3; the final whole-split eval at 6,
-    which can take an hour on a large split) ends the eval at its next batch: a checkpoint at `at` with its
-    eval still to come, and the resumed run evaluates it and ends with the straight run's weights and evals."""
+def test_a_stop_during_an_eval_ends_it_and_the_resumed_run_evaluates_again(data_dir, tmp_path, monkeypatch, at,
+                                                                         whole_split, how):
+    """A stop signal, or Ctrl-C, during the eval of iter `at` (the fixed-window eval at 3; the final whole-split
+    eval at 6, which can take an hour on a large split) ends the eval: a checkpoint at `at` with its eval still
+    to come (the signal at the eval's next batch, Ctrl-C at once), and the resumed run evaluates it and ends
+    with the straight run's weights and evals."""
     run(data_dir, tmp_path / "straight", eval_full_at_end=whole_split)
     name = "full_split_loss" if whole_split else "estimate_loss"
     evaluate, calls = getattr(train, name), []
 
-    def eval_then_signal(*a, **kw):  # the signal comes as the eval of iter `at` starts (estimate_loss: the 2nd)
+    def eval_then_stop(*a, **kw):  # the stop comes as the eval of iter `at` starts (estimate_loss: the 2nd)
         calls.append(1)
         if len(calls) == (1 if whole_split else 2):
+            if how == "Ctrl-C":
+                raise KeyboardInterrupt  # what Python raises on SIGINT, wherever the eval is
             signal.raise_signal(signal.SIGTERM)
         return evaluate(*a, **kw)
 
-    monkeypatch.setattr(train, name, eval_then_signal)
-    with pytest.raises(train.TrainingPreempted, match=f"stopped by SIGTERM during the eval of iter {at}: "
-                                                      f"checkpoint .*ckpt.pt at iter {at}"):
+    monkeypatch.setattr(train, name, eval_then_stop)
+    expected = (pytest.raises(KeyboardInterrupt) if how == "Ctrl-C" else
+                pytest.raises(train.TrainingPreempted, match=f"stopped by SIGTERM during the eval of iter {at}: "
+                                                             f"checkpoint .*ckpt.pt at iter {at}"))
+    with expected:
         run(data_dir, tmp_path / "stopped", eval_full_at_end=whole_split)
     monkeypatch.setattr(train, name, evaluate)
     saved = ckpt(tmp_path / "stopped")
@@ -109,6 +116,17 @@ def test_a_signal_during_an_eval_stops_it_and_the_resumed_run_evaluates_again(da
     straight, resumed = rows(tmp_path / "straight"), rows(tmp_path / "stopped")
     assert [(r["iter"], r["val_loss"], r.get("val_loss_full")) for r in resumed] == [
         (r["iter"], r["val_loss"], r.get("val_loss_full")) for r in straight]
+
+
+def test_ctrl_c_during_the_first_eval_of_a_fresh_run_writes_no_checkpoint(data_dir, tmp_path, monkeypatch):
+    """Nothing is trained before the eval of iter 0: Ctrl-C there leaves no checkpoint (nothing to resume)."""
+    def interrupted(*a, **kw):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(train, "estimate_loss", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        run(data_dir, tmp_path / "stopped")
+    assert not (tmp_path / "stopped" / "ckpt.pt").exists()
 
 
 def wait_for_line(proc, text, timeout=120):
