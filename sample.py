@@ -51,7 +51,8 @@ def find_dataset(out_dir, data_dir=None, need_data=True, dataset=None):
 
     FileNotFoundError naming the path and how to make a checkpoint if there is none, or the dataset if it is
     not found (and needed); ValueError if the checkpoint records its dataset's meta.json (dataset_meta) and the
-    dataset found now differs from it (with `dataset`: if its tokenizer differs).
+    dataset found now differs from it (with `dataset` or need_data=False: if its tokenizer differs; the same
+    tokenizer on re-prepared or other text is fine there).
     """
     path = os.path.join(out_dir, "ckpt.pt")
     if not os.path.isfile(path):
@@ -79,8 +80,8 @@ def find_dataset(out_dir, data_dir=None, need_data=True, dataset=None):
             raise
         return saved, None
     meta = load_meta(data)
-    if "dataset_meta" in ckpt:  # older checkpoints lack it
-        check_same_dataset(ckpt["dataset_meta"], meta, data)
+    if "dataset_meta" in ckpt:  # older checkpoints lack it; without need_data only the tokenizer must match
+        (check_same_dataset if need_data else check_same_tokenizer)(ckpt["dataset_meta"], meta, data)
     return meta, data
 
 

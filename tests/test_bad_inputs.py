@@ -255,6 +255,24 @@ def test_resume_refuses_a_dataset_whose_contents_changed(trained):
     assert (out / "ckpt.pt").read_bytes() == before
 
 
+def test_sampling_needs_only_the_same_tokenizer_not_the_same_data(trained):
+    """Text re-prepared with the same characters (new hashes) still decodes this model's ids: sample.py's and
+    HellaSwag's dataset lookup (need_data=False) accepts it, where evaluating on it (need_data) does not, and
+    other characters are refused for both."""
+    import sample
+    data, out = trained
+    meta = json.loads((data / "tiny" / "meta.json").read_text())
+    write_meta(data / "tiny", json.dumps({**meta, "sha256": {**meta["sha256"], "train.bin": "c" * 64}}))
+    found, folder = sample.find_dataset(str(out), str(data), need_data=False)
+    assert found["sha256"]["train.bin"] == "c" * 64 and folder == str(data / "tiny")
+    with pytest.raises(ValueError, match=r"is not the data this checkpoint was trained on \(sha256 of train.bin"):
+        sample.find_dataset(str(out), str(data), need_data=True)
+    write_meta(data / "tiny", json.dumps({**meta, "chars": meta["chars"][::-1]}))
+    with pytest.raises(ValueError, match=r"is not tokenised as this checkpoint's training data was \(other "
+                                         r"characters, or the same in another order\)"):
+        sample.find_dataset(str(out), str(data), need_data=False)
+
+
 def test_weights_that_do_not_fit_their_settings_are_named(trained):
     import eval as nlq_eval
     import sample
