@@ -5,8 +5,8 @@ train.py trains; sample.py, eval.py, bench.py, sweep.py, report.py and convert.p
 the same data windows and the same checkpoints through the functions here, so a change made here changes all
 of them alike. Everything else lives in the script that uses it.
 
-    settings     SETTINGS (every key's default and meaning), DEFAULTS, settings_help, parse_config, validate,
-                 model_config, format_config, HelpFormatter    (the model's defaults come from GPTConfig)
+    settings     SETTINGS (every key's default and meaning), DEFAULTS, NOT_RESULTS, NOT_EXPERIMENT, settings_help,
+                 parse_config, validate, model_config, format_config, HelpFormatter    (defaults from GPTConfig)
     devices      resolve_device, autocast, use_compile
     processes    setup_distributed (torchrun), end_distributed, check_fsdp_support, shard_model (FSDP2)
     data         load_meta, open_split, window_starts, eval_window_count, eval_windows, get_batch
@@ -120,6 +120,10 @@ if _unexplained:  # a new GPTConfig field needs its line above, or it could not 
     raise RuntimeError(f"GPTConfig fields {_unexplained} have no line in common.SETTINGS; add one "
                        f"(key=(MODEL_DEFAULTS[key], 'its meaning'))")
 DEFAULTS = {key: default for key, (default, _) in SETTINGS.items()}
+# Keys that do not change a run's results; any other difference means another experiment (sweep.py, report.py)
+NOT_RESULTS = {"init_from", "log_interval", "wandb_log", "wandb_project", "wandb_run_name"}
+# ... and keys a run may change between starts (a resume on other hardware): the same run, made otherwise
+NOT_EXPERIMENT = NOT_RESULTS | {"device", "dtype", "compile", "fsdp"}
 
 
 def _optional_types():

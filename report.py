@@ -163,8 +163,8 @@ def elapsed_seconds(rows):
 
 
 # ---------------------------------------------------------------------------------- plain runs compared
-# Settings that say where a run lives, not what it is, besides sweep.NOT_EXPERIMENT's.
-NOT_COMPARED = sweep.NOT_EXPERIMENT | {"out_dir"}
+# Settings that say where a run lives, not what it is, besides common.NOT_EXPERIMENT's.
+NOT_COMPARED = common.NOT_EXPERIMENT | {"out_dir"}
 
 
 def read_plain_run(path):
@@ -244,7 +244,7 @@ def config_differences(runs):
     run, leaving out where a run lives and how it ran (NOT_COMPARED)."""
     keys = sorted({k for run in runs for k in run["config"]
                    if k in common.DEFAULTS and k not in NOT_COMPARED})
-    diffs = {k: [setting(run["config"], k) for run in runs] for k in keys}
+    diffs = {k: [setting_over_time(run["config"], k) for run in runs] for k in keys}
     diffs = {k: v for k, v in diffs.items() if any(x != v[0] for x in v)}
     origins = [initialised_from(run["config"]) for run in runs]  # scratch, a GPT-2, convert.py's source
     if any(o != origins[0] for o in origins):
@@ -276,6 +276,21 @@ def setting(config, key):
     elif value is None and key != "attn_scale":  # None: the mode's own scale, whatever model_args resolved
         value = (config.get("model_args") or {}).get(key)
     return value
+
+
+class Changed(str):
+    """A setting that a resume changed half-way, written as its values in order ("4, then 8 from iter 20");
+    shown as it is, not quoted."""
+    __repr__ = str.__str__
+
+
+def setting_over_time(config, key):
+    """setting(config, key), or, for a key that a resume changed (config.json's "resumes", train.py), a
+    Changed with each value and the iteration it took over from."""
+    steps = [(r["iter"], r["changed"][key]) for r in config.get("resumes") or [] if key in r["changed"]]
+    if not steps:
+        return setting(config, key)
+    return Changed(", then ".join([repr(steps[0][1][0])] + [f"{now!r} from iter {it}" for it, (_, now) in steps]))
 
 
 def initialised_from(config):
@@ -333,6 +348,14 @@ def compare(paths, out, bpe_dir=None):
         width = max(len(k) for k in diffs)
         differ = "Settings that differ:\n" + "\n".join(f"  {k:<{width}}  {show(k, v)}"
                                                        for k, v in diffs.items())
+    if "dataset contents" in diffs:
+        notes.append(f"Their data differ ({show('dataset contents', diffs['dataset contents'])}: other text, or the "
+                     f"same split otherwise): their val losses are not over the same tokens.")
+    changed = [run["name"] for run in runs if any(r["changed"].keys() - NOT_COMPARED
+                                                  for r in run["config"].get("resumes") or [])]
+    if changed:
+        notes.append(f"{', '.join(changed)} changed settings when resumed (shown as 'A, then B from iter N'): "
+                     f"not the curves of straight runs at their final settings.")
     tokenizers = [(run["config"].get("dataset_meta") or {}).get("tokenizer") for run in runs]
     if len(set(tokenizers)) > 1:  # a char's nats and a BPE token's nats are different units
         notes.append(f"Their tokenizers differ ({show('tokenizer', tokenizers)}): val loss is in nats per token "

@@ -73,9 +73,9 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from common import (DEFAULTS, EXIT_DIVERGED, EXIT_INTERRUPTED, EXIT_PREEMPTED, HelpFormatter, atomic_write_text,
-                    check_value, eval_window_count, load_meta, model_config, open_split, param_counts, parse_config,
-                    read_config_file, read_metrics, resolve_device)
+from common import (DEFAULTS, EXIT_DIVERGED, EXIT_INTERRUPTED, EXIT_PREEMPTED, NOT_EXPERIMENT, NOT_RESULTS,
+                    HelpFormatter, atomic_write_text, check_value, eval_window_count, load_meta, model_config,
+                    open_split, param_counts, parse_config, read_config_file, read_metrics, resolve_device)
 from model import unused_query_settings
 
 ROOT = os.path.dirname(os.path.abspath(__file__))  # the repository
@@ -377,10 +377,6 @@ def nproc_run_args(study, arm, lr, seed, nproc):
     return args
 
 
-# Keys that do not change a run's results; any other difference means the run dir holds another experiment.
-NOT_RESULTS = {"init_from", "log_interval", "wandb_log", "wandb_project", "wandb_run_name"}
-# ... and keys a run may change between starts (a resume on other hardware): the same run, made otherwise
-NOT_EXPERIMENT = NOT_RESULTS | {"device", "dtype", "compile", "fsdp"}
 # The batch's shape: a run may split its batch otherwise (nproc_run_args: more processes), the same experiment
 # as long as the tokens a step and the eval windows are the same (train.py draws both from the seed alone).
 LAYOUT = ("batch_size", "gradient_accumulation_steps", "eval_iters", "eval_windows")

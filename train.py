@@ -45,8 +45,8 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from common import (DEFAULTS, EXIT_DIVERGED, EXIT_INTERRUPTED, EXIT_PREEMPTED, MODEL_KEYS, EvalStopped,
-                    atomic_write_text, autocast, check_fsdp_support, check_same_dataset, code_version,
+from common import (DEFAULTS, EXIT_DIVERGED, EXIT_INTERRUPTED, EXIT_PREEMPTED, MODEL_KEYS, NOT_RESULTS,
+                    EvalStopped, atomic_write_text, autocast, check_fsdp_support, check_same_dataset, code_version,
                     damaged_checkpoint, end_distributed, estimate_loss, eval_window_count, eval_windows,
                     format_config, full_split_loss, full_split_windows, get_batch, is_fsdp, load_checkpoint,
                     load_meta, make_writable_folder, model_config, open_split, param_counts, parse_config,
@@ -247,6 +247,24 @@ def checkpoint_to_resume(cfg, model_cfg, ckpt_path):
         raise ValueError(f"settings differ from the checkpoint's (yours, checkpoint's): {changed}; resume with "
                          f"the checkpoint's settings{f' ({flags})' if flags else ''} or start a new out_dir")
     return ckpt
+
+
+def settings_changed_at_resume(saved, cfg, iter_num):
+    """The settings a resume at iter_num changes, as a list of at most one record, [{"iter": iter_num,
+    "changed": {key: [the checkpoint's value, this start's]}}], or []: the keys RESUME_FIXED lets change that
+    can change what the run computes (tokens per step, max_iters, lr_decay_iters, the eval set, dtype, ...),
+    not where it lives or how it logs (NOT_RESULTS, out_dir, data_dir: its contents are checked), nor a step
+    or an eval set split into other batches (the same run). train.py keeps these records in the checkpoint
+    and in config.json ("resumes"), whose settings are this start's: report.py shows a setting that changed
+    half-way as such."""
+    saved = {**DEFAULTS, **saved}  # a key added to nlq after the checkpoint was written: its default
+    changed = {k: [saved[k], cfg[k]] for k in DEFAULTS
+               if k not in NOT_RESULTS | {"out_dir", "data_dir"} and saved[k] != cfg[k]}
+    step = lambda c: c["batch_size"] * c["gradient_accumulation_steps"]  # sequences a step
+    same = {("batch_size", "gradient_accumulation_steps"): step(saved) == step(cfg),
+            ("eval_iters", "eval_windows"): eval_window_count(saved) == eval_window_count(cfg)}
+    changed = {k: v for k, v in changed.items() if not any(same[keys] and k in keys for keys in same)}
+    return [dict(iter=iter_num, changed=changed)] if changed else []
 
 
 def kept_on_resume(ckpt_path, cfg, log):
@@ -680,7 +698,7 @@ def train_until_stopped(cfg, stop, held):
     decay_iters = lr_decay_iters_for(cfg, ckpt, log)
     origin = initialised_from(cfg, ckpt)
     iter_num, best_val, resumed_at, tokens_seen = 0, math.inf, None, 0
-    elapsed_before, eval_pending = 0.0, False
+    elapsed_before, eval_pending, resumes = 0.0, False, []
     if ckpt is not None:
         if "dataset_meta" in ckpt:  # older checkpoints lack it
             check_same_dataset(ckpt["dataset_meta"], meta, data_dir)
@@ -700,6 +718,7 @@ def train_until_stopped(cfg, stop, held):
                 f"token counts stay true ({tokens_seen:,} so far), but the steps from here are not those of "
                 f"an uninterrupted run")
         elapsed_before = ckpt.get("elapsed_s", 0.0)  # the run's seconds before this start (older: none)
+        resumes = ckpt.get("resumes", []) + settings_changed_at_resume(ckpt["config"], cfg, iter_num)
         resumed_at = iter_num  # its eval is in the log already, unless eval_pending
         log(f"resumed from {ckpt_path} at iter {iter_num}" + (f"; max_iters={cfg['max_iters']} is reached "
             "already, nothing to train (raise max_iters to go on)" if iter_num >= cfg["max_iters"] else ""))
@@ -711,7 +730,7 @@ def train_until_stopped(cfg, stop, held):
         atomic_write_text(os.path.join(cfg["out_dir"], "config.json"), json.dumps(
             {**cfg, "model_args": vars(model_cfg), "world_size": world_size, "resolved_device": device,
              "resolved_dtype": str(ptdtype), "tokens_per_iter": tokens_per_iter, "lr_decay_iters_resolved":
-             decay_iters, "dataset_meta": meta, "initialised_from": origin,
+             decay_iters, "dataset_meta": meta, "initialised_from": origin, "resumes": resumes,
              # what the code built, and which code: sweep.py and report.py refuse runs that other code made
              "param_counts": param_counts(model_cfg), "code": code_version()}, indent=2))
         # a fresh run starts a fresh log; a resumed one drops lines written after its checkpoint (and the
@@ -779,7 +798,7 @@ def train_until_stopped(cfg, stop, held):
                     iter_num=iter_num, best_val_loss=best_val, config=cfg, model_args=vars(model_cfg),
                     rng=rngs, dataset_meta=meta, lr_decay_iters=decay_iters, tokens=tokens_seen,
                     elapsed_s=round(elapsed_before + time.time() - started, 3), eval_pending=eval_pending,
-                    initialised_from=origin))
+                    initialised_from=origin, resumes=resumes))
             except (OSError, RuntimeError) as e:  # torch.save reports a full disk as a RuntimeError
                 kept = (f"the previous checkpoint {ckpt_path} is intact: free space (or move out_dir) and "
                         f"continue with --init_from=resume" if os.path.exists(ckpt_path) else

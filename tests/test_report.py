@@ -532,6 +532,14 @@ def test_compare_names_the_one_difference_and_refuses_a_folder_without_results(t
     text = report.main([str(s), str(tmp_path / "ft"), str(tmp_path / "old"), "--out", str(tmp_path / "cmp")])
     assert (f"They differ only in initialised_from: {s}: 'scratch', {tmp_path / 'ft'}: 'gpt2', "
             f"{tmp_path / 'old'}: 'not recorded'.") in text
+    # the same dataset name, prepared from other text (or split otherwise): other val tokens
+    for name, sha in (("d1", "a"), ("d2", "b")):
+        write_plain_run(tmp_path / name, rows, max_iters=10, dataset_meta=dict(sha256={"val.bin": sha * 64}))
+    d1, d2 = tmp_path / "d1", tmp_path / "d2"
+    text = report.main([str(d1), str(d2), "--out", str(tmp_path / "cmp")])
+    assert f"They differ only in dataset contents: {d1}: data 1, {d2}: data 2." in text
+    assert (f"Their data differ ({d1}: data 1, {d2}: data 2: other text, or the same split otherwise): their val "
+            f"losses are not over the same tokens.") in text
     (tmp_path / "empty").mkdir()
     with pytest.raises(ValueError, match="empty is not a train.py run folder with results: no metrics.jsonl "
                                          "and config.json"):

@@ -351,6 +351,35 @@ def test_resume_with_another_batch_size_keeps_the_eval_set(data_dir, tmp_path, c
         train.train(tiny_cfg(data_dir, tmp_path, max_iters=7, eval_interval=3, init_from="resume", eval_windows=5))
 
 
+def test_what_a_resume_changes_is_recorded_and_compared_as_such(data_dir, tmp_path):
+    """config.json holds this start's settings; what a resume changed, and from which iter, stays in the
+    checkpoint and config.json ("resumes") across later resumes. A step split into other micro-batches (the
+    same sequences a step) and the eval set kept are no change; a step of another size, a longer run and a
+    dtype are; report.py shows such a setting with its values in order."""
+    import report
+    cfg = lambda out, **kw: tiny_cfg(data_dir, tmp_path / out, **{"max_iters": 3, "eval_interval": 3, **kw})
+    train.train(cfg("split"))  # 4 x 2 sequences a step, then 2 x 4: the same run
+    train.train(cfg("split", max_iters=6, init_from="resume", batch_size=2, gradient_accumulation_steps=4))
+    record = lambda out: json.loads((tmp_path / out / "config.json").read_text())["resumes"]
+    assert record("split") == [dict(iter=3, changed=dict(max_iters=[3, 6]))]
+    train.train(cfg("grown"))  # 8 sequences a step, then 16
+    train.train(cfg("grown", max_iters=6, init_from="resume", batch_size=8))
+    train.train(cfg("grown", max_iters=9, init_from="resume", batch_size=8, dtype="bfloat16"))
+    train.train(cfg("grown", max_iters=9, init_from="resume", batch_size=8, dtype="bfloat16"))  # nothing new
+    changes = [dict(iter=3, changed=dict(batch_size=[4, 8], max_iters=[3, 6])),
+               dict(iter=6, changed=dict(max_iters=[6, 9], dtype=["auto", "bfloat16"]))]
+    assert record("grown") == changes
+    assert common.load_checkpoint(str(tmp_path / "grown" / "ckpt.pt"))["resumes"] == changes
+    text = report.compare([str(tmp_path / "split"), str(tmp_path / "grown")], str(tmp_path))
+    split, grown = tmp_path / "split", tmp_path / "grown"
+    assert (f"  batch_size                   {split}: 2, {grown}: 4, then 8 from iter 3\n"
+            f"  gradient_accumulation_steps  {split}: 4, {grown}: 2\n"
+            f"  max_iters                    {split}: 3, then 6 from iter 3, {grown}: 3, then 6 from iter 3, then "
+            f"9 from iter 6\n") in text  # dtype: how a run ran, not compared
+    assert (f"{split}, {grown} changed settings when resumed (shown as 'A, then B from iter N'): not the curves of "
+            f"straight runs at their final settings.") in text
+
+
 def test_resume_compares_the_model_as_built_not_the_config_text(data_dir, tmp_path):
     """A run trained at attn_scale=0.1 and resumed with attn_scale unset (None: the mode's default) would train
     on at another scale: refused, naming the flag. None and its resolved value (mlp_hidden 4·n_embd) are one
