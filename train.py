@@ -143,9 +143,10 @@ def get_lr(it, cfg, decay_iters=None):
 
 # --------------------------------------------------------------------------------------- resume, logs
 def check_out_dir_is_ours(cfg):
-    """ValueError, before anything is written, if out_dir is the init_from folder or holds a Hugging Face
-    export (model.safetensors, or a config.json that is not train.py's): the run writes its own config.json
-    there, and the other folder could no longer be loaded; and, for a new run (not init_from=resume), if it holds
+    """ValueError, before anything is written, if out_dir is the init_from folder, holds a Hugging Face export
+    (model.safetensors, or a config.json that is not train.py's) or a prepared dataset (meta.json, the bins),
+    or is the repository: the run writes its own files there, and the other folder could no longer be loaded
+    (or be told apart from a run); and, for a new run (not init_from=resume), if it holds
     a finished run without its checkpoint (a committed study run), whose results the new run would replace. A
     folder of an nlq run stopped before its first checkpoint may start again."""
     out, source = cfg["out_dir"], cfg["init_from"]
@@ -155,7 +156,9 @@ def check_out_dir_is_ours(cfg):
                          f"give the run a new out_dir (e.g. --out_dir=out/NAME)")
     if not os.path.isdir(out):
         return
-    found = ["model.safetensors"] if os.path.lexists(os.path.join(out, "model.safetensors")) else []
+    found = [f for f in ("model.safetensors", *BIN_FILES) if os.path.lexists(os.path.join(out, f))]
+    if os.path.samefile(out, os.path.dirname(os.path.abspath(__file__))):
+        found.append("nlq's own code: out_dir is the repository")
     path, saved = os.path.join(out, "config.json"), {}
     if os.path.exists(path):
         try:
@@ -170,9 +173,9 @@ def check_out_dir_is_ours(cfg):
         elif not ours:
             found.append("a config.json that is not train.py's" + (f" (model_type {kind!r})" if kind else ""))
     if found:
-        raise ValueError(f"out_dir {out} holds a Hugging Face export or another program's files "
-                         f"({', '.join(found)}): the run would overwrite its config.json; give the run a new "
-                         f"out_dir (e.g. --out_dir=out/NAME)")
+        raise ValueError(f"out_dir {out} holds a Hugging Face export, a prepared dataset or another program's "
+                         f"files ({', '.join(found)}): the run would write its checkpoint and config.json among "
+                         f"them; give the run a new out_dir (e.g. --out_dir=out/NAME)")
     rows = read_metrics(out) if cfg["init_from"] != "resume" else []
     if rows and not os.path.exists(os.path.join(out, "ckpt.pt")) \
             and (rows[-1].get("diverged") or rows[-1]["iter"] >= saved.get("max_iters", math.inf)):

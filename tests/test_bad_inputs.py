@@ -255,6 +255,21 @@ def test_resume_refuses_a_dataset_whose_contents_changed(trained):
     assert (out / "ckpt.pt").read_bytes() == before
 
 
+def test_a_run_never_writes_into_a_dataset_or_the_repository(tmp_path):
+    """out_dir=data/NAME (a prepared dataset) or . in the repository would put ckpt.pt, config.json and
+    metrics.jsonl among the bins or the code: refused before anything is written."""
+    make_dataset(tmp_path / "data")
+    before = sorted(os.listdir(tmp_path / "data" / "tiny"))
+    for out, found in ((tmp_path / "data" / "tiny", "train.bin, val.bin, meta.json"),
+                       (ROOT, "nlq's own code: out_dir is the repository")):
+        with pytest.raises(ValueError, match=f"out_dir {re.escape(str(out))} holds a Hugging Face export, a "
+                                             f"prepared dataset or another program's files \\({found}\\): the run "
+                                             f"would write its checkpoint and config.json among them"):
+            train.train(tiny_cfg(tmp_path / "data", out))
+    assert sorted(os.listdir(tmp_path / "data" / "tiny")) == before
+    assert not any((ROOT / f).exists() for f in ("ckpt.pt", "config.json", "metrics.jsonl"))
+
+
 def test_sampling_needs_only_the_same_tokenizer_not_the_same_data(trained):
     """Text re-prepared with the same characters (new hashes) still decodes this model's ids: sample.py's and
     HellaSwag's dataset lookup (need_data=False) accepts it, where evaluating on it (need_data) does not, and

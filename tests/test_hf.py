@@ -387,9 +387,10 @@ def test_a_run_never_writes_into_an_export_or_its_init_from_folder(tmp_path):
     tiny_gpt2(tmp_path / "gpt2")
     export_config = (tmp_path / "gpt2" / "config.json").read_bytes()
     for out, init_from, message in (
-            ("gpt2", "scratch", r"out_dir .*gpt2 holds a Hugging Face export or another program's files "
-                                r"\(model.safetensors, a config.json that is not train.py's \(model_type 'gpt2'\)\)"
-                                r": the run would overwrite its config.json; give the run a new out_dir"),
+            ("gpt2", "scratch", r"out_dir .*gpt2 holds a Hugging Face export, a prepared dataset or another "
+                                r"program's files \(model.safetensors, a config.json that is not train.py's "
+                                r"\(model_type 'gpt2'\)\): the run would write its checkpoint and config.json "
+                                r"among them; give the run a new out_dir"),
             ("gpt2", "gpt2", r"out_dir .*gpt2 is the init_from folder: the run would overwrite its config.json; "
                              r"give the run a new out_dir \(e.g. --out_dir=out/NAME\)")):
         with pytest.raises(ValueError, match=message):
