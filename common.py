@@ -325,6 +325,9 @@ def validate(cfg):
     for key in ("out_dir", "data_dir", "dataset"):
         if not cfg[key].strip():
             raise ValueError(f"config key {key!r} is empty; give a folder name, e.g. --{key}={DEFAULTS[key]}")
+        if cfg[key] != cfg[key].strip():  # "shakespeare_char ": a folder no one meant
+            raise ValueError(f"{key}={cfg[key]!r} begins or ends with white space; drop it "
+                             f"(--{key}={cfg[key].strip()})")
     model_config(cfg, data_vocab_size=cfg["vocab_size"] or 1)
 
 

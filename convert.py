@@ -43,6 +43,7 @@ that cannot be made or is not empty, is an error that names it.
 """
 import argparse
 import os
+import pickle
 import sys
 from datetime import datetime, timezone
 
@@ -86,6 +87,10 @@ def read_official(path):
         raise FileNotFoundError(f"{path} is not a file; give the path of the official ckpt.pt")
     try:
         ckpt = torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as e:  # (torch's text would advise weights_only=False: running its code)
+        raise ValueError(f"cannot read {path} with torch.load(weights_only=True): it holds Python objects "
+                         f"other than tensors and plain values, which the official train.py's ckpt.pt does "
+                         f"not; it is another program's file, or damaged: download it again") from e
     except Exception as e:
         msg = str(e).strip().splitlines()[0] if str(e).strip() else ""
         raise ValueError(f"cannot read {path} with torch.load(weights_only=True) ({type(e).__name__}: "

@@ -458,9 +458,11 @@ def check_target(out_dir, overwrite):
         Path(out_dir).mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryFile(dir=out_dir):
             pass
-    except OSError as e:
-        raise DataError(f"cannot write the output folder {out_dir} ({e.strerror or e}); choose a writable "
-                        "--data_dir (a folder, not a file) and a --name that is not an existing file") from e
+    except OSError as e:  # (the message serves train.py's first-use preparation too: no option names)
+        file = next((p for p in (Path(out_dir), *Path(out_dir).parents) if p.exists() and not p.is_dir()), None)
+        raise DataError(f"cannot write the output folder {out_dir} ({e.strerror or e}); "
+                        + (f"{file} is a file, not a folder; " if file else "")
+                        + "choose a writable data_dir and a dataset name that is not a file in it") from e
 
 
 class TokenWriter:

@@ -337,22 +337,25 @@ def lr_decay_iters_for(cfg, ckpt, log):
     resumed run keeps its checkpoint's schedule (raising max_iters then trains on at min_lr). A different
     explicit value on resume is allowed, with a warning naming both (the LR jumps). A note is printed when the
     run goes on past the decay (at min_lr) or stops before it, or, with decay_lr=False, names the schedule
-    settings a constant rate leaves unused."""
+    settings a constant rate leaves unused; none of these for a resume with nothing left to train."""
     decay_iters = cfg["lr_decay_iters"] or cfg["max_iters"]
+    to_train = ckpt is None or ckpt["iter_num"] < cfg["max_iters"]  # no note on steps that will not run
     if ckpt is not None:
         trained = (ckpt.get("lr_decay_iters") or ckpt["config"]["lr_decay_iters"]
                    or ckpt["config"]["max_iters"])
         if cfg["lr_decay_iters"] is None:
             decay_iters = trained
-            if trained != cfg["max_iters"]:
+            if trained != cfg["max_iters"] and cfg["decay_lr"] and to_train:
                 log(f"note: lr_decay_iters is unset; keeping the checkpoint's schedule (decay to min_lr "
                     f"at iter {trained}), not max_iters={cfg['max_iters']}; pass --lr_decay_iters=N to "
                     f"change it")
-        elif cfg["lr_decay_iters"] != trained:
+        elif cfg["lr_decay_iters"] != trained and cfg["decay_lr"] and to_train:
             it = ckpt["iter_num"]
             warnings.warn(f"lr_decay_iters={cfg['lr_decay_iters']} differs from the checkpoint's {trained}: "
                           f"the learning rate at iter {it} changes from {get_lr(it, cfg, trained):.3e} to "
                           f"{get_lr(it, cfg, cfg['lr_decay_iters']):.3e}")
+    if not to_train:
+        return decay_iters
     if cfg["decay_lr"]:
         for kind, text in schedule_notes(cfg, decay_iters):
             warnings.warn(text) if kind == "warning" else log(f"note: {text}")

@@ -1,6 +1,7 @@
 """convert.py on the paper's official checkpoints (tests/data/official_ckpt, one per official query
 mode): the converted nlq model computes the official logits, a resumed step is the official step, the run
 folder works with train.py, sample.py and eval.py, and bad inputs are clear errors that write nothing."""
+import argparse
 import json
 import os
 import shutil
@@ -226,6 +227,9 @@ BAD = {
     "a tensor": (saved(torch.ones(3)), r"holds a Tensor, not a checkpoint dict"),
     "truncated file": (truncated, r"cannot read .*cut.pt with torch.load\(weights_only=True\) .*truncated"),
     "missing file": (lambda o, t: t / "nope.pt", r"nope.pt is not a file"),
+    "a pickled object": (saved({"model": argparse.Namespace(step=7)}),  # no advice to unpickle it anyway
+                        r"other.pt with torch.load\(weights_only=True\): it holds Python objects other than "
+                        r"tensors and plain values, .* another program's file, or damaged: download it again$"),
     "unknown mode": (lambda o, t: edited(o, t, lambda c: c["model_args"].update(query_mode="residual_relu")),
                      r"unknown official query_mode 'residual_relu'; known: original, identity, residual, "
                      r"residual_gelu"),

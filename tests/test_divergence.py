@@ -207,12 +207,15 @@ def test_generate_refuses_non_finite_logits():
 
 # ------------------------------------------------------------------------------------------ 3. empty paths
 @pytest.mark.parametrize("key", ["out_dir", "data_dir", "dataset"])
-def test_empty_paths_are_named(key):
+def test_empty_paths_and_paths_with_spaces_around_are_named(key):
     with pytest.raises(ValueError, match=f"config key '{key}' is empty"):
         common.parse_config([f"--{key}="])
     result = subprocess.run([sys.executable, str(ROOT / "train.py"), f"--{key}="], capture_output=True,
                             text=True)
     assert result.returncode != 0 and f"config key '{key}' is empty; give a folder name" in result.stderr
+    with pytest.raises(ValueError, match=f"{key}='shakespeare_char ' begins or ends with white space; drop it "
+                                         f"\\(--{key}=shakespeare_char\\)"):
+        common.parse_config([f"--{key}=shakespeare_char "])
 
 
 # ------------------------------------------------------------------- 4. the schedule survives a longer resume
@@ -231,6 +234,15 @@ def test_resume_with_larger_max_iters_keeps_the_schedule(char_data, tmp_path, ca
            if line.startswith("iter ")]
     assert lrs == [2e-4] * 10  # it stays at min_lr; it does not jump back up the cosine
     assert rows_of(out)[-1]["iter"] == 20 and rows_of(out)[-1]["lr"] == pytest.approx(2e-4)
+    train.train({**cfg, "max_iters": 15, "init_from": "resume"})  # nothing left: no note on untrained steps
+    printed = capsys.readouterr().out
+    assert "max_iters=15 is reached already, nothing to train" in printed
+    assert "keeping the checkpoint's schedule" not in printed and "note: the" not in printed
+    const = tmp_path / "const"  # a constant rate has no schedule to keep
+    train.train({**cfg, "out_dir": str(const), "decay_lr": False})
+    capsys.readouterr()
+    train.train({**cfg, "out_dir": str(const), "decay_lr": False, "max_iters": 12, "init_from": "resume"})
+    assert "keeping the checkpoint's schedule" not in capsys.readouterr().out
 
 
 def test_resume_with_another_explicit_schedule_warns_with_both_values(char_data, tmp_path):

@@ -682,7 +682,10 @@ def test_unwritable_target_fails_before_any_work(case, tmp_path, monkeypatch):
             raise OSError(errno.EROFS, "Read-only file system")
         monkeypatch.setattr(P.tempfile, "TemporaryFile", read_only)
     message = fails(data_dir, "local", "--input", "c.txt", "--name", "x", "--tokenizer", "byte")
-    assert f"cannot write the output folder {data_dir / 'x'}" in message and "--data_dir" in message
+    assert f"cannot write the output folder {data_dir / 'x'}" in message
+    assert message.endswith("choose a writable data_dir and a dataset name that is not a file in it")
+    if case != "read-only":
+        assert f"{data_dir if case == 'data_dir is a file' else data_dir / 'x'} is a file, not a folder; " in message
     if case == "read-only":
         assert list(data_dir.iterdir()) == []  # the folder made for the check is gone again
     else:
