@@ -7,7 +7,7 @@ of them alike. Everything else lives in the script that uses it.
 
     settings     SETTINGS (every key's default and meaning), DEFAULTS, NOT_RESULTS, NOT_EXPERIMENT, settings_help,
                  parse_config, validate, model_config, format_config, HelpFormatter    (defaults from GPTConfig)
-    devices      resolve_device, autocast, use_compile
+    devices      resolve_device, check_model_fits, autocast, use_compile
     processes    setup_distributed (torchrun), end_distributed, check_fsdp_support, shard_model (FSDP2)
     data         load_meta, open_split, window_starts, eval_window_count, eval_windows, get_batch
     losses       estimate_loss (fixed windows), full_split_loss (every token once), safe_exp
@@ -427,6 +427,35 @@ def resolve_device(cfg, local_rank=0, world_size=1):
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
     return device, device_type, getattr(torch, dtype)
+
+
+def available_memory(device):
+    """Bytes free for a new model on device (a resolved device string): CUDA's free memory, the CPU's
+    MemAvailable (Linux: /proc/meminfo); None where it is not known (MPS, other systems)."""
+    if device.startswith("cuda"):
+        return torch.cuda.mem_get_info(torch.device(device))[0]
+    if device == "cpu" or device.startswith("cpu:"):
+        try:
+            with open("/proc/meminfo") as f:
+                kib = next(int(line.split()[1]) for line in f if line.startswith("MemAvailable:"))
+            return 1024 * kib
+        except (OSError, StopIteration, ValueError, IndexError):
+            pass
+    return None
+
+
+def check_model_fits(n_params, device, shards=1):
+    """ValueError, before the model is built, if its float32 weights, gradients and AdamW's two moments (16
+    bytes a parameter, over `shards` FSDP ranks) alone exceed the memory free on device: a size typed wrong
+    (mlp_hidden=100000000) would otherwise be killed by the system, or take other jobs' memory with it.
+    Activations come on top, so passing says nothing about fitting; an unknown amount of memory is not
+    checked."""
+    need, free = 16 * n_params / shards, available_memory(device)
+    if free is not None and need > free:
+        raise ValueError(f"the model has {n_params:,} parameters: their weights, gradients and AdamW state need "
+                         f"{need / 2**30:,.1f} GiB{' per rank' if shards > 1 else ''} before any activation, "
+                         f"and {device} has {free / 2**30:,.1f} GiB free; make the model smaller (n_layer, "
+                         f"n_embd, mlp_hidden, query_hidden, vocab_size)")
 
 
 def autocast(device_type, ptdtype):

@@ -46,12 +46,12 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from common import (DEFAULTS, EXIT_DIVERGED, EXIT_INTERRUPTED, EXIT_PREEMPTED, MODEL_KEYS, NOT_RESULTS,
-                    EvalStopped, atomic_write_text, autocast, check_fsdp_support, check_same_dataset, code_version,
-                    damaged_checkpoint, end_distributed, estimate_loss, eval_window_count, eval_windows,
-                    format_config, full_split_loss, full_split_windows, get_batch, is_fsdp, load_checkpoint,
-                    load_meta, make_writable_folder, model_config, open_split, param_counts, parse_config,
-                    read_metrics, resolve_device, safe_exp, save_checkpoint, settings_help, setup_distributed,
-                    shard_model, use_compile, validate, window_starts)
+                    EvalStopped, atomic_write_text, autocast, check_fsdp_support, check_model_fits,
+                    check_same_dataset, code_version, damaged_checkpoint, end_distributed, estimate_loss,
+                    eval_window_count, eval_windows, format_config, full_split_loss, full_split_windows, get_batch,
+                    is_fsdp, load_checkpoint, load_meta, make_writable_folder, model_config, open_split,
+                    param_counts, parse_config, read_metrics, resolve_device, safe_exp, save_checkpoint,
+                    settings_help, setup_distributed, shard_model, use_compile, validate, window_starts)
 from model import GPT, GPTConfig, unused_query_settings
 from prepare_data import BIN_FILES, SHIPPED_DATASETS, DataError, prepare_shipped
 
@@ -682,6 +682,7 @@ def train_until_stopped(cfg, stop, held):
         cfg.update(settings)
         log("\n".join(notes))
     model_cfg = model_config(cfg, meta["vocab_size"])
+    check_model_fits(param_counts(model_cfg)["total"], device, world_size if cfg["fsdp"] else 1)
     ckpt = checkpoint_to_resume(cfg, model_cfg, ckpt_path)
     if master:
         hold_out_dir(cfg["out_dir"], held)  # one train.py per out_dir

@@ -255,6 +255,25 @@ def test_resume_refuses_a_dataset_whose_contents_changed(trained):
     assert (out / "ckpt.pt").read_bytes() == before
 
 
+def test_a_model_too_large_for_the_free_memory_is_refused_before_it_is_built(tmp_path, monkeypatch):
+    """16 bytes a parameter (float32 weights, gradients, AdamW's two moments) above the free memory: refused,
+    naming both, before out_dir is made; exactly enough passes (activations are not counted)."""
+    make_dataset(tmp_path / "data")
+    cfg = tiny_cfg(tmp_path / "data", tmp_path / "out")
+    n = common.param_counts(common.model_config(cfg, 64))["total"]
+    monkeypatch.setattr(common, "available_memory", lambda device: 16 * n - 1)
+    with pytest.raises(ValueError, match=f"the model has {n:,} parameters: their weights, gradients and AdamW "
+                                         f"state need 0.0 GiB before any activation, and cpu has 0.0 GiB free; "
+                                         f"make the model smaller"):
+        train.train(cfg)
+    assert not (tmp_path / "out").exists()
+    monkeypatch.setattr(common, "available_memory", lambda device: 16 * n)
+    train.train(cfg)
+    monkeypatch.undo()
+    free = common.available_memory("cpu")  # MemAvailable in bytes on Linux; not known elsewhere
+    assert free > 2**20 if sys.platform.startswith("linux") else free is None
+
+
 def test_a_run_never_writes_into_a_dataset_or_the_repository(tmp_path):
     """out_dir=data/NAME (a prepared dataset) or . in the repository would put ckpt.pt, config.json and
     metrics.jsonl among the bins or the code: refused before anything is written."""
