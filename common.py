@@ -855,7 +855,7 @@ def check_output_file(path, option, ours):
     """ValueError unless path can be written as a JSON file of results (its folder is made if missing);
     called before a long job, so that a bad path cannot lose its result. option: the command-line option,
     for the message. ours(parsed JSON) -> True if an existing file at path is this command's own output, which
-    may be replaced; any other file (a checkpoint, a metrics log, a dataset's meta.json) is refused."""
+    may be replaced (a note on stderr says so); any other file (a checkpoint, a metrics log, a dataset's meta.json) is refused."""
     if os.path.isdir(path):
         raise ValueError(f"{option} {path} is a folder; give a file path, "
                          f"e.g. {os.path.join(path, 'out.json')}")
@@ -868,6 +868,8 @@ def check_output_file(path, option, ours):
         if not mine:
             raise ValueError(f"{option} {path} exists and is not a results file this command wrote: it would "
                              f"be overwritten; give a new file, e.g. {os.path.splitext(path)[0]}_results.json")
+        print(f"note: {option} {path} holds an earlier result of this command; it will be replaced",
+              file=sys.stderr)
     try:
         make_writable_folder(os.path.dirname(os.path.abspath(path)))
     except OSError as e:

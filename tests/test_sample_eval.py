@@ -194,6 +194,17 @@ def test_eval_reproduces_metrics_and_bits_per_byte(run, tmp_path):
                - rows[6]["train_loss"]) < 1e-4
 
 
+def test_eval_says_when_it_replaces_its_earlier_json(run, tmp_path, capsys):
+    _, out = run
+    path = tmp_path / "r.json"
+    nlq_eval.main(["--out_dir", str(out), "--json", str(path)])
+    assert "will be replaced" not in capsys.readouterr().err
+    train_loss = nlq_eval.main(["--out_dir", str(out), "--json", str(path), "--split", "train"])["loss"]
+    assert (f"note: --json {path} holds an earlier result of this command; it will be replaced"
+            in capsys.readouterr().err)
+    assert json.loads(path.read_text())["loss"] == train_loss
+
+
 @pytest.mark.parametrize("target, expected", [("", "is a folder"),
                                               ("file/r.json", "cannot create its folder")])
 def test_eval_bad_json_path_fails_before_evaluating(target, expected, tmp_path, monkeypatch, capsys):
