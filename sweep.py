@@ -735,7 +735,12 @@ def due_runs(study):
 
 
 class OtherData(ValueError):
-    """The prepared dataset is not the one the runs already in a study's runs folder were trained on."""
+    """The prepared dataset is not the one the runs already in a study's runs folder were trained on. now,
+    then: describe_data of the prepared data and of the runs' (for a short --dry_run line)."""
+
+    def __init__(self, message, now, then):
+        super().__init__(message)
+        self.now, self.then = now, then
 
 
 def check_data(study):
@@ -756,12 +761,13 @@ def check_data(study):
                           f"its config's comment shows the command that prepares it") from None
         for saved, runs in made_on.get(cfg["dataset"], {}).values():
             if saved["sha256"] != meta.get("sha256"):  # new runs would be compared with runs on other data
+                now, then = f"{folder}: {describe_data(meta)}", f"{study['runs_dir']}: {describe_data(saved, runs)}"
                 raise OtherData(
                     f"the dataset {folder} is {describe_data(meta)}, but {study['runs_dir']} holds "
                     f"{describe_data(saved, runs)} (its arms' runs at any rate and seed, other studies' "
                     f"in a shared folder included), e.g. {runs[0]}; their results and new ones would be "
                     f"compared as if on one dataset. Prepare it again as they were (their config.json's "
-                    f"dataset_meta: source, tokenizer, val_fraction, seed), or {clash_fix(study)}")
+                    f"dataset_meta: source, tokenizer, val_fraction, seed), or {clash_fix(study)}", now, then)
         folders.append(folder)
     return sorted(set(folders))
 
@@ -790,7 +796,9 @@ def data_status(study, complete=False):
                    if trial else ""))
     except (FileNotFoundError, ValueError) as e:
         if complete and isinstance(e, OtherData):  # --quick runs in a scratch folder of its own
-            return f"data: not the runs' data (the report does not need it, and a --quick try may use it): {e}"
+            return (f"data: not the runs' data; the report does not need it, and a --quick try (its own "
+                    f"folder) may use it:\n  prepared  {e.now}\n  the runs  {e.then} (this study's, and "
+                    f"other studies' sharing the folder)")
         if complete:
             return f"data: not ready (the report does not need it; a --quick try would stop at once): {e}"
         return f"data: not ready, so the sweep would stop at once: {e}"
@@ -836,16 +844,16 @@ def announce(study, due, jobs):
                                            "steps, final seeds)" if searching else "")
     if not timing:
         return (f"{head}; time: unknown (no finished run of this study to time yet; a run is "
-                f"{max(steps.values(), default=0):,} steps of {study['config']}; python sweep.py STUDY --dry_run "
-                f"tells how to estimate it)")
+                f"{max(steps.values(), default=0):,} steps of {study['config']}; once one has finished, "
+                f"python sweep.py STUDY --dry_run estimates the whole study from it)")
     evals_known = all(other is not None for _, other in timing.values())
     mean = lambda i: sum(t[i] for t in timing.values()) / len(timing)  # arms not timed yet: the others' mean
     per_run = lambda arm, n: n * timing.get(arm, (mean(0),))[0] + (
         (timing[arm][1] if arm in timing else mean(1)) if evals_known else 0.0)
     wall = sum(per_run(run[0], n) for run, n in steps.items()) / max(1, min(jobs, len(due)))
     speed = sorted(1000 * step for step, _ in timing.values())
-    return (f"{head}; about {f'{wall / 3600:.1f} h' if wall >= 3600 else f'{max(1, round(wall / 60))} min'} at "
-            f"--jobs {jobs}, timed on the finished runs in {source} ({speed[0]:.0f}-{speed[-1]:.0f} ms/step by arm"
+    return (f"{head}; about {f'{wall / 3600:.1f} h' if wall >= 3600 else f'{max(1, round(wall / 60))} min'}"
+            f"{' for these' if searching else ''} at --jobs {jobs} (the whole study: --dry_run), timed on the finished runs in {source} ({speed[0]:.0f}-{speed[-1]:.0f} ms/step by arm"
             + (f", plus {mean(1):.0f} s of evals per run" if evals_known else "; evals not included")
             + ("; quick runs skip the whole-split eval, a full run adds it" if QUICK_DIR in source
                and not study.get("quick") else "") + "; measured when and where those runs were made)")

@@ -616,8 +616,11 @@ def test_runs_on_other_data_are_refused_before_any_run(study_file, tmp_path, mon
         sweep.submit(study, "nonlinear", 1e-2, 1, "local_submitit", 1, None, 1)
     sweep.main([str(study_file), "--dry_run"])
     assert "data: not ready, so the sweep would stop at once: the dataset" in capsys.readouterr().out
-    assert sweep.data_status(study, complete=True).startswith(  # a complete study: only --quick would run
-        "data: not the runs' data (the report does not need it, and a --quick try may use it): the dataset")
+    assert sweep.data_status(study, complete=True) == (  # a complete study: only --quick would run
+        f"data: not the runs' data; the report does not need it, and a --quick try (its own folder) may use it:\n"
+        f"  prepared  {folder}: the data prepared from tests/data/enwiki2015/AA (train.bin sha256 cccccccccccc…)\n"
+        f"  the runs  {tmp_path / 'runs'}: 1 run(s) on the data prepared from wiki/AA (train.bin sha256 "
+        f"aaaaaaaaaaaa…) (this study's, and other studies' sharing the folder)")
     shutil.rmtree(sweep.run_dir(study, "linear", 1e-2, 1))  # a study of its own on the trial file: a note
     assert sweep.data_status(study) == (f"data: {folder} prepared ({folder}: prepared from a file shipped in "
                                         f"tests/data, small: fine for --quick and studies of your own, not the "
@@ -718,6 +721,7 @@ def test_quick_writes_only_under_the_scratch_folder(one_arm_study, tmp_path, mon
     assert "its last fixed-window val loss (`val_loss`" in text and "`val_loss_full`" not in text
     again = sweep.load_study(str(study_file), quick=0.1)  # timed now: the next estimate uses these runs
     assert "ms/step by arm" in sweep.announce(again, [("linear", 1e-2, 5)], 1)
+    assert "once one has finished, python sweep.py STUDY --dry_run estimates the whole study from it)" in printed
 
 
 def test_committed_studies_load_and_a_shared_runs_folder_means_one_experiment_per_arm():
