@@ -855,7 +855,8 @@ def check_output_file(path, option, ours):
     """ValueError unless path can be written as a JSON file of results (its folder is made if missing);
     called before a long job, so that a bad path cannot lose its result. option: the command-line option,
     for the message. ours(parsed JSON) -> True if an existing file at path is this command's own output, which
-    may be replaced (a note on stderr says so); any other file (a checkpoint, a metrics log, a dataset's meta.json) is refused."""
+    may be replaced (a note on stderr says so); any other file (a checkpoint, a metrics log, a dataset's
+    meta.json) is refused."""
     if os.path.isdir(path):
         raise ValueError(f"{option} {path} is a folder; give a file path, "
                          f"e.g. {os.path.join(path, 'out.json')}")

@@ -853,7 +853,8 @@ def announce(study, due, jobs):
     wall = sum(per_run(run[0], n) for run, n in steps.items()) / max(1, min(jobs, len(due)))
     speed = sorted(1000 * step for step, _ in timing.values())
     return (f"{head}; about {f'{wall / 3600:.1f} h' if wall >= 3600 else f'{max(1, round(wall / 60))} min'}"
-            f"{' for these' if searching else ''} at --jobs {jobs} (the whole study: --dry_run), timed on the finished runs in {source} ({speed[0]:.0f}-{speed[-1]:.0f} ms/step by arm"
+            f"{' for these' if searching else ''} at --jobs {jobs} (the whole study: --dry_run), timed on the "
+            f"finished runs in {source} ({speed[0]:.0f}-{speed[-1]:.0f} ms/step by arm"
             + (f", plus {mean(1):.0f} s of evals per run" if evals_known else "; evals not included")
             + ("; quick runs skip the whole-split eval, a full run adds it" if QUICK_DIR in source
                and not study.get("quick") else "") + "; measured when and where those runs were made)")
