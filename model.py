@@ -570,7 +570,8 @@ class GPT(nn.Module):
                 # subtract the max first: the best token's logit becomes exactly 0 and the rest ≤ 0, so a tiny
                 # temperature sends them to -inf (greedy) instead of overflowing to inf - inf = NaN; below
                 # float32's smallest normal number it would round to 0 (0 / 0 = NaN): that number does the same
-                logits = (logits - logits.amax(dim=-1, keepdim=True)) / max(temperature, torch.finfo(logits.dtype).tiny)
+                tiny = torch.finfo(logits.dtype).tiny
+                logits = (logits - logits.amax(dim=-1, keepdim=True)) / max(temperature, tiny)
                 if top_k is not None and top_k < logits.size(-1):
                     kth = torch.topk(logits, top_k).values[:, [-1]]
                     logits = logits.masked_fill(logits < kth, float("-inf"))
