@@ -9,7 +9,8 @@ of them alike. Everything else lives in the script that uses it.
                  parse_config, validate, model_config, format_config, HelpFormatter    (defaults from GPTConfig)
     devices      resolve_device, check_model_fits, autocast, use_compile
     processes    setup_distributed (torchrun), end_distributed, check_fsdp_support, shard_model (FSDP2)
-    data         load_meta, open_split, window_starts, eval_window_count, eval_windows, get_batch
+    data         load_meta, open_split, window_starts, eval_window_count, split_otherwise, eval_windows,
+                 get_batch
     losses       estimate_loss (fixed windows), full_split_loss (every token once), safe_exp
     checkpoints  load_checkpoint, check_same_dataset, model_from_checkpoint, save_checkpoint,
                  atomic_write_text, replace_atomically, check_output_file, make_writable_folder, read_metrics
@@ -587,6 +588,19 @@ def window_starts(n_tokens, block_size, shape, generator):
 def eval_window_count(cfg):
     """The number of fixed eval windows per split: eval_windows, or eval_iters x batch_size when it is unset."""
     return cfg.get("eval_windows") or cfg["eval_iters"] * cfg["batch_size"]  # .get: configs saved before it
+
+
+def split_otherwise(a, b):
+    """The batch-shape keys in which configs a and b (whole config dicts) may differ and still make the same
+    run, the same work split into other batches (train.py draws a step's windows and the eval windows from the
+    seed alone; more processes split a step). A tuple: eval_iters and eval_windows where the eval set has as
+    many windows (eval_window_count), and then also batch_size and gradient_accumulation_steps where a step has
+    as many sequences (with eval_windows unset, batch_size sizes the eval set too); () otherwise."""
+    if eval_window_count(a) != eval_window_count(b):
+        return ()
+    step = lambda c: c["batch_size"] * c["gradient_accumulation_steps"]  # sequences a step
+    return ("eval_iters", "eval_windows") + (("batch_size", "gradient_accumulation_steps") if step(a) == step(b)
+                                             else ())
 
 
 def eval_windows(n_tokens, block_size, n_windows, seed):

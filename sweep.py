@@ -75,7 +75,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 from common import (DEFAULTS, EXIT_DIVERGED, EXIT_INTERRUPTED, EXIT_PREEMPTED, NOT_EXPERIMENT, NOT_RESULTS,
                     HelpFormatter, atomic_write_text, check_value, eval_window_count, load_meta, model_config,
-                    open_split, param_counts, parse_config, read_config_file, read_metrics, resolve_device)
+                    open_split, param_counts, parse_config, read_config_file, read_metrics, resolve_device,
+                    split_otherwise)
 from model import unused_query_settings
 
 ROOT = os.path.dirname(os.path.abspath(__file__))  # the repository
@@ -377,18 +378,6 @@ def nproc_run_args(study, arm, lr, seed, nproc):
     return args
 
 
-# The batch's shape: a run may split its batch otherwise (nproc_run_args: more processes), the same experiment
-# as long as the tokens a step and the eval windows are the same (train.py draws both from the seed alone).
-LAYOUT = ("batch_size", "gradient_accumulation_steps", "eval_iters", "eval_windows")
-
-
-def same_layout_experiment(saved, wanted):
-    """Whether two configs split the same step (batch_size x gradient_accumulation_steps sequences) and
-    evaluate on as many fixed windows (common.eval_window_count)."""
-    step = lambda c: c["batch_size"] * c["gradient_accumulation_steps"]
-    return step(saved) == step(wanted) and eval_window_count(saved) == eval_window_count(wanted)
-
-
 def read_saved_config(path):
     """A run's config.json as a dict, or None if there is none; ValueError if it is not a JSON object."""
     if not os.path.exists(path):
@@ -412,7 +401,7 @@ def settings_diff(study, arm, lr, seed):
     asks now, where the weights started included (initialised_from vs init_from); {} if they agree or there
     is no run yet. A key added to nlq after the run was made counts as its default (committed runs stay
     valid); out_dir is where the run was made, not what it is (runs copied to another clone or folder stay
-    valid), and a batch split another way (LAYOUT: more processes) is the same run."""
+    valid), and a batch split another way (common.split_otherwise: more processes) is the same run."""
     out_dir = run_dir(study, arm, lr, seed)
     saved = read_saved_config(os.path.join(out_dir, "config.json"))
     if saved is None:
@@ -424,8 +413,8 @@ def settings_diff(study, arm, lr, seed):
     wanted = run_config(study, arm, lr, seed)
     diff = {k: (saved.get(k, DEFAULTS[k]), v) for k, v in wanted.items()
             if k not in NOT_EXPERIMENT and k != "out_dir" and saved.get(k, DEFAULTS[k]) != v}
-    if any(k in diff for k in LAYOUT) and same_layout_experiment({**DEFAULTS, **saved}, wanted):
-        diff = {k: v for k, v in diff.items() if k not in LAYOUT}  # the batch split otherwise: the same run
+    split = split_otherwise({**DEFAULTS, **saved}, wanted)  # the batch split otherwise: the same run
+    diff = {k: v for k, v in diff.items() if k not in split}
     origin = saved.get("initialised_from")  # init_from says 'resume' once a run resumed; this keeps the start
     if origin is not None and origin != wanted["init_from"]:
         diff["initialised_from"] = (origin, wanted["init_from"])
@@ -761,13 +750,14 @@ def check_data(study):
                           f"its config's comment shows the command that prepares it") from None
         for saved, runs in made_on.get(cfg["dataset"], {}).values():
             if saved["sha256"] != meta.get("sha256"):  # new runs would be compared with runs on other data
-                now, then = f"{folder}: {describe_data(meta)}", f"{study['runs_dir']}: {describe_data(saved, runs)}"
+                prepared, held = describe_data(meta), describe_data(saved, runs)
                 raise OtherData(
-                    f"the dataset {folder} is {describe_data(meta)}, but {study['runs_dir']} holds "
-                    f"{describe_data(saved, runs)} (its arms' runs at any rate and seed, other studies' "
+                    f"the dataset {folder} is {prepared}, but {study['runs_dir']} holds {held} (its arms' runs "
+                    f"at any rate and seed, other studies' "
                     f"in a shared folder included), e.g. {runs[0]}; their results and new ones would be "
                     f"compared as if on one dataset. Prepare it again as they were (their config.json's "
-                    f"dataset_meta: source, tokenizer, val_fraction, seed), or {clash_fix(study)}", now, then)
+                    f"dataset_meta: source, tokenizer, val_fraction, seed), or {clash_fix(study)}",
+                    f"{folder}: {prepared}", f"{study['runs_dir']}: {held}")
         folders.append(folder)
     return sorted(set(folders))
 

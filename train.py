@@ -51,7 +51,8 @@ from common import (DEFAULTS, EXIT_DIVERGED, EXIT_INTERRUPTED, EXIT_PREEMPTED, M
                     eval_window_count, eval_windows, format_config, full_split_loss, full_split_windows, get_batch,
                     is_fsdp, load_checkpoint, load_meta, make_writable_folder, model_config, open_split,
                     param_counts, parse_config, read_metrics, resolve_device, safe_exp, save_checkpoint,
-                    settings_help, setup_distributed, shard_model, use_compile, validate, window_starts)
+                    settings_help, setup_distributed, shard_model, split_otherwise, use_compile, validate,
+                    window_starts)
 from model import GPT, GPTConfig, unused_query_settings
 from prepare_data import BIN_FILES, SHIPPED_DATASETS, DataError, prepare_shipped
 
@@ -261,12 +262,8 @@ def settings_changed_at_resume(saved, cfg, iter_num):
     and in config.json ("resumes"), whose settings are this start's: report.py shows a setting that changed
     half-way as such."""
     saved = {**DEFAULTS, **saved}  # a key added to nlq after the checkpoint was written: its default
-    changed = {k: [saved[k], cfg[k]] for k in DEFAULTS
-               if k not in NOT_RESULTS | {"out_dir", "data_dir"} and saved[k] != cfg[k]}
-    step = lambda c: c["batch_size"] * c["gradient_accumulation_steps"]  # sequences a step
-    same = {("batch_size", "gradient_accumulation_steps"): step(saved) == step(cfg),
-            ("eval_iters", "eval_windows"): eval_window_count(saved) == eval_window_count(cfg)}
-    changed = {k: v for k, v in changed.items() if not any(same[keys] and k in keys for keys in same)}
+    skip = NOT_RESULTS | {"out_dir", "data_dir"} | set(split_otherwise(saved, cfg))
+    changed = {k: [saved[k], cfg[k]] for k in DEFAULTS if k not in skip and saved[k] != cfg[k]}
     return [dict(iter=iter_num, changed=changed)] if changed else []
 
 
