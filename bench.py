@@ -159,18 +159,24 @@ def bench(cfg, opts):
     modes = opts["query_modes"].split(",")
     next_batch = batch_source(cfg, opts, model_config(cfg, data_vocab_size(cfg)).vocab_size, device)
     runners, times, mems = {}, {m: [] for m in modes}, {}
+    busy = busy_warning(device_type)
+    if busy:
+        progress(busy)
     for mode in modes:
+        t0 = time.perf_counter()
         allocated_before = start_memory_count(device_type)
         runners[mode] = make_runner(cfg, mode, device, device_type, ptdtype, ctx)
         for _ in range(opts["warmup"]):  # includes torch.compile's first-call compilation
             runners[mode][1](*next_batch())
         sync(device_type)
+        progress(f"{mode}: built, {opts['warmup']} warm-up step{'s' * (opts['warmup'] != 1)}: "
+                 f"{time.perf_counter() - t0:.1f} s")
         mems[mode] = [peak_mem_mb(device_type, allocated_before)]
         if world_size > 1:  # every rank's own peak
             mems[mode] = [None] * world_size
             dist.all_gather_object(mems[mode], peak_mem_mb(device_type, allocated_before))
     per_round = max(1, opts["steps"] // opts["rounds"])
-    for _ in range(opts["rounds"]):
+    for done in range(1, opts["rounds"] + 1):
         for mode in modes:
             for _ in range(per_round):
                 x, y = next_batch()
@@ -179,6 +185,8 @@ def bench(cfg, opts):
                 runners[mode][1](x, y)
                 sync(device_type)
                 times[mode].append(time.perf_counter() - t0)
+        progress(f"round {done} of {opts['rounds']}: " + ", ".join(
+            f"{m} {1000 * statistics.median(times[m]):.1f}" for m in modes) + " ms/iter (medians so far)")
     rows = []
     for mode in modes:
         model, _, compiled = runners[mode]
@@ -194,6 +202,28 @@ def bench(cfg, opts):
                          params=model.param_breakdown()["total"], vocab_size=model.config.vocab_size))
     end_distributed()
     return rows, device
+
+
+def progress(line):
+    """A progress line on stderr (rank 0 only), so that a long bench is seen to move and stdout keeps the table."""
+    if int(os.environ.get("RANK", 0)) == 0:
+        print(line, file=sys.stderr, flush=True)
+
+
+def busy_warning(device_type):
+    """On the CPU: a warning (str) if other processes keep the cores busy, i.e. the 1-minute load average plus
+    the bench's threads exceed the cores by more than half a core; None otherwise (and on a GPU)."""
+    if device_type != "cpu" or not hasattr(os, "getloadavg"):
+        return None
+    load, cores, threads = os.getloadavg()[0], os.cpu_count() or 1, torch.get_num_threads()
+    if load + threads <= cores + 0.5:
+        return None
+    return (f"warning: the machine is busy (load average {load:.1f} on {cores} cores) and the bench runs "
+            f"{threads} thread{'s' * (threads > 1)}: steps will be slow and their times noisy. Time on idle "
+            f"cores, or with --threads=1 beside one other job, for ratios that mean something")
+
+
+SPREAD_WARNING = 1.5  # p90 / p10 of a mode's step times above which table() says the timings are unreliable
 
 
 def table(rows, device):
@@ -214,6 +244,11 @@ def table(rows, device):
                      f"{r['block_size']} | {r['ms_per_iter']:.1f} | {r['ms_p10']:.1f}-{r['ms_p90']:.1f} "
                      f"| {r['tokens_per_s']:,.0f} | {r['tokens_per_s'] / ref:.3f} | {mfu} "
                      f"| {r['peak_mem_mb']:,.0f} |")
+    spread, mode = max((r["ms_p90"] / r["ms_p10"], r["query_mode"]) for r in rows)
+    if spread > SPREAD_WARNING:
+        lines += [f"(the step times spread widely: {mode}'s p90 is {spread:.1f}x its p10. The machine was busy or "
+                  f"its speed drifted, so the ratios are uncertain: run again on idle cores, or with more "
+                  f"--rounds)"]
     if not cuda:
         lines += ["(CPU: the process's peak RSS only rises, so the column grows with each mode run before; it does "
                   "not rank the modes. Their activation memory, exactly: python bench/saved_activations.py)"]

@@ -503,6 +503,30 @@ def test_report_names_a_damaged_config_json_and_an_out_that_is_a_file(study, cap
     assert e.value.code == 2 and "file: cannot create the folder (File exists)" in capsys.readouterr().err
 
 
+def test_bench_says_when_its_timings_are_unreliable(monkeypatch):
+    """bench.py on a busy CPU: a 2-thread bench beside another job ran 100x slower with a p90 5.6x its p10 and
+    ratios of 0.4 that looked like results. It warns before timing when the load average leaves fewer idle cores
+    than its threads, and the table says so when a mode's step times spread widely."""
+    import bench
+    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(bench.torch, "get_num_threads", lambda: 2)
+    monkeypatch.setattr(os, "getloadavg", lambda: (1.2, 1.0, 1.0))
+    assert bench.busy_warning("cpu").startswith("warning: the machine is busy (load average 1.2 on 2 cores) and "
+                                                "the bench runs 2 threads: steps will be slow")
+    assert bench.busy_warning("cuda") is None
+    monkeypatch.setattr(os, "getloadavg", lambda: (0.4, 1.0, 1.0))  # idle but for the bench itself
+    assert bench.busy_warning("cpu") is None
+    row = dict(query_mode="linear", compile=False, dtype="float32", parallel="single", world_size=1, batch_size=2,
+               block_size=8, ms_per_iter=10.0, ms_p10=9.0, ms_p90=11.0, tokens_per_s=1600.0, mfu=None,
+               peak_mem_mb=100.0, peak_mem_mb_per_rank=[100.0], params=1000, vocab_size=64)
+    steady = bench.table([row, {**row, "query_mode": "nonlinear"}], "cpu")
+    assert "spread widely" not in steady and len(steady.splitlines()) == 6  # the last: the CPU's memory column
+    noisy = bench.table([row, {**row, "query_mode": "nonlinear", "ms_p10": 5.0, "ms_p90": 28.0}], "cpu")
+    assert noisy.splitlines()[-2] == ("(the step times spread widely: nonlinear's p90 is 5.6x its p10. The machine "
+                                      "was busy or its speed drifted, so the ratios are uncertain: run again on "
+                                      "idle cores, or with more --rounds)")
+
+
 # ---------------------------------------------------------------------------------- bench/kv_cache.py
 @pytest.mark.parametrize("args,expected", [
     (["--n_head=3"], "n_embd=128 is not divisible by n_head=3"),  # these three were tracebacks

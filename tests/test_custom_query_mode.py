@@ -98,6 +98,11 @@ def test_bench_runs_it(capsys):
     assert [r["query_mode"] for r in rows] == ["linear", MODE] and all(r["ms_per_iter"] > 0 for r in rows)
     lines = bench.table(rows, "cpu").splitlines()  # on the CPU the memory column is a running maximum: said so
     assert lines[1].endswith("| MFU | process peak RSS MB so far |") and "does not rank the modes" in lines[-1]
+    progress = capsys.readouterr().err.splitlines()  # on stderr, so that a long bench is seen to move
+    assert progress[-3:-1] == ["linear: built, 1 warm-up step: " + progress[-3].rsplit(": ", 1)[1],
+                               f"{MODE}: built, 1 warm-up step: " + progress[-2].rsplit(": ", 1)[1]]
+    assert progress[-1] == (f"round 1 of 1: linear {rows[0]['ms_per_iter']:.1f}, {MODE} {rows[1]['ms_per_iter']:.1f} "
+                            f"ms/iter (medians so far)")
 
 
 def test_a_checkpoint_of_the_mode_names_its_modules(tmp_path):
