@@ -906,7 +906,8 @@ def dry_run(study, tokens_per_s=None, bench_json=None):
                  else "evals and start-up included")
         modes = ",".join(dict.fromkeys(run_config(study, arm, study["grids"][arm][0], study["seeds"][0])
                                        ["query_mode"] for arm in study["arms"]))
-        source = (f"CPU-hours of one process, timed on the runs in {folder} ({evals})" if folder
+        source = (f"CPU-hours of one process, timed on the runs in {folder} ({evals}; each arm's speed as its "
+                  f"runs met the machine's load, so tokens/s does not rank the arms: bench.py does)" if folder
                   else f"CPU-hours: unknown, no finished run of this study to time yet; measure a run's speed "
                        f"with python bench.py {study['config']} --threads=1 --query_modes={modes} and pass its "
                        f"tokens/s as --tokens_per_s")
@@ -969,6 +970,14 @@ def dry_run(study, tokens_per_s=None, bench_json=None):
     if now:
         lines += device_status(study)
     return re.sub(r"(?<=\| )nan(?= \|)", "?", "\n".join(lines))
+
+
+def study_progress(study):
+    """'N of the study's F-M runs finished': F and M are the fewest and the most runs its search can make."""
+    counts = [arm_run_counts(study, arm) for arm in study["arms"]]
+    fewest, most = sum(c[1] for c in counts), sum(c[2] for c in counts)
+    finished = sum(is_finished(study, *run) for arm in study["arms"] for run in run_list(study, arm))
+    return f"{finished} of the study's {fewest if fewest == most else f'{fewest}-{most}'} runs finished"
 
 
 def run_list(study, arm):
@@ -1297,10 +1306,13 @@ def main(argv=None):
                 for sig in STOP_SIGNALS}
     try:
         with ThreadPoolExecutor(args.jobs) as pool:
-            while not STOPPING.is_set():  # each round runs what is due; finished runs decide each arm's next phase
+            wave = 0
+            while not STOPPING.is_set():  # each wave runs what is due; finished runs decide each arm's next phase
                 due = [run for run in due_runs(study) if run not in failed]
                 if not due:
                     break
+                wave += 1
+                print(f"wave {wave}: {len(due)} run(s) due now; {study_progress(study)}", flush=True)
                 runs = [(run, f"{i} of {len(due)} due now") for i, run in enumerate(due, 1)]
                 for run, failure in zip(due, pool.map(lambda r: launch(study, *r[0], args.threads, r[1]), runs)):
                     if failure:
@@ -1319,6 +1331,7 @@ def main(argv=None):
     if failed:
         raise RuntimeError(f"{len(failed)} run(s) did not finish; the others did:\n"
                            + "\n".join(failed.values()))
+    print(f"{study_progress(study)}; its report: {report_cmd}")
 
 
 if __name__ == "__main__":

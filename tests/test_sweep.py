@@ -702,6 +702,12 @@ def test_quick_writes_only_under_the_scratch_folder(one_arm_study, tmp_path, mon
     assert "2 run(s) due now (more follow as each arm's search goes on" in printed
     assert "time: unknown (no finished run of this study to time yet; a run is 2 steps of" in printed
     assert "running (1 of 2 due now): linear lr=0.003 seed=1 -> out/quick/tiny/runs/linear/" in printed
+    # each wave (the arms' search decides the next from the finished runs) says where the whole study stands
+    assert [line for line in printed.splitlines() if line.startswith("wave ")] == [
+        "wave 1: 2 run(s) due now; 0 of the study's 3 runs finished",
+        "wave 2: 1 run(s) due now; 2 of the study's 3 runs finished"]
+    assert printed.splitlines()[-1] == (f"3 of the study's 3 runs finished; its report: python report.py "
+                                        f"{study_file} --quick 0.1")
     row = sweep.final_row(os.path.join("out", "quick", "tiny", "runs", "linear", "lr0.01_seed1"))
     assert (f"finished: linear lr=0.01 seed=1: val loss {row['val_loss']:.4f} in "
             f"{row['elapsed_s'] / 60:.1f} min\n") in printed

@@ -112,7 +112,9 @@ def test_dry_run_of_a_cpu_study_is_timed_on_its_own_finished_runs(tmp_path, caps
     assert "| linear | linear | 4 | 1,280 | 0.20 | 2 | 1 | 2 | 5 | 6 | 0.4 | 1.2 |" in out
     assert "| nonlinear | nonlinear | ? | 1,280 | ? | 0 | 2 | 2 | 5 | 6 | ? | ? |" in out
     assert "CPU-hours unknown until nonlinear has a finished run to time (first wave: 4 runs)" in out
-    assert "(evals and start-up included)" in out
+    assert ("(evals and start-up included; each arm's speed as its runs met the machine's load, so tokens/s does "
+            "not rank the arms: bench.py does)") in out
+    assert sweep.study_progress(study) == "2 of the study's 10-12 runs finished"  # sweep.py's line at each wave
     # a run without step times cannot time its arm
     write_run(study, "nonlinear", 1e-2, 1, [dict(iter=0, val_loss=4.0), dict(iter=20, val_loss=2.0)])
     sweep.main([str(study_file), "--dry_run"])
