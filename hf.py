@@ -406,8 +406,11 @@ def load_gpt2_config(name_or_path):
     try:
         config = t.AutoConfig.from_pretrained(name_or_path, trust_remote_code=False)
     except OSError as e:
-        raise ValueError(f"cannot load {name_or_path!r}: {str(e).splitlines()[0]}; give gpt2, gpt2-medium, "
-                         f"gpt2-large, gpt2-xl (with network or a cached copy) or a local folder") from None
+        reason = (str(e).splitlines() or [type(e).__name__])[0].rstrip(".")
+        raise ValueError(f"cannot load {name_or_path!r}: {reason}. Give gpt2, gpt2-medium, gpt2-large or gpt2-xl "
+                         f"(downloaded once into the Hugging Face cache; offline, HF_HUB_OFFLINE=1 reads the cache "
+                         f"without retrying the network), or a local folder with a GPT-2's config.json and "
+                         f"model.safetensors (what save_pretrained writes)") from None
     if config.model_type != "gpt2":
         raise ValueError(f"{name_or_path} is a {config.model_type!r} model; init_from loads GPT-2 "
                          f"(model_type gpt2) only")

@@ -379,6 +379,23 @@ def test_a_gpt2_folder_without_or_with_damaged_weights_is_one_error(tmp_path):
         hf.load_gpt2(str(tmp_path / "gpt2"))
 
 
+def test_a_hub_name_that_cannot_be_fetched_says_how_to_work_offline(monkeypatch):
+    """Offline, transformers retries the Hub for ~30 s, then says it could not connect: nlq's error names the
+    cache switch that fails at once and what a local folder must hold (the tests have no network: the error is
+    transformers' own, raised here as its AutoConfig raises it)."""
+    def offline(name, **kwargs):
+        raise OSError(f"We couldn't connect to 'https://huggingface.co' to load the files, and couldn't find them "
+                      f"in the cached files.\nCheck your internet connection.")
+    monkeypatch.setattr(hf._transformers().AutoConfig, "from_pretrained", offline)
+    with pytest.raises(ValueError) as e:
+        hf.load_gpt2_config("gpt2")
+    assert str(e.value) == (
+        "cannot load 'gpt2': We couldn't connect to 'https://huggingface.co' to load the files, and couldn't find "
+        "them in the cached files. Give gpt2, gpt2-medium, gpt2-large or gpt2-xl (downloaded once into the Hugging "
+        "Face cache; offline, HF_HUB_OFFLINE=1 reads the cache without retrying the network), or a local folder "
+        "with a GPT-2's config.json and model.safetensors (what save_pretrained writes)")
+
+
 def test_a_run_never_writes_into_an_export_or_its_init_from_folder(tmp_path):
     """train.py's config.json would replace an export's (transformers could no longer load it): refused before
     anything is written, as is out_dir = init_from. A run interrupted before its first checkpoint (train.py's
