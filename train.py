@@ -724,7 +724,8 @@ def train_until_stopped(cfg, stop, held):
         elapsed_before = ckpt.get("elapsed_s", 0.0)  # the run's seconds before this start (older: none)
         resumes = ckpt.get("resumes", []) + settings_changed_at_resume(ckpt["config"], cfg, iter_num)
         resumed_at = iter_num  # its eval is in the log already, unless eval_pending
-        log(f"resumed from {ckpt_path} at iter {iter_num}" + (f"; max_iters={cfg['max_iters']} is reached "
+        log(f"resumed from {ckpt_path} at iter {iter_num}, after {clock(elapsed_before)} of training (the "
+            f"log's elapsed time is the whole run's)" + (f"; max_iters={cfg['max_iters']} is reached "
             "already, nothing to train (raise max_iters to go on)" if iter_num >= cfg["max_iters"] else ""))
         del ckpt
     last_saved = resumed_at

@@ -402,7 +402,10 @@ def test_a_resumed_run_logs_the_runs_elapsed_time_not_this_starts(data_dir, tmp_
     torch.save({**ckpt, "elapsed_s": 3600.0}, tmp_path / "ckpt.pt")  # as if the first start had trained an hour
     capsys.readouterr()
     train.train(tiny_cfg(data_dir, tmp_path, max_iters=4, eval_interval=3, init_from="resume"))
-    assert re.search(r"iter 4: loss [^\n]*, elapsed 1:00:0\d,", capsys.readouterr().out)
+    out = capsys.readouterr().out
+    assert (f"resumed from {tmp_path / 'ckpt.pt'} at iter 3, after 1:00:00 of training (the log's elapsed time is "
+            f"the whole run's)\n") in out  # so that an hour in a 10-second start is not a surprise
+    assert re.search(r"iter 4: loss [^\n]*, elapsed 1:00:0\d,", out)
     assert common.read_metrics(str(tmp_path))[-1]["elapsed_s"] >= 3600.0
 
 
