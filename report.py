@@ -103,6 +103,7 @@ def read_run(study, arm, lr, seed):
     sweep.check_settings(study, arm, lr, seed)  # never report a run made with other settings (or damaged)
     out_dir = sweep.run_dir(study, arm, lr, seed)
     rows, config = sweep.read_metrics(out_dir), sweep.read_saved_config(os.path.join(out_dir, "config.json"))
+    check_token_counts(rows, out_dir)
     max_iters = sweep.run_config(study, arm, lr, seed)["max_iters"]
     last = rows[-1] if rows else {}
     status = ("missing" if not rows else "diverged" if sweep.is_diverged(last) else
@@ -167,6 +168,17 @@ def elapsed_seconds(rows):
 NOT_COMPARED = common.NOT_EXPERIMENT | {"out_dir"}
 
 
+def check_token_counts(rows, out_dir):
+    """ValueError naming the log and the row if a row with a val loss after iter 0 (a point of the val-loss
+    plots, whose x axis is training tokens) lacks its int token count: every row train.py writes has one."""
+    bad = next((r for r in rows if r["iter"] > 0 and r.get("val_loss") is not None
+                and type(r.get("tokens")) is not int), None)
+    if bad is not None:
+        raise ValueError(f"{os.path.join(out_dir, 'metrics.jsonl')} is damaged: its row of iter {bad['iter']} has "
+                         f"no token count ('tokens', which every row train.py writes has); restore it from a copy, "
+                         f"or delete that row")
+
+
 def read_plain_run(path):
     """A train.py run folder -> dict(name, config, rows). ValueError naming what is missing."""
     rows = sweep.read_metrics(path)
@@ -179,6 +191,11 @@ def read_plain_run(path):
                                                        "its first row ended)")
         raise ValueError(f"{path} is not a train.py run folder with results: no {missing} (a run writes both "
                          f"once it has evaluated; give run folders, e.g. out/a out/b, or one study file)")
+    check_token_counts(rows, path)
+    missing = [k for k in ("dataset", "data_dir", "max_iters") if k not in config]  # what the table reads
+    if missing:
+        raise ValueError(f"{os.path.join(path, 'config.json')} is damaged: it has no {', '.join(missing)} "
+                         f"(train.py writes every setting there); restore it from a copy")
     return dict(name=path, config=config, rows=rows)
 
 

@@ -223,6 +223,15 @@ def test_a_run_without_a_final_loss_or_a_config_is_named_as_damaged(tmp_path):
         report.main([str(path), "--out", str(tmp_path / "results")])
     with pytest.raises(ValueError, match=damaged):  # nor does the sweep count it as finished
         sweep.main([str(path), "--dry_run"])
+    write_run(study, "linear", 2e-3, 13, LINEAR[13])  # mended; now a row of its log loses its token count
+    log = os.path.join(sweep.run_dir(study, "linear", 2e-3, 13), "metrics.jsonl")
+    rows = common.read_metrics(os.path.dirname(log))
+    del rows[1]["tokens"]
+    with open(log, "w") as f:
+        f.writelines(json.dumps(r) + "\n" for r in rows)
+    with pytest.raises(ValueError, match=r"lr0.002_seed13/metrics.jsonl is damaged: its row of iter 50 has no "
+                                         r"token count"):  # the curves' x axis (was a KeyError in the plot)
+        report.main([str(path), "--out", str(tmp_path / "results")])
 
 
 def test_contrasts_between_two_arms_are_paired(tmp_path):
@@ -554,6 +563,19 @@ def test_compare_names_the_one_difference_and_refuses_a_folder_without_results(t
     with pytest.raises(ValueError, match=r"cut/metrics.jsonl is not text \(byte 12 is not UTF-8\): the log is "
                                          r"damaged"):
         report.main([str(tmp_path / "a"), str(cut)])
+    # rows and configs that pass the log's own checks but lack what the comparison reads: were KeyErrors
+    edited = tmp_path / "edited"
+    write_plain_run(edited, rows + [dict(iter=30, val_loss=1.0)])  # a row added by hand, with no token count
+    with pytest.raises(ValueError, match=r"edited/metrics.jsonl is damaged: its row of iter 30 has no token count "
+                                         r"\('tokens', which every row train.py writes has\); restore it"):
+        report.main([str(tmp_path / "a"), str(edited)])
+    write_plain_run(edited, rows)
+    config = json.loads((edited / "config.json").read_text())
+    del config["dataset"], config["max_iters"]
+    (edited / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ValueError, match=r"edited/config.json is damaged: it has no dataset, max_iters \(train.py "
+                                         r"writes every setting there\); restore it from a copy"):
+        report.main([str(tmp_path / "a"), str(edited)])
 
 
 def test_seeds_needed_and_the_precision_table_by_hand():
