@@ -140,7 +140,14 @@ def prompt_ids(start, meta, encode):
                              f"out to start from a new line (end-of-text for GPT-2 BPE)")
     if start:
         return encode(start)
-    return [meta["eot_token"]] if meta["tokenizer"] == "gpt2" else encode("\n")
+    if meta["tokenizer"] == "gpt2":
+        return [meta["eot_token"]]
+    try:
+        return encode("\n")
+    except ValueError:  # a char vocabulary is the training text's characters: a text without newlines has none
+        raise ValueError(f"with no --start, sampling starts at a newline, which the vocabulary of dataset "
+                         f"{meta.get('name')} lacks (its text had none): give a prompt in its characters, "
+                         f"e.g. --start=\"The\"") from None
 
 
 def generate(model, meta, encode, decode, start="", num_samples=1, max_new_tokens=200, temperature=0.8,

@@ -120,6 +120,13 @@ def test_prompt_ids(tmp_path):
     assert sample.prompt_ids("", dict(tokenizer="gpt2", eot_token=50256), None) == [50256]
     (tmp_path / "p.txt").write_text("héllo", encoding="utf-8")
     assert sample.prompt_ids(f"FILE:{tmp_path / 'p.txt'}", byte, encode) == list("héllo".encode())
+    char = dict(tokenizer="char", vocab_size=3, chars=[" ", "a", "b"], name="one_line")  # a text without "\n"
+    encode, _ = prepare_data.get_codec(char)
+    assert sample.prompt_ids("ab", char, encode) == [1, 2]
+    with pytest.raises(ValueError, match=r"^with no --start, sampling starts at a newline, which the vocabulary of "
+                                         r"dataset one_line lacks \(its text had none\): give a prompt in its "
+                                         r"characters"):
+        sample.prompt_ids("", char, encode)  # was: "characters ['\n'] are not in the vocabulary", unasked
 
 
 @pytest.mark.parametrize("content, expected", [(None, "is not a file"),
