@@ -305,6 +305,14 @@ def test_sampling_needs_only_the_same_tokenizer_not_the_same_data(trained):
     with pytest.raises(ValueError, match=r"is not tokenised as this checkpoint's training data was \(other "
                                          r"characters, or the same in another order\)"):
         sample.find_dataset(str(out), str(data), need_data=False)
+    # another char text with fewer characters: preparing it again cannot help, so that is not the advice
+    write_meta(data / "tiny", json.dumps({**meta, "chars": meta["chars"][:6], "vocab_size": 6}))
+    with pytest.raises(ValueError) as e:
+        sample.find_dataset(str(out), str(data), need_data=False)
+    assert f"(vocab_size {meta['vocab_size']} at training, 6 now)" in str(e.value)
+    assert str(e.value).endswith("other tokens to the model; a char vocabulary is its own dataset's characters, "
+                                 "so a char model reads only text whose meta.json lists the characters of its "
+                                 "training data in the same order")
 
 
 def test_weights_that_do_not_fit_their_settings_are_named(trained):
