@@ -32,7 +32,7 @@ import tempfile
 import torch
 
 import model as nlq_model
-from common import check_creatable_folder
+from common import DEFAULTS, check_creatable_folder
 from model import GPTConfig
 from prepare_data import GPT2_BPE_DIR, GPT2_EOT, GPT2_VOCAB, gpt2_encoding
 
@@ -533,6 +533,10 @@ def gpt2_settings(config, cfg, meta=None):
                     + (" (qk_norm)" if cfg["qk_norm"] else "")
                     + (" (attn_scale differs from 1/sqrt(head_dim))" if mode in ("linear", "residual")
                        and not cfg["qk_norm"] else "")))
+    replaced = [f"{k}={cfg[k]!r} (now {v!r})" for k, v in settings.items()
+                if k in GPT2_SHAPE_KEYS and cfg.get(k, DEFAULTS[k]) not in (DEFAULTS[k], v)]
+    if replaced:  # set by the config file or the command line, but the weights fix them
+        notes.append(f"note: the GPT-2's shape replaces what the config set: {', '.join(replaced)}")
     if cfg["block_size"] < config.n_positions:
         notes.append(f"position embeddings cropped to block_size {cfg['block_size']} of {config.n_positions}")
     return settings, notes

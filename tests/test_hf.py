@@ -252,6 +252,8 @@ def test_train_init_from_a_gpt2_folder_then_resume(tmp_path, capsys):
     log = capsys.readouterr().out
     assert "GPT-2 weights: 2 layers x 32, 4 heads, vocab 256, bias=True, activation=gelu_tanh" in log
     assert "query_mode linear: W_Q as it is; the model computes GPT-2's function exactly" in log
+    # small_cfg's n_head=2 cannot hold: the weights have 4 heads (its n_layer and n_embd are the GPT-2's own)
+    assert "\nnote: the GPT-2's shape replaces what the config set: n_head=2 (now 4)\n" in log
     model, *_ = sample.load_checkpoint(str(out))  # iter 0: the imported weights as they are
     x = torch.randint(0, 256, (2, 16))
     with torch.no_grad():
