@@ -45,6 +45,7 @@ import argparse
 import os
 import pickle
 import sys
+import zipfile
 from datetime import datetime, timezone
 
 import torch
@@ -88,6 +89,11 @@ def read_official(path):
     try:
         ckpt = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as e:  # (torch's text would advise weights_only=False: running its code)
+        with open(path, "rb") as f:
+            pickled = f.read(1) == b"\x80"  # a pickle's protocol opcode (torch.save before its zip format)
+        if not (pickled or zipfile.is_zipfile(path)):
+            raise ValueError(f"{path} is not a torch checkpoint (neither torch.save's zip archive nor a pickle): "
+                             f"another kind of file; give the official train.py's ckpt.pt") from None
         raise ValueError(f"cannot read {path} with torch.load(weights_only=True): it holds Python objects "
                          f"other than tensors and plain values, which the official train.py's ckpt.pt does "
                          f"not; it is another program's file, or damaged: download it again") from e

@@ -230,6 +230,9 @@ BAD = {
     "a pickled object": (saved({"model": argparse.Namespace(step=7)}),  # no advice to unpickle it anyway
                         r"other.pt with torch.load\(weights_only=True\): it holds Python objects other than "
                         r"tensors and plain values, .* another program's file, or damaged: download it again$"),
+    "a text file": (lambda o, t: (t / "notes.txt").write_text("# notes\n") and t / "notes.txt",  # not pickled
+                    r"notes.txt is not a torch checkpoint \(neither torch.save's zip archive nor a pickle\): "
+                    r"another kind of file; give the official train.py's ckpt.pt$"),
     "unknown mode": (lambda o, t: edited(o, t, lambda c: c["model_args"].update(query_mode="residual_relu")),
                      r"unknown official query_mode 'residual_relu'; known: original, identity, residual, "
                      r"residual_gelu"),
