@@ -302,7 +302,8 @@ def validate(cfg):
         value = cfg[key]
         if value is not None and not (math.isfinite(value)
                                       and (value > 0 if key in POSITIVE else value >= 0)):
-            raise ValueError(f"config key {key!r} = {value} must be {'> 0' if key in POSITIVE else '>= 0'}")
+            raise ValueError(f"config key {key!r} = {value} must be {'> 0' if key in POSITIVE else '>= 0'}"
+                             + (" and finite" if value in (math.inf, -math.inf) or value != value else ""))
     for key in ("beta1", "beta2"):  # AdamW's moment decays: an average needs a decay below 1
         if not cfg[key] < 1:
             raise ValueError(f"config key {key!r} = {cfg[key]} must be < 1 (AdamW's moving-average decay; "
