@@ -125,12 +125,16 @@ def load_study(path, quick=None):
              "runs_dir": (study["runs_dir"] is None or isinstance(study["runs_dir"], str), "a folder path"),
              "overrides": (isinstance(study["overrides"], dict), "a dict of train.py keys"),
              "arms": (isinstance(study["arms"], dict) and study["arms"] and all(
-                 plain(a) and isinstance(keys, dict) for a, keys in study["arms"].items()),
+                 isinstance(a, str) and isinstance(keys, dict) for a, keys in study["arms"].items()),
                       "a non-empty dict: arm name (a plain folder name: letters, digits, _ . -) -> dict of "
                       "train.py keys")}
     for key, (ok, want) in first.items():
         if not ok:
             raise ValueError(f"study file {path}: {key} must be {want}")
+    for arm in study["arms"]:  # each arm is a folder of runs_dir
+        if not plain(arm):
+            raise ValueError(f"study file {path}: arm name {arm!r} is not a plain folder name (letters, digits, "
+                             f"_ . -; not starting with . or -); rename the arm")
     owner = os.path.join(ROOT, "studies", study["name"] + ".py")  # results/<name>/ is that study's
     if os.path.isfile(owner) and not filecmp.cmp(owner, path, shallow=False):  # itself, or a copy as it is
         raise ValueError(f"study file {path}: its name {study['name']!r} is the study {os.path.relpath(owner)}'s "

@@ -441,7 +441,9 @@ def study(tmp_path):
     # and these were tracebacks
     ("arms = {'linear': 5}", r"arms must be a non-empty dict: arm name \(a plain folder name: letters, digits, "
                              r"_ . -\) -> dict"),
-    ("arms = {'lin/ear': {}, 'linear': {}}", r"arms must be a non-empty dict: arm name \(a plain folder"),
+    ("arms = {'linear': {}, 'lin/ear': {}}", r"arm name 'lin/ear' is not a plain folder name \(letters, digits, "
+                                            r"_ . -; not starting with . or -\); rename the arm"),
+    ("arms = {'.hidden': {}}", r"arm name '.hidden' is not a plain folder name"),
     ("overrides = 5", r"overrides must be a dict of train.py keys"),
     ("overrides = {'n_layer': '2'}", r"overrides: config key 'n_layer' needs an int, got '2' \(str\)"),
     ("arms = {'linear': dict(qk_norm=1)}", r"arm linear: config key 'qk_norm' needs a bool, got 1 \(int\)"),
