@@ -77,7 +77,7 @@ from common import (DEFAULTS, EXIT_DIVERGED, EXIT_INTERRUPTED, EXIT_PREEMPTED, N
                     HelpFormatter, atomic_write_text, check_value, eval_window_count, load_meta, model_config,
                     open_split, param_counts, parse_config, read_config_file, read_metrics, resolve_device,
                     split_otherwise)
-from model import unused_query_settings
+from model import QUERY_MODE_ALIASES, unused_query_settings
 
 ROOT = os.path.dirname(os.path.abspath(__file__))  # the repository
 TRAIN_PY = os.path.join(ROOT, "train.py")
@@ -415,8 +415,9 @@ def settings_diff(study, arm, lr, seed):
                              f"run the run again")
         return {}
     wanted = run_config(study, arm, lr, seed)
+    named = lambda k, v: QUERY_MODE_ALIASES.get(v, v) if k == "query_mode" else v  # 'original' is linear
     diff = {k: (saved.get(k, DEFAULTS[k]), v) for k, v in wanted.items()
-            if k not in NOT_EXPERIMENT and k != "out_dir" and saved.get(k, DEFAULTS[k]) != v}
+            if k not in NOT_EXPERIMENT and k != "out_dir" and named(k, saved.get(k, DEFAULTS[k])) != named(k, v)}
     split = split_otherwise({**DEFAULTS, **saved}, wanted)  # the batch split otherwise: the same run
     diff = {k: v for k, v in diff.items() if k not in split}
     origin = saved.get("initialised_from")  # init_from says 'resume' once a run resumed; this keeps the start

@@ -128,6 +128,12 @@ def test_chosen_lr_and_print_mode(study_file, capsys):
     with open(os.path.join(out, "config.json"), "w") as f:  # without the pinned windows: 4 of them, not 8
         json.dump(dict(sweep.run_config(study, "linear", 3e-3, 2), batch_size=2, gradient_accumulation_steps=2), f)
     assert set(sweep.settings_diff(study, "linear", 3e-3, 2)) == {"batch_size", "gradient_accumulation_steps"}
+    with open(os.path.join(out, "config.json"), "w") as f:  # the official code's name of the mode: the same run
+        json.dump(dict(sweep.run_config(study, "linear", 3e-3, 2), query_mode="original"), f)
+    assert sweep.settings_diff(study, "linear", 3e-3, 2) == {}
+    with open(os.path.join(out, "config.json"), "w") as f:  # the other official name: another mode
+        json.dump(dict(sweep.run_config(study, "linear", 3e-3, 2), query_mode="residual_gelu"), f)
+    assert sweep.settings_diff(study, "linear", 3e-3, 2) == {"query_mode": ("residual_gelu", "linear")}
     shutil.rmtree(out)
     assert lines[-1].startswith("# more runs follow")
     with pytest.raises(ValueError,
