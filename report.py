@@ -935,6 +935,8 @@ def main(argv=None):
         twice = [path for path, r in zip(args.study, real) if real.count(r) > 1]
         if twice:
             p.error(f"{' and '.join(twice)} are one run folder: give each run once")
+        if args.quick is not None:  # it names a study's scratch runs; run folders are read where they are
+            p.error("--quick is for a study file (its sweep.py --quick runs); run folders are compared as given")
         out = args.out or os.path.join("out", "compare")
         check_out(p, out, None)
         make_out(p, out)

@@ -533,6 +533,10 @@ def test_compare_names_the_one_difference_and_refuses_a_folder_without_results(t
     with pytest.raises(SystemExit):  # one folder twice would be compared with itself
         report.main([str(tmp_path / "a"), f"{tmp_path / 'a'}/", "--out", str(tmp_path / "cmp")])
     assert f"{tmp_path / 'a'} and {tmp_path / 'a'}/ are one run folder: give each run once" in capsys.readouterr().err
+    with pytest.raises(SystemExit):  # was ignored without a word
+        report.main([str(tmp_path / "a"), str(tmp_path / "b"), "--quick"])
+    assert "--quick is for a study file (its sweep.py --quick runs); run folders are compared as given" in \
+        capsys.readouterr().err
     # where the weights started counts too (init_from itself says 'resume' once a run resumed)
     write_plain_run(tmp_path / "ft", rows, max_iters=10, init_from="resume", initialised_from="gpt2")
     write_plain_run(tmp_path / "old", rows, max_iters=10, init_from="resume")  # predates initialised_from
