@@ -216,7 +216,10 @@ def main(argv=None):
     """Print the samples, separated by lines of dashes; returns them as a list of str."""
     args = parse_args(argv)
     device, _, _ = resolve_device({"device": args.device, "dtype": "float32"})  # clear error if absent
-    meta, _ = find_dataset(args.out_dir, args.data_dir, need_data=False)  # the dataset and its tokenizer
+    meta, data = find_dataset(args.out_dir, args.data_dir, need_data=False)  # the dataset and its tokenizer
+    if data is None and args.data_dir:  # sampling needs only the tokenizer: say that the folder given went unused
+        print(f"note: --data_dir {args.data_dir} does not hold the checkpoint's dataset; sampling with the "
+              f"tokenizer the checkpoint records ({meta.get('tokenizer')})", file=sys.stderr)
     encode, decode = get_codec(meta, args.bpe_dir)  # first: quick to check, the weights may take minutes
     model, ckpt, meta, _ = load_checkpoint(args.out_dir, device, args.data_dir, need_data=False)
     print(checkpoint_note(args.out_dir, ckpt), file=sys.stderr)

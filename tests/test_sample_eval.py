@@ -47,14 +47,16 @@ def run(tmp_path_factory):
     return root, out
 
 
-def test_sampling_needs_only_the_checkpoint_not_its_dataset(run, tmp_path):
+def test_sampling_needs_only_the_checkpoint_not_its_dataset(run, tmp_path, capsys):
     """A run folder copied to a machine without its dataset samples with the tokenizer the checkpoint records
-    (it asked for the dataset folder although only the tokenizer is needed: an adversarial trial); the loss,
-    which reads the data, still needs it."""
+    (it asked for the dataset folder although only the tokenizer is needed: an adversarial trial), and says so
+    where a --data_dir given went unused; the loss, which reads the data, still needs it."""
     _, out = run
     args = ["--out_dir", str(out), "--start", "the ", "--max_new_tokens", "20", "--seed", "7"]
     elsewhere = ["--data_dir", str(tmp_path / "no_data")]
     assert sample.main(args + elsewhere) == sample.main(args)
+    assert capsys.readouterr().err.count(f"note: --data_dir {tmp_path / 'no_data'} does not hold the checkpoint's "
+                                         f"dataset; sampling with the tokenizer the checkpoint records (byte)") == 1
     with pytest.raises(FileNotFoundError, match="dataset 'tiny' not found"):
         nlq_eval.main(["--out_dir", str(out), *elsewhere])
 
