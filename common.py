@@ -293,7 +293,7 @@ def parse_config(argv):
     return cfg
 
 
-DEVICE_NAME = re.compile(r"auto|(cpu|cuda|mps)(:\d+)?")
+DEVICE_NAME = re.compile(r"auto|cpu|(cuda|mps)(:\d+)?")  # no cpu:N: torch would ignore the index
 
 
 def validate(cfg):

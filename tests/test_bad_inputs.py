@@ -112,6 +112,7 @@ def test_a_log_that_cannot_be_written_is_one_line_not_a_traceback(tmp_path):
     ("--vocab_size=0", r"'vocab_size' = 0 must be > 0"),  # was taken as None: sized from the data
     ("--device=mps:0", r"device=mps:0 but MPS is not available here; use --device=cpu"),  # was a traceback
     ("--device=cuda0", r"device='cuda0'; use auto, cpu, cuda, cuda:N or mps"),
+    ("--device=cpu:1", r"device='cpu:1'; use auto, cpu, cuda, cuda:N or mps"),  # ran on the one CPU device
     ("--seed=99999999999999999999", r"'seed' = 99999999999999999999 is too large; use \|seed\| < 2\*\*62"),
     ("--learning_rate=1e400", r"'learning_rate' = inf must be > 0 and finite$"),  # was "= inf must be > 0"
     ("--grad_clip=-1e999", r"'grad_clip' = -inf must be >= 0 and finite$"),
