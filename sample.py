@@ -147,9 +147,8 @@ def prompt_ids(start, meta, encode):
     try:
         return encode("\n")
     except ValueError:  # a char vocabulary is the training text's characters: a text without newlines has none
-        raise ValueError(f"with no --start, sampling starts at a newline, which the vocabulary of dataset "
-                         f"{meta.get('name')} lacks (its text had none): give a prompt in its characters, "
-                         f"e.g. --start=\"The\"") from None
+        raise ValueError("with no --start, sampling starts at a newline, which this char vocabulary lacks (its "
+                         "training text had none): give a prompt in its characters, e.g. --start=\"The\"") from None
 
 
 def generate(model, meta, encode, decode, start="", num_samples=1, max_new_tokens=200, temperature=0.8,

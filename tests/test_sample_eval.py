@@ -125,8 +125,8 @@ def test_prompt_ids(tmp_path):
     char = dict(tokenizer="char", vocab_size=3, chars=[" ", "a", "b"], name="one_line")  # a text without "\n"
     encode, _ = prepare_data.get_codec(char)
     assert sample.prompt_ids("ab", char, encode) == [1, 2]
-    with pytest.raises(ValueError, match=r"^with no --start, sampling starts at a newline, which the vocabulary of "
-                                         r"dataset one_line lacks \(its text had none\): give a prompt in its "
+    with pytest.raises(ValueError, match=r"^with no --start, sampling starts at a newline, which this char "
+                                         r"vocabulary lacks \(its training text had none\): give a prompt in its "
                                          r"characters"):
         sample.prompt_ids("", char, encode)  # was: "characters ['\n'] are not in the vocabulary", unasked
 
