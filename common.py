@@ -29,6 +29,7 @@ import sys
 import tempfile
 import time
 import typing
+import uuid
 from contextlib import nullcontext
 
 import numpy as np
@@ -841,9 +842,10 @@ def model_from_checkpoint(ckpt, path):
 
 
 def replace_atomically(path, write):
-    """write(tmp) to path + ".tmp", then rename it onto path: an interrupted write (Ctrl-C included) never
-    leaves a broken file at path, nor the temp file."""
-    tmp = path + ".tmp"
+    """write(tmp) to a temp file beside path, then rename it onto path: an interrupted write (Ctrl-C included)
+    never leaves a broken file at path, nor the temp file. The temp name is this writer's own (pid and a random
+    part), so two processes writing one path never rename each other's half-written file."""
+    tmp = f"{path}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp"
     try:
         write(tmp)
         os.replace(tmp, path)

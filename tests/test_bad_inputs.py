@@ -656,3 +656,17 @@ def test_small_options_named_as_the_other_scripts_name_them(tmp_path, capsys):
     with pytest.raises(SystemExit) as e:
         gpu_sanity.main(["--steps=3"])
     assert e.value.code == 2 and "unrecognized arguments: --steps=3" in capsys.readouterr().err
+
+
+def test_two_writers_of_one_path_never_take_each_others_temp_file(tmp_path):
+    """Two report.py runs into one --out: with one temp name per path (path + '.tmp') the second writer wrote
+    into the first's temp file and renamed it away, and the first failed ('No such file ... .tmp')."""
+    path = str(tmp_path / "val_loss.png")
+
+    def first(tmp):
+        with open(tmp, "w") as f:
+            f.write("first")
+        common.atomic_write_text(path, "second")  # another process writes the same path meanwhile
+
+    common.replace_atomically(path, first)
+    assert open(path).read() == "first" and os.listdir(tmp_path) == ["val_loss.png"]  # the last rename wins
