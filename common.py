@@ -841,6 +841,39 @@ def model_from_checkpoint(ckpt, path):
     return model.eval()
 
 
+def lock_file(path):
+    """An exclusive lock on the file at path (made if missing), held by this process until it closes the
+    returned file or ends, however it ends (fcntl.flock). Returns the open file, or None where there are no
+    locks (no fcntl, or a file system without them). BlockingIOError if another process holds the lock."""
+    try:
+        import fcntl
+    except ImportError:  # Windows
+        return None
+    f = open(path, "a")
+    try:
+        fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        f.close()
+        raise
+    except OSError:  # a file system without locks: go on unlocked
+        f.close()
+        return None
+    return f
+
+
+def is_locked(path):
+    """Whether another process holds the lock_file lock on path (False if there is no such file)."""
+    if not os.path.isfile(path):
+        return False
+    try:
+        f = lock_file(path)
+    except BlockingIOError:
+        return True
+    if f is not None:
+        f.close()
+    return False
+
+
 def replace_atomically(path, write):
     """write(tmp) to a temp file beside path, then rename it onto path: an interrupted write (Ctrl-C included)
     never leaves a broken file at path, nor the temp file. The temp name is this writer's own (pid and a random

@@ -49,10 +49,10 @@ from common import (DEFAULTS, EXIT_DIVERGED, EXIT_INTERRUPTED, EXIT_PREEMPTED, M
                     EvalStopped, atomic_write_text, autocast, check_fsdp_support, check_model_fits,
                     check_same_dataset, code_version, damaged_checkpoint, end_distributed, estimate_loss,
                     eval_window_count, eval_windows, format_config, full_split_loss, full_split_windows, get_batch,
-                    is_fsdp, load_checkpoint, load_meta, make_writable_folder, model_config, open_split,
+                    is_fsdp, is_locked, load_checkpoint, load_meta, make_writable_folder, model_config, open_split,
                     param_counts, parse_config, read_metrics, resolve_device, safe_exp, save_checkpoint,
-                    settings_help, setup_distributed, shard_model, split_otherwise, use_compile, validate,
-                    window_starts)
+                    lock_file, settings_help, setup_distributed, shard_model, split_otherwise, use_compile,
+                    validate, window_starts)
 from model import GPT, GPTConfig, unused_query_settings
 from prepare_data import BIN_FILES, SHIPPED_DATASETS, DataError, prepare_shipped
 
@@ -192,23 +192,22 @@ def hold_out_dir(out_dir, held):
     held, an ExitStack, closes the file). ValueError if another train.py holds it: two runs would write one
     checkpoint (e.g. a sweep restarted beside an orphan of a killed one), or if .lock is a folder. No lock where
     fcntl is missing."""
-    try:
-        import fcntl
-    except ImportError:  # Windows
-        return
     path = os.path.join(out_dir, ".lock")
     if os.path.isdir(path):
         raise ValueError(f"{path} is a folder; train.py keeps its lock in a file of that name: move or remove "
                          f"the folder (it is not train.py's), then run again")
-    lock = held.enter_context(open(path, "a"))
     try:
-        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        lock = lock_file(path)
     except BlockingIOError:
-        raise ValueError(f"out_dir {out_dir} is in use by another train.py (it holds {out_dir}/.lock): two runs "
-                         f"would write one checkpoint; wait for it to end or stop it, or use another "
-                         f"out_dir") from None
-    except OSError:  # a file system without locks: run unlocked, as before
-        pass
+        raise ValueError(in_use_message(out_dir)) from None
+    if lock is not None:
+        held.enter_context(lock)
+
+
+def in_use_message(out_dir):
+    """The error for an out_dir whose .lock another train.py holds."""
+    return (f"out_dir {out_dir} is in use by another train.py (it holds {out_dir}/.lock): two runs would write "
+            f"one checkpoint; wait for it to end or stop it, or use another out_dir")
 
 
 def checkpoint_to_resume(cfg, model_cfg, ckpt_path):
@@ -226,6 +225,8 @@ def checkpoint_to_resume(cfg, model_cfg, ckpt_path):
                          f"folder") from e
     if os.path.isdir(ckpt_path):
         raise ValueError(f"{ckpt_path} is a folder, not a checkpoint; move it away, or give the run a new out_dir")
+    if is_locked(os.path.join(cfg["out_dir"], ".lock")):  # a run is training there now: say that first
+        raise ValueError(in_use_message(cfg["out_dir"]))
     if cfg["init_from"] != "resume":
         if os.path.exists(ckpt_path):  # never overwrite a trained model by accident
             raise ValueError(f"{ckpt_path} exists; continue it with --init_from=resume, or pick a new "

@@ -301,6 +301,10 @@ def test_one_train_py_per_out_dir(data_dir, tmp_path):
         before = (tmp_path / "metrics.jsonl").read_bytes()
         with pytest.raises(ValueError, match="is in use by another train.py .* two runs would write one checkpoint"):
             train.train(tiny_cfg(data_dir, tmp_path, max_iters=2, eval_interval=1, init_from="resume"))
+        # the same command again, as a fresh run: told that the folder is in use, not to resume or delete it
+        with pytest.raises(ValueError, match="is in use by another train.py"):
+            train.train(tiny_cfg(data_dir, tmp_path, max_iters=2, eval_interval=1))
+        assert common.is_locked(str(tmp_path / ".lock")) and not common.is_locked(str(tmp_path / "none"))
         assert (tmp_path / "metrics.jsonl").read_bytes() == before
     finally:
         holder.kill()
