@@ -74,9 +74,9 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 from common import (DEFAULTS, EXIT_DIVERGED, EXIT_INTERRUPTED, EXIT_PREEMPTED, NOT_EXPERIMENT, NOT_RESULTS,
-                    HelpFormatter, atomic_write_text, check_value, eval_window_count, load_meta, model_config,
-                    open_split, param_counts, parse_config, read_config_file, read_metrics, resolve_device,
-                    split_otherwise)
+                    HelpFormatter, atomic_write_text, check_value, eval_window_count, is_locked, load_meta,
+                    lock_file, model_config, open_split, param_counts, parse_config, read_config_file,
+                    read_metrics, resolve_device, split_otherwise)
 from model import QUERY_MODE_ALIASES, unused_query_settings
 
 ROOT = os.path.dirname(os.path.abspath(__file__))  # the repository
@@ -675,6 +675,10 @@ def launch(study, arm, lr, seed, threads, progress=""):
     except (FileNotFoundError, ValueError) as e:
         print(f"not started: {arm} lr={lr:g} seed={seed}: {e}", flush=True)
         return f"{out_dir} was not started: {e}"
+    if is_locked(os.path.join(out_dir, ".lock")):  # e.g. left running by a sweep killed with SIGKILL
+        print(f"busy: {arm} lr={lr:g} seed={seed}: another train.py is training it; not started", flush=True)
+        return (f"{out_dir} is being trained by another train.py (it holds {out_dir}/.lock; a run left by a "
+                f"killed sweep?): run the sweep again once it has ended")
     os.makedirs(out_dir, exist_ok=True)
     args = run_args(study, arm, lr, seed)
     if os.path.exists(os.path.join(out_dir, "ckpt.pt")):
@@ -1303,6 +1307,18 @@ def main(argv=None):
             print(f"# nothing due: every run of the study has finished; its report: {report_cmd}")
         return
     check_data(study)
+    try:
+        os.makedirs(study["runs_dir"], exist_ok=True)
+    except OSError as e:  # its parent is a file, a dangling link, a name too long
+        raise ValueError(f"cannot make the study's runs_dir {study['runs_dir']} ({e.strerror or e}); set runs_dir "
+                         f"in the study file to a folder that can be made") from None
+    lock = os.path.join(study["runs_dir"], ".sweep.lock")
+    try:  # held until the sweep ends
+        sweep_lock = lock_file(lock)
+    except BlockingIOError:
+        raise ValueError(f"another sweep.py is running the runs in {study['runs_dir']} (it holds {lock}): two "
+                         f"sweeps would start the same runs; wait for it to end, or stop it, then run this "
+                         f"again") from None
     print(announce(study, due, args.jobs), flush=True)
     failed = {}
     STOPPING.clear()
@@ -1325,6 +1341,8 @@ def main(argv=None):
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+        if sweep_lock is not None:
+            sweep_lock.close()
     if STOPPING.is_set():
         stopped = [f for f in failed.values() if "was stopped by a signal" in f or "was interrupted" in f]
         how = "interrupted (Ctrl-C)" if STOPPED_BY[0] == "SIGINT" else f"stopped by {STOPPED_BY[0]}"
@@ -1333,6 +1351,7 @@ def main(argv=None):
                            f"checkpoint, or starts again if it had none)",
                            EXIT_INTERRUPTED if STOPPED_BY[0] == "SIGINT" else EXIT_PREEMPTED)
     print("chosen learning rates:", json.dumps({arm: plan(study, arm)["chosen"] for arm in study["arms"]}))
+    failed = {run: f for run, f in failed.items() if not is_finished(study, *run)}  # another process's, since
     if failed:
         raise RuntimeError(f"{len(failed)} run(s) did not finish; the others did:\n"
                            + "\n".join(failed.values()))

@@ -694,6 +694,31 @@ def test_a_missing_dataset_stops_the_sweep_before_any_run(study_file, tmp_path, 
         sweep.main([str(study_file)])
 
 
+def test_a_second_sweep_and_a_run_trained_elsewhere_are_named(one_arm_study, tmp_path, monkeypatch, capsys):
+    """Two sweeps of one study (or one beside the train.py left running by a killed sweep) reported runs that
+    finished as FAILED, both appending to their train.log: a second sweep is refused, and a run that another
+    train.py holds is named as busy, not started, and not failed once it has finished."""
+    monkeypatch.chdir(tmp_path)
+    study = sweep.load_study(str(one_arm_study), quick=0.1)
+    os.makedirs(study["runs_dir"])
+    other_sweep = common.lock_file(os.path.join(study["runs_dir"], ".sweep.lock"))
+    with pytest.raises(ValueError, match=r"another sweep.py is running the runs in out/quick/tiny/runs \(it holds "
+                                         r"out/quick/tiny/runs/.sweep.lock\): two sweeps would start the same runs"):
+        sweep.main([str(one_arm_study), "--quick", "0.1", "--threads", "1"])
+    other_sweep.close()
+    busy = sweep.run_dir(study, "linear", 3e-3, 1)
+    os.makedirs(busy)
+    orphan = common.lock_file(os.path.join(busy, ".lock"))  # a train.py still running it
+    with pytest.raises(RuntimeError, match=r"1 run\(s\) did not finish; the others did:\n.*lr0.003_seed1 is being "
+                                           r"trained by another train.py"):
+        sweep.main([str(one_arm_study), "--quick", "0.1", "--threads", "1"])
+    assert "busy: linear lr=0.003 seed=1: another train.py is training it; not started" in capsys.readouterr().out
+    assert not os.path.exists(os.path.join(busy, "train.log"))  # nothing of this sweep's in its folder
+    orphan.close()
+    sweep.main([str(one_arm_study), "--quick", "0.1", "--threads", "1"])  # it ended: run now, and the rest
+    assert capsys.readouterr().out.splitlines()[-1].startswith("3 of the study's 3 runs finished")
+
+
 def test_quick_writes_only_under_the_scratch_folder(one_arm_study, tmp_path, monkeypatch, capsys):
     """--quick 0.1: every run at a tenth of its steps (schedule scaled alike), in out/quick/<name>/runs under
     the working folder; the study's runs_dir is never made. report.py --quick reads those runs."""
