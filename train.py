@@ -210,11 +210,13 @@ def in_use_message(out_dir):
             f"one checkpoint; wait for it to end or stop it, or use another out_dir")
 
 
-def checkpoint_to_resume(cfg, model_cfg, ckpt_path):
-    """The checkpoint to resume from, or None for init_from=scratch (or GPT-2's weights).
+def checkpoint_to_resume(cfg, model_cfg, ckpt_path, meta, data_dir):
+    """The checkpoint to resume from, or None for init_from=scratch (or GPT-2's weights). meta: the meta.json
+    dict of the dataset at data_dir, its folder.
 
     ValueError if out_dir is a file or cannot be written, a scratch run would overwrite a checkpoint, or a
-    resumed run asks for other RESUME_FIXED settings (model, dataset, optimizer, seed) than its checkpoint's.
+    resumed run reads other data (check_same_dataset: first, since other data may also size another
+    vocabulary) or asks for other RESUME_FIXED settings (model, dataset, optimizer, seed) than its checkpoint's.
     """
     if os.path.exists(cfg["out_dir"]) and not os.path.isdir(cfg["out_dir"]):
         raise ValueError(f"out_dir {cfg['out_dir']} is a file; choose a folder")
@@ -239,6 +241,10 @@ def checkpoint_to_resume(cfg, model_cfg, ckpt_path):
             f"study run keeps no checkpoint), so there is nothing to resume; give the run a new out_dir"
             if rows else "use init_from=scratch"))
     ckpt = load_checkpoint(ckpt_path)
+    # the same dataset name, other data: said first (older checkpoints lack dataset_meta; another name is a
+    # setting that differs, below)
+    if "dataset_meta" in ckpt and cfg["dataset"] == ckpt["config"].get("dataset"):
+        check_same_dataset(ckpt["dataset_meta"], meta, data_dir)
     # the model as built (a None of the config resolved: mlp_hidden 4·n_embd, the mode's attention scale, the
     # data's vocabulary), so that attn_scale=0.1 at training and None now is a difference, not a silent change
     ours = {**{k: cfg[k] for k in RESUME_FIXED}, **vars(model_cfg)}
@@ -681,7 +687,7 @@ def train_until_stopped(cfg, stop, held):
         log("\n".join(notes))
     model_cfg = model_config(cfg, meta["vocab_size"])
     check_model_fits(param_counts(model_cfg)["total"], device, world_size if cfg["fsdp"] else 1)
-    ckpt = checkpoint_to_resume(cfg, model_cfg, ckpt_path)
+    ckpt = checkpoint_to_resume(cfg, model_cfg, ckpt_path, meta, data_dir)
     if master:
         hold_out_dir(cfg["out_dir"], held)  # one train.py per out_dir
     torch.manual_seed(cfg["seed"])  # the same initial weights for every rank and every run with this seed
@@ -705,8 +711,6 @@ def train_until_stopped(cfg, stop, held):
     iter_num, best_val, resumed_at, tokens_seen = 0, math.inf, None, 0
     elapsed_before, eval_pending, resumes = 0.0, False, []
     if ckpt is not None:
-        if "dataset_meta" in ckpt:  # older checkpoints lack it
-            check_same_dataset(ckpt["dataset_meta"], meta, data_dir)
         try:
             load_full_state_dicts(raw_model, optimizer, ckpt["model"], ckpt["optimizer"])
         except (RuntimeError, ValueError, KeyError) as e:

@@ -256,6 +256,13 @@ def test_resume_refuses_a_dataset_whose_contents_changed(trained):
                                          r"train.bin differs\).*pass --data_dir pointing to the data it"):
         train.train(tiny_cfg(data, out, init_from="resume", max_iters=4))
     assert (out / "ckpt.pt").read_bytes() == before
+    # prepared again from a text with other characters: another vocabulary too, which was blamed on the
+    # settings ("settings differ ... vocab_size"), with no flag to give; the data is what differs
+    write_meta(data / "tiny", json.dumps({**meta, "vocab_size": 200, "sha256": {**meta["sha256"],
+                                                                              "train.bin": "c" * 64}}))
+    with pytest.raises(ValueError, match=r"is not the data this checkpoint was trained on"):
+        train.train(tiny_cfg(data, out, init_from="resume", max_iters=4))
+    assert (out / "ckpt.pt").read_bytes() == before
 
 
 def test_a_model_too_large_for_the_free_memory_is_refused_before_it_is_built(tmp_path, monkeypatch):
