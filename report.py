@@ -26,6 +26,7 @@ import math
 import os
 import platform
 import re
+import signal
 import sys
 import tempfile
 
@@ -1038,10 +1039,18 @@ def write_report(study_path, study, data, out, stage):
     return text
 
 
+def interrupt(signum, frame):
+    """SIGTERM and SIGHUP end report.py as Ctrl-C does: by an exception, so that its staging folder goes."""
+    raise KeyboardInterrupt
+
+
 if __name__ == "__main__":
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, interrupt)
     try:
         main()
     except (OSError, ValueError) as e:  # a missing file, a full disk: one line, nothing half-written
         sys.exit(f"error: {e}")
     except KeyboardInterrupt:  # the report is rebuilt from the runs alone
-        sys.exit("interrupted; run the same command again to write the report")
+        print("interrupted; run the same command again to write the report", file=sys.stderr)
+        sys.exit(common.EXIT_INTERRUPTED)

@@ -3,6 +3,8 @@ plots."""
 import json
 import math
 import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -10,6 +12,7 @@ import pytest
 import common
 import report
 import sweep
+from conftest import ROOT
 
 # Two made-up comparisons with the reference arm "linear", final seeds 11, 12, 13 (final losses, nats/token).
 LINEAR = {11: 2.00, 12: 2.10, 13: 2.20}
@@ -599,3 +602,22 @@ def test_seeds_needed_and_the_precision_table_by_hand():
     assert "| nonlinear | 4 | 0.0129 | ±0.0205 (3.4× the target) | ±0.0060 | 21 |" in table
     assert "| identity | 1 | — | — | ±0.0060 | — |" in table
 
+
+
+def test_a_stop_signal_while_writing_leaves_no_staging_folder(tmp_path):
+    """SIGTERM (or SIGHUP) during the writing killed report.py at once, leaving its hidden .report-* staging
+    folder in the report folder; now it ends as Ctrl-C does: the folder goes, exit 130, one line."""
+    path, _ = make_study(tmp_path)
+    hooks = tmp_path / "hooks"
+    hooks.mkdir()
+    (hooks / "sitecustomize.py").write_text(  # the first plot saved sends this process SIGTERM
+        "import os, signal\nimport matplotlib.figure\n"
+        "def savefig(self, *a, **k):\n    os.kill(os.getpid(), signal.SIGTERM)\n"
+        "matplotlib.figure.Figure.savefig = savefig\n")
+    out = tmp_path / "report"
+    result = subprocess.run([sys.executable, "report.py", str(path), "--out", str(out)], cwd=ROOT,
+                            env={**os.environ, "PYTHONPATH": str(hooks), "MPLBACKEND": "Agg"},
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 130, result.stderr
+    assert result.stderr.strip().splitlines()[-1] == "interrupted; run the same command again to write the report"
+    assert out.is_dir() and os.listdir(out) == []  # no .report-* left, no half of a report
