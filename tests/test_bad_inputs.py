@@ -562,6 +562,20 @@ def test_kv_cache_bench_arguments(args, expected, capsys):
     assert e.value.code == 2 and expected in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("args,expected", [  # each was a traceback
+    (["--n_head=0"], "n_head=0 must be a positive integer"),
+    (["--n_embd=30", "--n_head=4"], "n_embd=30 is not divisible by n_head=4"),
+    (["--block_size=0"], "block_size=0 must be a positive integer"),
+    (["--device=bogus"], "device='bogus'; use auto, cpu, cuda, cuda:N or mps"),
+])
+def test_saved_activations_arguments(args, expected, capsys):
+    sys.path.insert(0, str(ROOT / "bench"))
+    import saved_activations
+    with pytest.raises(SystemExit) as e:
+        saved_activations.main(args)
+    assert e.value.code == 2 and expected in capsys.readouterr().err
+
+
 def test_a_tilde_after_the_equals_sign_means_the_home_folder(tmp_path, monkeypatch):
     """The shell expands ~ only at the start of a word, so --out_dir=~/runs reached the scripts as it is and
     train.py wrote into a folder named ~ in the current one."""
