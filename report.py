@@ -26,6 +26,7 @@ import math
 import os
 import platform
 import re
+import shlex
 import signal
 import sys
 import tempfile
@@ -398,8 +399,9 @@ def header(study_path, study, out):
     """Title, the study file's comment, the commands that produce the report, date and machine."""
     with open(study_path) as f:
         comment = [line[1:].strip() for line in f.read().splitlines() if line.startswith("#")]
-    cmds = [c for c in comment if c.startswith("python ")] or [f"python sweep.py {study_path}"]
-    report_cmd = f"python report.py {study_path}" + ("" if out == default_out(study) else f" --out {out}")
+    cmds = [c for c in comment if c.startswith("python ")] or [f"python sweep.py {shlex.quote(study_path)}"]
+    report_cmd = (f"python report.py {shlex.quote(study_path)}"
+                  + ("" if out == default_out(study) else f" --out {shlex.quote(out)}"))
     cmds += [] if any(c.startswith("python report.py") for c in cmds) else [report_cmd]
     about = " ".join(c for c in comment if not c.startswith("python "))
     if study.get("quick"):  # the study at a fraction of its steps: say so first
@@ -957,7 +959,7 @@ def main(argv=None):
     if all(r["status"] == "missing" for r in runs):  # a report of nothing would only be a folder to delete
         raise ValueError(f"no run of study {study['name']} has started yet (0 of the {len(runs)} runs planned so "
                          f"far have metrics in {study['runs_dir']}): nothing to report, nothing written; run "
-                         f"python sweep.py {args.study}{quick} first")
+                         f"python sweep.py {shlex.quote(args.study)}{quick} first")
     make_out(p, out)
     # the report's files are written whole into a hidden folder in out, then moved in together: a failed write
     # (a full disk) leaves the last report as it was, never half of each
@@ -978,8 +980,8 @@ def main(argv=None):
                 if r["status"] in ("missing", "unfinished")]
     if left_out:  # in progress, or a damaged log: either way the statistics stand on fewer seeds than planned
         print(f"note: {len(left_out)} final run(s) not finished, left out of the statistics: {'; '.join(left_out)}"
-              f". Finish them with python sweep.py {args.study}{quick} (a committed run's metrics.jsonl that lost "
-              f"rows: restore it from git)")
+              f". Finish them with python sweep.py {shlex.quote(args.study)}{quick} (a committed run's "
+              f"metrics.jsonl that lost rows: restore it from git)")
     return text
 
 

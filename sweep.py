@@ -1267,10 +1267,11 @@ def main(argv=None):
     if not (math.isfinite(args.poll_s) and args.poll_s > 0):
         parser.error(f"--poll_s {args.poll_s:g}: must be a positive number of seconds")
     study = load_study(args.study, args.quick)
+    report_cmd = f"python report.py {shlex.quote(args.study)}{quick_option(args.quick)}"  # (a path with spaces)
     if args.quick:
         print(f"quick: every run at {args.quick:g} of its steps, in {study['runs_dir']} (scratch; results/ "
-              f"is not touched). For trying the machinery, not for comparing arms; report: python report.py "
-              f"{args.study}{quick_option(args.quick)}", flush=True)
+              f"is not touched). For trying the machinery, not for comparing arms; report: {report_cmd}",
+              flush=True)
     if args.tokens_per_s is not None and not (math.isfinite(args.tokens_per_s) and args.tokens_per_s > 0):
         parser.error(f"--tokens_per_s {args.tokens_per_s:g}: must be a positive number (measured tokens/s per GPU)")
     if args.gpus_per_run is not None and args.gpus_per_run < 1:
@@ -1279,7 +1280,6 @@ def main(argv=None):
         print(dry_run(study, args.tokens_per_s, args.bench_json))
         return
     due = due_runs(study)
-    report_cmd = f"python report.py {args.study}{quick_option(args.quick)}"
     if not args.nproc and not due:  # before the data check: a finished study needs no data (a clone without
         # it reads its report)
         print(f"nothing to run: every run of the study has finished ({study['runs_dir']}); its report: "

@@ -145,6 +145,11 @@ def test_chosen_lr_and_print_mode(study_file, capsys):
     sweep.main([str(study_file), "--print", "2"])
     assert capsys.readouterr().out == (f"# nothing due: every run of the study has finished; its report: "
                                        f"python report.py {study_file}\n")
+    spaced = study_file.parent / "my studies" / "tiny study.py"  # the command is quoted for a shell
+    spaced.parent.mkdir()
+    shutil.copy(study_file, spaced)
+    sweep.main([str(spaced), "--print", "2"])
+    assert capsys.readouterr().out.endswith(f"its report: python report.py '{spaced}'\n")
     # a finished study needs no data: a clone without it (or with other data) hears that nothing is left to run
     shutil.rmtree(study_file.parent / "data")
     sweep.main([str(study_file)])
@@ -738,7 +743,7 @@ def test_quick_writes_only_under_the_scratch_folder(one_arm_study, tmp_path, mon
         "wave 1: 2 run(s) due now; 0 of the study's 3 runs finished",
         "wave 2: 1 run(s) due now; 2 of the study's 3 runs finished"]
     assert printed.splitlines()[-1] == (f"3 of the study's 3 runs finished; its report: python report.py "
-                                        f"{study_file} --quick 0.1")
+                                        f"{shlex.quote(str(study_file))} --quick 0.1")  # quoted for a shell
     row = sweep.final_row(os.path.join("out", "quick", "tiny", "runs", "linear", "lr0.01_seed1"))
     assert (f"finished: linear lr=0.01 seed=1: val loss {row['val_loss']:.4f} in "
             f"{row['elapsed_s'] / 60:.1f} min\n") in printed
