@@ -60,7 +60,8 @@ def test_every_step_runs_in_order_with_arguments_the_scripts_accept(tmp_path, mo
     assert "not run" not in result.stdout
     # saved_activations.py: its own parser (the counting itself replaced: it is what the GPU is for)
     monkeypatch.setattr(saved_activations, "saved_bytes_per_layer_token", lambda *a, **k: 1.0)
-    saved_activations.main(calls[0][1:])
+    saved_activations.main([a if a != "--device=cuda" else "--device=cpu" for a in calls[0][1:]])  # (no GPU here)
+    assert "--device=cuda" in calls[0]
     # bench.py: the micro-batches in order of what they decide, each a config train.py would accept
     batches = []
     for call in calls[1:5]:
