@@ -437,7 +437,7 @@ def available_memory(device):
     MemAvailable (Linux: /proc/meminfo); None where it is not known (MPS, other systems)."""
     if device.startswith("cuda"):
         return torch.cuda.mem_get_info(torch.device(device))[0]
-    if device == "cpu" or device.startswith("cpu:"):
+    if device == "cpu":
         try:
             with open("/proc/meminfo") as f:
                 kib = next(int(line.split()[1]) for line in f if line.startswith("MemAvailable:"))

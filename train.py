@@ -228,9 +228,9 @@ def checkpoint_to_resume(cfg, model_cfg, ckpt_path, meta, data_dir):
     if os.path.isdir(ckpt_path):
         raise ValueError(f"{ckpt_path} is a folder, not a checkpoint; move it away, or give the run a new out_dir")
     if cfg["init_from"] != "resume":
-        if os.path.exists(ckpt_path) and is_locked(os.path.join(cfg["out_dir"], ".lock")):  # training there now
-            raise ValueError(in_use_message(cfg["out_dir"]))  # (a resume learns it from hold_out_dir)
         if os.path.exists(ckpt_path):  # never overwrite a trained model by accident
+            if is_locked(os.path.join(cfg["out_dir"], ".lock")):  # a run training there now: say that
+                raise ValueError(in_use_message(cfg["out_dir"]))  # (a resume learns it from hold_out_dir)
             raise ValueError(f"{ckpt_path} exists; continue it with --init_from=resume, or pick a new "
                              f"out_dir (or delete the old run) to start from scratch")
         return None
