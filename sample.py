@@ -92,10 +92,10 @@ def check_same_tokenizer(trained, meta, data):
     diffs = [f"{key} {trained.get(key)!r} at training, {meta.get(key)!r} now"
              for key in ("tokenizer", "vocab_size") if trained.get(key) != meta.get(key)]
     fix = f"prepare that text with the checkpoint's tokenizer ({trained.get('tokenizer')})"
-    both_char = trained.get("tokenizer") == meta.get("tokenizer") == "char"
     if not diffs and trained.get("chars") != meta.get("chars"):
         diffs = ["other characters, or the same in another order"]
-    if both_char:  # preparing the text again cannot help: prepare_data.py builds a char vocabulary from it
+    if trained.get("tokenizer") == meta.get("tokenizer") == "char":  # preparing the text again cannot help:
+        # prepare_data.py builds a char vocabulary from the text itself
         fix = ("a char vocabulary is its own dataset's characters, so a char model reads only text whose "
                "meta.json lists the characters of its training data in the same order")
     if diffs:
