@@ -989,8 +989,11 @@ if __name__ == "__main__":
         sys.exit(f"error: {e}")
     except OSError as e:  # a full disk or a folder that cannot be written, e.g. as the metrics log grows
         fix = "free space" if e.errno == errno.ENOSPC else "mend that path"
+        path = e.filename if isinstance(e.filename, (str, bytes)) else config["out_dir"]  # None: a write
+        if (os.path.abspath(os.fsdecode(path)) + os.sep).startswith(os.path.abspath(config["out_dir"]) + os.sep):
+            fix += " or choose another out_dir"  # (a path elsewhere, e.g. data_dir's, is not out_dir's fault)
         kept = os.path.exists(os.path.join(config["out_dir"], "ckpt.pt"))
-        sys.exit(f"error: {e}; {fix} or choose another out_dir"
+        sys.exit(f"error: {e}; {fix}"
                  + (f" (the last checkpoint in {config['out_dir']} is intact: continue with --init_from=resume)"
                     if kept else ""))
     except TrainingPreempted:  # logged already; the status tells a scheduler to requeue it (common.py)

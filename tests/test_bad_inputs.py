@@ -691,3 +691,14 @@ def test_two_writers_of_one_path_never_take_each_others_temp_file(tmp_path):
 
     common.replace_atomically(path, first)
     assert open(path).read() == "first" and os.listdir(tmp_path) == ["val_loss.png"]  # the last rename wins
+
+
+def test_a_data_dir_that_cannot_be_opened_is_not_blamed_on_out_dir(tmp_path):
+    """An OSError on a path outside out_dir (here a data_dir whose name is longer than the file system allows:
+    an adversarial trial got 'mend that path or choose another out_dir') names the path, not out_dir."""
+    data_dir = tmp_path / ("d" * 300)
+    code, err = run_script("train.py", f"--data_dir={data_dir}", "--dataset=tiny", "--device=cpu",
+                           f"--out_dir={tmp_path / 'out'}", "--max_iters=1")
+    assert code == 1 and "Traceback" not in err, err
+    assert err.splitlines()[-1].startswith("error: [Errno 36] File name too long") and "d" * 300 in err, err
+    assert err.splitlines()[-1].endswith("; mend that path"), err
