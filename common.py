@@ -378,6 +378,18 @@ def _param_counts(items):
         return tuple(GPT(GPTConfig(**dict(items))).param_breakdown().items())
 
 
+def flops_per_token(model_cfg):
+    """GPT(model_cfg).flops_per_token() (model.py: training FLOPs per token at block_size, an int), the model
+    built on the meta device; cached per config."""
+    return _flops_per_token(tuple(sorted(vars(model_cfg).items())))
+
+
+@functools.lru_cache(maxsize=64)
+def _flops_per_token(items):
+    with torch.device("meta"):
+        return GPT(GPTConfig(**dict(items))).flops_per_token()
+
+
 def code_version():
     """The git commit of the code this runs (the repository holding common.py) -> dict(commit: 40 hex digits,
     edited: whether tracked .py files differ from it), or None outside a git checkout (a copy, no git). Saved

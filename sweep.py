@@ -74,8 +74,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 from common import (DEFAULTS, EXIT_DIVERGED, EXIT_INTERRUPTED, EXIT_PREEMPTED, NOT_EXPERIMENT, NOT_RESULTS,
-                    HelpFormatter, atomic_write_text, check_value, eval_window_count, is_locked, load_meta,
-                    lock_file, model_config, open_split, param_counts, parse_config, read_config_file,
+                    HelpFormatter, atomic_write_text, check_value, eval_window_count, flops_per_token, is_locked,
+                    load_meta, lock_file, model_config, open_split, param_counts, parse_config, read_config_file,
                     read_metrics, resolve_device, split_otherwise)
 from model import QUERY_MODE_ALIASES, unused_query_settings
 
@@ -895,12 +895,21 @@ def read_tokens_per_s(path):
                          f"--json=PATH") from e
 
 
+def bench_speed(study, cfg, tokens_per_s):
+    """A run's tokens/s from bench.py's figure for its query mode, which was measured on the study's own model
+    (its config and overrides): the same, or for an arm that changes the model's size (wide's MLP, another
+    query_hidden) that figure x the FLOPs per token it measured / the arm's (the same MFU)."""
+    base = parse_config([study["config"]] + [f"--{k}={v}" for k, v in study["overrides"].items()]
+                        + [f"--query_mode={cfg['query_mode']}"])
+    return tokens_per_s * flops_per_token(model_config(base)) / flops_per_token(model_config(cfg))
+
+
 def dry_run(study, tokens_per_s=None, bench_json=None):
     """The study's plan and its cost, as text: per arm its runs (finished, due now, the first wave, the fewest
     and the most the search can make: extensions, half steps, final seeds), tokens per run and GPU-hours
     (tokens / tokens_per_s / 3600, per GPU: a run on N GPUs takes 1/N of the time for the same GPU-hours,
     if it scales perfectly; evals not counted). tokens_per_s: one figure for every arm; else bench_json
-    (bench.py's --json: each arm at its query mode's figure; default DEFAULT_BENCH_JSON). ValueError if
+    (bench.py's --json: each arm at its query mode's figure, bench_speed; default DEFAULT_BENCH_JSON). ValueError if
     the bench file lacks an arm's query mode. A study whose config runs on the CPU, given neither, is timed
     on its own finished runs instead (run_timing): CPU-hours of one process, evals included, '?' for an arm
     with none finished yet. Runs nothing."""
@@ -924,7 +933,8 @@ def dry_run(study, tokens_per_s=None, bench_json=None):
         unit, per = ("CPU", "process") if on_cpu else ("GPU", "GPU")
         source = (f"{unit}-hours = tokens / tokens per second per {per} / 3600, from "
                   + (f"--tokens_per_s {tokens_per_s:,.0f} for every arm" if tokens_per_s else
-                     f"{os.path.relpath(bench_json or DEFAULT_BENCH_JSON)}, each arm at its query mode's tokens/s")
+                     f"{os.path.relpath(bench_json or DEFAULT_BENCH_JSON)}, each arm at its query mode's tokens/s, "
+                     f"scaled by FLOPs per token where the arm changes the model's size")
                   + "; evals not counted")
     speeds = None if tokens_per_s or timed else read_tokens_per_s(bench_json or DEFAULT_BENCH_JSON)
     due = due_runs(study)
@@ -949,7 +959,7 @@ def dry_run(study, tokens_per_s=None, bench_json=None):
             speed = run_tokens(cfg) / cfg["max_iters"] / step_s
             hours = (step_s * cfg["max_iters"] + (other_s or 0.0)) / 3600
         else:
-            speed = tokens_per_s or speeds[mode]
+            speed = tokens_per_s or bench_speed(study, cfg, speeds[mode])
             hours = run_tokens(cfg) / speed / 3600
         first, fewest, most = arm_run_counts(study, arm)
         finished = sum(is_finished(study, *run) for run in run_list(study, arm))

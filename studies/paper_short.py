@@ -3,7 +3,7 @@
 # lr / 10 at step 6,000; an eval every 500 steps). It checks the pipeline on the cluster (data, jobs,
 # preemption, the report) and shows where each arm's rate lands before the full study is paid for; a rate
 # chosen at a tenth of the horizon need not be the best at the full one, so the full study searches again.
-# Cost (as studies/paper_small.py computes it, a tenth): 54-66 runs, 100-122 H200 GPU-hours.
+# Cost (as studies/paper_small.py computes it, a tenth): 54-66 runs, 101-124 H200 GPU-hours.
 #   python sweep.py studies/paper_short.py --dry_run --bench_json bench/results/h200_2026-11-30/bench_nlq_small.json
 #   python sweep.py studies/paper_short.py --executor slurm --gpus_per_run 8 --slurm_partition PART --slurm_time 120
 #   python sweep.py studies/paper_short.py --print 8

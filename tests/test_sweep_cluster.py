@@ -30,9 +30,16 @@ def test_dry_run_of_the_paper_study_prints_its_runs_and_gpu_hours():
     assert (round(linear_h, 2), round(nonlinear_h, 2), round(identity_h, 2)) == (17.85, 20.02, 17.36)
     assert "| linear | linear | 458,941 | 29,491,200,000 | 17.85 | 0 | 4 | 4 | 9 | 11 | 71.4 | 196.3 |" in out
     assert "| nonlinear | nonlinear | 409,215 | 29,491,200,000 | 20.02 | 0 | 4 | 4 | 9 | 11 | 80.1 | 220.2 |" in out
-    most = 11 * (4 * linear_h + 2 * nonlinear_h) + 11 * identity_h - 11 * linear_h
-    assert round(most, 1) == 1220.4
-    assert ("The study: 54-66 runs, 998.5-1,220.4 GPU-hours (first wave: 24 runs, 443.8 GPU-hours); 0 finished, "
+    # wide (mlp_hidden 3648 against 3072) at linear's figure x linear's FLOPs per token / wide's (6·N + attention)
+    attention = 12 * 12 * 768 * 1024
+    linear_flops = 6 * (12 * 12 * 768 ** 2 + 50304 * 768) + attention
+    wide_flops = linear_flops + 6 * 12 * 2 * 768 * (3648 - 3072)
+    wide_h = linear_h * wide_flops / linear_flops
+    assert f"| wide | linear | {458940.69071129715 * linear_flops / wide_flops:,.0f} | 29,491,200,000 | " \
+           f"{wide_h:.2f} |" in out and round(wide_h, 2) == 19.18
+    most = 11 * (2 * linear_h + 2 * nonlinear_h + wide_h + identity_h)
+    assert round(most, 1) == 1235.0
+    assert ("The study: 54-66 runs, 1,010.5-1,235.0 GPU-hours (first wave: 24 runs, 449.1 GPU-hours); 0 finished, "
             "24 due now.") in out
     if not os.path.exists(ROOT / "data" / "openwebtext"):  # the usual case: not prepared here
         assert "data: not ready, so the sweep would stop at once: the study's runs read the dataset " \
