@@ -27,6 +27,7 @@ import os
 import platform
 import re
 import shlex
+import shutil
 import signal
 import sys
 import tempfile
@@ -915,6 +916,21 @@ def make_out(p, out):
         p.error(f"--out {out}: cannot create the folder ({e.strerror or e}); choose another --out")
 
 
+def remove_dead_stages(out):
+    """Delete the staging folders (.report-PID-*) in out of report.py runs that are no longer alive: a run killed
+    mid-write (SIGKILL, a lost node) cannot remove its own. A live process's folder is left alone."""
+    for name in os.listdir(out):
+        pid = re.fullmatch(r"\.report-(\d+)-.*", name)
+        if not pid or not os.path.isdir(os.path.join(out, name)) or int(pid[1]) == os.getpid():
+            continue
+        try:
+            os.kill(int(pid[1]), 0)  # signal 0 checks only whether the process exists
+        except ProcessLookupError:
+            shutil.rmtree(os.path.join(out, name), ignore_errors=True)
+        except (PermissionError, OverflowError):  # another user's live process, or no such pid at all
+            pass
+
+
 def main(argv=None):
     """Write <out>/README.md, <out>/forest.png and <out>/val_loss.png (and <out>/lr_curves.png for a study with
     several selection seeds); returns the report's markdown.
@@ -963,7 +979,8 @@ def main(argv=None):
     make_out(p, out)
     # the report's files are written whole into a hidden folder in out, then moved in together: a failed write
     # (a full disk) leaves the last report as it was, never half of each
-    with tempfile.TemporaryDirectory(dir=out, prefix=".report-") as stage:
+    remove_dead_stages(out)
+    with tempfile.TemporaryDirectory(dir=out, prefix=f".report-{os.getpid()}-") as stage:
         text = write_report(args.study, study, data, out, stage)
         names = sorted(os.listdir(stage))
         in_the_way = [n for n in names if os.path.isdir(os.path.join(out, n))]

@@ -621,3 +621,18 @@ def test_a_stop_signal_while_writing_leaves_no_staging_folder(tmp_path):
     assert result.returncode == 130, result.stderr
     assert result.stderr.strip().splitlines()[-1] == "interrupted; run the same command again to write the report"
     assert out.is_dir() and os.listdir(out) == []  # no .report-* left, no half of a report
+
+
+def test_a_staging_folder_left_by_a_killed_report_goes_at_the_next_one(tmp_path):
+    """SIGKILL leaves report.py no time to remove its .report-PID-* staging folder; the next report.py removes
+    the folders of processes that are gone, and leaves a live process's own alone."""
+    path, _ = make_study(tmp_path)
+    out = tmp_path / "results"
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                          text=True).stdout.strip()  # a pid that has just ended
+    (out / f".report-{dead}-abc").mkdir(parents=True)
+    (out / f".report-{dead}-abc" / "README.md").write_text("half of a report\n")
+    (out / f".report-{os.getppid()}-xyz").mkdir()  # a live process's (pytest's parent): kept
+    report.main([str(path), "--out", str(out)])
+    assert not (out / f".report-{dead}-abc").exists() and (out / f".report-{os.getppid()}-xyz").is_dir()
+    assert (out / "README.md").read_text().startswith("# Study ")
