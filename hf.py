@@ -345,6 +345,10 @@ def export(model, meta, hf_dir, bpe_dir=None, code="auto", source=""):
                   else "prefix_token_id=ID (a token that starts texts in the training data)")
         notes.append(f"the tokenizer has no BOS/EOS token: lm-evaluation-harness needs one to start a text, so "
                      f"add {prefix} to lm_eval's --model_args")
+    if meta["tokenizer"] == "char":  # the Rust tokenizer's own error would say only "Missing [UNK] token"
+        notes.append(f"the char tokenizer knows only the {len(meta['chars'])} characters of its training text: a "
+                     f"text with any other character fails to encode (tokenizers: 'Missing [UNK] token'); to score "
+                     f"other text, train on a byte or gpt2 dataset")
     if cfg.vocab_size > cfg.data_vocab_size:
         notes.append(f"the embedding has {cfg.vocab_size} rows for the tokenizer's {cfg.data_vocab_size} tokens "
                      f"(padding rows, never sampled by nlq): logits have {cfg.vocab_size} entries")

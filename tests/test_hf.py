@@ -167,6 +167,23 @@ def test_the_exported_tokenizers_encode_as_nlq_does(shipped_data, tmp_path):
         assert tok.decode(encode(text)) == decode(encode(text)) == text
 
 
+
+def test_a_char_export_says_which_text_it_cannot_encode(tmp_path):
+    """A char vocabulary has no unknown token: the exported tokenizer fails on a character the training text
+    lacked, with the tokenizers library's terse error; the export's note says so first, in words."""
+    import transformers
+    chars = sorted(set("hello world\n"))
+    meta = dict(tokenizer="char", vocab_size=len(chars), chars=chars)
+    notes = hf.export(random_gpt(vocab_size=64, data_vocab_size=len(chars)), meta, str(tmp_path / "hf"))
+    assert (f"the char tokenizer knows only the {len(chars)} characters of its training text: a text with any "
+            f"other character fails to encode (tokenizers: 'Missing [UNK] token'); to score other text, train on "
+            f"a byte or gpt2 dataset") in notes
+    tok = transformers.AutoTokenizer.from_pretrained(str(tmp_path / "hf"))
+    assert tok.encode("hello") == [chars.index(c) for c in "hello"]
+    with pytest.raises(Exception, match="Missing \\[UNK\\] token"):
+        tok.encode("hello!")
+
+
 def write_byte_dataset(folder):
     """A prepared byte-level dataset of TEXT in folder: 3000 train and 700 val bytes."""
     folder.mkdir()
