@@ -291,7 +291,8 @@ def test_train_init_from_a_gpt2_folder_then_resume(tmp_path, capsys):
     again = common.parse_config([f"--{k}={v}" for k, v in {**first, "max_iters": 1}.items() if k != "init_from"]
                                 + ["--init_from=resume"])
     assert again["attn_scale"] is None and np.isfinite(train.train(again)["val"])
-    assert torch.load(tmp_path / "res" / "ckpt.pt", weights_only=True)["model_args"]["attn_scale"] == pytest.approx(8 ** -0.5)  # head_dim 8
+    args = torch.load(tmp_path / "res" / "ckpt.pt", weights_only=True)["model_args"]
+    assert args["attn_scale"] == pytest.approx(8 ** -0.5)  # head_dim 8
     saved = json.loads((out / "config.json").read_text())  # resumed, the record still says where it started
     assert saved["init_from"] == "resume" and saved["initialised_from"] == str(tmp_path / "gpt2")
     with pytest.raises(ValueError, match=r"init_from='gpt3'; use scratch or resume, a GPT-2 \(gpt2, gpt2-m"):
