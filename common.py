@@ -951,9 +951,10 @@ def check_creatable_folder(folder, option, example):
     while not os.path.lexists(path):  # the nearest part of the path that exists ("/" at worst)
         path = os.path.dirname(path)
     if not os.path.isdir(path):
-        where = "is a file" if path == os.path.abspath(folder) else f"cannot be made: {path} is a file"
-        raise ValueError(f"{option} {folder} {where}, not a folder; choose another path, e.g. "
-                         f"{option}={example}")
+        what = ("a file, not a folder" if os.path.exists(path) else
+                f"a link to {os.readlink(path)}, which does not exist")
+        where = f"is {what}" if path == os.path.abspath(folder) else f"cannot be made: {path} is {what}"
+        raise ValueError(f"{option} {folder} {where}; choose another path, e.g. {option}={example}")
     if not os.access(path, os.W_OK | os.X_OK):
         raise ValueError(f"{option} {folder}: no permission to write in {path}; choose a writable path")
 

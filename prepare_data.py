@@ -24,6 +24,7 @@ import argparse
 import codecs
 import collections
 import contextlib
+import errno
 import functools
 import hashlib
 import itertools
@@ -81,6 +82,17 @@ class DataError(RuntimeError):
 def warn(text):
     """Print a one-line warning about the input to stderr (the run goes on)."""
     print(f"warning: {text}", file=sys.stderr)
+
+
+def not_a_folder(path):
+    """The nearest part of path (path itself or a parent) that exists but is no folder, described for an error
+    message ("data is a file", "data is a link to gone/, which does not exist"); None if there is none."""
+    for p in (Path(path), *Path(path).parents):
+        if os.path.lexists(p) and not os.path.isdir(p):
+            if os.path.islink(p) and not os.path.exists(p):
+                return f"{p} is a link to {os.readlink(p)}, which does not exist"
+            return f"{p} is a file, not a folder"
+    return None
 
 
 # ---------------------------------------------------------------- tokenizers
@@ -450,18 +462,19 @@ def check_lengths(counts, source, val_fraction, min_tokens=MIN_VAL_TOKENS):
 def check_target(out_dir, overwrite):
     """DataError if out_dir already holds a dataset (and overwrite is False) or cannot be created and
     written."""
-    existing = [f for f in BIN_FILES if (Path(out_dir) / f).exists()]
-    if existing and not overwrite:
-        raise DataError(f"{out_dir} already holds a dataset ({', '.join(existing)}); pass --overwrite to "
-                        "replace it or choose another --name")
-    try:  # before any work: a file in the way, a read-only disk or missing permissions fail here
+    try:  # before any work: a file in the way, a read-only disk, missing permissions, a too-long name fail here
+        existing = [f for f in BIN_FILES if (Path(out_dir) / f).exists()]
+        if existing and not overwrite:
+            raise DataError(f"{out_dir} already holds a dataset ({', '.join(existing)}); pass --overwrite to "
+                            "replace it or choose another --name")
         Path(out_dir).mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryFile(dir=out_dir):
             pass
     except OSError as e:  # (the message serves train.py's first-use preparation too: no option names)
-        file = next((p for p in (Path(out_dir), *Path(out_dir).parents) if p.exists() and not p.is_dir()), None)
+        in_the_way = not_a_folder(out_dir)
         raise DataError(f"cannot write the output folder {out_dir} ({e.strerror or e}); "
-                        + (f"{file} is a file, not a folder; " if file else "")
+                        + (f"{in_the_way}; " if in_the_way else "")
+                        + ("each folder name holds at most 255 bytes; " if e.errno == errno.ENAMETOOLONG else "")
                         + "choose a writable data_dir and a dataset name that is not a file in it") from e
 
 
@@ -929,11 +942,11 @@ def run(args, verbose=True):
     and no note on where Tiny Shakespeare came from. A data folder this run created is removed again if it
     fails (any exception: a DataError, an interruption, or an error nlq did not foresee)."""
     out_dir = Path(args.data_dir) / args.name
-    fresh = not out_dir.exists()
+    fresh = not os.path.lexists(out_dir)  # (os.path: False, not an OSError, for a name too long to look up)
     try:
         return _run(args, out_dir, verbose)
     except BaseException:  # write_bin/staging have already removed partial files
-        if fresh and out_dir.is_dir() and not any(out_dir.iterdir()):
+        if fresh and os.path.isdir(out_dir) and not any(out_dir.iterdir()):
             out_dir.rmdir()  # the empty folder check_target made for this run
         raise
 

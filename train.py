@@ -54,7 +54,7 @@ from common import (DEFAULTS, EXIT_DIVERGED, EXIT_INTERRUPTED, EXIT_PREEMPTED, M
                     lock_file, settings_help, setup_distributed, shard_model, split_otherwise, use_compile,
                     validate, window_starts)
 from model import GPT, GPTConfig, unused_query_settings
-from prepare_data import BIN_FILES, SHIPPED_DATASETS, DataError, prepare_shipped
+from prepare_data import BIN_FILES, SHIPPED_DATASETS, DataError, not_a_folder, prepare_shipped
 
 # Settings a resumed run must share with its checkpoint, besides the model's: they define the experiment. (The
 # optimizer's state would silently keep the old betas and weight decay; a new seed would redraw the eval
@@ -223,8 +223,9 @@ def checkpoint_to_resume(cfg, model_cfg, ckpt_path, meta, data_dir):
     try:  # a folder that cannot be made or written fails now, not at the first checkpoint
         make_writable_folder(cfg["out_dir"])
     except OSError as e:
-        raise ValueError(f"cannot write to out_dir {cfg['out_dir']} ({e.strerror or e}); choose a writable "
-                         f"folder") from e
+        in_the_way = not_a_folder(cfg["out_dir"])  # a file above it, or a link to nothing
+        raise ValueError(f"cannot write to out_dir {cfg['out_dir']} ({e.strerror or e}); "
+                         + (f"{in_the_way}; " if in_the_way else "") + "choose a writable folder") from e
     if os.path.isdir(ckpt_path):
         raise ValueError(f"{ckpt_path} is a folder, not a checkpoint; move it away, or give the run a new out_dir")
     if cfg["init_from"] != "resume":

@@ -138,8 +138,8 @@ def test_wandb_missing_and_an_unwritable_out_dir_fail_before_anything_is_written
         train.train(tiny_cfg(tmp_path / "data", tmp_path / "out", wandb_log=True))
     assert not (tmp_path / "out").exists()
     (tmp_path / "file").write_text("x")
-    with pytest.raises(ValueError, match=r"cannot write to out_dir .*file.sub \(Not a directory\); choose a "
-                                         r"writable folder"):
+    with pytest.raises(ValueError, match=r"cannot write to out_dir .*file.sub \(Not a directory\); .*file is a "
+                                         r"file, not a folder; choose a writable folder"):
         train.train(tiny_cfg(tmp_path / "data", tmp_path / "file" / "sub"))
 
 
@@ -702,3 +702,24 @@ def test_a_data_dir_that_cannot_be_opened_is_not_blamed_on_out_dir(tmp_path):
     assert code == 1 and "Traceback" not in err, err
     assert err.splitlines()[-1].startswith("error: [Errno 36] File name too long") and "d" * 300 in err, err
     assert err.splitlines()[-1].endswith("; mend that path"), err
+
+
+def test_a_link_to_nothing_where_an_output_folder_goes_is_named(tmp_path):
+    """A symbolic link to a path that does not exist, as data_dir, out_dir or an export folder (or above it):
+    an adversarial trial got 'File exists' and 'is a file'; the message names the link and where it points."""
+    import prepare_data
+    link, target = tmp_path / "gone", tmp_path / "nowhere"
+    link.symlink_to(target)
+    named = f"{link} is a link to {target}, which does not exist"
+    with pytest.raises(SystemExit) as e:
+        prepare_data.main(["shakespeare_char", "--data_dir", str(link)])
+    assert f"cannot write the output folder {link / 'shakespeare_char'} (File exists); {named}; choose" in e.value.code
+    for out_dir in (link, link / "run"):
+        with pytest.raises(ValueError, match=re.escape(f"; {named}; choose a writable folder")):
+            train.checkpoint_to_resume({"out_dir": str(out_dir), "init_from": "scratch"}, None,
+                                       str(out_dir / "ckpt.pt"), None, None)
+    with pytest.raises(ValueError, match=re.escape(f"--out {link} is a link to {target}, which does not exist; ")):
+        common.check_creatable_folder(str(link), "--out", "hf/NAME")
+    with pytest.raises(ValueError, match=re.escape(f"--out {link / 'x'} cannot be made: {named}; ")):
+        common.check_creatable_folder(str(link / "x"), "--out", "hf/NAME")
+    assert sorted(os.listdir(tmp_path)) == ["gone"]  # nothing was made, the link is untouched

@@ -667,11 +667,18 @@ def test_shakespeare_input_not_a_file(src, problem, existing, monkeypatch):
     assert f"--input {src} {problem}; pass the path of one text file" in message
 
 
-@pytest.mark.parametrize("case", ["data_dir is a file", "name is a file", "read-only"])
+@pytest.mark.parametrize("case", ["data_dir is a file", "name is a file", "read-only", "name too long"])
 def test_unwritable_target_fails_before_any_work(case, tmp_path, monkeypatch):
     monkeypatch.setattr(P, "read_documents",
                         lambda path: pytest.fail("input read before the target was checked"))
     data_dir = tmp_path / "data"
+    if case == "name too long":  # a folder name over the file system's 255 bytes: an error, not a traceback
+        data_dir = tmp_path / ("d" * 300)
+        message = fails(data_dir, "local", "--input", "c.txt", "--name", "x", "--tokenizer", "byte")
+        assert f"cannot write the output folder {data_dir / 'x'} (File name too long); each folder name " \
+               "holds at most 255 bytes; choose a writable data_dir" in message
+        assert list(tmp_path.iterdir()) == []
+        return
     if case == "data_dir is a file":
         data_dir.write_text("a file")
     elif case == "name is a file":
