@@ -435,6 +435,16 @@ def settings_diff(study, arm, lr, seed):
     return diff
 
 
+def other_quick_fraction(study, diffs):
+    """The --quick fraction that runs whose settings differ from a --quick study's (diffs: their settings_diff
+    dicts) look made at, when only quick_keys' step counts differ and all point to one fraction; else None."""
+    scaled = {"max_iters", "warmup_iters", "eval_interval", "eval_iters", "lr_decay_iters"}
+    if not diffs or not all("max_iters" in d and set(d) <= scaled for d in diffs):
+        return None
+    fractions = {float(f"{study['quick'] * d['max_iters'][0] / d['max_iters'][1]:.2g}") for d in diffs}
+    return fractions.pop() if len(fractions) == 1 else None
+
+
 def clash_fix(study, diffs=()):
     """What to do when a study's runs folder holds other experiments (diffs: their settings_diff dicts): never
     delete runs someone made."""
@@ -443,8 +453,11 @@ def clash_fix(study, diffs=()):
             "since the runs were made (each run's config.json names its commit under 'code'). Restore that "
             "model.py, or give the changed query mode's arm a new name (new runs), or ")
     if study.get("quick"):
-        return (f"{code}{study['runs_dir']} is scratch space for --quick (nothing committed is there): delete it "
-                f"and run again")
+        other = other_quick_fraction(study, diffs)
+        reuse = (f"only their step counts differ, as in runs of --quick {other:.2g}: run with that fraction to use "
+                 f"them, or " if other else "")
+        return (f"{code}{study['runs_dir']} is scratch space for --quick (nothing committed is there): {reuse}"
+                f"delete it and run again")
     own = ("set runs_dir to a new folder" if study["runs_dir"] == study["own_runs_dir"] else
            f"leave out runs_dir (the default is {study['own_runs_dir']}) or set runs_dir to a new folder")
     return (f"{code}give this study its own runs folder: {own}. Share a runs_dir only between "

@@ -761,6 +761,11 @@ def test_quick_writes_only_under_the_scratch_folder(one_arm_study, tmp_path, mon
     assert "A --quick try of this study" in text and os.path.isfile("out/quick/tiny/README.md")
     assert "this try has the last fixed-window val loss (Method)" in text  # the study's own text may say whole
     assert "its last fixed-window val loss (`val_loss`" in text and "`val_loss_full`" not in text
+    # a report (or sweep) at another fraction finds these runs: it names the fraction they were made at
+    with pytest.raises(ValueError, match=r"out/quick/tiny/runs is scratch space for --quick \(nothing committed is "
+                                         r"there\): only their step counts differ, as in runs of --quick 0.1: run "
+                                         r"with that fraction to use them, or delete it and run again"):
+        report.main([str(study_file), "--quick", "0.2"])
     again = sweep.load_study(str(study_file), quick=0.1)  # timed now: the next estimate uses these runs
     assert "ms/step by arm" in sweep.announce(again, [("linear", 1e-2, 5)], 1)
     assert "once one has finished, python sweep.py STUDY --dry_run estimates the whole study from it)" in printed
