@@ -38,7 +38,8 @@ import torch.distributed as dist
 from tqdm import tqdm
 
 from model import GPT, QUERY_MODE_ALIASES, QUERY_MODES, GPTConfig
-from prepare_data import GPT2_VOCAB, load_meta  # noqa: F401  (load_meta is part of this module's interface)
+from prepare_data import GPT2_VOCAB, not_a_folder
+from prepare_data import load_meta  # noqa: F401  (load_meta is part of this module's interface)
 
 # ----------------------------------------------------------------------------------------------- settings
 # The model's keys and defaults are GPTConfig's fields (model.py); data_vocab_size is set from the dataset.
@@ -950,9 +951,8 @@ def check_creatable_folder(folder, option, example):
     path = os.path.abspath(folder)
     while not os.path.lexists(path):  # the nearest part of the path that exists ("/" at worst)
         path = os.path.dirname(path)
-    if not os.path.isdir(path):
-        what = ("a file, not a folder" if os.path.exists(path) else
-                f"a link to {os.readlink(path)}, which does not exist")
+    if not os.path.isdir(path):  # a file, or a link to nothing
+        what = not_a_folder(path)[1]
         where = f"is {what}" if path == os.path.abspath(folder) else f"cannot be made: {path} is {what}"
         raise ValueError(f"{option} {folder} {where}; choose another path, e.g. {option}={example}")
     if not os.access(path, os.W_OK | os.X_OK):

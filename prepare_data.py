@@ -85,13 +85,13 @@ def warn(text):
 
 
 def not_a_folder(path):
-    """The nearest part of path (path itself or a parent) that exists but is no folder, described for an error
-    message ("data is a file", "data is a link to gone/, which does not exist"); None if there is none."""
+    """(part, what) for the nearest part of path (path itself or a parent) that exists but is no folder, what
+    saying so for an error message ("a file, not a folder", "a link to gone/, which does not exist"); None if
+    there is none."""
     for p in (Path(path), *Path(path).parents):
         if os.path.lexists(p) and not os.path.isdir(p):
-            if os.path.islink(p) and not os.path.exists(p):
-                return f"{p} is a link to {os.readlink(p)}, which does not exist"
-            return f"{p} is a file, not a folder"
+            dangling = os.path.islink(p) and not os.path.exists(p)
+            return p, f"a link to {os.readlink(p)}, which does not exist" if dangling else "a file, not a folder"
     return None
 
 
@@ -473,7 +473,7 @@ def check_target(out_dir, overwrite):
     except OSError as e:  # (the message serves train.py's first-use preparation too: no option names)
         in_the_way = not_a_folder(out_dir)
         raise DataError(f"cannot write the output folder {out_dir} ({e.strerror or e}); "
-                        + (f"{in_the_way}; " if in_the_way else "")
+                        + ("{} is {}; ".format(*in_the_way) if in_the_way else "")
                         + ("each folder name holds at most 255 bytes; " if e.errno == errno.ENAMETOOLONG else "")
                         + "choose a writable data_dir and a dataset name that is not a file in it") from e
 

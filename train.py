@@ -225,7 +225,7 @@ def checkpoint_to_resume(cfg, model_cfg, ckpt_path, meta, data_dir):
     except OSError as e:
         in_the_way = not_a_folder(cfg["out_dir"])  # a file above it, or a link to nothing
         raise ValueError(f"cannot write to out_dir {cfg['out_dir']} ({e.strerror or e}); "
-                         + (f"{in_the_way}; " if in_the_way else "") + "choose a writable folder") from e
+                         + ("{} is {}; ".format(*in_the_way) if in_the_way else "") + "choose a writable folder") from e
     if os.path.isdir(ckpt_path):
         raise ValueError(f"{ckpt_path} is a folder, not a checkpoint; move it away, or give the run a new out_dir")
     if cfg["init_from"] != "resume":
