@@ -152,13 +152,14 @@ def prompt_ids(start, meta, encode):
 
 
 def generate(model, meta, encode, decode, start="", num_samples=1, max_new_tokens=200, temperature=0.8,
-             top_k=None, seed=1337, device="cpu", use_cache=True, log=None):
+             top_k=None, seed=1337, device="cpu", use_cache=True, log=None, each=None):
     """num_samples texts (prompt included), each max_new_tokens tokens longer than the prompt.
 
     The RNG is seeded once, so the same seed and arguments give the same texts. temperature 0 = greedy.
     Only ids < meta["vocab_size"] are sampled (the padded embedding rows never are). use_cache: GPT.generate's
     KV cache (the same texts either way, faster with it). log: called with a note (str) for a prompt longer
-    than block_size, or None.
+    than block_size, or None. each: called with each text as soon as it is generated (sample.py prints it), or
+    None.
     """
     ids = prompt_ids(start, meta, encode)
     if not ids:
@@ -174,6 +175,8 @@ def generate(model, meta, encode, decode, start="", num_samples=1, max_new_token
         y = model.generate(x, max_new_tokens, temperature=temperature, top_k=top_k,
                            vocab_size=meta["vocab_size"], use_cache=use_cache)
         texts.append(decode(y[0].tolist()))
+        if each:
+            each(texts[-1])
     return texts
 
 
@@ -224,9 +227,8 @@ def main(argv=None):
     print(checkpoint_note(args.out_dir, ckpt), file=sys.stderr)
     texts = generate(model, meta, encode, decode, args.start, args.num_samples, args.max_new_tokens,
                      args.temperature, args.top_k, args.seed, device, not args.no_cache,
-                     log=lambda note: print(note, file=sys.stderr))
-    for text in texts:
-        print(text, "-" * 40, sep="\n", flush=True)
+                     log=lambda note: print(note, file=sys.stderr),
+                     each=lambda text: print(text, "-" * 40, sep="\n", flush=True))  # each as it is done
     return texts
 
 

@@ -115,6 +115,19 @@ def test_samples_only_real_vocabulary(run):
     assert all(max(i[2:]) < 10 for i in ids)
 
 
+def test_each_sample_is_handed_over_as_soon_as_it_is_generated(run):
+    """sample.py prints each text when it is done (10 long samples on a CPU: the first after seconds, not all
+    at the end)."""
+    model, *_ = sample.load_checkpoint(str(run[1]))
+    meta = dict(tokenizer="char", vocab_size=10, eot_token=None)
+    calls, seen = [], []
+    generate = model.generate
+    model.generate = lambda *args, **kw: calls.append(1) or generate(*args, **kw)
+    texts = sample.generate(model, meta, lambda s: [1, 2], lambda ids: ids, "ab", num_samples=3, max_new_tokens=5,
+                            each=lambda text: seen.append((len(calls), text)))
+    assert seen == [(1, texts[0]), (2, texts[1]), (3, texts[2])] and len(texts[0]) == 7
+
+
 def test_prompt_ids(tmp_path):
     byte = dict(tokenizer="byte", vocab_size=256, eot_token=None)
     encode, _ = prepare_data.get_codec(byte)
