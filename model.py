@@ -527,7 +527,8 @@ class GPT(nn.Module):
         return [KVCache(self.config.block_size) for _ in range(self.config.n_layer)]
 
     @torch.no_grad()
-    def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None, vocab_size=None, use_cache=True):
+    def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None, vocab_size=None, use_cache=True,
+                 on_token=None):
         """Autoregressive sampling. idx: (B, T) prompt ids -> (B, T + max_new_tokens) ids.
 
         Each token is predicted from the last block_size tokens before it, at positions 0.. (a longer prompt
@@ -540,6 +541,7 @@ class GPT(nn.Module):
         Once the context fills block_size, the window slides by one token a step and every position changes,
         so cached keys (of absolute positions) are stale: each such step fills a new cache with the last
         block_size tokens, which costs what use_cache=False costs (bench/kv_cache.py measures both).
+        on_token: called with each new token's ids, (B, 1), as it is drawn (sample.py's progress bar), or None.
         ValueError for max_new_tokens < 0, a negative or non-finite temperature, top_k < 1, a vocab_size
         outside 1..config.vocab_size, or non-finite logits (the weights diverged).
         """
@@ -577,6 +579,8 @@ class GPT(nn.Module):
                     logits = logits.masked_fill(logits < kth, float("-inf"))
                 next_id = torch.multinomial(logits.softmax(dim=-1), num_samples=1)
             idx = torch.cat((idx, next_id), dim=1)
+            if on_token:
+                on_token(next_id)
         return idx
 
     def param_breakdown(self):

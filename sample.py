@@ -15,6 +15,7 @@ import os
 import sys
 
 import torch
+from tqdm import tqdm
 
 from common import (MAX_SEED, HelpFormatter, check_same_dataset, load_checkpoint as read_checkpoint,
                     model_from_checkpoint, read_metrics, resolve_device)
@@ -129,6 +130,9 @@ def checkpoint_note(out_dir, ckpt):
     return note
 
 
+PROGRESS_DELAY_S = 2  # a sample that takes longer shows a progress bar (10 ms a token: the demo on a CPU)
+
+
 def prompt_ids(start, meta, encode):
     """Prompt token ids: the text of --start (FILE:path reads a file); empty -> eot (gpt2) or encoded
     newline."""
@@ -141,7 +145,11 @@ def prompt_ids(start, meta, encode):
             raise ValueError(f"--start FILE:{path}: the file is empty; write the prompt in it, or leave --start "
                              f"out to start from a new line (end-of-text for GPT-2 BPE)")
     if start:
-        return encode(start)
+        try:
+            return encode(start)
+        except ValueError as e:  # a char model's vocabulary is its training text's characters
+            raise ValueError(f"--start: {e}; a char-level model reads only the characters of its training text, "
+                             f"so write the prompt in those (byte and gpt2 models take any text)") from None
     if meta["tokenizer"] == "gpt2":
         return [meta["eot_token"]]
     try:
@@ -152,14 +160,15 @@ def prompt_ids(start, meta, encode):
 
 
 def generate(model, meta, encode, decode, start="", num_samples=1, max_new_tokens=200, temperature=0.8,
-             top_k=None, seed=1337, device="cpu", use_cache=True, log=None, each=None):
+             top_k=None, seed=1337, device="cpu", use_cache=True, log=None, each=None, progress=False):
     """num_samples texts (prompt included), each max_new_tokens tokens longer than the prompt.
 
     The RNG is seeded once, so the same seed and arguments give the same texts. temperature 0 = greedy.
     Only ids < meta["vocab_size"] are sampled (the padded embedding rows never are). use_cache: GPT.generate's
     KV cache (the same texts either way, faster with it). log: called with a note (str) for a prompt longer
     than block_size, or None. each: called with each text as soon as it is generated (sample.py prints it), or
-    None.
+    None. progress: a progress bar (tqdm, on a terminal's stderr) for each sample that takes over
+    PROGRESS_DELAY_S seconds.
     """
     ids = prompt_ids(start, meta, encode)
     if not ids:
@@ -171,9 +180,12 @@ def generate(model, meta, encode, decode, start="", num_samples=1, max_new_token
     x = torch.tensor([ids], dtype=torch.long, device=device)
     torch.manual_seed(seed)
     texts = []
-    for _ in range(num_samples):
-        y = model.generate(x, max_new_tokens, temperature=temperature, top_k=top_k,
-                           vocab_size=meta["vocab_size"], use_cache=use_cache)
+    for i in range(num_samples):
+        # a progress bar on the terminal's stderr for a sample that takes long (none in a log file)
+        with tqdm(total=max_new_tokens, desc=f"sample {i + 1} of {num_samples}", unit="tok", delay=PROGRESS_DELAY_S,
+                  leave=False, file=sys.stderr, disable=None if progress else True) as bar:
+            y = model.generate(x, max_new_tokens, temperature=temperature, top_k=top_k,
+                               vocab_size=meta["vocab_size"], use_cache=use_cache, on_token=lambda _: bar.update())
         texts.append(decode(y[0].tolist()))
         if each:
             each(texts[-1])
@@ -228,7 +240,7 @@ def main(argv=None):
     texts = generate(model, meta, encode, decode, args.start, args.num_samples, args.max_new_tokens,
                      args.temperature, args.top_k, args.seed, device, not args.no_cache,
                      log=lambda note: print(note, file=sys.stderr),
-                     each=lambda text: print(text, "-" * 40, sep="\n", flush=True))  # each as it is done
+                     each=lambda text: print(text, "-" * 40, sep="\n", flush=True), progress=True)
     return texts
 
 

@@ -128,6 +128,33 @@ def test_each_sample_is_handed_over_as_soon_as_it_is_generated(run):
     assert seen == [(1, texts[0]), (2, texts[1]), (3, texts[2])] and len(texts[0]) == 7
 
 
+def test_a_progress_bar_on_a_terminal_only_and_the_same_texts(run, monkeypatch):
+    """GPT.generate hands each new token to on_token; sample.py draws a progress bar from it on a terminal's
+    stderr (a long sample on a CPU was silent for minutes), none in a log file, and the texts do not change."""
+    import io
+    model, *_ = sample.load_checkpoint(str(run[1]))
+    drawn = []
+    x = torch.tensor([[1, 2]])
+    torch.manual_seed(0)
+    y = model.generate(x, 6, on_token=drawn.append)
+    assert [t.shape for t in drawn] == [(1, 1)] * 6 and torch.equal(torch.cat([x, *drawn], dim=1), y)
+
+    class Terminal(io.StringIO):
+        def isatty(self):
+            return True
+    meta = dict(tokenizer="char", vocab_size=10, eot_token=None)
+    args = (model, meta, lambda s: [1, 2], lambda ids: ids, "ab")
+    monkeypatch.setattr(sample, "PROGRESS_DELAY_S", 0)
+    texts = {}
+    for stderr in (Terminal(), io.StringIO()):
+        monkeypatch.setattr(sys, "stderr", stderr)
+        texts[type(stderr)] = sample.generate(*args, num_samples=2, max_new_tokens=5, progress=True)
+        shown = stderr.getvalue()
+        assert (("sample 1 of 2:   0%" in shown and "sample 2 of 2:   0%|          | 0/5" in shown)
+                if stderr.isatty() else shown == ""), shown
+    assert texts[Terminal] == texts[io.StringIO] == sample.generate(*args, num_samples=2, max_new_tokens=5)
+
+
 def test_prompt_ids(tmp_path):
     byte = dict(tokenizer="byte", vocab_size=256, eot_token=None)
     encode, _ = prepare_data.get_codec(byte)
@@ -142,6 +169,10 @@ def test_prompt_ids(tmp_path):
                                          r"vocabulary lacks \(its training text had none\): give a prompt in its "
                                          r"characters"):
         sample.prompt_ids("", char, encode)  # was: "characters ['\n'] are not in the vocabulary", unasked
+    with pytest.raises(ValueError, match=r"^--start: characters \['c', 'é'\] are not in the vocabulary of "
+                                         r"dataset one_line; a char-level model reads only the characters of its "
+                                         r"training text, so write the prompt in those \(byte and gpt2 models"):
+        sample.prompt_ids("abcé", char, encode)  # (a trial: the message named the characters, not the fix)
 
 
 @pytest.mark.parametrize("content, expected", [(None, "is not a file"),
