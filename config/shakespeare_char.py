@@ -15,8 +15,7 @@ dropout = 0.0
 
 batch_size = 12
 gradient_accumulation_steps = 1
-max_iters = 2000
-lr_decay_iters = 2000
+max_iters = 2000  # lr_decay_iters left unset: the decay ends at max_iters, also for a shorter --max_iters
 warmup_iters = 100
 learning_rate = 1e-3
 min_lr = 1e-4

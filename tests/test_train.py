@@ -650,6 +650,19 @@ def test_quick_start_offline(shipped_data, tmp_path):
     assert len(sample.stdout.strip()) >= 20
 
 
+def test_the_demo_decays_over_the_run_it_is_given():
+    """config/shakespeare_char.py leaves lr_decay_iters unset: at its 2000 iterations the schedule is the one it
+    had with lr_decay_iters = 2000 (the quick start's val loss stands), and a shorter --max_iters (a trial set
+    --max_iters=50) decays to min_lr by its end instead of stopping high on the long decay."""
+    demo = str(ROOT / "config" / "shakespeare_char.py")
+    cfg = common.parse_config([demo])
+    assert cfg["lr_decay_iters"] is None and cfg["max_iters"] == 2000
+    assert [train.get_lr(i, cfg) for i in range(2001)] == [train.get_lr(i, {**cfg, "lr_decay_iters": 2000})
+                                                           for i in range(2001)]
+    short = common.parse_config([demo, "--max_iters=500"])
+    assert train.get_lr(499, short) == pytest.approx(short["min_lr"], rel=1e-3)
+
+
 def test_whole_split_eval_announces_itself_and_the_log_times_each_interval(data_dir, tmp_path, capsys,
                                                                          monkeypatch):
     """Before the whole-split eval, one line: what it evaluates, how many windows, how to turn it off. Each log
