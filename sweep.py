@@ -644,6 +644,15 @@ RUNNING = set()
 STOPPING = threading.Event()
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
 STOPPED_BY = []  # the name of the first stop signal the sweep got
+PRINTING = threading.Lock()
+
+
+def say(line):
+    """Print line whole and at once: the runs of --jobs N report from N threads, and print's two writes (the
+    text, then its newline) from two threads could glue two lines together."""
+    with PRINTING:
+        sys.stdout.write(line + "\n")
+        sys.stdout.flush()
 
 
 class SweepStopped(RuntimeError):
@@ -680,16 +689,16 @@ def launch(study, arm, lr, seed, threads, progress=""):
         return f"{run_dir(study, arm, lr, seed)} was not started: the sweep was stopped"
     check_settings(study, arm, lr, seed)
     if is_finished(study, arm, lr, seed):
-        print(f"done already: {arm} lr={lr:g} seed={seed}", flush=True)
+        say(f"done already: {arm} lr={lr:g} seed={seed}")
         return None
     out_dir = run_dir(study, arm, lr, seed)
     try:  # again before each run: the dataset may have been prepared again since the sweep started
         check_data(study)
     except (FileNotFoundError, ValueError) as e:
-        print(f"not started: {arm} lr={lr:g} seed={seed}: {e}", flush=True)
+        say(f"not started: {arm} lr={lr:g} seed={seed}: {e}")
         return f"{out_dir} was not started: {e}"
     if is_locked(os.path.join(out_dir, ".lock")):  # e.g. left running by a sweep killed with SIGKILL
-        print(f"busy: {arm} lr={lr:g} seed={seed}: another train.py is training it; not started", flush=True)
+        say(f"busy: {arm} lr={lr:g} seed={seed}: another train.py is training it; not started")
         return (f"{out_dir} is being trained by another train.py (it holds {out_dir}/.lock; a run left by a "
                 f"killed sweep?): run the sweep again once it has ended")
     os.makedirs(out_dir, exist_ok=True)
@@ -698,7 +707,7 @@ def launch(study, arm, lr, seed, threads, progress=""):
         args.append("--init_from=resume")
     env = {**os.environ, "OMP_NUM_THREADS": str(threads)} if threads else None
     where = f" ({progress})" if progress else ""
-    print(f"running{where}: {arm} lr={lr:g} seed={seed} -> {out_dir}", flush=True)
+    say(f"running{where}: {arm} lr={lr:g} seed={seed} -> {out_dir}")
     log_path = os.path.join(out_dir, "train.log")
     with open(log_path, "a") as log:
         proc = subprocess.Popen([sys.executable, TRAIN_PY, *args], stdout=log, stderr=subprocess.STDOUT, env=env)
@@ -711,28 +720,28 @@ def launch(study, arm, lr, seed, threads, progress=""):
             RUNNING.discard(proc)
     stopped = code in (EXIT_INTERRUPTED, -signal.SIGINT, EXIT_PREEMPTED, -signal.SIGTERM)
     if code == EXIT_DIVERGED and is_diverged(final_row(out_dir)):
-        print(f"diverged: {arm} lr={lr:g} seed={seed} (recorded; the sweep goes on)", flush=True)
+        say(f"diverged: {arm} lr={lr:g} seed={seed} (recorded; the sweep goes on)")
     elif stopped and not is_finished(study, arm, lr, seed):  # (a signal as the run ended: finished, below)
         # Ctrl-C (EXIT_INTERRUPTED) or a stop signal (EXIT_PREEMPTED); -2 and -15: during start-up
         word, how = (("interrupted", "interrupted (Ctrl-C)") if code in (EXIT_INTERRUPTED, -signal.SIGINT)
                      else ("stopped", "stopped by a signal"))
         then = ("it resumes from its last checkpoint" if os.path.exists(os.path.join(out_dir, "ckpt.pt"))
                 else "it had no checkpoint yet, so it starts again")
-        print(f"{word}: {arm} lr={lr:g} seed={seed} ({then} when the sweep runs again)", flush=True)
+        say(f"{word}: {arm} lr={lr:g} seed={seed} ({then} when the sweep runs again)")
         return f"{out_dir} was {how}; {then} when the sweep runs again"
     elif code != 0 and not stopped:
-        print(f"FAILED: {arm} lr={lr:g} seed={seed} (exit code {code}); see {log_path}", flush=True)
+        say(f"FAILED: {arm} lr={lr:g} seed={seed} (exit code {code}); see {log_path}")
         return f"{out_dir} failed (exit code {code}); see {log_path}"
     elif not is_finished(study, arm, lr, seed):  # else it would be launched again and again
         row = final_row(out_dir)
-        print(f"FAILED: {arm} lr={lr:g} seed={seed} (ended without an error before max_iters)", flush=True)
+        say(f"FAILED: {arm} lr={lr:g} seed={seed} (ended without an error before max_iters)")
         return (f"{out_dir} ended before max_iters without an error: its metrics.jsonl ends at iter "
                 f"{row and row['iter']} (rows lost?); delete the folder to run it again, see {log_path}")
     else:
         row = final_row(out_dir)
         loss = final_val_loss(row)
-        print(f"finished: {arm} lr={lr:g} seed={seed}: val loss {'—' if loss is None else f'{loss:.4f}'}"
-              + (f" in {row['elapsed_s'] / 60:.1f} min" if row.get("elapsed_s") else ""), flush=True)
+        say(f"finished: {arm} lr={lr:g} seed={seed}: val loss {'—' if loss is None else f'{loss:.4f}'}"
+            + (f" in {row['elapsed_s'] / 60:.1f} min" if row.get("elapsed_s") else ""))
     return None
 
 

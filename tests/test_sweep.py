@@ -786,3 +786,27 @@ def test_committed_studies_load_and_a_shared_runs_folder_means_one_experiment_pe
     assert ("results/enwiki_cpu/runs", "nonlinear") in shared  # the CPU studies share their runs
     for (folder, arm), by_study in shared.items():
         assert len({repr(experiment) for experiment in by_study.values()}) == 1, (folder, arm, by_study)
+
+
+def test_runs_reporting_from_parallel_threads_print_whole_lines(monkeypatch):
+    """--jobs 2: a trial saw '... -> out/quick/my_tiny/runs/linear/lr0.001_seed1running (2 of 4 due now): ...'
+    (print writes its text and its newline separately, and two threads interleaved them). sweep.say writes each
+    line whole."""
+    import threading
+    writes = []
+
+    class Stdout:
+        def write(self, text):
+            writes.append(text)
+            time.sleep(0.001)  # a slow terminal: the other threads run meanwhile
+
+        def flush(self):
+            pass
+    monkeypatch.setattr(sys, "stdout", Stdout())
+    threads = [threading.Thread(target=lambda i=i: [sweep.say(f"run {i} line {k}") for k in range(5)])
+               for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(writes) == sorted(f"run {i} line {k}\n" for i in range(4) for k in range(5))
