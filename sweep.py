@@ -110,6 +110,7 @@ def load_study(path, quick=None):
     if missing:
         hint = (" (selection_seeds: the seeds the learning rate is chosen on, disjoint from the final seeds)"
                 if "selection_seeds" in missing else "")
+        hint += " (overrides = {} for none: the config's settings as they are)" if "overrides" in missing else ""
         raise ValueError(f"study file {path} does not set {', '.join(missing)}{hint}")
     unknown = set(namespace) - set(STUDY_KEYS) - set(OPTIONAL_KEYS)
     if unknown:
@@ -166,11 +167,12 @@ def load_study(path, quick=None):
                          f"study's report folder; leave runs_dir out (the default is {study['own_runs_dir']}), or "
                          f"share that study's runs with runs_dir = {os.path.join('results', other, 'runs')!r}")
     number = lambda x: isinstance(x, (int, float)) and not isinstance(x, bool)
-    distinct = lambda xs: isinstance(xs, list) and xs and len(set(xs)) == len(xs)
+    distinct = lambda xs: isinstance(xs, list) and xs and all(map(number, xs)) and len(set(xs)) == len(xs)
     ints = lambda xs: distinct(xs) and all(type(x) is int for x in xs)
     # a grid: positive numbers, each once to 6 significant digits (the run folders' names)
     rate_ok = lambda lr: number(lr) and lr > 0 and math.isfinite(lr)
     grid_ok = lambda g: distinct(g) and all(map(rate_ok, g)) and len({f"{lr:g}" for lr in g}) == len(g)
+    n_seeds = len(study["seeds"]) if ints(study["seeds"]) else 0  # (a bad seeds is named by its own check)
     lrs = study["learning_rates"]  # one grid for every arm (the fair default), or a dict arm -> grid
     arms = study["arms"]
     grids = lrs if isinstance(lrs, dict) else {arm: lrs for arm in arms}
@@ -178,19 +180,21 @@ def load_study(path, quick=None):
                  if isinstance(lrs, dict) and set(grids) != set(arms) else "")
     bad = [lr for g in grids.values() for lr in (g if isinstance(g, list) else [g]) if not rate_ok(lr)]
     unmatched += f" (not a positive finite number: {bad[0]!r})" if bad else ""
+    single = [g for g in grids.values() if rate_ok(g)]
+    unmatched += f" (one rate is a list too: [{single[0]!r}])" if single else ""
     checks = {"learning_rates": (set(grids) == set(arms) and all(grid_ok(g) for g in grids.values()),
                                  "a non-empty list of positive numbers, each once (to 6 significant digits), "
                                  f"or a dict arm -> such a list for every arm{unmatched}"),
               "selection_seeds": (ints(study["selection_seeds"]) or study["selection_seeds"] == []
-                                  and all(len(g) == 1 for g in grids.values()),
+                                  and all(isinstance(g, list) and len(g) == 1 for g in grids.values()),
                                   "a non-empty list of ints, each once (empty only with a single learning "
                                   "rate per arm)"),
               "seeds": (ints(study["seeds"]), "a non-empty list of ints, each once"),
               "reference": (isinstance(study["reference"], str) and study["reference"] in arms,
                             f"the name of one of the arms ({', '.join(arms)}), got {study['reference']!r}"),
               "seeds_per_arm": (isinstance(study["seeds_per_arm"], dict) and all(
-                  a in study["arms"] and isinstance(n, int) and 1 <= n <= len(study["seeds"])
-                  for a, n in study["seeds_per_arm"].items()), f"a dict arm -> 1..{len(study['seeds'])}"),
+                  a in study["arms"] and isinstance(n, int) and 1 <= n <= n_seeds
+                  for a, n in study["seeds_per_arm"].items()), f"a dict arm -> 1..{n_seeds}"),
               "max_extensions": (type(study["max_extensions"]) is int and study["max_extensions"] >= 0,
                                  "an int >= 0"),
               "half_steps": (isinstance(study["half_steps"], bool), "True or False"),
