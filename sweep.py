@@ -797,16 +797,22 @@ def check_data(study):
     return sorted(set(folders))
 
 
-def device_status(study):
-    """[] if this machine has the device the study's runs ask for, else one line for --dry_run saying so (a
-    cluster study is planned on a login node: its runs need the nodes' GPUs, not this machine's)."""
+def device_problem(study):
+    """None if this machine has the device (and dtype) the study's runs ask for, else 'arm ARM: why'."""
     for arm in study["arms"]:
         try:
             resolve_device(run_config(study, arm, study["grids"][arm][0], study["seeds"][0]))
         except ValueError as e:
-            return [f"device: not here (arm {arm}: {e}): run the sweep where the runs' device is, e.g. with "
-                    f"--executor slurm on a cluster's nodes; a local sweep here would fail those runs"]
-    return []
+            return f"arm {arm}: {e}"
+    return None
+
+
+def device_status(study):
+    """[] if this machine has the device the study's runs ask for, else one line for --dry_run saying so (a
+    cluster study is planned on a login node: its runs need the nodes' GPUs, not this machine's)."""
+    problem = device_problem(study)
+    return [f"device: not here ({problem}): run the sweep where the runs' device is, e.g. with --executor slurm "
+            f"on a cluster's nodes; a local sweep here would fail those runs"] if problem else []
 
 
 def data_status(study, complete=False):
@@ -1343,6 +1349,11 @@ def main(argv=None):
             print(f"# nothing due: every run of the study has finished; its report: {report_cmd}")
         return
     check_data(study)
+    problem = device_problem(study)
+    if problem:  # else every run would start and fail, its reason only in its train.log (an adversarial trial)
+        raise ValueError(f"the study's runs cannot train on this machine ({problem}); run the sweep where their "
+                         f"device is, e.g. with --executor slurm on a cluster's nodes, or set device and dtype "
+                         f"in the study's overrides; nothing was started")
     try:
         os.makedirs(study["runs_dir"], exist_ok=True)
     except OSError as e:  # its parent is a file, a dangling link, a name too long

@@ -11,6 +11,7 @@ import sys
 import time
 
 import pytest
+import torch
 
 import common
 import model
@@ -822,3 +823,16 @@ def test_runs_reporting_from_parallel_threads_print_whole_lines(monkeypatch):
     for t in threads:
         t.join()
     assert sorted(writes) == sorted(f"run {i} line {k}\n" for i in range(4) for k in range(5))
+
+
+def test_runs_for_a_device_this_machine_lacks_are_not_started(study_file, tmp_path, monkeypatch):
+    """A local sweep of runs on device=cuda on a CPU machine started every run, each failing with its reason
+    only in its train.log (an adversarial trial): it stops before any, as the dry run foretells."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # (a GPU machine too)
+    study = tmp_path / "cuda.py"
+    study.write_text(study_file.read_text().replace("overrides = {}", "overrides = {'device': 'cuda'}"))
+    with pytest.raises(ValueError, match=r"the study's runs cannot train on this machine \(arm linear: device=cuda "
+                                         r"but CUDA is not available here.*\); run the sweep where their device is, "
+                                         r".*nothing was started"):
+        sweep.main([str(study), "--threads", "1"])
+    assert not (tmp_path / "runs").exists()
