@@ -265,8 +265,9 @@ def export(model, meta, hf_dir, bpe_dir=None, code="auto", source=""):
     GPT-2 cannot compute the model, "nlq" = always, "gpt2" = never (ValueError naming why, for a model GPT-2
     cannot express).
     The folder is written to a temporary folder next to hf_dir and renamed into place: it is complete or absent,
-    with the permissions a plain mkdir and open would give (the umask's). ValueError if hf_dir exists, is empty
-    or cannot be made (a file in its path, no permission), or cannot be written (a full disk: nothing stays).
+    with the permissions a plain mkdir and open would give (the umask's). ValueError if hf_dir exists (an empty
+    folder too), is an empty string or cannot be made (a file in its path, no permission), or cannot be written
+    (a full disk: nothing stays).
     Returns a list of notes (str) for the user.
     """
     t = _transformers()

@@ -15,9 +15,9 @@ A study file is plain Python that sets:
     overrides             dict of train.py keys for every arm (not learning_rate, seed, out_dir or min_lr,
                           which the sweep sets for each run)
     arms                  dict: arm name -> dict of train.py keys (an arm may set min_lr, e.g. 0.0)
-    learning_rates        the base grid, two or more rates, e.g. [4e-3, 8e-3, 1.6e-2] (min_lr = lr / 10 unless
-                          the arm sets it); a dict arm -> grid gives arms their own (e.g. rates chosen by an
-                          earlier study)
+    learning_rates        the base grid, e.g. [4e-3, 8e-3, 1.6e-2] (two or more rates for a search; min_lr =
+                          lr / 10 unless the arm sets it); a dict arm -> grid gives arms their own (e.g. rates
+                          chosen by an earlier study)
     selection_seeds       seeds the learning rate is chosen on (the mean final loss over them); [] with a
                           single learning rate (per arm) means: no search, that rate is the chosen one
     seeds                 final seeds, disjoint from selection_seeds; the statistics use these alone (each
@@ -1012,7 +1012,7 @@ def dry_run(study, tokens_per_s=None, bench_json=None):
             f"{unit}-hours unknown until {' and '.join(untimed)} ha{'ve' if len(untimed) > 1 else 's'} a finished "
             f"run to time (first wave: {first} runs)")
     lines += ["", "finished: runs done; due now: what the sweep would start now; first wave: the base grid on the "
-                  "selection seeds; fewest / most: the whole study without / with every grid extension the search "
+                  "selection seeds (with no selection seeds: the final runs); fewest / most: the whole study without / with every grid extension the search "
                   "may add (half steps and final seeds included)",
               "", f"The study: {span(fewest, most, 'd')} runs, {cost}; {finished} finished, {now} due now."
               + (" Complete: the sweep has nothing to run; report.py writes its report, and --quick tries the "
