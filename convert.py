@@ -327,8 +327,9 @@ def export_hf(args):
     notes = hf.export(model, meta, args.out, args.bpe_dir, args.code, source=args.run)
     print("\n".join(notes))
     remote = os.path.isfile(os.path.join(args.out, hf.MODELING_FILE))
-    print(f"load: AutoModelForCausalLM.from_pretrained({args.out!r}"
-          + (", trust_remote_code=True)" if remote else ")"))
+    trust = ", trust_remote_code=True" if remote else ""  # AutoTokenizer reads config.json too: it needs it
+    print(f"load: AutoModelForCausalLM.from_pretrained({args.out!r}{trust}), "
+          f"AutoTokenizer.from_pretrained({args.out!r}{trust})")
     return notes
 
 

@@ -259,6 +259,24 @@ def test_gpt2_weights_load_exactly(mode, tmp_path):
         assert (model.config.bias, model.config.activation, model.config.tie_weights) == (True, "gelu_tanh", tie)
 
 
+def test_a_custom_code_export_says_to_trust_it_for_the_tokenizer_too(shipped_data, tmp_path, capsys, monkeypatch):
+    """AutoTokenizer reads config.json, whose model_type only modeling_nlq.py knows: without trust_remote_code it
+    asked 'Do you wish to run the custom code? [y/N]' (a new user's trial). The load line says so for both."""
+    import builtins
+    import transformers
+    write_byte_dataset(tmp_path / "tiny")
+    train.train(small_cfg(tmp_path, tmp_path / "out", max_iters=1, eval_interval=1, query_mode="nonlinear"))
+    capsys.readouterr()
+    out = str(tmp_path / "hf")
+    convert.main(["hf", str(tmp_path / "out"), f"--out={out}"])
+    assert capsys.readouterr().out.splitlines()[-1] == (
+        f"load: AutoModelForCausalLM.from_pretrained({out!r}, trust_remote_code=True), "
+        f"AutoTokenizer.from_pretrained({out!r}, trust_remote_code=True)")
+    monkeypatch.setattr(builtins, "input", lambda *a: pytest.fail("transformers asked a question"))
+    tokenizer = transformers.AutoTokenizer.from_pretrained(out, trust_remote_code=True)
+    assert tokenizer("the quick")["input_ids"] == list(b"the quick")
+
+
 def test_train_init_from_a_gpt2_folder_then_resume(tmp_path, capsys):
     write_byte_dataset(tmp_path / "tiny")
     ref = tiny_gpt2(tmp_path / "gpt2", tie_word_embeddings=False)
