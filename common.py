@@ -772,6 +772,8 @@ EXIT_PREEMPTED = 144
 # interrupted, not failed (it resumes from its last checkpoint when the sweep runs again)
 EXIT_INTERRUPTED = 130
 CHECKPOINT_KEYS = {"model", "optimizer", "iter_num", "config", "model_args", "rng"}
+CHECKPOINT_TYPES = {"model": dict, "optimizer": dict, "iter_num": int, "config": dict, "model_args": dict,
+                    "rng": list}  # rng: one dict of RNG states per rank
 
 
 def upgrade_state_dict(state_dict):
@@ -806,6 +808,13 @@ def load_checkpoint(path, mmap=False):
         hint = (" (it is in the paper's official format: convert it into a new run folder with python "
                 f"convert.py official {path} --out_dir=NEW_DIR --dataset=NAME)" if official else "")
         raise ValueError(f"{path} is not a train.py checkpoint (no {', '.join(sorted(missing))}){hint}")
+    wrong = [f"{key} is {type(ckpt[key]).__name__}, not {kind.__name__}" for key, kind in CHECKPOINT_TYPES.items()
+             if not isinstance(ckpt[key], kind)]
+    if isinstance(ckpt["rng"], list) and not (ckpt["rng"] and all(isinstance(r, dict) for r in ckpt["rng"])):
+        wrong.append(f"rng is {ckpt['rng']!r:.60}, not a dict of RNG states per rank")
+    if wrong:  # e.g. edited by hand: it would fail later with a TypeError deep in a resume
+        raise ValueError(f"{path} is damaged or was edited ({'; '.join(wrong)}); restore a copy, or delete it to "
+                         f"start again")
     ckpt["model"] = upgrade_state_dict(ckpt["model"])
     return ckpt
 

@@ -325,6 +325,20 @@ def test_sampling_needs_only_the_same_tokenizer_not_the_same_data(trained):
                                  "training data in the same order")
 
 
+@pytest.mark.parametrize("key, value, named", [
+    ("rng", None, "rng is NoneType, not list"), ("iter_num", "5", "iter_num is str, not int"),
+    ("config", None, "config is NoneType, not dict"), ("rng", [None], "rng is [None], not a dict of RNG states")])
+def test_a_checkpoint_entry_of_the_wrong_type_is_named(trained, key, value, named):
+    """Edited by hand (an adversarial trial), they failed with TypeErrors deep in a resume."""
+    data, out = trained
+    ckpt = common.torch.load(out / "ckpt.pt", weights_only=True)
+    ckpt[key] = value
+    common.torch.save(ckpt, out / "ckpt.pt")
+    with pytest.raises(ValueError, match=rf"ckpt.pt is damaged or was edited \({re.escape(named)}.*\); restore a "
+                                         r"copy, or delete it to start again"):
+        train.train(tiny_cfg(data, out, init_from="resume", max_iters=4))
+
+
 def test_weights_that_do_not_fit_their_settings_are_named(trained):
     import eval as nlq_eval
     import sample
