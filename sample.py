@@ -148,6 +148,8 @@ def prompt_ids(start, meta, encode):
         try:
             return encode(start)
         except ValueError as e:  # a char model's vocabulary is its training text's characters
+            if meta["tokenizer"] != "char":
+                raise
             raise ValueError(f"--start: {e}; a char-level model reads only the characters of its training text, "
                              f"so write the prompt in those (byte and gpt2 models take any text)") from None
     if meta["tokenizer"] == "gpt2":

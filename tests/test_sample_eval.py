@@ -162,6 +162,8 @@ def test_prompt_ids(tmp_path):
     assert sample.prompt_ids("", dict(tokenizer="gpt2", eot_token=50256), None) == [50256]
     (tmp_path / "p.txt").write_text("héllo", encoding="utf-8")
     assert sample.prompt_ids(f"FILE:{tmp_path / 'p.txt'}", byte, encode) == list("héllo".encode())
+    with pytest.raises(UnicodeEncodeError):  # (a byte from a non-UTF-8 shell): not blamed on a char vocabulary
+        sample.prompt_ids("\udcff", byte, encode)
     char = dict(tokenizer="char", vocab_size=3, chars=[" ", "a", "b"], name="one_line")  # a text without "\n"
     encode, _ = prepare_data.get_codec(char)
     assert sample.prompt_ids("ab", char, encode) == [1, 2]
