@@ -810,8 +810,9 @@ def load_checkpoint(path, mmap=False):
         raise ValueError(f"{path} is not a train.py checkpoint (no {', '.join(sorted(missing))}){hint}")
     wrong = [f"{key} is {type(ckpt[key]).__name__}, not {kind.__name__}" for key, kind in CHECKPOINT_TYPES.items()
              if not isinstance(ckpt[key], kind)]
-    if isinstance(ckpt["rng"], list) and not (ckpt["rng"] and all(isinstance(r, dict) for r in ckpt["rng"])):
-        wrong.append(f"rng is {ckpt['rng']!r:.60}, not a dict of RNG states per rank")
+    rng = ckpt["rng"]  # a dict per rank ([] in a checkpoint made by hand for sample.py and eval.py)
+    if isinstance(rng, list) and not all(isinstance(r, dict) for r in rng):
+        wrong.append(f"rng is {rng!r:.60}, not a dict of RNG states per rank")
     if wrong:  # e.g. edited by hand: it would fail later with a TypeError deep in a resume
         raise ValueError(f"{path} is damaged or was edited ({'; '.join(wrong)}); restore a copy, or delete it to "
                          f"start again")
