@@ -771,9 +771,10 @@ EXIT_PREEMPTED = 144
 # train.py's exit status for a run stopped by Ctrl-C (SIGINT), the shell's 128 + 2: sweep.py reports such a run as
 # interrupted, not failed (it resumes from its last checkpoint when the sweep runs again)
 EXIT_INTERRUPTED = 130
-CHECKPOINT_KEYS = {"model", "optimizer", "iter_num", "config", "model_args", "rng"}
+# the entries every train.py checkpoint has, and their types (rng: one dict of RNG states per rank)
 CHECKPOINT_TYPES = {"model": dict, "optimizer": dict, "iter_num": int, "config": dict, "model_args": dict,
-                    "rng": list}  # rng: one dict of RNG states per rank
+                    "rng": list}
+CHECKPOINT_KEYS = set(CHECKPOINT_TYPES)
 
 
 def upgrade_state_dict(state_dict):

@@ -330,6 +330,10 @@ def quick_option(fraction):
     return "" if not fraction else " --quick" if fraction == QUICK_FRACTION else f" --quick {fraction:g}"
 
 
+# the step counts quick_keys scales: runs that differ from a --quick study only in these are another fraction's
+QUICK_STEP_KEYS = ("max_iters", "warmup_iters", "eval_interval", "eval_iters", "lr_decay_iters")
+
+
 def quick_keys(cfg, fraction):
     """The settings that shorten a run to fraction of its steps: max_iters, and with it the warmup, the decay
     and the eval interval, so the run keeps its shape (warmup, decay, evals) in fewer steps; the evals shrink
@@ -442,8 +446,7 @@ def settings_diff(study, arm, lr, seed):
 def other_quick_fraction(study, diffs):
     """The --quick fraction that runs whose settings differ from a --quick study's (diffs: their settings_diff
     dicts) look made at, when only quick_keys' step counts differ and all point to one fraction; else None."""
-    scaled = {"max_iters", "warmup_iters", "eval_interval", "eval_iters", "lr_decay_iters"}
-    if not diffs or not all("max_iters" in d and set(d) <= scaled for d in diffs):
+    if not diffs or not all("max_iters" in d and set(d) <= set(QUICK_STEP_KEYS) for d in diffs):
         return None
     fractions = {float(f"{study['quick'] * d['max_iters'][0] / d['max_iters'][1]:.2g}") for d in diffs}
     return fractions.pop() if len(fractions) == 1 else None
@@ -1012,8 +1015,8 @@ def dry_run(study, tokens_per_s=None, bench_json=None):
             f"{unit}-hours unknown until {' and '.join(untimed)} ha{'ve' if len(untimed) > 1 else 's'} a finished "
             f"run to time (first wave: {first} runs)")
     lines += ["", "finished: runs done; due now: what the sweep would start now; first wave: the base grid on the "
-                  "selection seeds (with no selection seeds: the final runs); fewest / most: the whole study without / with every grid extension the search "
-                  "may add (half steps and final seeds included)",
+                  "selection seeds (with no selection seeds: the final runs); fewest / most: the whole study "
+                  "without / with every grid extension the search may add (half steps and final seeds included)",
               "", f"The study: {span(fewest, most, 'd')} runs, {cost}; {finished} finished, {now} due now."
               + (" Complete: the sweep has nothing to run; report.py writes its report, and --quick tries the "
                  "study in the scratch folder." if now == 0 else ""),
