@@ -92,6 +92,9 @@ def test_killed_sweep_restarts_without_rerunning_finished_runs(one_arm_study):
         proc.wait()
     row = sweep.final_row(second)
     assert row is not None and row["iter"] < 20, "the sweep was not caught mid-run"
+    deadline = time.time() + 30  # its train.py got the SIGKILL too, but may hold its run's lock a moment longer
+    while common.is_locked(os.path.join(second, ".lock")) and time.time() < deadline:  # (a loaded machine)
+        time.sleep(0.05)
     first_mtime = os.path.getmtime(os.path.join(first, "metrics.jsonl"))
 
     sweep.main([str(study_file)])
