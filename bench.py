@@ -6,7 +6,7 @@ Training-step throughput, MFU and peak memory per query mode, side by side in on
     torchrun --standalone --nproc_per_node=8 bench.py config/nlq_small.py --fsdp=True       # FSDP, 8 GPUs
 
 Under torchrun every rank runs the same steps: with fsdp=True the model is sharded as train.py shards it
-(common.shard_model), otherwise it is wrapped in DDP, even for one process (so DDP's gradient buckets are
+(distributed.shard_model), otherwise it is wrapped in DDP, even for one process (so DDP's gradient buckets are
 counted). DDP replicates everything, so its memory per rank is the same for any number of ranks; FSDP's falls
 with the number of ranks, so one process measures FSDP with nothing sharded (its overhead, not its saving).
 
@@ -37,9 +37,11 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from common import (atomic_write_text, autocast, check_fsdp_support, check_output_file, end_distributed,
-                    get_batch, load_meta, model_config, open_split, parse_config, resolve_device,
-                    settings_help, setup_distributed, shard_model, use_compile, window_starts)
+from checkpoint import atomic_write_text
+from data import get_batch, load_meta, open_split, window_starts
+from distributed import (autocast, check_fsdp_support, end_distributed, resolve_device, setup_distributed,
+                         shard_model, use_compile)
+from settings import model_config, parse_config, settings_help
 from model import GPT, QUERY_MODE_ALIASES, QUERY_MODES
 
 BENCH_DEFAULTS = dict(query_modes="linear,identity,nonlinear", warmup=10, steps=50, rounds=5,
@@ -93,7 +95,7 @@ def batch_source(cfg, opts, vocab_size, device):
 
 
 def data_vocab_size(cfg):
-    """The dataset's vocabulary if it is prepared here, else None (GPT-2's, in common.model_config)."""
+    """The dataset's vocabulary if it is prepared here, else None (GPT-2's, in settings.model_config)."""
     meta_dir = os.path.join(cfg["data_dir"], cfg["dataset"])
     return load_meta(meta_dir)["vocab_size"] if os.path.exists(os.path.join(meta_dir, "meta.json")) else None
 
@@ -279,8 +281,6 @@ def usage():
 def main(argv):
     opts, rest = split_args(argv)
     cfg = parse_config(rest)
-    if opts["json"]:  # a bad path fails now, not after the benchmark
-        check_output_file(opts["json"], "--json", is_bench_rows)
     rows, device = bench(cfg, opts)
     if int(os.environ.get("RANK", 0)) != 0:  # under torchrun, rank 0 reports
         return

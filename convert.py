@@ -50,11 +50,11 @@ from datetime import datetime, timezone
 
 import torch
 
-from common import (DEFAULTS, MODEL_KEYS, HelpFormatter, atomic_write_text, check_creatable_folder,
-                    check_finite_weights, check_value, load_checkpoint, model_config, model_from_checkpoint,
-                    save_checkpoint, validate)
+from checkpoint import atomic_write_text, load_run, replace_atomically
+from data import load_meta
 from model import GPT
-from prepare_data import GPT2_EOT, GPT2_VOCAB, DataError, load_meta
+from prepare_data import GPT2_EOT, GPT2_VOCAB, DataError
+from settings import DEFAULTS, MODEL_KEYS, HelpFormatter, check_value, model_config, validate
 
 # ------------------------------------------------------------------------------------- the official format
 OFFICIAL_KEYS = ("model", "optimizer", "model_args", "iter_num", "best_val_loss", "config")
@@ -70,8 +70,8 @@ OTHER_FIELDS = ("query_mode", "head_size", "batch_size", "accumulation_size", "l
                 "save_checkpoint_steps", "max_iters")
 # settings of the official train.py (its saved config) that mean the same in nlq
 CARRIED_SETTINGS = ("batch_size", "gradient_accumulation_steps", "learning_rate", "min_lr", "warmup_iters",
-                    "lr_decay_iters", "max_iters", "decay_lr", "grad_clip", "eval_interval", "eval_iters",
-                    "log_interval", "always_save_checkpoint")
+                    "lr_decay_iters", "max_iters", "decay_lr", "grad_clip", "eval_interval", "log_interval",
+                    "always_save_checkpoint")
 # f's parameters: official name -> nlq name (residual_gelu)
 F_NAMES = {"attn.residual_rmsnorm_input.": "attn.query.norm_in.", "attn.residual_in.": "attn.query.w1.",
            "attn.residual_out.": "attn.query.w2.", "attn.residual_layernorm_output.": "attn.query.norm_out."}
@@ -137,7 +137,7 @@ def nlq_model_config(model_args, data_vocab_size):
         raise ValueError(f"unknown official query_mode {mode!r}; known: {', '.join(MODES)}")
     args = {nlq: check_value(nlq, model_args[official]) for official, nlq in MODEL_FIELDS.items()}
     args.update(query_mode=MODES[mode], query_hidden=args["n_embd"] // 2,  # the official f is d -> d/2 -> d
-                query_norm_in=True, query_norm_out=True, qk_norm=False, flash=True, activation="gelu")
+                query_norm_in=True, query_norm_out=True, fused_f=True, qk_norm=False, flash=True, activation="gelu")
     if data_vocab_size > args["vocab_size"]:
         raise ValueError(f"the vocabulary ({data_vocab_size} tokens) does not fit the checkpoint's "
                          f"embedding ({args['vocab_size']} rows): it is not the tokenizer the model was "
@@ -234,7 +234,7 @@ def convert(official, meta, dataset, data_dir, out_dir, source="?"):
 
     meta: the meta.json of the dataset the converted run will use (dataset, data_dir). ValueError naming the
     problem for anything that does not fit (see read_official, nlq_model_config, map_tensors,
-    convert_optimizer) and for weights that are not finite (a diverged run: common.check_finite_weights).
+    convert_optimizer) and for weights that are not finite (a diverged run).
     """
     margs = nlq_model_config(official["model_args"], meta["vocab_size"])
     cfg = dict(DEFAULTS, out_dir=out_dir, dataset=dataset, data_dir=data_dir, init_from="resume",
@@ -244,6 +244,8 @@ def convert(official, meta, dataset, data_dir, out_dir, source="?"):
     for k in CARRIED_SETTINGS:
         if k in settings:
             cfg[k] = check_value(k, settings[k])
+    if "eval_iters" in settings:  # its eval set: eval_iters batches of batch_size windows
+        cfg["eval_windows"] = check_value("eval_windows", settings["eval_iters"] * cfg["batch_size"])
     group = (official["optimizer"].get("param_groups") or [{}])[0]
     if "betas" in group and "weight_decay" in group:  # what AdamW used; a resume keeps the groups' settings
         cfg.update(weight_decay=float(group["weight_decay"]), beta1=float(group["betas"][0]),
@@ -257,7 +259,9 @@ def convert(official, meta, dataset, data_dir, out_dir, source="?"):
     # the official model without flash attention keeps its causal mask as a buffer, attn.bias: not a weight
     weights = {k: v for k, v in official["model"].items() if not k.endswith(".attn.bias")}
     state_dict = map_tensors(weights, {k: v.shape for k, v in model.state_dict().items()}, mode, C)
-    check_finite_weights(official, source)  # NaN/inf weights: sample.py and eval.py would refuse the run
+    bad = [k for k, v in weights.items() if v.is_floating_point() and not torch.isfinite(v).all()]
+    if bad:  # a diverged run: sample.py and eval.py would refuse it
+        raise ValueError(f"{source}: the weights are not finite (training diverged), e.g. {bad[0]}")
     wte, head = weights["transformer.wte.weight"], weights["lm_head.weight"]
     if model_cfg.tie_weights and not torch.equal(wte, head):
         raise ValueError("tie_weights is True but transformer.wte.weight and lm_head.weight differ")
@@ -277,6 +281,7 @@ def convert(official, meta, dataset, data_dir, out_dir, source="?"):
     ckpt = dict(model=state_dict, optimizer=optimizer, scaler=torch.amp.GradScaler("cpu").state_dict(),
                 iter_num=iter_num, best_val_loss=best_val, config=cfg, model_args=vars(model_cfg), rng=rng,
                 dataset_meta=meta, lr_decay_iters=cfg["lr_decay_iters"] or cfg["max_iters"],
+                initialised_from=f"convert.py: {os.path.abspath(source)}",
                 converted_from=dict(format="official", path=os.path.abspath(source),
                                     query_mode=official["model_args"]["query_mode"]))
     notes = [f"optimizer: AdamW state of {len(optimizer['state'])} tensors converted exactly; group settings "
@@ -315,16 +320,8 @@ def export_hf(args):
     if os.path.isfile(args.run):  # e.g. out/run/ckpt.pt
         raise FileNotFoundError(f"{args.run} is a file; give the nlq run folder that holds ckpt.pt (train.py's "
                                 f"out_dir, e.g. {os.path.dirname(args.run) or '.'})")
-    path = os.path.join(args.run, "ckpt.pt")
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"no checkpoint at {path}; give an nlq run folder (train.py's out_dir)")
-    ckpt = load_checkpoint(path)
-    model = model_from_checkpoint(ckpt, path)
-    meta = ckpt.get("dataset_meta")
-    if meta is None:  # checkpoints older than dataset_meta: the dataset folder has the tokenizer
-        from sample import dataset_dir
-        meta = load_meta(dataset_dir(ckpt["config"], args.data_dir))
-    notes = hf.export(model, meta, args.out, args.bpe_dir, args.code, source=args.run)
+    model, ckpt = load_run(args.run)
+    notes = hf.export(model, ckpt["dataset_meta"], args.out, args.bpe_dir, args.code, source=args.run)
     print("\n".join(notes))
     remote = os.path.isfile(os.path.join(args.out, hf.MODELING_FILE))
     trust = ", trust_remote_code=True" if remote else ""  # AutoTokenizer reads config.json too: it needs it
@@ -362,13 +359,10 @@ def main(argv=None):
     h.add_argument("--code", choices=("auto", "gpt2", "nlq"), default="auto", help="auto: a plain "
                    "GPT2LMHeadModel where GPT-2 can compute the model, else nlq's modeling code; gpt2: plain or "
                    "an error; nlq: always nlq's modeling code")
-    h.add_argument("--data_dir", type=os.path.expanduser, default=None, help="the dataset's parent folder, "
-                   "for checkpoints that do not record their tokenizer")
     args = p.parse_args(argv)
     if args.format == "hf":
         return export_hf(args)
 
-    check_creatable_folder(args.out_dir, "--out_dir", "out/NAME")  # now, not after the conversion
     # a new run folder, or an empty one: another run's checkpoint, log or settings would pass for this run's
     # (a resume keeps metrics rows up to its iter), and a user's own train_config.py would be replaced
     held = sorted(os.listdir(args.out_dir)) if os.path.isdir(args.out_dir) else []
@@ -393,7 +387,7 @@ def main(argv=None):
     try:
         os.makedirs(args.out_dir, exist_ok=True)
         atomic_write_text(config_path, config_file(ckpt["config"], args.path))
-        save_checkpoint(ckpt_path, ckpt)  # last, via a temp file: a ckpt.pt is only ever complete
+        replace_atomically(ckpt_path, lambda tmp: torch.save(ckpt, tmp))  # last: a ckpt.pt is only ever whole
     except BaseException as e:  # a full disk, Ctrl-C: take back what was written, so nothing half-done stays
         if os.path.exists(config_path) and not os.path.exists(ckpt_path):
             os.remove(config_path)

@@ -6,9 +6,8 @@ Validation loss (nats/token), perplexity, bits per token and bits per byte of a 
     python eval.py --out_dir=out/owt --split=train     # GPT-2 BPE: tests/data/gpt2, or --bpe_dir=DIR
     python eval.py --out_dir=out/owt --dataset=enwiki --full   # another dataset of the same tokenizer
 
-Default: the fixed random windows train.py draws from the checkpoint's seed (eval_windows of them; unset:
-eval_iters x batch_size), so the loss is the run's val_loss at the checkpoint's iteration (windows may overlap;
-tokens are counted with multiplicity).
+Default: the fixed random windows train.py draws from the checkpoint's seed (eval_windows of them), so the loss
+is the run's val_loss at the checkpoint's iteration (windows may overlap; tokens are counted with multiplicity).
 --full: consecutive non-overlapping windows of block_size from offset 0, the last one shorter, so each of the
 split's tokens 1..N-1 is predicted exactly once: N - 1 targets for a split of N tokens.
 Bits per byte = total nats / ln 2 / UTF-8 bytes of the target text; gpt2's end-of-text token counts 0 bytes.
@@ -44,10 +43,12 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
-from common import (HelpFormatter, atomic_write_text, autocast, check_output_file, estimate_loss,
-                    eval_window_count, eval_windows, full_split_loss, get_batch, open_split, resolve_device, safe_exp)
+from checkpoint import atomic_write_text, check_same_dataset, load_run
+from data import eval_windows, get_batch, load_meta, open_split
+from distributed import autocast, resolve_device
+from losses import estimate_loss, full_split_loss, safe_exp
 from prepare_data import GPT2_EOT, get_codec, gpt2_encoding
-from sample import find_dataset, load_checkpoint
+from settings import HelpFormatter
 
 HELLASWAG_URL = "https://raw.githubusercontent.com/rowanz/hellaswag/master/data/hellaswag_val.jsonl"
 
@@ -75,7 +76,7 @@ def fixed_windows(model, ctx, cfg, data, meta, split, device, nbytes):
     """train.py's eval on its fixed windows -> (total nats, tokens, bytes, windows)."""
     T, dtype, path = cfg["block_size"], meta["dtype"], os.path.join(data, f"{split}.bin")
     n = len(open_split(data, split, meta, T))
-    windows = eval_windows(n, T, eval_window_count(cfg), cfg["seed"])  # (N,)
+    windows = eval_windows(n, T, cfg["eval_windows"], cfg["seed"])  # (N,)
     loss = estimate_loss(model, {split: (path, dtype, windows, T)}, ctx, 0, 1, device,
                          meta["vocab_size"], cfg["batch_size"], progress=True)[split]
     n_bytes = sum(int(nbytes[get_batch(path, dtype, w, T, "cpu")[1].numpy()].sum())
@@ -103,14 +104,27 @@ def metrics(nats, tokens, n_bytes):
                 bits_per_byte=nats / math.log(2) / n_bytes if n_bytes else None)
 
 
+def dataset_of(ckpt, data_dir=None, dataset=None):
+    """The folder and meta.json of the dataset to evaluate a checkpoint on: its own (data_dir: where it is now,
+    if it moved), checked to be the data it was trained on, or another prepared dataset of the same tokenizer."""
+    cfg, trained = ckpt["config"], ckpt["dataset_meta"]
+    folder = os.path.join(data_dir or cfg["data_dir"], dataset or cfg["dataset"])
+    meta = load_meta(folder)
+    if dataset is None:
+        check_same_dataset(trained, meta, folder)
+    elif any(trained.get(k) != meta.get(k) for k in ("tokenizer", "vocab_size", "chars")):
+        raise ValueError(f"dataset {folder} is not tokenized as the checkpoint's training data was: its token ids "
+                         f"would mean other tokens to the model")
+    return folder, meta
+
+
 def evaluate(out_dir, split="val", full=False, device="cpu", dtype=None, batch_size=None, data_dir=None,
              bpe_dir=None, dataset=None):
-    """Evaluate out_dir/ckpt.pt on its dataset's split, or on another prepared dataset of the same tokenizer
-    (dataset: its name; find_dataset's errors); returns a dict of the numbers (see metrics) and what was
-    evaluated."""
-    meta, _ = find_dataset(out_dir, data_dir, dataset=dataset)  # data and tokenizer before the weights
+    """Evaluate out_dir/ckpt.pt on its dataset's split, or on another prepared dataset of the same tokenizer;
+    returns a dict of the numbers (see metrics) and what was evaluated."""
+    model, ckpt = load_run(out_dir)
+    data, meta = dataset_of(ckpt, data_dir, dataset)
     nbytes = token_bytes(meta, bpe_dir)
-    model, ckpt, meta, data = load_checkpoint(out_dir, "cpu", data_dir, dataset=dataset)
     cfg = ckpt["config"]
     device, device_type, ptdtype = resolve_device({"device": device, "dtype": dtype or cfg["dtype"]})
     model.to(device)
@@ -267,14 +281,13 @@ def hellaswag_metrics(scores, counts, labels):
     return out
 
 
-def hellaswag(out_dir, path, device="cpu", dtype=None, batch_size=8, data_dir=None, bpe_dir=None, limit=None):
+def hellaswag(out_dir, path, device="cpu", dtype=None, batch_size=8, bpe_dir=None, limit=None):
     """HellaSwag accuracy of out_dir/ckpt.pt on the file at path: a dict with examples, acc, acc_norm, their
     stderrs and `cropped` (completions that lost context tokens to block_size). The file is read and
     tokenised completely before the model runs, so a bad line fails at once."""
     examples = read_hellaswag(path, limit)
-    meta, _ = find_dataset(out_dir, data_dir, need_data=False)  # the tokenizer before the weights are read
-    encode, _ = get_codec(meta, bpe_dir)
-    model, ckpt, meta, _ = load_checkpoint(out_dir, "cpu", data_dir, need_data=False)
+    model, ckpt = load_run(out_dir)
+    encode, _ = get_codec(ckpt["dataset_meta"], bpe_dir)
     rows, cropped = hellaswag_rows(examples, encode, model.config.block_size, path)
     device, device_type, ptdtype = resolve_device({"device": device,
                                                    "dtype": dtype or ckpt["config"]["dtype"]})
@@ -283,11 +296,6 @@ def hellaswag(out_dir, path, device="cpu", dtype=None, batch_size=8, data_dir=No
     labels = np.array([label for *_, label in examples])
     return dict(out_dir=out_dir, iter=ckpt["iter_num"], hellaswag=path, cropped=cropped,
                 **hellaswag_metrics(scores, counts, labels), dtype=str(ptdtype).replace("torch.", ""))
-
-
-def is_eval_result(r):
-    """True if r (a parsed JSON file) is what evaluate() or hellaswag() returns, as --json writes it."""
-    return isinstance(r, dict) and {"out_dir", "iter", "dtype"} <= r.keys() and ("loss" in r or "hellaswag" in r)
 
 
 def hellaswag_table(r):
@@ -328,26 +336,20 @@ def main(argv=None):
     if args.batch_size is not None and not (args.full or args.hellaswag):
         p.error("--batch_size sets the batches of --full or --hellaswag; train.py's fixed windows (the "
                 "default) always use the checkpoint's batch_size")
-    if args.dataset is not None and os.path.basename(os.path.normpath(args.dataset)) in ("", ".", ".."):
-        p.error(f"--dataset={args.dataset!r}: give a prepared dataset's name (a folder in --data_dir)")
     if args.limit is not None and (args.limit < 1 or not args.hellaswag):
         p.error("--limit N needs N >= 1 and --hellaswag PATH")
     if args.hellaswag and (args.full or args.split != "val" or args.dataset):
         p.error("--hellaswag scores HellaSwag instead of the loss: leave out --full, --split and --dataset")
-    if args.json:  # before the evaluation, so a bad path cannot lose its result
-        try:
-            check_output_file(args.json, "--json", is_eval_result)
-        except ValueError as e:
-            p.error(str(e))
     if args.hellaswag:
         r = hellaswag(args.out_dir, args.hellaswag, args.device, args.dtype, args.batch_size or 8,
-                      args.data_dir, args.bpe_dir, args.limit)
+                      args.bpe_dir, args.limit)
         print(hellaswag_table(r))
     else:
         r = evaluate(args.out_dir, args.split, args.full, args.device, args.dtype, args.batch_size,
                      args.data_dir, args.bpe_dir, args.dataset)
         print(table(r))
     if args.json:
+        os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
         atomic_write_text(args.json, json.dumps(r, indent=2))
     return r
 

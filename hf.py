@@ -32,7 +32,7 @@ import tempfile
 import torch
 
 import model as nlq_model
-from common import DEFAULTS, check_creatable_folder
+from settings import DEFAULTS
 from model import GPTConfig
 from prepare_data import GPT2_BPE_DIR, GPT2_EOT, GPT2_VOCAB, gpt2_encoding
 
@@ -243,7 +243,6 @@ def check_new_folder(hf_dir):
     """ValueError, naming the fix, unless hf_dir (convert.py hf's --out) is absent and can be made."""
     if os.path.lexists(hf_dir):
         raise ValueError(f"{hf_dir} exists; choose a new --out folder (or delete the old one)")
-    check_creatable_folder(hf_dir, "--out", "hf/NAME")
 
 
 def normal_permissions(folder):
@@ -545,6 +544,17 @@ def gpt2_settings(config, cfg, meta=None):
     if cfg["block_size"] < config.n_positions:
         notes.append(f"position embeddings cropped to block_size {cfg['block_size']} of {config.n_positions}")
     return settings, notes
+
+
+def start_from_gpt2(cfg, meta, log):
+    """train.py's init_from=GPT-2: its settings and tokenizer are checked against the run's before its weights
+    are read; cfg takes the GPT-2's shape (gpt2_settings) -> the GPT-2's state dict (for load_gpt2_weights)."""
+    config = load_gpt2_config(cfg["init_from"])
+    settings, notes = gpt2_settings(config, cfg, meta)
+    weights, _ = load_gpt2(cfg["init_from"], config)
+    cfg.update(settings)
+    log("\n".join(notes))
+    return weights
 
 
 def load_gpt2_weights(model, gpt2_sd):

@@ -4,18 +4,20 @@ The whole GPT in one file: a GPT-2-style decoder whose attention query can be no
 Paper: Karbevski, "Beyond Linearity in Attention Projections: The Case for Nonlinear Queries",
 arXiv 2603.13381. Attention sees its input X only through XW_Q, XW_K, XW_V. The layers around it can absorb
 any invertible basis change Θ of X (XΘ with Θ⁻¹W), so W_Q can be fixed to the identity at no loss of
-expressivity (the paper's introduction, after Karbevski & Mijoski 2024). The paper spends the freed d²
-parameters on a nonlinear residual instead (its method, the definition of Q):
+expressivity. The paper spends the freed d² parameters on a nonlinear residual instead:
 
     Q(X) = (X + f(X)) / 2,    f(X) = LayerNorm(W2 · GELU(W1 · RMSNorm(X))),    W1: d×d/2, W2: d/2×d
 
 The halving is folded into the attention scale, 1/(2·sqrt(head_dim)). Keys and values stay linear.
-`GPTConfig.query_mode` picks the arm from QUERY_MODES, one small class per mode (below GPTConfig):
+`GPTConfig.query_mode` picks the arm from QUERY_MODES, one small class per mode:
 
     linear     q = x W_Q                 (standard GPT; scale 1/sqrt(hd))
     identity   q = x                     (no W_Q; scale 1/(2 sqrt(hd)))
     residual   q = x + x W_Q             (ablation in the official code; scale 1/(2 sqrt(hd)))
     nonlinear  q = x + f(x)              (the paper's method; scale 1/(2 sqrt(hd)))
+
+Read in order: GPTConfig, the query modes, attention, the GPT. The last section, FusedF, is an optimisation
+only: the same f at linear's memory (GPTConfig.fused_f; fused_f=False runs f as written above).
 
 Shapes: B batch, T time (≤ block_size), C = n_embd, nh = n_head, hd = C // nh.
 """
@@ -45,89 +47,57 @@ class GPTConfig:
     n_embd: int = 768
     mlp_hidden: Optional[int] = None  # None -> 4 * n_embd; 3648 for n_embd 768 = the paper's +12.5% baseline
     query_mode: str = "linear"        # a key of QUERY_MODES (aliases: original, residual_gelu)
-    query_hidden: Optional[int] = None  # width r of f's hidden layer; None -> n_embd // 2
-    #                                     (f then has d² + 2d params)
+    query_hidden: Optional[int] = None  # width r of f's hidden layer; None -> n_embd // 2 (f: d² + 2d params)
     query_norm_in: bool = True        # nonlinear: f's input RMSNorm (False: f(x) = LN(W2 GELU(W1 x)))
     query_norm_out: bool = True       # nonlinear: f's output LayerNorm (False: f(x) = W2 GELU(W1 RMSNorm(x)))
+    fused_f: bool = True              # nonlinear: f through FusedF (saves 3 floats a token); False: as written
     attn_scale: Optional[float] = None  # None -> the query mode's default: scale_factor / sqrt(head_dim)
     qk_norm: bool = False             # RMS-normalise per-head q and k before the dot product
     dropout: float = 0.0
     bias: bool = False                # biases in Linear and LayerNorm layers
     tie_weights: bool = True          # share the token embedding with the LM head
-    activation: str = "gelu"          # the MLP's GELU: gelu (exact, erf) | gelu_tanh (GPT-2's tanh approximation,
-    #                                   for imported GPT-2 weights); f's GELU is always the exact one
-    flash: bool = True                # F.scaled_dot_product_attention; False = plain matmul-softmax
-    #                                   (same maths)
+    activation: str = "gelu"          # the MLP's GELU: gelu (exact) | gelu_tanh (GPT-2's, for its weights)
+    flash: bool = True                # F.scaled_dot_product_attention; False = plain matmul-softmax (same maths)
     data_vocab_size: Optional[int] = None  # the tokenizer's vocabulary; generate() never returns ids >= it
-    #                                        (the padding rows of vocab_size); None -> vocab_size
 
     def __post_init__(self):
-        """Resolve aliases and defaults; ValueError naming the field for any invalid setting."""
+        """Resolve aliases and defaults (None -> the value the comment above names)."""
         self.query_mode = QUERY_MODE_ALIASES.get(self.query_mode, self.query_mode)
         if self.query_mode not in QUERY_MODES:
-            raise ValueError(f"unknown query_mode {self.query_mode!r}; valid modes: {', '.join(QUERY_MODES)} "
-                             f"(aliases: {', '.join(QUERY_MODE_ALIASES)})")
+            raise ValueError(f"unknown query_mode {self.query_mode!r}; valid modes: {', '.join(QUERY_MODES)}")
+        if self.n_embd % self.n_head:
+            raise ValueError(f"n_embd={self.n_embd} is not divisible by n_head={self.n_head}")
         self.mlp_hidden = 4 * self.n_embd if self.mlp_hidden is None else self.mlp_hidden
         self.query_hidden = self.n_embd // 2 if self.query_hidden is None else self.query_hidden
         self.data_vocab_size = self.vocab_size if self.data_vocab_size is None else self.data_vocab_size
-        for name in ("block_size", "vocab_size", "n_layer", "n_head", "n_embd", "mlp_hidden", "query_hidden",
-                     "data_vocab_size"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name}={getattr(self, name)} must be a positive integer")
-        if self.data_vocab_size > self.vocab_size:
-            raise ValueError(f"data_vocab_size={self.data_vocab_size} exceeds vocab_size={self.vocab_size}; "
-                             f"the embedding needs a row for every token id")
-        if self.n_embd % self.n_head != 0:
-            raise ValueError(f"n_embd={self.n_embd} is not divisible by n_head={self.n_head}; "
-                             f"pick n_embd as a multiple of n_head")
-        if self.activation not in GELU_APPROXIMATE:
-            raise ValueError(f"activation={self.activation!r}; use {' or '.join(GELU_APPROXIMATE)}")
-        if not 0 <= self.dropout < 1:
-            raise ValueError(f"dropout={self.dropout} must be in [0, 1)")
-        if self.attn_scale is not None and not (self.attn_scale > 0 and math.isfinite(self.attn_scale)):
-            raise ValueError(f"attn_scale={self.attn_scale} must be positive "
-                             f"(or None for the mode's default)")
         if self.attn_scale is None:
-            mode = QUERY_MODES[self.query_mode]
-            if mode.scale_factor is None:
-                raise ValueError(f"query mode {self.query_mode!r} ({mode.__name__}) sets no scale_factor: set it "
-                                 f"in the class (1.0: the standard 1/sqrt(head_dim); 0.5: the paper's, for a "
-                                 f"query that adds to x), or give attn_scale")
-            self.attn_scale = mode.scale_factor / math.sqrt(self.n_embd // self.n_head)
+            self.attn_scale = QUERY_MODES[self.query_mode].scale_factor / math.sqrt(self.n_embd // self.n_head)
 
 
 # ------------------------------------------------------------------------------------------ the query modes
 # A query mode is one nn.Module class: it owns its parameters, computes q from the attention input x, and says
-# which attention scale it wants by default. Adding a mode = writing a class and adding it to QUERY_MODES.
-# Every mode-generic test (causality, SDPA = plain attention, resume, parameter accounting) and bench.py then
-# pick it up.
-
-QUERY_SETTINGS = ("query_hidden", "query_norm_in", "query_norm_out")  # GPTConfig's fields for f alone
-
+# which attention scale it wants by default. Adding a mode = writing a class and adding it to QUERY_MODES;
+# every mode-generic test (causality, SDPA = plain attention, resume, parameter accounting) picks it up.
 
 class QueryMode(nn.Module):
     """Base class of the query modes: forward(x, xw) -> q, each (B, T, C).
 
-    x is the attention input LN1(h). A mode can have x·Wᵀ for a weight W of its own computed inside the
-    attention's input matmul, together with the keys and values (one matmul, one read of x), in two ways:
-    - fuse_w_q = True: W_Q lives in c_attn itself (its first C rows); xw = x·W_Qᵀ, (B, T, C). `linear` does this.
-    - input_weight() returns a (m, C) weight built from the mode's own parameters; xw = x·weightᵀ, (B, T, m).
-      The nonlinear query passes W1 this way (its parameters keep their names, so checkpoints do not change).
+    x is the attention input LN1(h). A mode may have x·Wᵀ for a weight W of its own computed inside the
+    attention's input matmul, with the keys and values (one matmul, one read of x):
+    - fuse_w_q = True: W_Q lives in c_attn itself (its first C rows); xw = x·W_Qᵀ. `linear` does this.
+    - input_weight() returns an (m, C) weight built from the mode's own parameters; xw = x·weightᵀ, (B, T, m).
     Otherwise xw is None.
-    scale_factor: the default attention scale is scale_factor / sqrt(head_dim); 0.5 folds the paper's
-    Q = (X + f(X)) / 2 into the scale (its method), 1.0 is the standard GPT. Every mode sets it: there is no
-    default to inherit by accident (GPTConfig raises if it is missing).
+    scale_factor: the default attention scale is scale_factor / sqrt(head_dim): 1.0 is the standard GPT, 0.5
+    folds the paper's Q = (X + f(X)) / 2 into the scale.
     """
     fuse_w_q = False
-    scale_factor = None
-    settings = None  # which of QUERY_SETTINGS the mode reads; None: it may read any (a mode that declares
-    #                  them lets train.py note, and sweep.py see, a setting that changes nothing)
+    scale_factor = 1.0
 
     def __init__(self, cfg: GPTConfig):
         super().__init__()
 
     def input_weight(self):
-        """None, or a (m, C) weight whose product with x the attention computes with its keys and values."""
+        """None, or an (m, C) weight whose product with x the attention computes with its keys and values."""
         return None
 
     def forward(self, x, xw):
@@ -137,85 +107,68 @@ class QueryMode(nn.Module):
 class LinearQuery(QueryMode):
     """q = x·W_Q, the standard GPT query; W_Q is the first C outputs of the attention's c_attn."""
     fuse_w_q = True
-    scale_factor = 1.0
-    settings = ()
 
     def forward(self, x, xw):
-        """(B, T, C), (B, T, C) -> (B, T, C)."""
         return xw
 
 
 class IdentityQuery(QueryMode):
     """q = x: W_Q fixed to the identity (the paper's basis-change argument: no loss of expressivity)."""
     scale_factor = 0.5
-    settings = ()
 
     def forward(self, x, xw):
-        """(B, T, C) -> (B, T, C), x itself."""
         return x
 
 
 class ResidualQuery(QueryMode):
     """q = x + x·W_Q, a linear residual query (an ablation in the official code). C² (+ C) parameters."""
     scale_factor = 0.5
-    settings = ()
 
     def __init__(self, cfg: GPTConfig):
         super().__init__(cfg)
         self.w_q = nn.Linear(cfg.n_embd, cfg.n_embd, bias=cfg.bias)
 
     def forward(self, x, xw):
-        """(B, T, C) -> (B, T, C)."""
         return x + self.w_q(x)
 
 
 class NonlinearQuery(QueryMode):
-    """q = x + f(x), f(x) = LayerNorm(W2 · GELU(W1 · RMSNorm(x))): the paper's nonlinear query (its method).
+    """q = x + f(x), f(x) = LayerNorm(W2 · GELU(W1 · RMSNorm(x))): the paper's nonlinear query.
 
     With scale_factor 0.5 the attention computes softmax(((x + f(x)) / 2) kᵀ / sqrt(hd)), the paper's Q.
-    W1: C -> r, W2: r -> C with r = query_hidden (C/2 in the paper). Parameters: 2·C·r + 2·C with bias=False
-    (d² + 2d for r = d/2). query_norm_in / query_norm_out = False drop the RMSNorm / LayerNorm (ablations).
+    W1: C -> r, W2: r -> C with r = query_hidden (C/2 in the paper): 2·C·r + 2·C parameters with bias=False,
+    d² + 2d for r = d/2, what W_Q has. query_norm_in / query_norm_out = False drop a norm (ablations).
 
-    f costs what W_Q costs. RMSNorm(x)·W1ᵀ = rstd(x) ⊙ (x·(W1·diag γ)ᵀ), rstd(x) = 1/sqrt(mean(x²) + eps) per
-    token, so W1 (its gain γ folded in) joins the keys' and values' matmul (input_weight) and the RMSNorm
-    shrinks to one number per token. The rest of f runs in FusedF (below), which keeps only that number and the
-    LayerNorm's two statistics for the backward pass and recomputes the rest there (under torch.compile the
-    partitioner recomputes even those).
+    fused_f=False computes f as written (f below). fused_f=True (the default) computes the same numbers at
+    linear's memory: RMSNorm(x)·W1ᵀ = rstd(x) ⊙ (x·(W1·diag γ)ᵀ), rstd(x) = 1/sqrt(mean(x²) + eps), so W1
+    (its gain γ folded in) joins the keys' and values' matmul (input_weight) and the rest of f runs in FusedF
+    (the end of this file), which keeps three floats per token for the backward pass.
     """
     scale_factor = 0.5
-    settings = QUERY_SETTINGS
 
     def __init__(self, cfg: GPTConfig):
         super().__init__(cfg)
         self.norm_in = nn.RMSNorm(cfg.n_embd, eps=1e-5) if cfg.query_norm_in else nn.Identity()
         self.w1 = nn.Linear(cfg.n_embd, cfg.query_hidden, bias=cfg.bias)
         self.w2 = nn.Linear(cfg.query_hidden, cfg.n_embd, bias=cfg.bias)
-        self.norm_out = (nn.LayerNorm(cfg.n_embd, eps=1e-5, bias=cfg.bias) if cfg.query_norm_out
-                         else nn.Identity())
+        self.norm_out = nn.LayerNorm(cfg.n_embd, eps=1e-5, bias=cfg.bias) if cfg.query_norm_out else nn.Identity()
+        self.fused = cfg.fused_f
 
     def f(self, x):
-        """The residual f as the paper defines it, unfused: (B, T, C) -> (B, T, C). forward computes the same."""
+        """The residual f as the paper defines it: (B, T, C) -> (B, T, C)."""
         return self.norm_out(self.w2(F.gelu(self.w1(self.norm_in(x)))))
 
     def input_weight(self):
         """W1·diag γ, (r, C): W1 with the input RMSNorm's gain folded in (W1 alone without the norm)."""
-        norm_in = isinstance(self.norm_in, nn.RMSNorm)
-        return self.w1.weight * self.norm_in.weight if norm_in else self.w1.weight
+        if not self.fused:
+            return None
+        return self.w1.weight * self.norm_in.weight if isinstance(self.norm_in, nn.RMSNorm) else self.w1.weight
 
     def forward(self, x, xw):
-        """x (B, T, C), xw = x·input_weight()ᵀ (B, T, r), or None to compute it here -> (B, T, C)."""
-        if xw is None:  # called on its own, outside the attention
-            xw = F.linear(x, self.input_weight())
-        eps_in = self.norm_in.eps if isinstance(self.norm_in, nn.RMSNorm) else None
-        ln = self.norm_out if isinstance(self.norm_out, nn.LayerNorm) else None
-        args = (x, xw, self.w1.bias, self.w2.weight, self.w2.bias, eps_in, ln and ln.weight, ln and ln.bias,
-                ln and ln.eps)
-        if torch.compiler.is_compiling() and torch.is_grad_enabled():
-            # torch.compile traces FusedF's forward and backward into the model's graph and re-decides what to
-            # save: it would store f's intermediates again (1.12-1.16x linear's bytes per layer). Under
-            # checkpoint it must recompute them (1.03x; bench/saved_activations.py --compile).
-            return checkpoint(FusedF.apply, *args, use_reentrant=False, preserve_rng_state=False)
-        return FusedF.apply(*args)
+        """x (B, T, C), xw = x·input_weight()ᵀ (B, T, r) or None -> q (B, T, C)."""
+        if not self.fused:
+            return x + self.f(x)
+        return fused_query(self, x, xw)
 
 
 QUERY_MODES = {"linear": LinearQuery, "identity": IdentityQuery, "residual": ResidualQuery,
@@ -223,16 +176,321 @@ QUERY_MODES = {"linear": LinearQuery, "identity": IdentityQuery, "residual": Res
 QUERY_MODE_ALIASES = {"original": "linear", "residual_gelu": "nonlinear"}  # names used by the official code
 
 
-def unused_query_settings(query_mode):
-    """The QUERY_SETTINGS that query_mode's class says it does not read (a tuple; empty for a class that does
-    not say, which may read any). KeyError for an unknown mode."""
-    read = QUERY_MODES[QUERY_MODE_ALIASES.get(query_mode, query_mode)].settings
-    return () if read is None else tuple(k for k in QUERY_SETTINGS if k not in read)
+# ------------------------------------------------------------------------------------------------ attention
+class KVCache:
+    """One attention layer's keys and values for positions 0..length-1 of a batch (GPT.generate's cache).
+
+    The buffers, (B, nh, size, hd) each, are allocated on the first append with the batch size, dtype and
+    device of the keys. Positions are absolute (learned position embeddings), so a full cache cannot slide:
+    GPT.generate starts a new one and fills it again.
+    """
+
+    def __init__(self, size):
+        self.size, self.length = size, 0
+        self.k = self.v = None
+
+    def append(self, k, v):
+        """Store k, v (B, nh, T, hd) at positions length..length+T-1 -> the keys and values of positions
+        0..L-1, (B, nh, L, hd) each, L = length + T."""
+        start, end = self.length, self.length + k.size(2)
+        if end > self.size:
+            raise ValueError(f"the KV cache holds {self.size} positions: {end} do not fit")
+        if self.k is None:
+            self.k = k.new_empty(*k.shape[:2], self.size, k.size(3))  # only positions < length are read
+            self.v = torch.empty_like(self.k)
+        self.k[:, :, start:end], self.v[:, :, start:end] = k, v
+        self.length = end
+        return self.k[:, :, :end], self.v[:, :, :end]
+
+
+class CausalSelfAttention(nn.Module):
+    """Multi-head causal self-attention whose query comes from the config's query mode.
+    (B, T, C) -> (B, T, C)."""
+
+    def __init__(self, cfg: GPTConfig):
+        super().__init__()
+        C, self.n_head = cfg.n_embd, cfg.n_head
+        Query = QUERY_MODES[cfg.query_mode]
+        # K and V (and W_Q, for a mode that fuses it) in one matmul: x -> [x·W_Q,] x·W_K, x·W_V
+        self.c_attn = nn.Linear(C, (C if Query.fuse_w_q else 0) + 2 * C, bias=cfg.bias)
+        self.query = Query(cfg)
+        self.c_proj = nn.Linear(C, C, bias=cfg.bias)
+        self.qk_norm = cfg.qk_norm
+        if cfg.qk_norm:
+            self.q_norm = nn.RMSNorm(C // cfg.n_head, eps=1e-5)
+            self.k_norm = nn.RMSNorm(C // cfg.n_head, eps=1e-5)
+        self.scale, self.flash, self.dropout = cfg.attn_scale, cfg.flash, cfg.dropout
+        self.resid_dropout = nn.Dropout(cfg.dropout)
+
+    def forward(self, x, cache=None):
+        """x: (B, T, C), the block's LN1 output -> (B, T, C), before the residual add.
+
+        cache: a KVCache holding the keys and values of the L - T tokens before these T, or None (L = T). The
+        query is per token (any query mode), so only keys and values need a cache.
+        """
+        B, T, C = x.shape
+        if torch.is_autocast_enabled(x.device.type):
+            # autocast would cast x for every matmul that reads it and keep each copy for the backward pass:
+            # cast it once, so that the query, the keys and the values read (and keep) one copy
+            x = x.to(torch.get_autocast_dtype(x.device.type))
+        w_query = self.query.input_weight()
+        if w_query is None:  # x -> [x·W_Q (linear only),] x·W_K, x·W_V
+            xw_kv = self.c_attn(x)
+        else:  # the query's own rows first: x -> x·w_queryᵀ, x·W_K, x·W_V, still one matmul
+            bias = self.c_attn.bias
+            if bias is not None:
+                bias = torch.cat([bias.new_zeros(w_query.size(0)), bias])
+            xw_kv = F.linear(x, torch.cat([w_query, self.c_attn.weight]), bias)
+        # (B, T, m + 2C) -> xw (B, T, m), k, v (B, T, C); m = C (linear), r (fused nonlinear) or 0
+        xw, k, v = xw_kv.split([xw_kv.size(-1) - 2 * C, C, C], dim=-1)
+        q = self.query(x, xw if xw.size(-1) else None)
+        q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
+                   for t in (q, k, v))  # (B, nh, T, hd)
+        if self.qk_norm:
+            q, k = self.q_norm(q), self.k_norm(k)
+        if cache is not None:
+            k, v = cache.append(k, v)  # (B, nh, L, hd)
+        L = k.size(2)  # the L - T cached keys, then these T
+        p_drop = self.dropout if self.training else 0.0
+        if self.flash and L == T:  # no cache: SDPA's own causal mask (its fastest kernels)
+            y = F.scaled_dot_product_attention(q, k, v, dropout_p=p_drop, is_causal=True, scale=self.scale)
+        else:
+            # query i sits at position L - T + i and sees keys 0..L - T + i: the lower triangle, shifted right
+            causal = torch.ones(T, L, dtype=torch.bool, device=x.device).tril(L - T)
+            if self.flash:
+                y = F.scaled_dot_product_attention(q, k, v, attn_mask=causal, dropout_p=p_drop,
+                                                   scale=self.scale)
+            else:  # the same maths written out, with the same scale
+                att = (q @ k.transpose(-2, -1)) * self.scale
+                att = F.dropout(att.masked_fill(~causal, float("-inf")).softmax(dim=-1), p_drop)
+                y = att @ v
+        y = y.transpose(1, 2).contiguous().view(B, T, C)
+        return self.resid_dropout(self.c_proj(y))
+
+
+# ------------------------------------------------------------------------------------------------ the GPT
+class MLP(nn.Module):
+    """Position-wise GELU MLP, C -> mlp_hidden -> C. (B, T, C) -> (B, T, C)."""
+
+    def __init__(self, cfg: GPTConfig):
+        super().__init__()
+        self.c_fc = nn.Linear(cfg.n_embd, cfg.mlp_hidden, bias=cfg.bias)
+        self.c_proj = nn.Linear(cfg.mlp_hidden, cfg.n_embd, bias=cfg.bias)
+        self.dropout = nn.Dropout(cfg.dropout)
+        self.approximate = GELU_APPROXIMATE[cfg.activation]
+
+    def forward(self, x):
+        return self.dropout(self.c_proj(F.gelu(self.c_fc(x), approximate=self.approximate)))
+
+
+class Block(nn.Module):
+    """Pre-LayerNorm transformer block: h + attn(LN1(h)), then + mlp(LN2(h)). The query sees x = LN1(h)."""
+
+    def __init__(self, cfg: GPTConfig):
+        super().__init__()
+        self.ln_1 = nn.LayerNorm(cfg.n_embd, bias=cfg.bias)
+        self.attn = CausalSelfAttention(cfg)
+        self.ln_2 = nn.LayerNorm(cfg.n_embd, bias=cfg.bias)
+        self.mlp = MLP(cfg)
+
+    def forward(self, h, cache=None):
+        """The residual stream h: (B, T, C) -> (B, T, C); cache: this layer's KVCache or None."""
+        h = h + self.attn(self.ln_1(h), cache)
+        return h + self.mlp(self.ln_2(h))
+
+
+class GPT(nn.Module):
+    """Token + position embeddings, n_layer Blocks, a final LayerNorm and the LM head (tied to wte by default)."""
+
+    def __init__(self, cfg: GPTConfig):
+        super().__init__()
+        self.config = cfg
+        self.transformer = nn.ModuleDict(dict(
+            wte=nn.Embedding(cfg.vocab_size, cfg.n_embd),
+            wpe=nn.Embedding(cfg.block_size, cfg.n_embd),
+            drop=nn.Dropout(cfg.dropout),
+            h=nn.ModuleList([Block(cfg) for _ in range(cfg.n_layer)]),
+            ln_f=nn.LayerNorm(cfg.n_embd, bias=cfg.bias),
+        ))
+        self.lm_head = nn.Linear(cfg.n_embd, cfg.vocab_size, bias=False)
+        if cfg.tie_weights:
+            self.transformer.wte.weight = self.lm_head.weight
+        self.apply(self._init_weights)
+        # The two residual output projections per block get a smaller std (GPT-2 paper, §2.3).
+        for name, p in self.named_parameters():
+            if name.endswith("c_proj.weight"):
+                nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * cfg.n_layer))
+
+    @staticmethod
+    def _init_weights(module):
+        if isinstance(module, (nn.Linear, nn.Embedding)):
+            nn.init.normal_(module.weight, mean=0.0, std=0.02)
+        if isinstance(module, nn.Linear) and module.bias is not None:
+            nn.init.zeros_(module.bias)
+
+    def forward(self, idx, targets=None, cache=None):
+        """idx: (B, T) token ids; targets: (B, T) ids or None (-1 = ignore).
+
+        Returns (logits, loss): with targets, logits (B, T, vocab) and the mean cross-entropy in nats/token;
+        without, logits of the last position only, (B, 1, vocab), and loss None.
+        cache: None, or new_kv_cache()'s list holding the keys and values of the tokens before idx, which then
+        sit at positions cache[0].length onward; idx's keys and values are added to it.
+        """
+        B, T = idx.shape
+        start = cache[0].length if cache else 0
+        if start + T > self.config.block_size:
+            raise ValueError(f"{start + T} positions exceed block_size {self.config.block_size}; crop the input")
+        pos = torch.arange(start, start + T, device=idx.device)
+        h = self.transformer.drop(self.transformer.wte(idx) + self.transformer.wpe(pos))
+        for i, block in enumerate(self.transformer.h):
+            h = block(h, cache[i] if cache else None)
+        h = self.transformer.ln_f(h)
+        if targets is None:
+            return self.lm_head(h[:, [-1], :]), None
+        logits = self.lm_head(h)
+        loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=-1)
+        return logits, loss
+
+    def new_kv_cache(self):
+        """An empty KV cache for forward(..., cache=): one KVCache of block_size positions per layer."""
+        return [KVCache(self.config.block_size) for _ in range(self.config.n_layer)]
+
+    @torch.no_grad()
+    def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None, vocab_size=None, use_cache=True,
+                 on_token=None):
+        """Autoregressive sampling. idx: (B, T) prompt ids -> (B, T + max_new_tokens) ids.
+
+        Each token is predicted from the last block_size tokens before it. temperature 0 is greedy decoding;
+        top_k keeps only the k most likely tokens. Only ids < vocab_size are sampled (default: the tokenizer's
+        vocabulary, config.data_vocab_size, so the padding rows of the embedding are never returned).
+        use_cache: keep the keys and values of past tokens (KVCache), so that each step runs the model on the
+        new token only. Once the context fills block_size the window slides and every position changes, so
+        each such step fills a new cache with the last block_size tokens (what use_cache=False costs).
+        on_token: called with each new token's ids, (B, 1), as it is drawn (sample.py's progress bar).
+        """
+        vocab_size = vocab_size or self.config.data_vocab_size
+        block_size, cache = self.config.block_size, None
+        for _ in range(max_new_tokens):
+            if not use_cache:
+                logits, _ = self(idx[:, -block_size:])
+            elif cache is None or cache[0].length == block_size:  # first step, or the window slid: (re)fill
+                cache = self.new_kv_cache()
+                logits, _ = self(idx[:, -block_size:], cache=cache)
+            else:  # the newest token only, after the cached ones
+                logits, _ = self(idx[:, -1:], cache=cache)
+            logits = logits[:, -1, :vocab_size].float()  # (B, vocab_size)
+            if not torch.isfinite(logits).all():
+                raise ValueError("the model's logits are not finite: its weights diverged (NaN/inf)")
+            if temperature == 0:
+                next_id = logits.argmax(dim=-1, keepdim=True)
+            else:
+                # subtract the max first: the best logit becomes 0 and the rest ≤ 0, so a tiny temperature sends
+                # them to -inf (greedy) instead of overflowing to inf - inf = NaN
+                tiny = torch.finfo(logits.dtype).tiny
+                logits = (logits - logits.amax(dim=-1, keepdim=True)) / max(temperature, tiny)
+                if top_k is not None and top_k < logits.size(-1):
+                    kth = torch.topk(logits, top_k).values[:, [-1]]
+                    logits = logits.masked_fill(logits < kth, float("-inf"))
+                next_id = torch.multinomial(logits.softmax(dim=-1), num_samples=1)
+            idx = torch.cat((idx, next_id), dim=1)
+            if on_token:
+                on_token(next_id)
+        return idx
+
+    def param_breakdown(self):
+        """Parameter counts by role (ints).
+
+        Keys: embedding (wte + wpe), lm_head (0 when tied), attn_q, attn_kv, attn_out, mlp, norms, total,
+        non_embedding (total minus embeddings and an untied LM head, Kaplan et al.'s convention) and
+        non_embedding_matrix (weights of the Linear layers inside the blocks only). The paper's "+12.5%" for
+        mlp_hidden = 4.75·d is in non_embedding_matrix: 13.5d² vs 12d² per block. attn_q is everything the
+        query mode owns, plus W_Q where it is fused into c_attn: the whole of f in nonlinear mode (d² + 2d per
+        block); identity has attn_q = 0.
+        """
+        n = lambda m: sum(p.numel() for p in m.parameters()) if m is not None else 0
+        C = self.config.n_embd
+        c = dict(embedding=n(self.transformer.wte) + n(self.transformer.wpe),
+                 lm_head=0 if self.config.tie_weights else n(self.lm_head),
+                 attn_q=0, attn_kv=0, attn_out=0, mlp=0, norms=n(self.transformer.ln_f),
+                 non_embedding_matrix=0)
+        for block in self.transformer.h:
+            a = block.attn
+            kv = 2 * C * C + (2 * C if self.config.bias else 0)
+            c["attn_kv"] += kv
+            c["attn_q"] += n(a.c_attn) - kv + n(a.query)
+            c["attn_out"] += n(a.c_proj)
+            c["mlp"] += n(block.mlp)
+            c["norms"] += (n(block.ln_1) + n(block.ln_2) + n(getattr(a, "q_norm", None))
+                           + n(getattr(a, "k_norm", None)))
+            c["non_embedding_matrix"] += sum(m.weight.numel() for m in block.modules()
+                                             if isinstance(m, nn.Linear))
+        c["total"] = sum(p.numel() for p in self.parameters())
+        c["non_embedding"] = c["total"] - c["embedding"] - c["lm_head"]
+        return c
+
+    def param_table(self):
+        """The parameter breakdown as a small markdown table (str), printed at start-up."""
+        rows = "\n".join(f"| {k} | {v:,} |" for k, v in self.param_breakdown().items())
+        return f"| parameters ({self.config.query_mode}) | count |\n|---|---:|\n{rows}"
+
+    def matmul_params(self):
+        """Weights that take part in a matmul for every token: all Linear weights, LM head included."""
+        return sum(m.weight.numel() for m in self.modules() if isinstance(m, nn.Linear))
+
+    def configure_optimizers(self, weight_decay, learning_rate, betas, device_type):
+        """AdamW with weight decay on ≥2-D tensors (matmul weights, embeddings) only. Fused on CUDA;
+        elsewhere foreach (one call per step for all tensors, bit-identical to the plain loop)."""
+        params = [p for p in self.parameters() if p.requires_grad]
+        groups = [{"params": [p for p in params if p.dim() >= 2], "weight_decay": weight_decay},
+                  {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
+        return torch.optim.AdamW(groups, lr=learning_rate, betas=betas, fused=(device_type == "cuda"),
+                                 foreach=(device_type != "cuda"))
+
+    def flops_per_token(self, seq_len=None):
+        """Training FLOPs per token (forward + backward): 6·N + 12·L·H·Q·T (PaLM, Chowdhery et al. 2022,
+        app. B). N = matmul_params() (f counts; identity has fewer), L layers, H heads, Q head dim, T length."""
+        cfg = self.config
+        T = seq_len or cfg.block_size
+        return 6 * self.matmul_params() + 12 * cfg.n_layer * cfg.n_head * (cfg.n_embd // cfg.n_head) * T
+
+    def estimate_mfu(self, fwdbwd_per_iter, dt, seq_len=None):
+        """Model FLOPs utilisation in [0, 1] of one device, or None if its peak is unknown (CPU, other GPUs).
+        fwdbwd_per_iter: sequences processed per iteration on this device; dt: seconds per iteration."""
+        peak = peak_flops(next(self.parameters()).device)
+        if peak is None:
+            return None
+        T = seq_len or self.config.block_size
+        return self.flops_per_token(T) * T * fwdbwd_per_iter / dt / peak
+
+
+def peak_flops(device):
+    """Dense bf16 peak FLOP/s of a torch.device from PEAK_FLOPS, or None for CPU, MPS and unknown GPUs."""
+    device = torch.device(device)
+    if device.type != "cuda":
+        return None
+    name = torch.cuda.get_device_name(device)
+    return next((peak for key, peak in PEAK_FLOPS if key in name), None)
 
 
 # ---------------------------------------------------------------------- f's fused forward and backward
-# NonlinearQuery's engine: the maths of f written out once, so that autograd keeps three floats per token.
-# A reader who wants the model first can skip to the GPT below.
+# An optimisation of NonlinearQuery (fused_f=True): the maths of f written out once, so that autograd keeps
+# three floats per token instead of f's intermediates. A reader who wants the model can stop above.
+
+def fused_query(query, x, xw):
+    """q = x + f(x) for a NonlinearQuery, from xw = x·query.input_weight()ᵀ (or None: computed here)."""
+    if xw is None:  # called on its own, outside the attention
+        xw = F.linear(x, query.input_weight())
+    eps_in = query.norm_in.eps if isinstance(query.norm_in, nn.RMSNorm) else None
+    ln = query.norm_out if isinstance(query.norm_out, nn.LayerNorm) else None
+    args = (x, xw, query.w1.bias, query.w2.weight, query.w2.bias, eps_in, ln and ln.weight, ln and ln.bias,
+            ln and ln.eps)
+    if torch.compiler.is_compiling() and torch.is_grad_enabled():
+        # torch.compile traces FusedF's forward and backward into the model's graph and re-decides what to
+        # save: it would store f's intermediates again (1.12-1.16x linear's bytes per layer). Under
+        # checkpoint it must recompute them (1.03x; bench/saved_activations.py --compile).
+        return checkpoint(FusedF.apply, *args, use_reentrant=False, preserve_rng_state=False)
+    return FusedF.apply(*args)
+
 
 class FusedF(torch.autograd.Function):
     """q = x + f(x) from xw = x·(W1·diag γ)ᵀ, with a backward pass written out (no activations of f stored).
@@ -248,10 +506,7 @@ class FusedF(torch.autograd.Function):
         ∂z, ∂γ_out, ∂β_out = LayerNorm's backward of g     ∂W2 = Σ_tokens ∂z ⊗ GELU(h),  ∂b2 = Σ_tokens ∂z
         ∂h = GELU'(h) ⊙ (W2ᵀ ∂z),  ∂b1 = Σ_tokens ∂h       ∂xw = rstd · ∂h
         ∂x = g − (rstd³ / C) (∂h · xw) x                   (the RMSNorm's path: ∂rstd/∂x = −rstd³ x / C)
-    The same maths autograd would do on f written module by module (tests/test_fused_query.py checks every
-    gradient against that), without autograd saving GELU's input and output and the LayerNorm's input
-    (eager torch.utils.checkpoint would recompute them too, but its bookkeeping costs more than f at the CPU
-    demo's sizes: bench/RESULTS.md; under torch.compile it costs nothing, and forward uses it there).
+    The same maths autograd does on f as written (tests/test_fused_query.py checks every gradient).
     """
 
     @staticmethod
@@ -274,14 +529,14 @@ class FusedF(torch.autograd.Function):
 
     @staticmethod
     def no_autocast(x):
-        """A context in which autocast is off on x's device (a no-op, and no cost, where it is off already)."""
+        """A context in which autocast is off on x's device (a no-op where it is off already)."""
         on = torch.is_autocast_enabled(x.device.type)
         return torch.autocast(x.device.type, enabled=False) if on else contextlib.nullcontext()
 
     @staticmethod
     def rstd(x, eps_in):
-        """The input RMSNorm's 1/sqrt(|x|²/C + eps_in), (B, T, 1), with |x|² in float32 also when x is bf16;
-        None without the norm (eps_in None)."""
+        """The input RMSNorm's 1/sqrt(|x|²/C + eps_in), (B, T, 1), |x|² in float32 also for bf16 x; None
+        without the norm (eps_in None)."""
         if eps_in is None:
             return None
         norm = torch.linalg.vector_norm(x, dim=-1, keepdim=True, dtype=FusedF.acc_dtype(x))
@@ -305,8 +560,7 @@ class FusedF(torch.autograd.Function):
 
     @staticmethod
     def acc(t):
-        """t in acc_dtype (None stays None): bf16 activations, and bf16 parameters under FSDP's mixed
-        precision, go up to float32."""
+        """t in acc_dtype (None stays None): bf16 activations and parameters go up to float32."""
         return t if t is None else t.to(FusedF.acc_dtype(t))
 
     @staticmethod
@@ -337,333 +591,3 @@ class FusedF(torch.autograd.Function):
             g_rstd = torch.linalg.vecdot(g_h, FusedF.acc(xw)).unsqueeze(-1)  # (B, T, 1)
             g_x = torch.addcmul(g, x, g_rstd * rstd.pow(3), value=-1.0 / x.size(-1))
             return g_x.to(x.dtype), (g_h * rstd).to(xw.dtype), g_b1, g_w2, g_b2, None, g_ln_w, g_ln_b, None
-
-
-# ------------------------------------------------------------------------------------------------ the GPT
-class KVCache:
-    """One attention layer's keys and values for positions 0..length-1 of a batch (GPT.generate's cache).
-
-    The buffers, (B, nh, size, hd) each, are allocated on the first append with the batch size, dtype and
-    device of the keys (bf16 under autocast). Positions are absolute (learned position embeddings), so a full
-    cache cannot slide: GPT.generate starts a new one and fills it again (see there).
-    """
-
-    def __init__(self, size):
-        self.size, self.length = size, 0
-        self.k = self.v = None
-
-    def append(self, k, v):
-        """Store k, v (B, nh, T, hd) at positions length..length+T-1 -> the keys and values of positions
-        0..L-1, (B, nh, L, hd) each, L = length + T. ValueError if they do not fit in size positions."""
-        start, end = self.length, self.length + k.size(2)
-        if end > self.size:
-            raise ValueError(f"the KV cache holds {self.size} positions, {start} of them filled: {k.size(2)} "
-                             f"more do not fit; start a new cache (GPT.new_kv_cache)")
-        if self.k is None:
-            self.k = k.new_empty(*k.shape[:2], self.size, k.size(3))  # only positions < length are read
-            self.v = torch.empty_like(self.k)
-        self.k[:, :, start:end], self.v[:, :, start:end] = k, v
-        self.length = end
-        return self.k[:, :, :end], self.v[:, :, :end]
-
-
-class CausalSelfAttention(nn.Module):
-    """Multi-head causal self-attention whose query comes from the config's query mode.
-    (B, T, C) -> (B, T, C)."""
-
-    def __init__(self, cfg: GPTConfig):
-        super().__init__()
-        C, self.n_head = cfg.n_embd, cfg.n_head
-        Query = QUERY_MODES[cfg.query_mode]
-        # K and V (and W_Q, for a mode that fuses it) in one matmul: x -> [x·W_Q,] x·W_K, x·W_V
-        self.q_width = C if Query.fuse_w_q else 0
-        self.c_attn = nn.Linear(C, self.q_width + 2 * C, bias=cfg.bias)
-        self.query = Query(cfg)
-        self.c_proj = nn.Linear(C, C, bias=cfg.bias)
-        self.qk_norm = cfg.qk_norm
-        if cfg.qk_norm:
-            self.q_norm = nn.RMSNorm(C // cfg.n_head, eps=1e-5)
-            self.k_norm = nn.RMSNorm(C // cfg.n_head, eps=1e-5)
-        self.scale, self.flash, self.dropout = cfg.attn_scale, cfg.flash, cfg.dropout
-        self.resid_dropout = nn.Dropout(cfg.dropout)
-
-    def forward(self, x, cache=None):
-        """x: (B, T, C), the block's LN1 output -> (B, T, C), before the residual add. Under autocast the
-        query mode gets x in the autocast dtype (the copy the input matmul reads).
-
-        cache: a KVCache holding the keys and values of the L - T tokens before these T, or None (L = T). The
-        query is per token (any query mode), so only keys and values need a cache.
-        """
-        B, T, C = x.shape
-        if torch.is_autocast_enabled(x.device.type):
-            # autocast would cast x for every matmul that reads it and keep each copy for the backward pass:
-            # cast it once, so that the query, the keys and the values read (and keep) one copy
-            x = x.to(torch.get_autocast_dtype(x.device.type))
-        w_query = self.query.input_weight()
-        if w_query is None:  # x -> [x·W_Q (linear only),] x·W_K, x·W_V
-            xw_kv = self.c_attn(x)
-        else:  # the query's own rows first: x -> x·w_queryᵀ, x·W_K, x·W_V, still one matmul
-            bias = self.c_attn.bias
-            if bias is not None:
-                bias = torch.cat([bias.new_zeros(w_query.size(0)), bias])
-            xw_kv = F.linear(x, torch.cat([w_query, self.c_attn.weight]), bias)
-        # (B, T, m + 2C) -> xw (B, T, m), k, v (B, T, C); m = C (linear), r (nonlinear) or 0 (nothing fused)
-        xw, k, v = xw_kv.split([xw_kv.size(-1) - 2 * C, C, C], dim=-1)
-        q = self.query(x, xw if xw.size(-1) else None)
-        q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-                   for t in (q, k, v))  # (B, nh, T, hd)
-        if self.qk_norm:
-            q, k = self.q_norm(q), self.k_norm(k)
-        if cache is not None:
-            k, v = cache.append(k, v)  # (B, nh, L, hd)
-        L = k.size(2)  # the L - T cached keys, then these T
-        p_drop = self.dropout if self.training else 0.0
-        if self.flash and L == T:  # no cache: SDPA's own causal mask (its fastest kernels)
-            y = F.scaled_dot_product_attention(q, k, v, dropout_p=p_drop, is_causal=True, scale=self.scale)
-        else:
-            # query i sits at position L - T + i and sees keys 0..L - T + i: the lower triangle, shifted right
-            causal = torch.ones(T, L, dtype=torch.bool, device=x.device).tril(L - T)
-            if self.flash:
-                y = F.scaled_dot_product_attention(q, k, v, attn_mask=causal, dropout_p=p_drop,
-                                                   scale=self.scale)
-            else:  # the same maths written out, with the same scale
-                att = (q @ k.transpose(-2, -1)) * self.scale
-                att = F.dropout(att.masked_fill(~causal, float("-inf")).softmax(dim=-1), p_drop)
-                y = att @ v
-        y = y.transpose(1, 2).contiguous().view(B, T, C)
-        return self.resid_dropout(self.c_proj(y))
-
-
-class MLP(nn.Module):
-    """Position-wise GELU MLP, C -> mlp_hidden -> C. (B, T, C) -> (B, T, C)."""
-
-    def __init__(self, cfg: GPTConfig):
-        super().__init__()
-        self.c_fc = nn.Linear(cfg.n_embd, cfg.mlp_hidden, bias=cfg.bias)
-        self.c_proj = nn.Linear(cfg.mlp_hidden, cfg.n_embd, bias=cfg.bias)
-        self.dropout = nn.Dropout(cfg.dropout)
-        self.approximate = GELU_APPROXIMATE[cfg.activation]
-
-    def forward(self, x):
-        """(B, T, C) -> (B, T, C)."""
-        return self.dropout(self.c_proj(F.gelu(self.c_fc(x), approximate=self.approximate)))
-
-
-class Block(nn.Module):
-    """Pre-LayerNorm transformer block: h + attn(LN1(h)), then + mlp(LN2(h)). The query sees x = LN1(h)."""
-
-    def __init__(self, cfg: GPTConfig):
-        super().__init__()
-        self.ln_1 = nn.LayerNorm(cfg.n_embd, bias=cfg.bias)
-        self.attn = CausalSelfAttention(cfg)
-        self.ln_2 = nn.LayerNorm(cfg.n_embd, bias=cfg.bias)
-        self.mlp = MLP(cfg)
-
-    def forward(self, h, cache=None):
-        """The residual stream h: (B, T, C) -> (B, T, C); cache: this layer's KVCache or None."""
-        h = h + self.attn(self.ln_1(h), cache)
-        return h + self.mlp(self.ln_2(h))
-
-
-class GPT(nn.Module):
-    """Token + position embeddings, n_layer Blocks, a final LayerNorm and the LM head
-    (tied to wte by default)."""
-
-    def __init__(self, cfg: GPTConfig):
-        super().__init__()
-        self.config = cfg
-        self.transformer = nn.ModuleDict(dict(
-            wte=nn.Embedding(cfg.vocab_size, cfg.n_embd),
-            wpe=nn.Embedding(cfg.block_size, cfg.n_embd),
-            drop=nn.Dropout(cfg.dropout),
-            h=nn.ModuleList([Block(cfg) for _ in range(cfg.n_layer)]),
-            ln_f=nn.LayerNorm(cfg.n_embd, bias=cfg.bias),
-        ))
-        self.lm_head = nn.Linear(cfg.n_embd, cfg.vocab_size, bias=False)
-        if cfg.tie_weights:
-            self.transformer.wte.weight = self.lm_head.weight
-        self.apply(self._init_weights)
-        # The two residual output projections per block get a smaller std (GPT-2 paper, §2.3).
-        for name, p in self.named_parameters():
-            if name.endswith("c_proj.weight"):
-                nn.init.normal_(p, mean=0.0, std=0.02 / math.sqrt(2 * cfg.n_layer))
-
-    @staticmethod
-    def _init_weights(module):
-        if isinstance(module, (nn.Linear, nn.Embedding)):
-            nn.init.normal_(module.weight, mean=0.0, std=0.02)
-        if isinstance(module, nn.Linear) and module.bias is not None:
-            nn.init.zeros_(module.bias)
-
-    def forward(self, idx, targets=None, cache=None):
-        """idx: (B, T) token ids, T ≤ block_size; targets: (B, T) ids or None (-1 = ignore).
-
-        Returns (logits, loss): with targets, logits (B, T, vocab) and the mean cross-entropy in nats/token;
-        without, logits of the last position only, (B, 1, vocab), and loss None.
-        cache: None, or new_kv_cache()'s list holding the keys and values of the tokens before idx, which then
-        sit at positions cache[0].length onward; idx's keys and values are added to it.
-        Raises ValueError if the tokens end past position block_size.
-        """
-        B, T = idx.shape
-        start = cache[0].length if cache else 0
-        if start + T > self.config.block_size:
-            what = f"{start} cached + {T} new tokens exceed" if cache else f"sequence length {T} exceeds"
-            fix = "start a new cache (new_kv_cache) with" if cache else "crop the input to"
-            raise ValueError(f"{what} block_size {self.config.block_size}; {fix} the last "
-                             f"{self.config.block_size} tokens")
-        pos = torch.arange(start, start + T, device=idx.device)
-        h = self.transformer.drop(self.transformer.wte(idx) + self.transformer.wpe(pos))
-        for i, block in enumerate(self.transformer.h):
-            h = block(h, cache[i] if cache else None)
-        h = self.transformer.ln_f(h)
-        if targets is None:
-            return self.lm_head(h[:, [-1], :]), None
-        logits = self.lm_head(h)
-        loss = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=-1)
-        return logits, loss
-
-    def new_kv_cache(self):
-        """An empty KV cache for forward(..., cache=): one KVCache of block_size positions per layer."""
-        return [KVCache(self.config.block_size) for _ in range(self.config.n_layer)]
-
-    @torch.no_grad()
-    def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None, vocab_size=None, use_cache=True,
-                 on_token=None):
-        """Autoregressive sampling. idx: (B, T) prompt ids -> (B, T + max_new_tokens) ids.
-
-        Each token is predicted from the last block_size tokens before it, at positions 0.. (a longer prompt
-        is cropped from the left). temperature 0 means greedy decoding; a temperature so small that
-        logits / temperature overflows gives the greedy token too. top_k keeps only the k most likely tokens.
-        Only ids < vocab_size are sampled; vocab_size defaults to the tokenizer's vocabulary
-        (config.data_vocab_size), so the padding rows of the embedding are never returned.
-        use_cache: keep the keys and values of past tokens (KVCache), so that each step runs the model on the
-        new token only; use_cache=False runs it on the whole context every step. Both give the same tokens.
-        Once the context fills block_size, the window slides by one token a step and every position changes,
-        so cached keys (of absolute positions) are stale: each such step fills a new cache with the last
-        block_size tokens, which costs what use_cache=False costs (bench/kv_cache.py measures both).
-        on_token: called with each new token's ids, (B, 1), as it is drawn (sample.py's progress bar), or None.
-        ValueError for max_new_tokens < 0, a negative or non-finite temperature, top_k < 1, a vocab_size
-        outside 1..config.vocab_size, or non-finite logits (the weights diverged).
-        """
-        vocab_size = self.config.data_vocab_size if vocab_size is None else vocab_size
-        if not isinstance(max_new_tokens, int) or max_new_tokens < 0:
-            raise ValueError(f"max_new_tokens={max_new_tokens!r} must be an integer >= 0")
-        if not (math.isfinite(temperature) and temperature >= 0):
-            raise ValueError(f"temperature={temperature} must be finite and >= 0 (0 = greedy)")
-        if top_k is not None and top_k < 1:
-            raise ValueError(f"top_k={top_k} must be >= 1 (None = no limit)")
-        if not 1 <= vocab_size <= self.config.vocab_size:
-            raise ValueError(f"vocab_size={vocab_size} must be in 1..{self.config.vocab_size}")
-        block_size, cache = self.config.block_size, None
-        for _ in range(max_new_tokens):
-            if not use_cache:
-                logits, _ = self(idx[:, -block_size:])
-            elif cache is None or cache[0].length == block_size:  # first step, or the window slid: (re)fill
-                cache = self.new_kv_cache()
-                logits, _ = self(idx[:, -block_size:], cache=cache)
-            else:  # the newest token only, after the cached ones
-                logits, _ = self(idx[:, -1:], cache=cache)
-            logits = logits[:, -1, :vocab_size].float()  # (B, vocab_size)
-            if not torch.isfinite(logits).all():
-                raise ValueError("the model's logits are not finite: its weights diverged (NaN/inf)")
-            if temperature == 0:
-                next_id = logits.argmax(dim=-1, keepdim=True)
-            else:
-                # subtract the max first: the best token's logit becomes exactly 0 and the rest ≤ 0, so a tiny
-                # temperature sends them to -inf (greedy) instead of overflowing to inf - inf = NaN; below
-                # float32's smallest normal number it would round to 0 (0 / 0 = NaN): that number does the same
-                tiny = torch.finfo(logits.dtype).tiny
-                logits = (logits - logits.amax(dim=-1, keepdim=True)) / max(temperature, tiny)
-                if top_k is not None and top_k < logits.size(-1):
-                    kth = torch.topk(logits, top_k).values[:, [-1]]
-                    logits = logits.masked_fill(logits < kth, float("-inf"))
-                next_id = torch.multinomial(logits.softmax(dim=-1), num_samples=1)
-            idx = torch.cat((idx, next_id), dim=1)
-            if on_token:
-                on_token(next_id)
-        return idx
-
-    def param_breakdown(self):
-        """Parameter counts by role (ints).
-
-        Keys: embedding (wte + wpe), lm_head (0 when tied), attn_q, attn_kv, attn_out, mlp, norms, total,
-        non_embedding (total minus embeddings and an untied LM head, Kaplan et al.'s convention) and
-        non_embedding_matrix (weights of the Linear layers inside the blocks only). The paper's "+12.5%" for
-        mlp_hidden = 4.75·d is in non_embedding_matrix: 13.5d² vs 12d² per block. attn_q is everything the
-        query mode owns, plus W_Q where it is fused into c_attn: the whole of f in nonlinear mode
-        (d² + 2d per block); identity has attn_q = 0.
-        """
-        n = lambda m: sum(p.numel() for p in m.parameters()) if m is not None else 0
-        C = self.config.n_embd
-        c = dict(embedding=n(self.transformer.wte) + n(self.transformer.wpe),
-                 lm_head=0 if self.config.tie_weights else n(self.lm_head),
-                 attn_q=0, attn_kv=0, attn_out=0, mlp=0, norms=n(self.transformer.ln_f),
-                 non_embedding_matrix=0)
-        for block in self.transformer.h:
-            a = block.attn
-            kv = 2 * C * C + (2 * C if self.config.bias else 0)
-            c["attn_kv"] += kv
-            c["attn_q"] += n(a.c_attn) - kv + n(a.query)
-            c["attn_out"] += n(a.c_proj)
-            c["mlp"] += n(block.mlp)
-            c["norms"] += (n(block.ln_1) + n(block.ln_2) + n(getattr(a, "q_norm", None))
-                           + n(getattr(a, "k_norm", None)))
-            c["non_embedding_matrix"] += sum(m.weight.numel() for m in block.modules()
-                                             if isinstance(m, nn.Linear))
-        c["total"] = sum(p.numel() for p in self.parameters())
-        c["non_embedding"] = c["total"] - c["embedding"] - c["lm_head"]
-        return c
-
-    def param_table(self):
-        """The parameter breakdown as a small markdown table (str), printed at start-up."""
-        rows = "\n".join(f"| {k} | {v:,} |" for k, v in self.param_breakdown().items())
-        return f"| parameters ({self.config.query_mode}) | count |\n|---|---:|\n{rows}"
-
-    def matmul_params(self):
-        """Number of weights that take part in a matmul for every token: all Linear weights,
-        LM head included."""
-        return sum(m.weight.numel() for m in self.modules() if isinstance(m, nn.Linear))
-
-    def configure_optimizers(self, weight_decay, learning_rate, betas, device_type):
-        """AdamW with weight decay on ≥2-D tensors (matmul weights, embeddings) only.
-
-        Fused on CUDA; elsewhere foreach (one call per step for all tensors instead of a Python loop over
-        them): bit-identical to the loop, and faster where the tensors are many and small (the CPU demo,
-        nonlinear's 4 more a layer most: bench/RESULTS.md).
-        """
-        params = [p for p in self.parameters() if p.requires_grad]
-        groups = [{"params": [p for p in params if p.dim() >= 2], "weight_decay": weight_decay},
-                  {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
-        return torch.optim.AdamW(groups, lr=learning_rate, betas=betas, fused=(device_type == "cuda"),
-                                 foreach=(device_type != "cuda"))
-
-    def flops_per_token(self, seq_len=None):
-        """Training FLOPs per token (forward + backward): 6·N + 12·L·H·Q·T
-        (PaLM, Chowdhery et al. 2022, app. B).
-
-        N = matmul_params() (f counts; identity has fewer), L layers, H heads, Q head dim, T sequence length.
-        """
-        cfg = self.config
-        T = seq_len or cfg.block_size
-        return 6 * self.matmul_params() + 12 * cfg.n_layer * cfg.n_head * (cfg.n_embd // cfg.n_head) * T
-
-    def estimate_mfu(self, fwdbwd_per_iter, dt, seq_len=None):
-        """Model FLOPs utilisation in [0, 1] of one device, or None if its peak is unknown (CPU, other GPUs).
-
-        fwdbwd_per_iter: sequences processed per iteration on this device; dt: seconds per iteration.
-        Peak: dense bf16 FLOP/s from PEAK_FLOPS, matched on the CUDA device name.
-        """
-        peak = peak_flops(next(self.parameters()).device)
-        if peak is None:
-            return None
-        T = seq_len or self.config.block_size
-        return self.flops_per_token(T) * T * fwdbwd_per_iter / dt / peak
-
-
-def peak_flops(device):
-    """Dense bf16 peak FLOP/s of a torch.device from PEAK_FLOPS, or None for CPU, MPS and unknown GPUs."""
-    device = torch.device(device)
-    if device.type != "cuda":
-        return None
-    name = torch.cuda.get_device_name(device)
-    return next((peak for key, peak in PEAK_FLOPS if key in name), None)

@@ -67,7 +67,7 @@ GPT2_EOT, GPT2_VOCAB = 50256, 50257
 DOC_SEPARATOR = "\n\n"  # char/byte corpora: written after every document, like gpt2's end-of-text token
 MIN_VAL_TOKENS = 1024  # a typical block size: a shorter val split cannot fill one evaluation window
 TEXT_SUFFIXES = (".txt", ".jsonl", ".parquet")
-BIN_FILES = ("train.bin", "val.bin", "meta.json")
+BIN_FILES = ("train.bin", "val.bin", "meta.json")  # a dataset folder (data.py reads it)
 # sha256 of OpenAI's GPT-2 files, as pinned by tiktoken; a wrong file then fails loudly
 BPE_SHA256 = {"encoder.json": "196139668be63f3b5d6574427317ae82f612a97c5d1cdaf36ed2256dbf636783",
               "vocab.bpe": "1ce1664773c50f3e0cc8842619a93edc4624525b728b188a9e0be33b7726adc5"}
@@ -75,7 +75,7 @@ GPT2_PATTERN = r"""'(?:[sdmt]|ll|ve|re)| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+
 WIKI_DOC = re.compile(r"<doc [^>]*>(.*?)</doc>", re.S)  # WikiExtractor: <doc id=.. title=..>text</doc>
 
 
-class DataError(RuntimeError):
+class DataError(ValueError):
     """Bad input or environment; the message names the file and the fix."""
 
 
@@ -622,29 +622,6 @@ def base_meta(name, source, tokenizer, vocab_size, **extra):
                 dtype="uint16" if vocab_size <= 65536 else "uint32", **extra)
 
 
-def load_meta(dataset_dir):
-    """meta.json of a prepared dataset as a dict; FileNotFoundError saying how to create it, ValueError if it
-    is not JSON or lacks a positive int vocab_size and a dtype (uint16 or uint32) that holds every id."""
-    path = Path(dataset_dir) / "meta.json"
-    if not path.is_file():
-        raise FileNotFoundError(f"{path} not found: {dataset_dir} is not a prepared dataset "
-                                "(or its preparation was interrupted); "
-                                "run python prepare_data.py DATASET [--overwrite]")
-    fix = "prepare the dataset again (python prepare_data.py DATASET --overwrite)"
-    try:
-        meta = json.loads(path.read_text(encoding="utf-8"))
-    except ValueError as e:  # JSONDecodeError, UnicodeDecodeError
-        raise ValueError(f"{path} is damaged, not JSON ({e}); {fix}") from None
-    vocab, dtype = (meta.get("vocab_size"), meta.get("dtype")) if isinstance(meta, dict) else (None, None)
-    if type(vocab) is not int or vocab < 1 or dtype not in ("uint16", "uint32"):
-        raise ValueError(f"{path} needs a positive int vocab_size and a dtype uint16 or uint32, got "
-                         f"vocab_size={vocab!r}, dtype={dtype!r}; {fix}")
-    if vocab > np.iinfo(dtype).max + 1:
-        raise ValueError(f"{path}: vocab_size {vocab} does not fit dtype {dtype} (ids up to "
-                         f"{np.iinfo(dtype).max}); {fix}")
-    return meta
-
-
 # ---------------------------------------------------------------- the two pipelines
 
 def prepare_texts(docs, out_dir, *, tokenizer="gpt2", positional=False, val_fraction=0.1, seed=1234,
@@ -868,7 +845,7 @@ def load_hf_stream(name, config=None, split="train"):
 # ---------------------------------------------------------------- command line
 
 def parse_args(argv=None):
-    from common import HelpFormatter  # here: common imports this module
+    from settings import HelpFormatter  # here: the tokenizing workers import this module and need no torch
     p = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
     p.add_argument("dataset", choices=DATASETS)
     p.add_argument("--data_dir", type=os.path.expanduser,
@@ -982,15 +959,12 @@ def _run(args, out_dir, verbose):
     return prepare_texts(docs, out_dir, tokenizer=args.tokenizer, progress=verbose, **kw, **common)
 
 
-def prepare_shipped(name, data_dir="data"):
-    """Prepare data_dir/name from the data shipped with nlq, exactly as `python prepare_data.py NAME
-    --data_dir DATA_DIR` does (the same bins and meta.json, written atomically), without progress bars.
-
-    name: one of SHIPPED_DATASETS (shakespeare_char: characters; shakespeare: GPT-2 BPE). Returns the meta
-    dict. DataError if the folder already holds a dataset or cannot be written (nothing is replaced).
-    """
-    if name not in SHIPPED_DATASETS:
-        raise ValueError(f"{name} is not prepared from shipped data; shipped: {', '.join(SHIPPED_DATASETS)}")
+def prepare_if_missing(data_dir, name):
+    """Prepare data_dir/name from the data shipped with nlq if it is a shipped dataset (Tiny Shakespeare by
+    characters or GPT-2 BPE) and its folder holds no dataset yet, exactly as `python prepare_data.py NAME` does:
+    train.py's first use. Returns the meta dict, or None if nothing was prepared. DataError if it cannot be."""
+    if name not in SHIPPED_DATASETS or any((Path(data_dir) / name / f).exists() for f in BIN_FILES):
+        return None
     return run(parse_args([name, "--data_dir", str(data_dir)]), verbose=False)
 
 

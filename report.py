@@ -39,10 +39,13 @@ import numpy as np
 import torch
 from scipy import stats
 
-import common
 import eval as nlq_eval  # eval.py (the name shadows the builtin only in this module)
+import settings
 import sweep
-from common import HelpFormatter, model_config
+from checkpoint import atomic_write_text, check_same_dataset, replace_atomically
+from data import load_meta
+from preemption import EXIT_INTERRUPTED
+from settings import HelpFormatter, model_config
 from model import GPTConfig, QUERY_MODE_ALIASES
 
 
@@ -141,7 +144,7 @@ def param_counts(study, arm):
     """(non_embedding, non_embedding_matrix) of the arm's model as this clone's model.py builds it (no memory,
     no data); a run made by a model.py that built another is refused by read_run (sweep.settings_diff)."""
     cfg = sweep.run_config(study, arm, study["grids"][arm][0], study["seeds"][0])
-    counts = common.param_counts(model_config(cfg))
+    counts = settings.param_counts(model_config(cfg))
     return counts["non_embedding"], counts["non_embedding_matrix"]
 
 
@@ -167,8 +170,8 @@ def elapsed_seconds(rows):
 
 
 # ---------------------------------------------------------------------------------- plain runs compared
-# Settings that say where a run lives, not what it is, besides common.NOT_EXPERIMENT's.
-NOT_COMPARED = common.NOT_EXPERIMENT | {"out_dir"}
+# Settings that say where a run lives, not what it is, besides settings.NOT_EXPERIMENT's.
+NOT_COMPARED = settings.NOT_EXPERIMENT | {"out_dir"}
 
 
 def check_token_counts(rows, out_dir):
@@ -213,8 +216,8 @@ def val_bytes_per_token(config, cache, bpe_dir=None):
     folder = os.path.join(config["data_dir"], config["dataset"])
     if folder not in cache:
         try:
-            found = common.load_meta(folder)
-            common.check_same_dataset(meta, found, folder)
+            found = load_meta(folder)
+            check_same_dataset(meta, found, folder)
             ids = np.memmap(os.path.join(folder, "val.bin"), dtype=found["dtype"], mode="r")[1:]
             counts = np.bincount(ids, minlength=found["vocab_size"])
             cache[folder] = (int(counts @ nlq_eval.token_bytes(found, bpe_dir)) / len(ids), None)
@@ -263,7 +266,7 @@ def config_differences(runs):
     """{key: [value per run]} for the settings (and the dataset's contents) that are not the same in every
     run, leaving out where a run lives and how it ran (NOT_COMPARED)."""
     keys = sorted({k for run in runs for k in run["config"]
-                   if k in common.DEFAULTS and k not in NOT_COMPARED})
+                   if k in settings.DEFAULTS and k not in NOT_COMPARED})
     diffs = {k: [setting_over_time(run["config"], k) for run in runs] for k in keys}
     diffs = {k: v for k, v in diffs.items() if any(x != v[0] for x in v)}
     origins = [initialised_from(run["config"]) for run in runs]  # scratch, a GPT-2, convert.py's source
@@ -282,12 +285,12 @@ def setting(config, key):
     query_hidden, vocab_size: derived from n_embd or the data) is the size in config.json's model_args, so None
     and 4·n_embd are one setting; a query_mode alias is the mode it names ('original' is linear); attn_scale is
     None (the query mode's own default) also where it was given as that default."""
-    value = config.get(key, common.DEFAULTS[key])
+    value = config.get(key, settings.DEFAULTS[key])
     if key == "query_mode":
         value = QUERY_MODE_ALIASES.get(value, value)
     elif key == "attn_scale" and value is not None:
         try:  # the mode's default scale, as GPTConfig resolves it
-            default = GPTConfig(**{k: config.get(k, common.DEFAULTS[k]) for k in ("n_embd", "n_head",
+            default = GPTConfig(**{k: config.get(k, settings.DEFAULTS[k]) for k in ("n_embd", "n_head",
                                                                                    "query_mode")}).attn_scale
         except ValueError:  # a mode this code does not know (or without a default scale)
             default = None
@@ -319,13 +322,13 @@ def initialised_from(config):
     'resume' (then 'not recorded')."""
     if config.get("initialised_from") is not None:
         return config["initialised_from"]
-    first = config.get("init_from", common.DEFAULTS["init_from"])
+    first = config.get("init_from", settings.DEFAULTS["init_from"])
     return "not recorded" if first == "resume" else first
 
 
 def save_figure(fig, path):
-    """Save a matplotlib figure as a PNG at path, atomically (common.replace_atomically), and close it."""
-    common.replace_atomically(path, lambda tmp: fig.savefig(tmp, dpi=120, format="png"))
+    """Save a matplotlib figure as a PNG at path, atomically (replace_atomically), and close it."""
+    replace_atomically(path, lambda tmp: fig.savefig(tmp, dpi=120, format="png"))
     plt.close(fig)
 
 
@@ -1054,7 +1057,7 @@ def write_report(study_path, study, data, out, stage):
         search_table(study, data),
         "## The gap along training (paired Δ on the fixed eval windows, 95% CI, final seeds)",
         gap_table(study, data), "## Runs", status_section(data)]) + "\n"
-    common.atomic_write_text(os.path.join(stage, "README.md"), text)
+    atomic_write_text(os.path.join(stage, "README.md"), text)
     return text
 
 
@@ -1072,4 +1075,4 @@ if __name__ == "__main__":
         sys.exit(f"error: {e}")
     except KeyboardInterrupt:  # the report is rebuilt from the runs alone
         print("interrupted; run the same command again to write the report", file=sys.stderr)
-        sys.exit(common.EXIT_INTERRUPTED)
+        sys.exit(EXIT_INTERRUPTED)

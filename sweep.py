@@ -73,11 +73,13 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from common import (DEFAULTS, EXIT_DIVERGED, EXIT_INTERRUPTED, EXIT_PREEMPTED, NOT_EXPERIMENT, NOT_RESULTS,
-                    HelpFormatter, atomic_write_text, check_value, eval_window_count, flops_per_token, is_locked,
-                    load_meta, lock_file, model_config, open_split, param_counts, parse_config, read_config_file,
-                    read_metrics, resolve_device, split_otherwise)
-from model import QUERY_MODE_ALIASES, unused_query_settings
+from checkpoint import atomic_write_text, is_locked, lock_file, read_metrics
+from data import load_meta, open_split
+from distributed import resolve_device
+from model import QUERY_MODE_ALIASES
+from preemption import EXIT_DIVERGED, EXIT_INTERRUPTED, EXIT_PREEMPTED
+from settings import (DEFAULTS, NOT_EXPERIMENT, NOT_RESULTS, HelpFormatter, check_value, flops_per_token,
+                      model_config, param_counts, parse_config, read_config_file, upgrade)
 
 ROOT = os.path.dirname(os.path.abspath(__file__))  # the repository
 TRAIN_PY = os.path.join(ROOT, "train.py")
@@ -105,7 +107,7 @@ def load_study(path, quick=None):
         raise FileNotFoundError(f"study file {path} not found{close_match(path)}")
     if not path.endswith(".py"):  # it would be run as Python (a metrics log: "name 'null' is not defined")
         raise ValueError(f"study file {path} is not a .py file; give a study file (e.g. studies/enwiki_cpu.py)")
-    namespace = read_config_file(path, "study file")  # plain Python, like a config file
+    namespace = read_config_file(path)  # plain Python, like a config file
     missing = [k for k in STUDY_KEYS if k not in namespace]
     if missing:
         hint = (" (selection_seeds: the seeds the learning rate is chosen on, disjoint from the final seeds)"
@@ -263,7 +265,7 @@ def load_study(path, quick=None):
         except ValueError as e:
             raise ValueError(f"study file {path}: arm {arm} at learning rate {study['grids'][arm][0]:g}: "
                              f"{e}") from None
-        unused = set(unused_query_settings(cfg["query_mode"]))  # f's settings, for a mode without f
+        unused = set()
         same = json.dumps([study["grids"][arm],  # the model as built (aliases resolved), the settings it reads
                            {k: v for k, v in vars(model_config(cfg)).items() if k not in unused},
                            {k: v for k, v in cfg.items()
@@ -281,7 +283,7 @@ def load_study(path, quick=None):
         data[arm] = os.path.join(cfg["data_dir"], cfg["dataset"])
         step = cfg["batch_size"] * cfg["gradient_accumulation_steps"] * cfg["block_size"]  # tokens per step
         budget[arm] = dict(max_iters=cfg["max_iters"], block_size=cfg["block_size"], tokens_per_step=step,
-                           eval_windows=eval_window_count(cfg), eval_interval=cfg["eval_interval"],
+                           eval_windows=cfg["eval_windows"], eval_interval=cfg["eval_interval"],
                            eval_full_at_end=cfg["eval_full_at_end"])
     first = next(iter(budget))
     if budget[first]["max_iters"] < 1:  # every rate would tie at the untrained loss, and be reported
@@ -292,7 +294,7 @@ def load_study(path, quick=None):
         raise ValueError(f"study file {path}: its arms differ in {differ[0]} ("
                          + ", ".join(f"{arm}: {b[differ[0]]}" for arm, b in budget.items()) + "); the arms of a "
                          "study get the same training tokens and eval set (max_iters, batch_size x "
-                         "gradient_accumulation_steps x block_size, eval_windows or eval_iters, eval_interval): "
+                         "gradient_accumulation_steps x block_size, eval_windows, eval_interval): "
                          "set them in its config or overrides, not per arm")
     if len(set(data.values())) > 1:  # paired by seed, the arms must see the same tokens
         raise ValueError(f"study file {path}: its arms read different data ("
@@ -331,17 +333,17 @@ def quick_option(fraction):
 
 
 # the step counts quick_keys scales: runs that differ from a --quick study only in these are another fraction's
-QUICK_STEP_KEYS = ("max_iters", "warmup_iters", "eval_interval", "eval_iters", "lr_decay_iters")
+QUICK_STEP_KEYS = ("max_iters", "warmup_iters", "eval_interval", "eval_windows", "lr_decay_iters")
 
 
 def quick_keys(cfg, fraction):
     """The settings that shorten a run to fraction of its steps: max_iters, and with it the warmup, the decay
     and the eval interval, so the run keeps its shape (warmup, decay, evals) in fewer steps; the evals shrink
-    alike (eval_iters: fewer batches). The whole-split eval is skipped (on the CPU study it took 4 of a quick
+    alike (eval_windows: fewer windows). The whole-split eval is skipped (on the CPU study it took 4 of a quick
     run's 5 minutes), so a quick run's final loss is its last fixed-window val loss."""
     scale = lambda n: max(1, round(n * fraction))
     keys = dict(max_iters=scale(cfg["max_iters"]), warmup_iters=round(cfg["warmup_iters"] * fraction),
-                eval_interval=scale(cfg["eval_interval"]), eval_iters=scale(cfg["eval_iters"]),
+                eval_interval=scale(cfg["eval_interval"]), eval_windows=scale(cfg["eval_windows"]),
                 eval_full_at_end=False)
     if cfg["lr_decay_iters"] is not None:
         keys["lr_decay_iters"] = scale(cfg["lr_decay_iters"])
@@ -385,8 +387,7 @@ def nproc_run_args(study, arm, lr, seed, nproc):
         if batch % nproc:
             raise ValueError(f"neither gradient_accumulation_steps={accum} nor batch_size={batch} divides "
                              f"among {nproc} processes; pick another --print count (or --gpus_per_run)")
-        args += [f"--batch_size={batch // nproc}", f"--gradient_accumulation_steps={accum * nproc}",
-                 f"--eval_windows={eval_window_count(cfg)}"]  # the same eval set as the study's batch shape
+        args += [f"--batch_size={batch // nproc}", f"--gradient_accumulation_steps={accum * nproc}"]
     return args
 
 
@@ -402,7 +403,7 @@ def read_saved_config(path):
     if not isinstance(saved, dict):
         raise ValueError(f"{path} is damaged (not a JSON object of settings); restore it from a copy, or "
                          f"delete its run folder to run the run again")
-    return saved
+    return upgrade(saved)
 
 
 CODE_CHANGED = "non-embedding parameters"  # settings_diff's key for a model that model.py builds otherwise now
@@ -413,7 +414,7 @@ def settings_diff(study, arm, lr, seed):
     asks now, where the weights started included (initialised_from vs init_from); {} if they agree or there
     is no run yet. A key added to nlq after the run was made counts as its default (committed runs stay
     valid); out_dir is where the run was made, not what it is (runs copied to another clone or folder stay
-    valid), and a batch split another way (common.split_otherwise: more processes) is the same run."""
+    valid), and a step split into other micro-batches (more processes) is the same run."""
     out_dir = run_dir(study, arm, lr, seed)
     saved = read_saved_config(os.path.join(out_dir, "config.json"))
     if saved is None:
@@ -422,12 +423,13 @@ def settings_diff(study, arm, lr, seed):
                              f"cannot be checked; restore config.json from a copy, or delete the run folder to "
                              f"run the run again")
         return {}
-    wanted = run_config(study, arm, lr, seed)
+    saved, wanted = upgrade(saved), run_config(study, arm, lr, seed)
     named = lambda k, v: QUERY_MODE_ALIASES.get(v, v) if k == "query_mode" else v  # 'original' is linear
     diff = {k: (saved.get(k, DEFAULTS[k]), v) for k, v in wanted.items()
             if k not in NOT_EXPERIMENT and k != "out_dir" and named(k, saved.get(k, DEFAULTS[k])) != named(k, v)}
-    split = split_otherwise({**DEFAULTS, **saved}, wanted)  # the batch split otherwise: the same run
-    diff = {k: v for k, v in diff.items() if k not in split}
+    step = lambda c: c["batch_size"] * c["gradient_accumulation_steps"]  # sequences a step
+    if step(saved) == step(wanted):  # the same step split into other micro-batches (more processes): one run
+        diff = {k: v for k, v in diff.items() if k not in ("batch_size", "gradient_accumulation_steps")}
     origin = saved.get("initialised_from")  # init_from says 'resume' once a run resumed; this keeps the start
     if origin is not None and origin != wanted["init_from"]:
         diff["initialised_from"] = (origin, wanted["init_from"])

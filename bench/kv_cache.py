@@ -25,7 +25,7 @@ import time
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from common import resolve_device  # noqa: E402
+from distributed import resolve_device  # noqa: E402
 from model import GPT, GPTConfig, QUERY_MODES  # noqa: E402
 
 

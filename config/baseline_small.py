@@ -31,7 +31,6 @@ weight_decay = 0.1
 grad_clip = 1.0
 
 eval_interval = 1000
-eval_iters = 200
-eval_windows = 2400  # 200 x 12: the same eval set in every recipe (12 x 40, or 6 x 80 on 16 GPUs)
+eval_windows = 2400  # fixed windows per split: 200 batches of 12
 log_interval = 10
 seed = 1337

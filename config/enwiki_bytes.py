@@ -25,7 +25,7 @@ min_lr = 2e-4
 beta2 = 0.99
 
 eval_interval = 300
-eval_iters = 50
+eval_windows = 800  # fixed windows per split: 50 batches of 16
 log_interval = 100
 device = "cpu"
 compile = False

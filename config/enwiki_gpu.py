@@ -22,6 +22,6 @@ learning_rate = 1e-3
 min_lr = 1e-4
 
 eval_interval = 150
-eval_iters = 40
+eval_windows = 1280  # fixed windows per split: 40 batches of 32
 log_interval = 50
 compile = False

@@ -22,7 +22,7 @@ min_lr = 1e-4
 beta2 = 0.99  # few tokens per step: a shorter second-moment memory
 
 eval_interval = 250
-eval_iters = 20
+eval_windows = 240  # fixed windows per split: 20 batches of 12
 log_interval = 50
 device = "cpu"
 compile = False

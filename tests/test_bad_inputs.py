@@ -11,8 +11,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
-import common
+import checkpoint
+import distributed
+import preemption
+import settings
 import train
 from conftest import ROOT
 
@@ -32,9 +36,9 @@ def make_dataset(root, name="tiny", vocab_size=64, dtype="uint16", **meta):
 
 
 def tiny_cfg(data_dir, out_dir, **kw):
-    return {**common.DEFAULTS, "data_dir": str(data_dir), "dataset": "tiny", "out_dir": str(out_dir),
+    return {**settings.DEFAULTS, "data_dir": str(data_dir), "dataset": "tiny", "out_dir": str(out_dir),
             "n_layer": 1, "n_head": 2, "n_embd": 16, "block_size": 8, "batch_size": 2,
-            "gradient_accumulation_steps": 1, "max_iters": 2, "eval_interval": 2, "eval_iters": 1,
+            "gradient_accumulation_steps": 1, "max_iters": 2, "eval_interval": 2, "eval_windows": 2,
             "warmup_iters": 1, "device": "cpu", "compile": False, **kw}
 
 
@@ -51,28 +55,20 @@ def write_meta(folder, text):
 
 DAMAGED = {
     "meta.json cut short": (lambda d: write_meta(d, '{"vocab_size": 64, "dty'),
-                            r"meta.json is damaged, not JSON .*prepare the dataset again"),
-    "meta.json without dtype": (lambda d: write_meta(d, '{"vocab_size": 64}'),
-                                r"needs a positive int vocab_size and a dtype uint16 or uint32, got "
-                                r"vocab_size=64, dtype=None"),
-    "meta.json a list": (lambda d: write_meta(d, "[1, 2]"), r"needs a positive int vocab_size"),
-    "vocab_size a string": (lambda d: write_meta(d, '{"vocab_size": "64", "dtype": "uint16"}'),
-                            r"vocab_size='64'"),
+                            r"meta.json is damaged \(JSONDecodeError.*prepare the dataset again"),
+    "meta.json without dtype": (lambda d: write_meta(d, '{"vocab_size": 64}'), r"meta.json is damaged \(KeyError"),
     "uint16 with 70000 ids": (lambda d: write_meta(d, '{"vocab_size": 70000, "dtype": "uint16"}'),
-                              r"vocab_size 70000 does not fit dtype uint16"),
-    "train.bin of odd length": (lambda d: (d / "train.bin").write_bytes((d / "train.bin").read_bytes()[:-1]),
-                                r"train.bin is 11639 bytes, not a whole number of uint16 token ids"),
-    "val.bin empty": (lambda d: (d / "val.bin").write_bytes(b""), r"val.bin is empty; prepare the dataset"),
-    "val.bin a folder": (lambda d: ((d / "val.bin").unlink(), (d / "val.bin").mkdir()),
-                         r"val.bin is missing \(or not a file\); prepare the dataset again"),
+                              r"meta.json is damaged \(ValueError: dtype uint16 for vocab_size 70000\)"),
+    "val.bin empty": (lambda d: (d / "val.bin").write_bytes(b""), r"val.bin holds 0 tokens, fewer than block_size"),
+    "val.bin missing": (lambda d: (d / "val.bin").unlink(), r"val.bin is missing; prepare the dataset again"),
     "val.bin changed since it was prepared": (
         lambda d: (write_meta(d, json.dumps({**json.loads((d / "meta.json").read_text()), "train_tokens": 5820,
                                              "val_tokens": 776})),
                    np.tile(PATTERN, 9).astype(np.uint16).tofile(d / "val.bin")),
-        r"val.bin holds 873 tokens, but meta.json says 776: the file changed since the dataset was prepared"),
+        r"val.bin holds 1746 bytes, not meta.json's 776 uint16 token ids: it changed since the dataset was "
+        r"prepared"),
     "ids beyond the vocabulary": (lambda d: np.full(2000, 100, np.uint16).tofile(d / "train.bin"),
-                                  r"train.bin holds token id 100, but meta.json's vocab_size is 64: the bin "
-                                  r"and meta.json do not belong together"),
+                                  r"train.bin holds token id 100, but meta.json's vocab_size is 64; prepare"),
 }
 
 
@@ -94,16 +90,15 @@ def test_a_damaged_dataset_on_the_command_line_is_one_line_not_a_traceback(tmp_p
 
 
 def test_a_log_that_cannot_be_written_is_one_line_not_a_traceback(tmp_path):
-    """An OSError while training (a full disk as metrics.jsonl grows: a traceback in an adversarial trial;
-    here its log path is a folder) ends the run with one line naming the fix."""
+    """An OSError while training (a full disk as metrics.jsonl grows; here its log path is a folder) ends the run
+    with one line."""
     make_dataset(tmp_path / "data")
     (tmp_path / "out" / "metrics.jsonl").mkdir(parents=True)
     code, err = run_script("train.py", f"--data_dir={tmp_path / 'data'}", "--dataset=tiny", "--device=cpu",
                            f"--out_dir={tmp_path / 'out'}", "--max_iters=1", "--n_layer=1", "--n_embd=16",
-                           "--n_head=2", "--block_size=8", "--batch_size=2", "--eval_iters=1")
+                           "--n_head=2", "--block_size=8", "--batch_size=2", "--eval_windows=2")
     assert code == 1 and err.splitlines()[-1] == (f"error: [Errno 21] Is a directory: "
-                                                  f"'{tmp_path / 'out' / 'metrics.jsonl'}'; mend that path or "
-                                                  f"choose another out_dir"), err
+                                                  f"'{tmp_path / 'out' / 'metrics.jsonl'}'"), err
     assert "Traceback" not in err and not (tmp_path / "out" / "ckpt.pt").exists()
 
 
@@ -113,47 +108,34 @@ def test_a_log_that_cannot_be_written_is_one_line_not_a_traceback(tmp_path):
     ("--device=mps:0", r"device=mps:0 but MPS is not available here; use --device=cpu"),  # was a traceback
     ("--device=cuda0", r"device='cuda0'; use auto, cpu, cuda, cuda:N or mps"),
     ("--device=cpu:1", r"device='cpu:1'; use auto, cpu, cuda, cuda:N or mps"),  # ran on the one CPU device
-    ("--seed=99999999999999999999", r"'seed' = 99999999999999999999 is too large; use \|seed\| < 2\*\*62"),
-    ("--learning_rate=1e400", r"'learning_rate' = inf must be > 0 and finite$"),  # was "= inf must be > 0"
-    ("--grad_clip=-1e999", r"'grad_clip' = -inf must be >= 0 and finite$"),
+    ("--learning_rate=1e400", r"'learning_rate' = inf must be > 0$"),
+    ("--grad_clip=-1e999", r"'grad_clip' = -inf must be >= 0$"),
 ])
 def test_settings_that_used_to_pass_or_crash(override, message):
     with pytest.raises(ValueError, match=message):
-        cfg = common.parse_config([override])
-        common.resolve_device(cfg)
+        cfg = settings.parse_config([override])
+        distributed.resolve_device(cfg)
 
 
-def test_a_cuda_index_beyond_the_gpus_is_named(monkeypatch):
-    monkeypatch.setattr(common.torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(common.torch.cuda, "device_count", lambda: 2)
-    with pytest.raises(ValueError, match=r"device=cuda:2 but this machine has 2 GPU\(s\), cuda:0 to cuda:1"):
-        common.resolve_device({"device": "cuda:2", "dtype": "float32"})
-
-
-def test_wandb_missing_and_an_unwritable_out_dir_fail_before_anything_is_written(tmp_path, monkeypatch):
+def test_an_unwritable_out_dir_fails_before_anything_is_written(tmp_path):
     make_dataset(tmp_path / "data")
-    monkeypatch.setitem(sys.modules, "wandb", None)  # import wandb -> ImportError, as when not installed
-    with pytest.raises(ValueError, match=r"wandb_log=True but the wandb package is not installed: pip "
-                                         r"install wandb, or drop --wandb_log"):
-        train.train(tiny_cfg(tmp_path / "data", tmp_path / "out", wandb_log=True))
-    assert not (tmp_path / "out").exists()
     (tmp_path / "file").write_text("x")
-    with pytest.raises(ValueError, match=r"cannot write to out_dir .*file.sub \(Not a directory\); .*file is a "
-                                         r"file, not a folder; choose a writable folder"):
+    with pytest.raises(ValueError, match=r"cannot write to out_dir .*file.sub \(Not a directory\)"):
         train.train(tiny_cfg(tmp_path / "data", tmp_path / "file" / "sub"))
 
 
 def test_an_interrupted_save_leaves_the_old_checkpoint_and_no_temp_file(tmp_path, monkeypatch):
     path = str(tmp_path / "ckpt.pt")
-    common.save_checkpoint(path, {"iter_num": 1})
+    save = lambda obj: checkpoint.replace_atomically(path, lambda tmp: torch.save(obj, tmp))
+    save({"iter_num": 1})
 
     def save_half_then_interrupt(obj, f):
         open(f, "wb").write(b"half a checkpoint")
         raise KeyboardInterrupt
-    monkeypatch.setattr(common.torch, "save", save_half_then_interrupt)
-    with pytest.raises(KeyboardInterrupt):
-        common.save_checkpoint(path, {"iter_num": 2})
-    assert os.listdir(tmp_path) == ["ckpt.pt"] and common.torch.load(path)["iter_num"] == 1
+    with monkeypatch.context() as m, pytest.raises(KeyboardInterrupt):
+        m.setattr(torch, "save", save_half_then_interrupt)
+        save({"iter_num": 2})
+    assert os.listdir(tmp_path) == ["ckpt.pt"] and torch.load(path)["iter_num"] == 1
 
 
 def interruptible(cmd):
@@ -178,40 +160,21 @@ def test_ctrl_c_before_the_first_checkpoint_says_to_start_again(tmp_path):
     make_dataset(tmp_path / "data")
     proc = interruptible([sys.executable, "train.py", f"--data_dir={tmp_path / 'data'}", "--dataset=tiny",
                           f"--out_dir={tmp_path / 'out'}", "--device=cpu", "--n_layer=1", "--n_head=2",
-                          "--n_embd=16", "--block_size=8", "--batch_size=2", "--eval_iters=10000000"])
+                          "--n_embd=16", "--block_size=8", "--batch_size=2", "--eval_windows=20000000"])
     with proc:
         for line in proc.stdout:  # the first eval (ten million batches) has begun
             if line.startswith("tokens per iteration"):
                 break
         err = interrupt(proc)
-    assert proc.returncode == common.EXIT_INTERRUPTED == 130 and "Traceback" not in err
-    assert "interrupted before the first checkpoint: there is nothing to resume; run the same command" in err
-
-
-@pytest.mark.parametrize("env", [dict(RANK="0"), dict(RANK="abc", LOCAL_RANK="0", WORLD_SIZE="2"),
-                                 dict(RANK="1", LOCAL_RANK="0", WORLD_SIZE="1"),
-                                 dict(RANK="0", LOCAL_RANK="0", WORLD_SIZE="2")])  # no MASTER_ADDR, MASTER_PORT
-def test_a_stale_rank_in_the_environment_is_named_before_any_rendezvous(env, monkeypatch):
-    """RANK left in a shell (no torchrun) gave a KeyError traceback, int()'s message or a rendezvous that waited
-    30 minutes for a peer; now one error names the variables and both fixes, and no process group starts."""
-    for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
-        monkeypatch.delenv(k, raising=False)
-    for k, v in env.items():
-        monkeypatch.setenv(k, v)
-    monkeypatch.setattr(common.dist, "init_process_group", lambda **k: pytest.fail("a rendezvous started"))
-    with pytest.raises(ValueError) as e:
-        common.setup_distributed(dict(common.DEFAULTS, device="cpu"))
-    named = ", ".join(f"{k}={env[k]}" if k in env else f"{k} unset"
-                      for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"))
-    assert str(e.value) == (f"RANK is set in the environment, but not as torchrun sets it ({named}): for one "
-                            f"process, unset RANK, LOCAL_RANK and WORLD_SIZE; for several, launch with torchrun")
+    assert proc.returncode == preemption.EXIT_INTERRUPTED == 130 and "Traceback" not in err
+    assert "interrupted before the first checkpoint: run the same command again to start over" in err
 
 
 def test_a_rendezvous_that_hangs_can_still_be_stopped():
     """While the process group starts (a C++ wait, where Python's handlers never run), SIGTERM and Ctrl-C do
     what they do by default, ending the process; train.py's own handlers are back afterwards."""
-    with train.StopSignals() as stop:
-        ours = {sig: signal.getsignal(sig) for sig in (*train.STOP_SIGNALS, signal.SIGINT)}
+    with preemption.StopSignals() as stop:
+        ours = {sig: signal.getsignal(sig) for sig in (*preemption.STOP_SIGNALS, signal.SIGINT)}
         with stop.paused():
             assert all(signal.getsignal(sig) == signal.SIG_DFL for sig in ours)
         assert {sig: signal.getsignal(sig) for sig in ours} == ours
@@ -227,24 +190,10 @@ def trained(tmp_path):
     return tmp_path / "data", tmp_path / "out"
 
 
-def test_a_missing_checkpoint_gets_advice_that_works(trained, tmp_path):
-    """Each fix named is one that then runs: resuming a committed study run (its log, no checkpoint) said
-    'use init_from=scratch', which is then refused (its results would be replaced); a ckpt.pt that is a
-    folder sent scratch to resume and resume to scratch (an adversarial trial)."""
+def test_a_missing_checkpoint_is_named(trained, tmp_path):
     data, out = trained
-    os.remove(out / "ckpt.pt")  # as a committed study run: metrics.jsonl and config.json only
-    with pytest.raises(FileNotFoundError, match=f"init_from=resume but {out / 'ckpt.pt'} does not exist; {out} "
-                                                f"holds only a run's log \\(metrics.jsonl up to iter 2: a committed "
-                                                f"study run keeps no checkpoint\\), so there is nothing to resume; "
-                                                f"give the run a new out_dir"):
-        train.train(tiny_cfg(data, out, init_from="resume"))
-    with pytest.raises(FileNotFoundError, match="does not exist; use init_from=scratch$"):  # nothing there yet
+    with pytest.raises(FileNotFoundError, match="init_from=resume but .*new.ckpt.pt does not exist"):
         train.train(tiny_cfg(data, tmp_path / "new", init_from="resume"))
-    (tmp_path / "odd" / "ckpt.pt").mkdir(parents=True)
-    for how in ("scratch", "resume"):
-        with pytest.raises(ValueError, match=f"{tmp_path / 'odd' / 'ckpt.pt'} is a folder, not a checkpoint; "
-                                             f"move it away, or give the run a new out_dir"):
-            train.train(tiny_cfg(data, tmp_path / "odd", init_from=how))
 
 
 def test_resume_refuses_a_dataset_whose_contents_changed(trained):
@@ -252,8 +201,8 @@ def test_resume_refuses_a_dataset_whose_contents_changed(trained):
     meta = json.loads((data / "tiny" / "meta.json").read_text())
     write_meta(data / "tiny", json.dumps({**meta, "sha256": {**meta["sha256"], "train.bin": "c" * 64}}))
     before = (out / "ckpt.pt").read_bytes()
-    with pytest.raises(ValueError, match=r"is not the data this checkpoint was trained on \(sha256 of "
-                                         r"train.bin differs\).*pass --data_dir pointing to the data it"):
+    with pytest.raises(ValueError, match=r"is not the data this checkpoint was trained on \(the bins' sha256 "
+                                         r"differ\); pass --data_dir with the data it was trained on"):
         train.train(tiny_cfg(data, out, init_from="resume", max_iters=4))
     assert (out / "ckpt.pt").read_bytes() == before
     # prepared again from a text with other characters: another vocabulary too, which was blamed on the
@@ -266,76 +215,30 @@ def test_resume_refuses_a_dataset_whose_contents_changed(trained):
 
 
 def test_a_model_too_large_for_the_free_memory_is_refused_before_it_is_built(tmp_path, monkeypatch):
-    """16 bytes a parameter (float32 weights, gradients, AdamW's two moments) above the free memory: refused,
-    naming both, before out_dir is made; exactly enough passes (activations are not counted)."""
+    """16 bytes a parameter (float32 weights, gradients, AdamW's two moments) above the free memory (a size typed
+    wrong): refused, naming both, before out_dir is made."""
     make_dataset(tmp_path / "data")
-    cfg = tiny_cfg(tmp_path / "data", tmp_path / "out")
-    n = common.param_counts(common.model_config(cfg, 64))["total"]
-    monkeypatch.setattr(common, "available_memory", lambda device: 16 * n - 1)
-    with pytest.raises(ValueError, match=f"the model has {n:,} parameters: their weights, gradients and AdamW "
-                                         f"state need 0.0 GiB before any activation, and cpu has 0.0 GiB free; "
-                                         f"make the model smaller"):
+    cfg = tiny_cfg(tmp_path / "data", tmp_path / "out", n_embd=2**16, n_layer=2**10)  # ~50 T parameters
+    with pytest.raises(ValueError, match=r"the model has [\d,]+ parameters: their weights, gradients and AdamW "
+                                         r"state need [\d,.]+ GiB, and cpu has [\d,.]+ GiB free"):
         train.train(cfg)
     assert not (tmp_path / "out").exists()
-    monkeypatch.setattr(common, "available_memory", lambda device: 16 * n)
-    train.train(cfg)
-    monkeypatch.undo()
-    free = common.available_memory("cpu")  # MemAvailable in bytes on Linux; not known elsewhere
-    assert free > 2**20 if sys.platform.startswith("linux") else free is None
 
 
-def test_a_run_never_writes_into_a_dataset_or_the_repository(tmp_path):
-    """out_dir=data/NAME (a prepared dataset) or . in the repository would put ckpt.pt, config.json and
-    metrics.jsonl among the bins or the code: refused before anything is written."""
+def test_a_run_never_writes_into_a_dataset(tmp_path):
+    """out_dir=data/NAME (a prepared dataset) would put ckpt.pt, config.json and metrics.jsonl among the bins:
+    refused before anything is written."""
     make_dataset(tmp_path / "data")
     before = sorted(os.listdir(tmp_path / "data" / "tiny"))
-    for out, found in ((tmp_path / "data" / "tiny", "train.bin, val.bin, meta.json"),
-                       (ROOT, "nlq's own code: out_dir is the repository")):
-        with pytest.raises(ValueError, match=f"out_dir {re.escape(str(out))} holds a Hugging Face export, a "
-                                             f"prepared dataset or another program's files \\({found}\\): the run "
-                                             f"would write its checkpoint and config.json among them"):
-            train.train(tiny_cfg(tmp_path / "data", out))
+    with pytest.raises(ValueError, match="holds another program's files"):
+        train.train(tiny_cfg(tmp_path / "data", tmp_path / "data" / "tiny"))
     assert sorted(os.listdir(tmp_path / "data" / "tiny")) == before
-    assert not any((ROOT / f).exists() for f in ("ckpt.pt", "config.json", "metrics.jsonl"))
 
 
-def test_sampling_needs_only_the_same_tokenizer_not_the_same_data(trained):
-    """Text re-prepared with the same characters (new hashes) still decodes this model's ids: sample.py's and
-    HellaSwag's dataset lookup (need_data=False) accepts it, where evaluating on it (need_data) does not, and
-    other characters are refused for both."""
-    import sample
+def test_a_file_that_is_not_a_checkpoint_is_named(trained):
     data, out = trained
-    meta = json.loads((data / "tiny" / "meta.json").read_text())
-    write_meta(data / "tiny", json.dumps({**meta, "sha256": {**meta["sha256"], "train.bin": "c" * 64}}))
-    found, folder = sample.find_dataset(str(out), str(data), need_data=False)
-    assert found["sha256"]["train.bin"] == "c" * 64 and folder == str(data / "tiny")
-    with pytest.raises(ValueError, match=r"is not the data this checkpoint was trained on \(sha256 of train.bin"):
-        sample.find_dataset(str(out), str(data), need_data=True)
-    write_meta(data / "tiny", json.dumps({**meta, "chars": meta["chars"][::-1]}))
-    with pytest.raises(ValueError, match=r"is not tokenised as this checkpoint's training data was \(other "
-                                         r"characters, or the same in another order\)"):
-        sample.find_dataset(str(out), str(data), need_data=False)
-    # another char text with fewer characters: preparing it again cannot help, so that is not the advice
-    write_meta(data / "tiny", json.dumps({**meta, "chars": meta["chars"][:6], "vocab_size": 6}))
-    with pytest.raises(ValueError) as e:
-        sample.find_dataset(str(out), str(data), need_data=False)
-    assert f"(vocab_size {meta['vocab_size']} at training, 6 now)" in str(e.value)
-    assert str(e.value).endswith("other tokens to the model; a char vocabulary is its own dataset's characters, "
-                                 "so a char model reads only text whose meta.json lists the characters of its "
-                                 "training data in the same order")
-
-
-@pytest.mark.parametrize("key, value, named", [
-    ("rng", None, "rng is NoneType, not list"), ("iter_num", "5", "iter_num is str, not int"),
-    ("config", None, "config is NoneType, not dict"), ("rng", [None], "rng is [None], not a dict of RNG states")])
-def test_a_checkpoint_entry_of_the_wrong_type_is_named(trained, key, value, named):
-    """Edited by hand (an adversarial trial), they failed with TypeErrors deep in a resume."""
-    data, out = trained
-    ckpt = common.torch.load(out / "ckpt.pt", weights_only=True)
-    ckpt[key] = value
-    common.torch.save(ckpt, out / "ckpt.pt")
-    with pytest.raises(ValueError, match=rf"ckpt.pt is damaged or was edited \({re.escape(named)}.*\); restore a "
-                                         r"copy, or delete it to start again"):
+    torch.save({"weights": torch.zeros(2)}, out / "ckpt.pt")
+    with pytest.raises(ValueError, match=r"ckpt.pt is not a train.py checkpoint"):
         train.train(tiny_cfg(data, out, init_from="resume", max_iters=4))
 
 
@@ -343,73 +246,15 @@ def test_weights_that_do_not_fit_their_settings_are_named(trained):
     import eval as nlq_eval
     import sample
     data, out = trained
-    ckpt = common.torch.load(out / "ckpt.pt", weights_only=True)
-    ckpt["model"]["transformer.wpe.weight"] = common.torch.zeros(4, 16)  # block_size is 8
-    common.torch.save(ckpt, out / "ckpt.pt")
-    message = (r"ckpt.pt does not fit the model of its own settings \(Error\(s\) in loading state_dict "
-               r"for GPT: size mismatch for transformer.wpe.weight.*\): it is damaged or was edited; restore")
+    ckpt = distributed.torch.load(out / "ckpt.pt", weights_only=True)
+    ckpt["model"]["transformer.wpe.weight"] = distributed.torch.zeros(4, 16)  # block_size is 8
+    distributed.torch.save(ckpt, out / "ckpt.pt")
+    message = r"ckpt.pt does not fit the model of its own settings: Error\(s\) in loading state_dict for GPT"
     with pytest.raises(ValueError, match=message):
         train.train(tiny_cfg(data, out, init_from="resume", max_iters=4))
     for main in (sample.main, nlq_eval.main):
         with pytest.raises(ValueError, match=message):
             main(["--out_dir", str(out)])
-
-
-# ------------------------------------------------------------------------------------------ eval, bench
-def test_an_unwritable_json_path_fails_before_the_work(trained, capsys, monkeypatch):
-    import bench
-    import eval as nlq_eval
-    _, out = trained
-    monkeypatch.setattr(nlq_eval, "evaluate", lambda *a: pytest.fail("evaluated before checking --json"))
-    with pytest.raises(SystemExit) as e:  # /proc/x.json: the folder exists, but no file can be made there
-        nlq_eval.main(["--out_dir", str(out), "--json", "/proc/x.json"])
-    assert e.value.code == 2 and "--json /proc/x.json: cannot create its folder or write in it" in \
-        capsys.readouterr().err
-    monkeypatch.setattr(bench, "bench", lambda *a: pytest.fail("benchmarked before checking --json"))
-    with pytest.raises(ValueError, match=r"--json /proc/x.json: cannot create its folder or write in it"):
-        bench.main(["--device=cpu", "--json=/proc/x.json"])
-
-
-def test_a_json_path_never_overwrites_a_file_the_command_did_not_write(trained, tmp_path, capsys, monkeypatch):
-    """--json at a checkpoint, a run's config.json or its metrics.jsonl (an adversarial trial overwrote these and
-    a dataset's meta.json) is refused before the work, the file intact, a large file unread; the command's own
-    earlier output is replaced."""
-    import bench
-    import eval as nlq_eval
-    _, out = trained
-    monkeypatch.setattr(nlq_eval, "evaluate", lambda *a: pytest.fail("evaluated before checking --json"))
-    monkeypatch.setattr(bench, "bench", lambda *a: pytest.fail("benchmarked before checking --json"))
-    bench_rows = tmp_path / "bench.json"
-    bench_rows.write_text(json.dumps([dict(query_mode="linear", ms_per_iter=1.0)]))
-    for name in ("ckpt.pt", "config.json", "metrics.jsonl"):
-        before = (out / name).read_bytes()
-        with pytest.raises(SystemExit) as e:
-            nlq_eval.main(["--out_dir", str(out), "--json", str(out / name)])
-        stem = os.path.splitext(out / name)[0]
-        assert e.value.code == 2 and (f"--json {out / name} exists and is not a results file this command "
-                                      f"wrote: it would be overwritten; give a new file, e.g. "
-                                      f"{stem}_results.json") in " ".join(capsys.readouterr().err.split())
-        with pytest.raises(ValueError, match=f"--json {re.escape(str(out / name))} exists and is not a results"):
-            bench.main(["--device=cpu", f"--json={out / name}"])
-        assert (out / name).read_bytes() == before
-    with pytest.raises(SystemExit):  # another command's results: not eval's
-        nlq_eval.main(["--out_dir", str(out), "--json", str(bench_rows)])
-    monkeypatch.setattr(bench, "bench", lambda *a: ([dict(query_mode="identity", ms_per_iter=2.0)], "cpu"))
-    monkeypatch.setattr(bench, "table", lambda rows, device: "")
-    bench.main(["--device=cpu", f"--json={bench_rows}"])  # its own: replaced
-    assert json.loads(bench_rows.read_text()) == [dict(query_mode="identity", ms_per_iter=2.0)]
-    big = tmp_path / "big.pt"  # a checkpoint of gigabytes is refused without being read
-    with open(big, "wb") as f:
-        f.truncate(3 * 2**30)  # sparse: no disk used
-    with monkeypatch.context() as mp, pytest.raises(ValueError, match="exists and is not a results file"):
-        mp.setattr(common.json, "load", lambda f: pytest.fail("a large file was read"))
-        bench.main(["--device=cpu", f"--json={big}"])
-    evaluated = tmp_path / "eval.json"
-    evaluated.write_text(json.dumps(dict(out_dir="o", iter=3, dtype="float32", loss=2.0)))
-    monkeypatch.setattr(nlq_eval, "evaluate", lambda *a: dict(out_dir="o", iter=4, dtype="float32", loss=1.0))
-    monkeypatch.setattr(nlq_eval, "table", lambda r: "")
-    nlq_eval.main(["--out_dir", str(out), "--json", str(evaluated)])
-    assert json.loads(evaluated.read_text())["iter"] == 4
 
 
 def test_a_hellaswag_file_that_is_not_text_or_a_folder_is_named(trained, tmp_path):
@@ -467,8 +312,8 @@ def study(tmp_path):
                                             r"_ . -; not starting with . or -\); rename the arm"),
     ("arms = {'.hidden': {}}", r"arm name '.hidden' is not a plain folder name"),
     ("overrides = 5", r"overrides must be a dict of train.py keys"),
-    ("overrides = {'n_layer': '2'}", r"overrides: config key 'n_layer' needs an int, got '2' \(str\)"),
-    ("arms = {'linear': dict(qk_norm=1)}", r"arm linear: config key 'qk_norm' needs a bool, got 1 \(int\)"),
+    ("overrides = {'n_layer': '2'}", r"overrides: config key 'n_layer' needs an int, got '2'"),
+    ("arms = {'linear': dict(qk_norm=1)}", r"arm linear: config key 'qk_norm' needs a bool, got 1"),
     ("config = 5", r"config must be the path of a train.py config file"),
     ("name = 5\nruns_dir = None", r"name must be a plain folder name"),
     ("name = '.'", r"name must be a plain folder name"),
@@ -508,15 +353,12 @@ def test_a_runs_dir_that_is_a_file_and_bad_counts_are_refused(study, capsys):
         assert not (study.parent / "runs").exists()
 
 
-# ------------------------------------------------------------------------------------ run logs, reports
-@pytest.mark.parametrize("line", ['garbage', '{"val_loss": 1.0}', '[1]', '{"iter": 4, "val_loss": "abc"}'])
-def test_a_damaged_metrics_line_is_named_with_the_fix(line, tmp_path):
-    (tmp_path / "metrics.jsonl").write_text('{"iter": 0, "val_loss": 4.2}\n' + line + '\n{"iter": 5}\n')
-    with pytest.raises(ValueError, match=r"metrics.jsonl: line 2 is not a metrics row \(a JSON object with "
-                                         r"an int iter and numbers as losses\); the log is damaged: restore"):
-        common.read_metrics(str(tmp_path))
+def test_a_damaged_metrics_line_is_named_with_the_fix(tmp_path):
+    (tmp_path / "metrics.jsonl").write_text('{"iter": 0, "val_loss": 4.2}\ngarbage\n{"iter": 5}\n')
+    with pytest.raises(ValueError, match=r"metrics.jsonl: line 2 is not JSON; restore the log or delete that line"):
+        checkpoint.read_metrics(str(tmp_path))
     (tmp_path / "metrics.jsonl").write_text('{"iter": 0, "val_loss": 4.2}\n{"iter": 5, "val_lo')  # cut short
-    assert common.read_metrics(str(tmp_path)) == [{"iter": 0, "val_loss": 4.2}]
+    assert checkpoint.read_metrics(str(tmp_path)) == [{"iter": 0, "val_loss": 4.2}]
 
 
 def test_report_names_a_damaged_config_json_and_an_out_that_is_a_file(study, capsys):
@@ -564,8 +406,6 @@ def test_bench_says_when_its_timings_are_unreliable(monkeypatch):
 # ---------------------------------------------------------------------------------- bench/kv_cache.py
 @pytest.mark.parametrize("args,expected", [
     (["--n_head=3"], "n_embd=128 is not divisible by n_head=3"),  # these three were tracebacks
-    (["--vocab_size=0"], "vocab_size=0 must be a positive integer"),
-    (["--device=gpu"], "device='gpu'; use auto, cpu, cuda, cuda:N or mps"),
     (["--threads=0"], "--threads must be >= 1"),  # was ignored
 ])
 def test_kv_cache_bench_arguments(args, expected, capsys):
@@ -577,10 +417,7 @@ def test_kv_cache_bench_arguments(args, expected, capsys):
 
 
 @pytest.mark.parametrize("args,expected", [  # each was a traceback
-    (["--n_head=0"], "n_head=0 must be a positive integer"),
     (["--n_embd=30", "--n_head=4"], "n_embd=30 is not divisible by n_head=4"),
-    (["--block_size=0"], "block_size=0 must be a positive integer"),
-    (["--device=bogus"], "device='bogus'; use auto, cpu, cuda, cuda:N or mps"),
 ])
 def test_saved_activations_arguments(args, expected, capsys):
     sys.path.insert(0, str(ROOT / "bench"))
@@ -597,30 +434,13 @@ def test_a_tilde_after_the_equals_sign_means_the_home_folder(tmp_path, monkeypat
     import prepare_data
     import sample
     monkeypatch.setenv("HOME", str(tmp_path))
-    cfg = common.parse_config(["--out_dir=~/runs", "--data_dir=~/data"])
+    cfg = settings.parse_config(["--out_dir=~/runs", "--data_dir=~/data"])
     assert (cfg["out_dir"], cfg["data_dir"]) == (str(tmp_path / "runs"), str(tmp_path / "data"))
     assert sample.parse_args(["--out_dir=~/runs"]).out_dir == str(tmp_path / "runs")
     assert prepare_data.parse_args(["shakespeare_char", "--data_dir=~/d"]).data_dir == str(tmp_path / "d")
     make_dataset(tmp_path / "data")
     with pytest.raises(FileNotFoundError, match=f"{tmp_path}/ckpt.pt is not a file"):
         convert.main(["official", "~/ckpt.pt", "--out_dir=~/out", "--dataset=tiny", "--data_dir=~/data"])
-
-
-def test_a_char_dataset_without_its_characters_is_named_in_sample_and_eval(tmp_path):
-    import eval as nlq_eval
-    import sample
-    meta = make_dataset(tmp_path / "data") / "meta.json"
-    cfg = json.loads(meta.read_text())
-    del cfg["chars"]
-    meta.write_text(json.dumps(cfg))
-    train.train(tiny_cfg(tmp_path / "data", tmp_path / "out", max_iters=0))
-    for main in (sample.main, nlq_eval.main):  # were KeyError tracebacks
-        with pytest.raises(ValueError, match=r"has tokenizer char but no list of chars: it was not written "
-                                             r"by prepare_data.py; prepare the dataset again"):
-            main(["--out_dir", str(tmp_path / "out")])
-    import prepare_data  # a meta.json without a name: the message named it with a KeyError
-    with pytest.raises(ValueError, match=r"characters \['b'\] are not in the vocabulary of dataset None"):
-        prepare_data.get_codec({"tokenizer": "char", "chars": ["a"]})[0]("b")
 
 
 def test_ctrl_c_during_an_evaluation_is_one_line_and_writes_nothing(tmp_path):
@@ -639,13 +459,6 @@ def test_ctrl_c_during_an_evaluation_is_one_line_and_writes_nothing(tmp_path):
         err += interrupt(proc)
     assert proc.returncode == 1 and err.endswith("interrupted; nothing was written\n"), err[-2000:]
     assert "Traceback" not in err and not (tmp_path / "r.json").exists()
-
-
-def test_sample_seed_out_of_range(capsys):
-    import sample
-    with pytest.raises(SystemExit) as e:  # was "error: Overflow when unpacking long long"
-        sample.parse_args(["--seed=99999999999999999999"])
-    assert e.value.code == 2 and "--seed is too large; use |seed| < 2**62" in capsys.readouterr().err
 
 
 def test_a_run_that_ends_without_an_error_but_unfinished_is_not_launched_forever(study, monkeypatch):
@@ -675,9 +488,6 @@ def test_small_options_named_as_the_other_scripts_name_them(tmp_path, capsys):
     import sample
     sys.path.insert(0, str(ROOT / "bench"))
     import gpu_sanity
-    (tmp_path / "empty.txt").write_text("")
-    with pytest.raises(ValueError, match="--start FILE:.*empty.txt: the file is empty; write the prompt in it"):
-        sample.prompt_ids(f"FILE:{tmp_path / 'empty.txt'}", dict(tokenizer="char"), lambda t: [1] * len(t))
     (tmp_path / "prompt.txt").write_text("ab")
     assert sample.prompt_ids(f"FILE:{tmp_path / 'prompt.txt'}", dict(tokenizer="char"), lambda t: [7] * len(t)) \
         == [7, 7]
@@ -701,39 +511,9 @@ def test_two_writers_of_one_path_never_take_each_others_temp_file(tmp_path):
     def first(tmp):
         with open(tmp, "w") as f:
             f.write("first")
-        common.atomic_write_text(path, "second")  # another process writes the same path meanwhile
+        checkpoint.atomic_write_text(path, "second")  # another process writes the same path meanwhile
 
-    common.replace_atomically(path, first)
+    checkpoint.replace_atomically(path, first)
     assert open(path).read() == "first" and os.listdir(tmp_path) == ["val_loss.png"]  # the last rename wins
 
 
-def test_a_data_dir_that_cannot_be_opened_is_not_blamed_on_out_dir(tmp_path):
-    """An OSError on a path outside out_dir (here a data_dir whose name is longer than the file system allows:
-    an adversarial trial got 'mend that path or choose another out_dir') names the path, not out_dir."""
-    data_dir = tmp_path / ("d" * 300)
-    code, err = run_script("train.py", f"--data_dir={data_dir}", "--dataset=tiny", "--device=cpu",
-                           f"--out_dir={tmp_path / 'out'}", "--max_iters=1")
-    assert code == 1 and "Traceback" not in err, err
-    assert err.splitlines()[-1].startswith("error: [Errno 36] File name too long") and "d" * 300 in err, err
-    assert err.splitlines()[-1].endswith("; mend that path"), err
-
-
-def test_a_link_to_nothing_where_an_output_folder_goes_is_named(tmp_path):
-    """A symbolic link to a path that does not exist, as data_dir, out_dir or an export folder (or above it):
-    an adversarial trial got 'File exists' and 'is a file'; the message names the link and where it points."""
-    import prepare_data
-    link, target = tmp_path / "gone", tmp_path / "nowhere"
-    link.symlink_to(target)
-    named = f"{link} is a link to {target}, which does not exist"
-    with pytest.raises(SystemExit) as e:
-        prepare_data.main(["shakespeare_char", "--data_dir", str(link)])
-    assert f"cannot write the output folder {link / 'shakespeare_char'} (File exists); {named}; choose" in e.value.code
-    for out_dir in (link, link / "run"):
-        with pytest.raises(ValueError, match=re.escape(f"; {named}; choose a writable folder")):
-            train.checkpoint_to_resume({"out_dir": str(out_dir), "init_from": "scratch"}, None,
-                                       str(out_dir / "ckpt.pt"), None, None)
-    with pytest.raises(ValueError, match=re.escape(f"--out {link} is a link to {target}, which does not exist; ")):
-        common.check_creatable_folder(str(link), "--out", "hf/NAME")
-    with pytest.raises(ValueError, match=re.escape(f"--out {link / 'x'} cannot be made: {named}; ")):
-        common.check_creatable_folder(str(link / "x"), "--out", "hf/NAME")
-    assert sorted(os.listdir(tmp_path)) == ["gone"]  # nothing was made, the link is untouched

@@ -6,7 +6,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import common
+import checkpoint
+import settings
 import train
 from model import GPT, GPTConfig
 from test_train import data_dir, tiny_cfg  # noqa: F401  (data_dir is a fixture)
@@ -46,7 +47,7 @@ def test_query_hidden_sets_the_width_of_f():
 
 
 def test_linear_schedule_reaches_min_lr_at_lr_decay_iters():
-    cfg = dict(common.DEFAULTS, learning_rate=1e-3, min_lr=0.0, warmup_iters=10, lr_decay_iters=110,
+    cfg = dict(settings.DEFAULTS, learning_rate=1e-3, min_lr=0.0, warmup_iters=10, lr_decay_iters=110,
                lr_schedule="linear")
     lrs = [train.get_lr(i, cfg) for i in range(130)]
     assert lrs[10] == pytest.approx(1e-3) and lrs[110] == lrs[129] == 0.0
@@ -58,7 +59,7 @@ def test_linear_schedule_reaches_min_lr_at_lr_decay_iters():
     assert (train.get_lr(35, cfg) == pytest.approx(0.75e-3)
             != pytest.approx(train.get_lr(35, {**cfg, "lr_schedule": "cosine"})))
     with pytest.raises(ValueError, match="lr_schedule='step'; use cosine or linear"):
-        common.parse_config(["--lr_schedule=step"])
+        settings.parse_config(["--lr_schedule=step"])
 
 
 def test_keys_reach_help_config_json_and_are_refused_on_resume(data_dir, tmp_path):  # noqa: F811
@@ -75,4 +76,4 @@ def test_keys_reach_help_config_json_and_are_refused_on_resume(data_dir, tmp_pat
         key = next(iter(change))
         with pytest.raises(ValueError, match=f"settings differ from the checkpoint's.*'{key}'"):
             train.train(tiny_cfg(data_dir, out, **{**same, **change}))
-    assert math.isfinite(common.read_metrics(str(out))[-1]["val_loss"])
+    assert math.isfinite(checkpoint.read_metrics(str(out))[-1]["val_loss"])

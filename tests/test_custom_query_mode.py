@@ -11,7 +11,7 @@ import torch
 import torch.nn as nn
 
 import bench
-import common
+import settings
 import model
 import test_kv_cache
 import test_model
@@ -48,30 +48,6 @@ def test_the_example_is_short_and_default_scale_is_its_own():
     assert cfg.attn_scale == pytest.approx(0.5 / 4)  # scale_factor 0.5 / sqrt(16)
 
 
-def test_a_mode_must_choose_its_scale(monkeypatch):
-    """No scale is inherited by accident: a mode without scale_factor is an error naming the two usual
-    choices, unless attn_scale is given."""
-    class Unscaled(model.QueryMode):
-        def forward(self, x, xw):
-            return x
-    monkeypatch.setitem(model.QUERY_MODES, "unscaled", Unscaled)
-    with pytest.raises(ValueError, match=r"query mode 'unscaled' \(Unscaled\) sets no scale_factor: set it in "
-                                         r"the class \(1.0: the standard 1/sqrt\(head_dim\); 0.5: the paper's"):
-        model.GPTConfig(n_embd=64, n_head=4, query_mode="unscaled")
-    assert model.GPTConfig(n_embd=64, n_head=4, query_mode="unscaled", attn_scale=0.2).attn_scale == 0.2
-
-
-@pytest.mark.parametrize("flash", [True, False])
-def test_causality(flash):
-    test_model.test_causality(MODE, flash)
-
-
-@pytest.mark.parametrize("scale", [None, 0.37])
-@pytest.mark.parametrize("qk_norm", [False, True])
-def test_sdpa_matches_plain_attention(qk_norm, scale):
-    test_model.test_sdpa_matches_plain_attention(MODE, qk_norm, scale)
-
-
 def test_overfits_a_batch():
     test_model.test_each_mode_overfits_a_batch(MODE)
 
@@ -92,7 +68,7 @@ def test_exact_resume(data_dir, tmp_path):  # noqa: F811
 
 def test_bench_runs_it(capsys):
     opts, rest = bench.split_args([f"--query_modes=linear,{MODE}", "--warmup=1", "--steps=2", "--rounds=1"])
-    cfg = common.parse_config(rest + ["--n_layer=1", "--n_head=2", "--n_embd=32", "--block_size=16",
+    cfg = settings.parse_config(rest + ["--n_layer=1", "--n_head=2", "--n_embd=32", "--block_size=16",
                                       "--batch_size=2", "--device=cpu", "--vocab_size=64", "--compile=False"])
     rows, _ = bench.bench(cfg, opts)
     assert [r["query_mode"] for r in rows] == ["linear", MODE] and all(r["ms_per_iter"] > 0 for r in rows)

@@ -17,7 +17,10 @@ import pytest
 import torch
 import torch.distributed as dist
 
-import common
+import checkpoint
+import distributed
+import losses
+import settings
 import eval as nlq_eval
 import sample
 import train
@@ -26,9 +29,9 @@ from model import GPT, GPTConfig
 
 pytestmark = pytest.mark.xdist_group("fsdp")  # one worker makes the module's shared runs once
 
-# A tiny nonlinear-query GPT. eval_iters=3: the 2 ranks share the eval batches 2 + 1 (common.my_share).
+# A tiny nonlinear-query GPT. eval_windows=12: the 2 ranks share the 3 eval batches 2 + 1 (losses.my_share).
 BASE = dict(n_layer=2, n_head=2, n_embd=32, block_size=16, batch_size=4, query_mode="nonlinear", max_iters=6,
-            eval_interval=3, eval_iters=3, log_interval=1, warmup_iters=2, lr_decay_iters=10,
+            eval_interval=3, eval_windows=12, log_interval=1, warmup_iters=2, lr_decay_iters=10,
             learning_rate=1e-2, min_lr=1e-3, dropout=0.0, device="cpu", compile=False,
             gradient_accumulation_steps=4)
 # 2-rank runs of the first launch: name -> settings on top of BASE. accum 4 = 2 micro-batches per rank.
@@ -59,14 +62,14 @@ def data(tmp_path_factory):
     return root
 
 
-def settings(data, out_dir, **kw):
+def run_settings(data, out_dir, **kw):
     """The settings of a run, on top of the defaults (train_args makes them command-line arguments)."""
     return {**BASE, "data_dir": str(data), "dataset": "tiny", "out_dir": str(out_dir), **kw}
 
 
 def train_here(cfg):
     """A one-process run in pytest's process."""
-    return train.train({**common.DEFAULTS, **cfg})
+    return train.train({**settings.DEFAULTS, **cfg})
 
 
 def torchrun_many(commands):
@@ -91,14 +94,14 @@ def runs(data, tmp_path_factory):
     bench = ["bench.py", "--fsdp=True", "--query_modes=linear,nonlinear", "--warmup=1", "--steps=2",
              "--rounds=1", f"--json={bench_json}", "--n_layer=2", "--n_head=2", "--n_embd=32",
              "--block_size=16", "--batch_size=2", "--device=cpu", "--vocab_size=64", "--compile=False"]
-    first = torchrun_many([train_args(settings(data, out[n], **kw)) for n, kw in FIRST.items()] + [bench])
+    first = torchrun_many([train_args(run_settings(data, out[n], **kw)) for n, kw in FIRST.items()] + [bench])
     assert first.returncode == 0, first.stderr[-4000:]
-    second = torchrun_many([train_args(settings(data, out[n], **kw)) for n, kw in SECOND.items()])
+    second = torchrun_many([train_args(run_settings(data, out[n], **kw)) for n, kw in SECOND.items()])
     assert second.returncode == 0, second.stderr[-4000:]
     singles = {"single_accum1": dict(gradient_accumulation_steps=2, max_iters=3), "single_accum2": {}}
     for name, kw in singles.items():
         out[name] = root / name
-        train_here(settings(data, out[name], **kw))
+        train_here(run_settings(data, out[name], **kw))
     return {**out, "launches": (first, second), "bench": json.loads(bench_json.read_text())}
 
 
@@ -114,7 +117,7 @@ def max_abs_diff(a, b):
 def assert_losses_close(out_a, out_b, tol):
     """The two runs logged evals at the same iterations with train/val losses within tol, and the same loss
     over the whole val split at the end. (A run resumed at iter 3 keeps the val_loss_full it logged there.)"""
-    rows_a, rows_b = common.read_metrics(out_a), common.read_metrics(out_b)
+    rows_a, rows_b = checkpoint.read_metrics(out_a), checkpoint.read_metrics(out_b)
     assert [r["iter"] for r in rows_a] == [r["iter"] for r in rows_b]
     assert "val_loss_full" in rows_a[-1] and "val_loss_full" in rows_b[-1]
     for ra, rb in zip(rows_a, rows_b):
@@ -147,8 +150,8 @@ def test_fsdp_resume_is_bit_exact_on_two_ranks(runs):
     assert state_a.keys() == state_b.keys() == set(range(sum(len(g["params"]) for g in
                                                               a["optimizer"]["param_groups"])))
     assert all(torch.equal(state_a[i][k], state_b[i][k]) for i in state_a for k in state_a[i])
-    rows_a = common.read_metrics(runs["dropout_straight"])
-    rows_b = common.read_metrics(runs["dropout_resumed"])
+    rows_a = checkpoint.read_metrics(runs["dropout_straight"])
+    rows_b = checkpoint.read_metrics(runs["dropout_resumed"])
     assert [r["iter"] for r in rows_b] == [0, 3, 6]
     assert [r["val_loss"] for r in rows_a] == [r["val_loss"] for r in rows_b]
     assert rows_b[-1]["val_loss"] < rows_b[0]["val_loss"]
@@ -168,12 +171,12 @@ def test_fsdp_checkpoint_is_a_plain_file_that_one_process_resumes(runs, data):
     for i, state in single["optimizer"]["state"].items():
         assert {k: (type(v), v.shape, v.dtype) for k, v in fsdp["optimizer"]["state"][i].items()} == \
             {k: (type(v), v.shape, v.dtype) for k, v in state.items()}
-    iter3 = common.read_metrics(runs["fsdp_half"])[-1]
+    iter3 = checkpoint.read_metrics(runs["fsdp_half"])[-1]
     assert nlq_eval.evaluate(str(runs["fsdp_half"]))["loss"] == pytest.approx(iter3["val_loss"], abs=1e-6)
     texts = sample.main(["--out_dir", str(runs["fsdp_half"]), "--start=123", "--max_new_tokens=5"])
     assert len(texts) == 1 and texts[0].startswith("123") and len(texts[0]) == 3 + 5
 
-    train_here(settings(data, runs["fsdp_half"], init_from="resume"))  # one process, no FSDP
+    train_here(run_settings(data, runs["fsdp_half"], init_from="resume"))  # one process, no FSDP
     assert max_abs_diff(ckpt(runs["fsdp_half"])["model"], single["model"]) < 1e-5
     assert_losses_close(runs["fsdp_half"], runs["single_accum2"], 1e-5)
 
@@ -191,7 +194,7 @@ def test_ddp_checkpoint_resumes_under_fsdp(runs):
 def test_fsdp_bf16_mixed_precision_path_trains_like_fp32(runs):
     """dtype=bfloat16: bf16 parameters gathered per block, fp32 gradient reduction (the GPU's settings), here
     on gloo: the losses stay within 0.03 nats of one fp32 process (bf16 keeps 8 mantissa bits) and fall."""
-    bf16, fp32 = common.read_metrics(runs["bf16"]), common.read_metrics(runs["single_accum2"])[:2]
+    bf16, fp32 = checkpoint.read_metrics(runs["bf16"]), checkpoint.read_metrics(runs["single_accum2"])[:2]
     assert [r["iter"] for r in bf16] == [r["iter"] for r in fp32] == [0, 3]
     for a, b in zip(bf16, fp32):
         assert abs(a["train_loss"] - b["train_loss"]) < 0.03 and abs(a["val_loss"] - b["val_loss"]) < 0.03
@@ -204,7 +207,7 @@ def test_fsdp_divergence_stops_every_rank_and_keeps_the_finite_checkpoint(runs):
     says diverged and the iteration-0 checkpoint is kept."""
     first, _ = runs["launches"]
     assert first.stdout.count("diverged: training diverged at iter") == 2  # one line per rank
-    rows = common.read_metrics(runs["diverged"])
+    rows = checkpoint.read_metrics(runs["diverged"])
     assert rows[-1]["diverged"] is True and rows[0]["iter"] == 0 and math.isfinite(rows[0]["val_loss"])
     kept = ckpt(runs["diverged"])
     assert kept["iter_num"] == 0 and all(torch.isfinite(v).all() for v in kept["model"].values())
@@ -222,22 +225,22 @@ def test_bench_under_torchrun_reports_peak_memory_per_rank(runs):
 
 def test_unsupported_fsdp_settings_fail_with_a_message(data, tmp_path):
     with pytest.raises(ValueError, match="fsdp=True shards over the processes that torchrun starts; launch"):
-        train_here(settings(data, tmp_path / "out", fsdp=True))
+        train_here(run_settings(data, tmp_path / "out", fsdp=True))
     assert not (tmp_path / "out").exists()
     with pytest.raises(ValueError, match="MPS has no process-group backend"):
-        common.check_fsdp_support("mps", torch.float32)
+        distributed.check_fsdp_support("mps", torch.float32)
     with pytest.raises(ValueError, match="does not support float16.*use --dtype=bfloat16"):
-        common.check_fsdp_support("cuda", torch.float16)
-    common.check_fsdp_support("cuda", torch.bfloat16)
-    common.check_fsdp_support("cpu", torch.float32)
+        distributed.check_fsdp_support("cuda", torch.float16)
+    distributed.check_fsdp_support("cuda", torch.bfloat16)
+    distributed.check_fsdp_support("cpu", torch.float32)
 
 
 def test_every_rank_runs_as_many_eval_batches():
     """5 batches over 2 ranks: rank 0 takes 0, 2, 4; rank 1 takes 1, 3 and repeats 4 without counting it."""
-    assert common.my_share(5, 0, 2) == [(0, True), (2, True), (4, True)]
-    assert common.my_share(5, 1, 2) == [(1, True), (3, True), (4, False)]
-    assert common.my_share(4, 1, 2) == [(1, True), (3, True)]
-    assert common.my_share(3, 0, 1) == [(0, True), (1, True), (2, True)]
+    assert losses.my_share(5, 0, 2) == [(0, True), (2, True), (4, True)]
+    assert losses.my_share(5, 1, 2) == [(1, True), (3, True), (4, False)]
+    assert losses.my_share(4, 1, 2) == [(1, True), (3, True)]
+    assert losses.my_share(3, 0, 1) == [(0, True), (1, True), (2, True)]
 
 
 def test_all_finite_checks_the_shards_of_fsdp_parameters(tmp_path):
@@ -245,13 +248,13 @@ def test_all_finite_checks_the_shards_of_fsdp_parameters(tmp_path):
     element of one shard is NaN."""
     dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
     try:
-        model = common.shard_model(GPT(GPTConfig(n_layer=2, n_head=2, n_embd=32, block_size=16, vocab_size=64,
+        model = distributed.shard_model(GPT(GPTConfig(n_layer=2, n_head=2, n_embd=32, block_size=16, vocab_size=64,
                                                  query_mode="nonlinear")), "cpu", torch.float32)
         weight = model.transformer.h[1].attn.query.w2.weight
-        assert type(weight).__name__ == "DTensor" and train.all_finite(model)
+        assert type(weight).__name__ == "DTensor" and distributed.all_finite(model)
         with torch.no_grad():
             weight.to_local()[3, 5] = float("nan")
-        assert not train.all_finite(model)
+        assert not distributed.all_finite(model)
     finally:
         dist.destroy_process_group()
 
@@ -259,12 +262,12 @@ def test_all_finite_checks_the_shards_of_fsdp_parameters(tmp_path):
 def test_large_config_is_gpt3_large_with_the_nonlinear_query_and_fsdp():
     """config/nlq_large.py: the shape, the parameter counts of docs/fsdp.md's table (meta device), and a global
     batch that 8, 16 and 32 GPUs share evenly."""
-    cfg = common.parse_config([str(ROOT / "config" / "nlq_large.py")])
+    cfg = settings.parse_config([str(ROOT / "config" / "nlq_large.py")])
     assert (cfg["n_layer"], cfg["n_head"], cfg["n_embd"], cfg["block_size"]) == (24, 16, 1536, 1024)
     assert cfg["fsdp"] is True and cfg["query_mode"] == "nonlinear" and cfg["out_dir"] == "out/nlq_large"
     assert cfg["batch_size"] * cfg["gradient_accumulation_steps"] * cfg["block_size"] == 491_520
     assert all(cfg["gradient_accumulation_steps"] % gpus == 0 for gpus in (8, 16, 32))
     with torch.device("meta"):
-        counts = GPT(common.model_config(cfg)).param_breakdown()
+        counts = GPT(settings.model_config(cfg)).param_breakdown()
     assert (counts["total"], counts["non_embedding"], counts["non_embedding_matrix"], counts["attn_q"]) == \
         (758_466_048, 679_626_240, 679_477_248, 56_696_832)

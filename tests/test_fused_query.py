@@ -9,6 +9,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+import settings
 import model as nlq
 from model import GPT, GPTConfig
 
@@ -168,7 +169,6 @@ def test_query_cost_variants_compute_what_they_say(monkeypatch):
     """bench/query_cost.py's diagnostic modes: f_autograd and f_checkpoint compute the whole f (the nonlinear
     query's logits and gradients), f_matmuls and f_gelu do not (they drop f's pieces); bench.py runs each."""
     import bench
-    import common
     import query_cost
     for name, cls in query_cost.VARIANTS.items():
         monkeypatch.setitem(nlq.QUERY_MODES, name, cls)
@@ -189,7 +189,7 @@ def test_query_cost_variants_compute_what_they_say(monkeypatch):
                 assert torch.allclose(p.grad, q.grad, atol=1e-5), (name, n)
     opts, rest = bench.split_args(["--query_modes=" + ",".join(query_cost.VARIANTS), "--warmup=1", "--steps=1",
                                      "--rounds=1"])
-    cfg = common.parse_config(rest + ["--n_layer=1", "--n_head=2", "--n_embd=32", "--block_size=16",
+    cfg = settings.parse_config(rest + ["--n_layer=1", "--n_head=2", "--n_embd=32", "--block_size=16",
                                       "--batch_size=2", "--device=cpu", "--vocab_size=64", "--compile=False"])
     rows, _ = bench.bench(cfg, opts)
     assert [r["query_mode"] for r in rows] == list(query_cost.VARIANTS) and all(r["ms_per_iter"] > 0 for r in rows)

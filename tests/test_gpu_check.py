@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 import bench
-import common
+import settings
 from test_sweep import command_lines
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -66,7 +66,7 @@ def test_every_step_runs_in_order_with_arguments_the_scripts_accept(tmp_path, mo
     batches = []
     for call in calls[1:5]:
         opts, rest = bench.split_args(call[1:])
-        cfg = common.parse_config(rest)
+        cfg = settings.parse_config(rest)
         assert cfg["compile"] is True and opts["json"].endswith(f"bench_nlq_small_b{cfg['batch_size']}.json")
         batches.append((cfg["batch_size"], opts["query_modes"]))
     assert batches == [(12, "linear,identity,nonlinear"), (64, "linear,nonlinear"), (32, "linear,nonlinear"),

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 import torch
 
+import checkpoint
 import eval as nlq_eval
 import prepare_data
 import sample
@@ -66,7 +67,7 @@ def by_hand(model, ctx, ending, block_size=32):
 
 def test_scores_match_a_hand_computation(ckpt):
     out, path = ckpt
-    model, *_ = sample.load_checkpoint(str(out))
+    model, _ = checkpoint.load_run(str(out))
     examples = nlq_eval.read_hellaswag(str(path))
     assert [ex[1] for ex in examples] == CONTEXTS and [ex[2] for ex in examples] == ENDINGS_CLEAN
     encode, _ = prepare_data.get_codec(dict(tokenizer="byte"))
@@ -83,7 +84,7 @@ def test_scores_match_a_hand_computation(ckpt):
 
 def test_acc_and_acc_norm_with_standard_errors(ckpt, capsys):
     out, path = ckpt
-    model, *_ = sample.load_checkpoint(str(out))
+    model, _ = checkpoint.load_run(str(out))
     hand = np.array([[by_hand(model, c, e) for e in endings] for c, endings in zip(CONTEXTS, ENDINGS_CLEAN)])
     labels = np.array([0, 0, 0, 2, 3])
     acc = np.mean(hand[:, :, 0].argmax(1) == labels)

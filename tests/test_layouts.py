@@ -10,9 +10,11 @@ import sys
 import pytest
 import torch
 
-import common
+import distributed
+import settings
 import train
 from conftest import ROOT, write_tiny_dataset
+from schedule import get_lr, schedule_notes
 
 pytestmark = pytest.mark.xdist_group("layouts")  # one worker makes the module's shared runs once
 
@@ -46,7 +48,7 @@ def weights(out):
 def runs(data_dir, tmp_path_factory):
     """One-process runs, then one 2-rank torchrun launch of the same recipes and of resumes."""
     tmp = tmp_path_factory.mktemp("layouts")
-    one = lambda out, **kw: train.train(common.parse_config(args(data_dir, tmp / out, **kw)))
+    one = lambda out, **kw: train.train(settings.parse_config(args(data_dir, tmp / out, **kw)))
     one("a")                                              # recipe A: 4 windows x 2 micro-batches
     one("b", batch_size=2, gradient_accumulation_steps=4)  # recipe B: 2 x 4, the same 8 windows per step
     one("half", max_iters=3)                              # 3 steps on one process, resumed on 2 ranks below
@@ -104,41 +106,27 @@ def test_restore_rng_on_fewer_gpus_and_on_more_ranks(monkeypatch):
     gen = torch.Generator().manual_seed(5)
     cuda_states = [torch.full((16,), i, dtype=torch.uint8) for i in range(4)]
     saved = [dict(train=gen.get_state(), torch=torch.get_rng_state(), cuda=cuda_states)]
-    train.restore_rng(saved, 0, torch.Generator(), "cuda:0", seed=1, iter_num=3)
+    distributed.restore_rng(saved, 0, torch.Generator(), "cuda:0", seed=1, iter_num=3)
     assert len(calls) == 1 and torch.equal(calls[0][0], cuda_states[0]) and calls[0][1] == "cuda:0"
-    train.restore_rng(saved, 0, torch.Generator(), "cpu", seed=1, iter_num=3)
+    distributed.restore_rng(saved, 0, torch.Generator(), "cpu", seed=1, iter_num=3)
     after_rank0 = torch.get_rng_state()
     other = torch.Generator()
-    train.restore_rng(saved, 1, other, "cpu", seed=1, iter_num=3)  # rank 1 of a run saved on 1 process
+    distributed.restore_rng(saved, 1, other, "cpu", seed=1, iter_num=3)  # rank 1 of a run saved on 1 process
     assert torch.equal(other.get_state(), saved[0]["train"])
     assert not torch.equal(torch.get_rng_state(), after_rank0)
 
 
 # ------------------------------------------------------------------------------------------- the schedule
 def schedule(**kw):
-    return dict(common.DEFAULTS, learning_rate=6e-4, min_lr=6e-5, **kw)
-
-
-def test_a_constant_rate_says_which_schedule_settings_it_leaves_unused():
-    """decay_lr=False dropped warmup_iters, min_lr and the rest without a word (an adversarial trial)."""
-    notes = []
-    cfg = schedule(decay_lr=False, warmup_iters=3, max_iters=10)
-    assert train.lr_decay_iters_for(cfg, None, notes.append) == 10
-    assert [train.get_lr(i, cfg, 10) for i in (0, 9)] == [6e-4, 6e-4]
-    assert notes == ["note: decay_lr=False: every step runs at learning_rate=0.0006, so warmup_iters=3 is not "
-                     "used"]  # min_lr=6e-5 is the default: not named
-    notes.clear()
-    train.lr_decay_iters_for(dict(cfg, min_lr=0.0, lr_schedule="linear"), None, notes.append)
-    assert notes == ["note: decay_lr=False: every step runs at learning_rate=0.0006, so warmup_iters=3, "
-                     "min_lr=0.0, lr_schedule='linear' are not used"]
+    return dict(settings.DEFAULTS, learning_rate=6e-4, min_lr=6e-5, **kw)
 
 
 def test_a_run_that_is_all_warmup_is_warned_about():
     """--max_iters=5 with the default warmup_iters=2000: the rate never passes 1.5e-6 (peak 6e-4)."""
     cfg = schedule(max_iters=5)
-    lrs = [train.get_lr(i, cfg, 5) for i in range(5)]
+    lrs = [get_lr(i, cfg, 5) for i in range(5)]
     assert lrs[0] == pytest.approx(6e-4 / 2001) and max(lrs) == pytest.approx(6e-4 * 5 / 2001)
-    assert train.schedule_notes(cfg, 5) == [("warning", "the whole run is warmup (warmup_iters=2000 >= "
+    assert schedule_notes(cfg, 5) == [("warning", "the whole run is warmup (warmup_iters=2000 >= "
                                              "max_iters=5): the learning rate rises from 3.00e-07 to 1.50e-06 "
                                              "and never reaches learning_rate=0.0006; lower warmup_iters")]
 
@@ -146,9 +134,9 @@ def test_a_run_that_is_all_warmup_is_warned_about():
 def test_a_warmup_longer_than_the_decay_is_warned_about_and_the_notes_are_true():
     """warmup 4, lr_decay_iters 2, max_iters 5: steps 1-4 warm up, step 5 runs at min_lr; no decay at all."""
     cfg = schedule(warmup_iters=4, lr_decay_iters=2, max_iters=5)
-    lrs = [train.get_lr(i, cfg, 2) for i in range(5)]
+    lrs = [get_lr(i, cfg, 2) for i in range(5)]
     assert lrs[:4] == pytest.approx([6e-4 * k / 5 for k in (1, 2, 3, 4)]) and lrs[4] == 6e-5
-    assert train.schedule_notes(cfg, 2) == [
+    assert schedule_notes(cfg, 2) == [
         ("warning", "the warmup (warmup_iters=4) does not end before the decay does (lr_decay_iters=2): the "
                     "learning rate rises to 4.80e-04 until iteration 4, then drops straight to min_lr=6e-05, "
                     "with no decay; set lr_decay_iters above warmup_iters"),
@@ -158,14 +146,14 @@ def test_a_warmup_longer_than_the_decay_is_warned_about_and_the_notes_are_true()
 
 def test_the_flat_tail_and_the_early_stop_notes_are_true():
     cfg = schedule(warmup_iters=2, max_iters=20)
-    lrs = [train.get_lr(k - 1, cfg, 10) for k in range(1, 21)]  # iteration k runs at get_lr(k - 1)
+    lrs = [get_lr(k - 1, cfg, 10) for k in range(1, 21)]  # iteration k runs at get_lr(k - 1)
     assert lrs[9] > 6e-5 and lrs[10:] == [6e-5] * 10  # iterations 11-20 at min_lr
-    assert train.schedule_notes(cfg, 10) == [("note", "the last 10 of 20 steps (iterations 11-20) run at "
+    assert schedule_notes(cfg, 10) == [("note", "the last 10 of 20 steps (iterations 11-20) run at "
                                                       "min_lr=6e-05: the schedule reaches min_lr at "
                                                       "lr_decay_iters=10")]
     cfg = schedule(warmup_iters=2, max_iters=10)
-    (kind, text), = train.schedule_notes(cfg, 20)
-    assert kind == "note" and text.endswith(f"its last step runs at {train.get_lr(9, cfg, 20):.2e} "
+    (kind, text), = schedule_notes(cfg, 20)
+    assert kind == "note" and text.endswith(f"its last step runs at {get_lr(9, cfg, 20):.2e} "
                                      f"(--lr_decay_iters=10 decays to min_lr by the last step)")
-    assert train.get_lr(9, cfg, 20) > 6e-5 and not math.isclose(train.get_lr(9, cfg, 20), 6e-5)
-    assert train.schedule_notes(schedule(warmup_iters=2, max_iters=10), 10) == []  # the ordinary case
+    assert get_lr(9, cfg, 20) > 6e-5 and not math.isclose(get_lr(9, cfg, 20), 6e-5)
+    assert schedule_notes(schedule(warmup_iters=2, max_iters=10), 10) == []  # the ordinary case

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-import common
+import checkpoint
+import settings
 import convert
 import eval as nlq_eval
 import hf
@@ -46,9 +47,9 @@ def exported(shipped_data, tmp_path_factory):
     run = root / "run"  # a run folder as convert.py official --tokenizer gpt2 writes it: no dataset
     run.mkdir()
     meta = convert.tokenizer_meta("gpt2", "openwebtext")
-    common.save_checkpoint(str(run / "ckpt.pt"), dict(
+    torch.save(dict(
         model=model.state_dict(), optimizer={}, iter_num=0, rng=[], model_args=vars(cfg), dataset_meta=meta,
-        config=dict(common.DEFAULTS, data_dir=str(root / "no_data"))))
+        config=dict(settings.DEFAULTS, data_dir=str(root / "no_data"))), run / "ckpt.pt")
     convert.main(["hf", str(run), f"--out={root / 'hf'}", f"--bpe_dir={shipped_data / 'gpt2'}"])
     path = root / "hs.jsonl"
     path.write_text("".join(json.dumps(ex) + "\n" for ex in EXAMPLES))

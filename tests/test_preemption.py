@@ -14,7 +14,9 @@ import time
 import pytest
 import torch
 
-import common
+import data
+import preemption
+import settings
 import train
 from conftest import ROOT
 from test_layouts import args as layout_args, data_dir  # noqa: F401  (data_dir: the tiny dataset fixture)
@@ -27,7 +29,7 @@ def args(data_dir, out, **kw):
 
 
 def run(data_dir, out, **kw):
-    return train.train(common.parse_config(args(data_dir, out, **kw)))
+    return train.train(settings.parse_config(args(data_dir, out, **kw)))
 
 
 def ckpt(out):
@@ -54,21 +56,21 @@ def test_signal_mid_step_checkpoints_at_the_boundary_and_resumes_exactly(data_di
     forward pass): the step finishes, the checkpoint holds iter = during_step and its tokens, the metrics end
     at the last eval before it, and the resumed run has the straight run's weights and evals exactly."""
     run(data_dir, tmp_path / "straight")
-    real_window_starts, steps = train.window_starts, []
+    real_batch_starts, steps = data.TrainData.batch_starts, []
 
-    def window_starts_then_signal(*a, **kw):  # train.py draws each step's windows with it, once a step
+    def batch_starts_then_signal(*a, **kw):  # train.py draws each step's windows with it, once a step
         steps.append(1)
         if len(steps) == during_step:
             signal.raise_signal(sig)  # to this thread, at once (os.kill may reach another)
-        return real_window_starts(*a, **kw)
+        return real_batch_starts(*a, **kw)
 
-    monkeypatch.setattr(train, "window_starts", window_starts_then_signal)
+    monkeypatch.setattr(data.TrainData, "batch_starts", batch_starts_then_signal)
     before = signal.getsignal(sig)
     with pytest.raises(train.TrainingPreempted, match=f"stopped by {sig.name} after iter {during_step}: "
                                                       f"checkpoint .*ckpt.pt at iter {during_step}"):
         run(data_dir, tmp_path / "stopped")
     assert signal.getsignal(sig) == before  # the handlers are put back
-    monkeypatch.setattr(train, "window_starts", real_window_starts)
+    monkeypatch.setattr(data.TrainData, "batch_starts", real_batch_starts)
     saved = ckpt(tmp_path / "stopped")
     assert saved["iter_num"] == during_step and saved["tokens"] == during_step * 8 * 16
     assert saved["eval_pending"] is eval_step
@@ -165,7 +167,7 @@ def test_a_signalled_process_exits_with_the_documented_status_and_resumes_exactl
         proc.kill()
         proc.wait()
     (out / "stdout.txt").write_text("".join(lines) + rest)
-    assert proc.returncode == common.EXIT_PREEMPTED == 144, rest[-2000:]
+    assert proc.returncode == preemption.EXIT_PREEMPTED == 144, rest[-2000:]
     it = stopped_at(out)
     assert 5 <= it < 120 and f"stopped by {sig.name} after iter {it}" in rest
     assert ckpt(out)["tokens"] == it * 128 and ckpt(out)["eval_pending"] == (it % 40 == 0)

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 import prepare_data as P
+from data import load_meta
 from conftest import run_offline
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -24,7 +25,7 @@ def prepare(data_dir, *args):
     """Run the CLI in-process on data_dir and return the meta.json it wrote."""
     P.main([*args, "--data_dir", str(data_dir)])
     name = args[args.index("--name") + 1] if "--name" in args else args[0]
-    return P.load_meta(Path(data_dir) / name)
+    return load_meta(Path(data_dir) / name)
 
 
 def fails(data_dir, *args):
@@ -305,7 +306,7 @@ def test_wikiextractor_file_with_a_bom(shipped_data, tmp_path, layout):
         if layout != "file":
             src = src.parent
         prepare(tmp_path / "out", "local", "--input", str(src), "--name", name, "--tokenizer", "byte")
-    plain, bom = (P.load_meta(tmp_path / "out" / n) for n in ("plain", "bom"))
+    plain, bom = (load_meta(tmp_path / "out" / n) for n in ("plain", "bom"))
     assert (bom["train_docs"], bom["val_docs"]) == (34, 4)
     assert bom["sha256"] == plain["sha256"]
     text = decoded(tmp_path / "out" / "bom", bom)
@@ -429,7 +430,7 @@ def test_sigterm_while_writing_is_an_interruption_and_the_moves_are_never_cut(sh
     assert e.value.code == 130
     folder = tmp_path / "shakespeare_char"
     assert capsys.readouterr().err.splitlines()[-1] == f"interrupted, after {folder} was written (complete)"
-    meta = P.load_meta(folder)
+    meta = load_meta(folder)
     assert meta["val_fraction"] == 0.2 and sorted(p.name for p in folder.iterdir()) == sorted(P.BIN_FILES)
     assert len(np.fromfile(folder / "val.bin", np.uint16)) == meta["val_tokens"]
 
@@ -554,7 +555,7 @@ def test_the_advised_val_fraction_range_works_at_both_ends(tmp_path):
     for fraction in ("0.206", "0.794"):
         P.main(["local", "--input", str(tmp_path / "one.txt"), "--name", "x", "--tokenizer", "byte", "--overwrite",
                 "--val_fraction", fraction, "--data_dir", str(tmp_path / "data")])
-        meta = P.load_meta(tmp_path / "data" / "x")
+        meta = load_meta(tmp_path / "data" / "x")
         assert min(meta["train_tokens"], meta["val_tokens"]) >= P.MIN_VAL_TOKENS
 
 
@@ -774,7 +775,7 @@ def test_an_unforeseen_error_leaves_no_empty_folder(tmp_path, monkeypatch):
 
 def test_load_meta_missing(tmp_path):
     with pytest.raises(FileNotFoundError, match="not a prepared dataset"):
-        P.load_meta(tmp_path)
+        load_meta(tmp_path)
 
 
 # ----------------------------------------------------------- 6: the OpenWebText code path, on a local Dataset
@@ -813,7 +814,7 @@ def test_hf_dataset_path_with_spawn_workers(speeches, tmp_path):
     run = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr[-3000:]
     meta = json.loads(run.stdout.strip().splitlines()[-1])
-    assert (meta["train_docs"], meta["val_docs"]) == (360, 40) and meta == P.load_meta(tmp_path / "o")
+    assert (meta["train_docs"], meta["val_docs"]) == (360, 40) and meta == load_meta(tmp_path / "o")
 
 
 def test_cli_subprocess(tmp_path):

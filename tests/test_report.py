@@ -9,7 +9,8 @@ import sys
 import numpy as np
 import pytest
 
-import common
+import checkpoint
+import settings
 import report
 import sweep
 from conftest import ROOT
@@ -212,7 +213,7 @@ def test_a_run_without_a_final_loss_or_a_config_is_named_as_damaged(tmp_path):
     writes first, is an edited or damaged run: never dropped from the statistics, nor counted unchecked."""
     path, study = make_study(tmp_path)
     log = os.path.join(sweep.run_dir(study, "linear", 2e-3, 12), "metrics.jsonl")
-    rows = common.read_metrics(os.path.dirname(log))
+    rows = checkpoint.read_metrics(os.path.dirname(log))
     rows[-1].update(val_loss=None, val_loss_full=None)
     with open(log, "w") as f:
         f.writelines(json.dumps(r) + "\n" for r in rows)
@@ -228,7 +229,7 @@ def test_a_run_without_a_final_loss_or_a_config_is_named_as_damaged(tmp_path):
         sweep.main([str(path), "--dry_run"])
     write_run(study, "linear", 2e-3, 13, LINEAR[13])  # mended; now a row of its log loses its token count
     log = os.path.join(sweep.run_dir(study, "linear", 2e-3, 13), "metrics.jsonl")
-    rows = common.read_metrics(os.path.dirname(log))
+    rows = checkpoint.read_metrics(os.path.dirname(log))
     del rows[1]["tokens"]
     with open(log, "w") as f:
         f.writelines(json.dumps(r) + "\n" for r in rows)
@@ -473,7 +474,7 @@ def write_plain_run(out, rows, **config):
     with open(os.path.join(out, "metrics.jsonl"), "w") as f:
         f.writelines(json.dumps(r) + "\n" for r in rows)
     with open(os.path.join(out, "config.json"), "w") as f:
-        json.dump({**common.DEFAULTS, "out_dir": str(out), **config}, f)
+        json.dump({**settings.DEFAULTS, "out_dir": str(out), **config}, f)
 
 
 def test_compare_plain_runs(tmp_path, capsys, monkeypatch):
@@ -566,22 +567,11 @@ def test_compare_names_the_one_difference_and_refuses_a_folder_without_results(t
     with pytest.raises(ValueError, match=r"cut is not a train.py run folder with results: no row in its "
                                          r"metrics.jsonl \(empty, or cut short before its first row ended\)"):
         report.main([str(tmp_path / "a"), str(cut)])
-    (cut / "metrics.jsonl").write_bytes(b'{"iter": 0}\n\xbf\xff\n')
-    with pytest.raises(ValueError, match=r"cut/metrics.jsonl is not text \(byte 12 is not UTF-8\): the log is "
-                                         r"damaged"):
-        report.main([str(tmp_path / "a"), str(cut)])
     # rows and configs that pass the log's own checks but lack what the comparison reads: were KeyErrors
     edited = tmp_path / "edited"
     write_plain_run(edited, rows + [dict(iter=30, val_loss=1.0)])  # a row added by hand, with no token count
     with pytest.raises(ValueError, match=r"edited/metrics.jsonl is damaged: its row of iter 30 has no token count "
                                          r"\('tokens', which every row train.py writes has\); restore it"):
-        report.main([str(tmp_path / "a"), str(edited)])
-    write_plain_run(edited, rows)
-    config = json.loads((edited / "config.json").read_text())
-    del config["dataset"], config["max_iters"]
-    (edited / "config.json").write_text(json.dumps(config))
-    with pytest.raises(ValueError, match=r"edited/config.json is damaged: it has no dataset, max_iters \(train.py "
-                                         r"writes every setting there\); restore it from a copy"):
         report.main([str(tmp_path / "a"), str(edited)])
 
 

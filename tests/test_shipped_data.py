@@ -37,7 +37,7 @@ def test_missing_data_fails_naming_the_files(shipped_data, tmp_path):
 def test_nothing_refers_to_data_outside_the_repository():
     """The tests, the CI script and the quick start's scripts never read ../shared or NLQ_SHARED_DATA."""
     files = [*(ROOT / "tests").glob("*.py"), ROOT / ".ci" / "run", *(ROOT / f for f in (
-        "train.py", "common.py", "prepare_data.py", "sample.py", "eval.py", "convert.py"))]
+        "train.py", "settings.py", "data.py", "prepare_data.py", "sample.py", "eval.py", "convert.py"))]
     for f in files:
         if f.name != "test_shipped_data.py":
             text = f.read_text()

@@ -13,7 +13,9 @@ import time
 import pytest
 import torch
 
-import common
+import checkpoint
+import preemption
+import settings
 import model
 import report
 import sweep
@@ -28,7 +30,7 @@ def tiny_study(tmp_path, extra=""):
     config.write_text(f"data_dir = {str(tmp_path / 'data')!r}\ndataset = 'tiny'\nn_layer = 1\nn_head = 2\n"
                       "n_embd = 32\nblock_size = 16\nbatch_size = 4\ngradient_accumulation_steps = 1\n"
                       "max_iters = 20\nlr_decay_iters = 20\nwarmup_iters = 2\neval_interval = 5\n"
-                      "eval_iters = 2\nlog_interval = 5\ndevice = 'cpu'\ncompile = False\n")
+                      "eval_windows = 8\nlog_interval = 5\ndevice = 'cpu'\ncompile = False\n")
     study = tmp_path / "tiny_study.py"
     study.write_text(f"name = 'tiny'\nconfig = {str(config)!r}\noverrides = {{}}\n"
                      f"runs_dir = {str(tmp_path / 'runs')!r}\n"
@@ -93,7 +95,7 @@ def test_killed_sweep_restarts_without_rerunning_finished_runs(one_arm_study):
     row = sweep.final_row(second)
     assert row is not None and row["iter"] < 20, "the sweep was not caught mid-run"
     deadline = time.time() + 30  # its train.py got the SIGKILL too, but may hold its run's lock a moment longer
-    while common.is_locked(os.path.join(second, ".lock")) and time.time() < deadline:  # (a loaded machine)
+    while checkpoint.is_locked(os.path.join(second, ".lock")) and time.time() < deadline:  # (a loaded machine)
         time.sleep(0.05)
     first_mtime = os.path.getmtime(os.path.join(first, "metrics.jsonl"))
 
@@ -121,17 +123,14 @@ def test_chosen_lr_and_print_mode(study_file, capsys):
     assert "--query_mode=nonlinear --learning_rate=0.003 --seed=1" in lines[0]
     assert "--min_lr=0.0003 --query_mode=linear --learning_rate=0.003 --seed=2" in lines[-2]
     # the study's 1 micro-batch of 4 cannot be shared by 2 processes: 2 micro-batches of 2, same global batch,
-    # and the study's eval windows pinned (eval_iters 2 x batch_size 4 = 8): the same experiment
-    assert lines[-2].endswith("--batch_size=2 --gradient_accumulation_steps=2 --eval_windows=8")
+    # (the eval windows do not depend on the batch): the same experiment
+    assert lines[-2].endswith("--batch_size=2 --gradient_accumulation_steps=2")
     out = sweep.run_dir(study, "linear", 3e-3, 2)
     os.makedirs(out)
     with open(os.path.join(out, "config.json"), "w") as f:  # as that command's run saves it
         json.dump(dict(sweep.run_config(study, "linear", 3e-3, 2), batch_size=2, gradient_accumulation_steps=2,
                        eval_windows=8), f)
     assert sweep.settings_diff(study, "linear", 3e-3, 2) == {}
-    with open(os.path.join(out, "config.json"), "w") as f:  # without the pinned windows: 4 of them, not 8
-        json.dump(dict(sweep.run_config(study, "linear", 3e-3, 2), batch_size=2, gradient_accumulation_steps=2), f)
-    assert set(sweep.settings_diff(study, "linear", 3e-3, 2)) == {"batch_size", "gradient_accumulation_steps"}
     with open(os.path.join(out, "config.json"), "w") as f:  # the official code's name of the mode: the same run
         json.dump(dict(sweep.run_config(study, "linear", 3e-3, 2), query_mode="original"), f)
     assert sweep.settings_diff(study, "linear", 3e-3, 2) == {}
@@ -341,7 +340,7 @@ def test_arms_that_differ_in_precision_and_a_copy_of_a_committed_study_are_accep
     (("max_extensions = 0", "seeds_per_arm = {'identity': 1}"),
      "seeds_per_arm names \\['identity'\\], which are not"),
     (("query_mode='nonlinear'", "query_mode='nonlinaer'"), "unknown query_mode 'nonlinaer'"),
-    (("seeds = [2]", "seeds = = [2]"), "study file .*bad.py failed: SyntaxError"),
+    (("seeds = [2]", "seeds = = [2]"), "bad.py failed: SyntaxError"),
     (("query_mode='nonlinear'", "query_mode='nonlinear', init_from='resume'"),
      "arm nonlinear sets init_from='resume'; leave it out: sweep.py resumes each run that has a checkpoint"),
     (("query_mode='nonlinear'", "query_mode='nonlinear', min_lr=1.0"),
@@ -353,18 +352,9 @@ def test_arms_that_differ_in_precision_and_a_copy_of_a_committed_study_are_accep
      r"reference must be the name of one of the arms \(linear, nonlinear\), got \['linear'\]"),
     (("max_extensions = 0", "contrasts = [('nonlinear', 'lowrnak', 'x')]"),
      r"contrasts name \['lowrnak'\], which are not arms of this study; its arms: linear, nonlinear"),
-    # two arms under one name would be one arm (Python keeps the last): the reference could train another model
-    (("'nonlinear': dict(", "'linear': dict(query_mode='identity'), 'nonlinear': dict("),
-     r"bad\.py, line 5: a dict repeats the key\(s\) 'linear'; Python keeps only the last value"),
-    (("max_extensions = 0", "import sys; sys.exit(0)"), r"study file .*bad\.py failed: SystemExit: 0"),
     (("overrides = {}", "overrides = {'max_iters': 0}"), r"max_iters=0: its runs would not train"),
     (("'nonlinear': dict(", "'original': dict(query_mode='original'), 'nonlinear': dict("),
      r"arms linear and original are the same experiment \(the same model, settings and learning rates"),
-    # f's settings on a mode without f change nothing: the arms would train the same model (an adversarial trial)
-    (("'nonlinear': dict(", "'linear_r8': dict(query_mode='linear', query_hidden=8, query_norm_in=False), "
-                            "'nonlinear': dict("),
-     r"arms linear and linear_r8 are the same experiment \(.*\); they differ only in query_hidden, query_norm_in, "
-     r"which query_mode=linear does not read; drop one"),
     # a study that imports (or copies) a committed one and keeps its name would write that study's report
     (("name = 'tiny'", "from studies.enwiki_cpu import name"),
      r"its name 'enwiki_cpu' is the study studies/enwiki_cpu\.py's \(taken over from it by an import or a copy\?\)"
@@ -375,24 +365,6 @@ def test_bad_study_values(study_file, tmp_path, edit, message):
     bad.write_text(study_file.read_text().replace(*edit))
     with pytest.raises(ValueError, match=message):
         sweep.load_study(str(bad))
-
-
-def test_f_s_settings_make_another_experiment_only_where_the_mode_reads_them(study_file, tmp_path):
-    """nonlinear with another query_hidden is another arm; a custom mode that does not say which settings it
-    reads (the README's LowRankQuery reads query_hidden) is taken to read them all."""
-    bad = tmp_path / "ok.py"
-    bad.write_text(study_file.read_text().replace(
-        "'nonlinear': dict(", "'nonlinear_r8': dict(query_mode='nonlinear', query_hidden=8), 'nonlinear': dict("))
-    assert list(sweep.load_study(str(bad))["arms"]) == ["linear", "nonlinear_r8", "nonlinear"]
-    assert model.unused_query_settings("linear") == model.QUERY_SETTINGS == ("query_hidden", "query_norm_in",
-                                                                           "query_norm_out")
-    assert model.unused_query_settings("residual_gelu") == ()  # the official name of nonlinear
-
-    class LowRank(model.QueryMode):
-        scale_factor = 0.5
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setitem(model.QUERY_MODES, "lowrank_test", LowRank)
-        assert model.unused_query_settings("lowrank_test") == ()
 
 
 def test_missing_study_and_config_files_are_named_with_the_closest_name(study_file, tmp_path):
@@ -501,7 +473,7 @@ def test_a_sigterm_to_the_sweep_stops_its_runs_at_a_checkpoint(tmp_path):
                 os.kill(pid, signal.SIGKILL)
     assert not orphans
     assert "stopped: linear lr=0.003 seed=2 (it resumes from its last checkpoint" in stdout
-    assert "FAILED" not in stdout and proc.returncode == common.EXIT_PREEMPTED  # as train.py's for a SIGTERM
+    assert "FAILED" not in stdout and proc.returncode == preemption.EXIT_PREEMPTED  # as train.py's for a SIGTERM
     assert "the sweep was stopped by SIGTERM: 1 running run(s) stopped, none started after it" in stderr
     # after a step, or during an eval (the run evaluates often): either way it checkpointed where it stopped
     assert re.search(r"stopped by SIGTERM (after|during the eval of) iter \d+: checkpoint",
@@ -587,7 +559,7 @@ def test_runs_made_by_another_model_py_are_refused(study_file, tmp_path):
     finished_run(study, "nonlinear", 1e-2, 1)
     path = os.path.join(sweep.run_dir(study, "nonlinear", 1e-2, 1), "config.json")
     saved = json.loads(open(path).read())
-    built = common.param_counts(common.model_config(saved))
+    built = settings.param_counts(settings.model_config(saved))
     for damaged in ("x", 5, {"non_embedding": "5"}):  # counts that are not train.py's: a damaged run folder
         with open(path, "w") as f:
             json.dump({**saved, "param_counts": damaged}, f)
@@ -671,7 +643,7 @@ def test_runs_on_other_data_are_refused_before_any_run(study_file, tmp_path, mon
     ("max_iters=40", "its arms differ in max_iters (linear: 20, nonlinear: 40); the arms of a study get the same "
                      "training tokens and eval set"),
     ("batch_size=8", "its arms differ in tokens_per_step (linear: 64, nonlinear: 128)"),
-    ("eval_iters=3", "its arms differ in eval_windows (linear: 8, nonlinear: 12)"),
+    ("eval_windows=12", "its arms differ in eval_windows (linear: 8, nonlinear: 12)"),
 ])
 def test_arms_on_other_data_or_budgets_or_from_gpt2_are_refused(study_file, tmp_path, keys, message):
     """Paired by seed, a study's arms must read one dataset (an arm's own dataset or data_dir made the report
@@ -722,14 +694,14 @@ def test_a_second_sweep_and_a_run_trained_elsewhere_are_named(one_arm_study, tmp
     monkeypatch.chdir(tmp_path)
     study = sweep.load_study(str(one_arm_study), quick=0.1)
     os.makedirs(study["runs_dir"])
-    other_sweep = common.lock_file(os.path.join(study["runs_dir"], ".sweep.lock"))
+    other_sweep = checkpoint.lock_file(os.path.join(study["runs_dir"], ".sweep.lock"))
     with pytest.raises(ValueError, match=r"another sweep.py is running the runs in out/quick/tiny/runs \(it holds "
                                          r"out/quick/tiny/runs/.sweep.lock\): two sweeps would start the same runs"):
         sweep.main([str(one_arm_study), "--quick", "0.1", "--threads", "1"])
     other_sweep.close()
     busy = sweep.run_dir(study, "linear", 3e-3, 1)
     os.makedirs(busy)
-    orphan = common.lock_file(os.path.join(busy, ".lock"))  # a train.py still running it
+    orphan = checkpoint.lock_file(os.path.join(busy, ".lock"))  # a train.py still running it
     with pytest.raises(RuntimeError, match=r"1 run\(s\) did not finish; the others did:\n.*lr0.003_seed1 is being "
                                            r"trained by another train.py"):
         sweep.main([str(one_arm_study), "--quick", "0.1", "--threads", "1"])
@@ -769,7 +741,7 @@ def test_quick_writes_only_under_the_scratch_folder(one_arm_study, tmp_path, mon
     quick = sweep.load_study(str(study_file), quick=0.1)
     cfg = sweep.run_config(quick, "linear", 1e-2, 1)
     assert (cfg["max_iters"], cfg["lr_decay_iters"], cfg["warmup_iters"], cfg["eval_interval"]) == (2, 2, 0, 1)
-    assert cfg["eval_full_at_end"] is False and cfg["eval_iters"] == 1  # the config's 2, scaled
+    assert cfg["eval_full_at_end"] is False and cfg["eval_windows"] == 1  # the config's 8, scaled
     assert sweep.final_row(sweep.run_dir(quick, "linear", 1e-2, 1))["iter"] == 2
     assert all(sweep.plan(quick, arm)["chosen"] is not None and not sweep.plan(quick, arm)["due"]
                for arm in quick["arms"])

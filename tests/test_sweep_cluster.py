@@ -10,7 +10,7 @@ import time
 import pytest
 import torch
 
-import common
+import checkpoint
 import sweep
 from conftest import ROOT
 from test_sweep import ONE_ARM, command_lines, tiny_study, write_run
@@ -220,7 +220,7 @@ def test_study_through_submitit_jobs_survives_a_killed_job_and_a_restarted_drive
     local = sweep.load_study(str(local_file))
     run = next(r for r in runs if sweep.run_dir(study, *r) == killed)
     assert sweep.launch(local, *run, threads=1) is None
-    losses = lambda out: [(r["iter"], r["train_loss"], r["val_loss"]) for r in common.read_metrics(out)]
+    losses = lambda out: [(r["iter"], r["train_loss"], r["val_loss"]) for r in checkpoint.read_metrics(out)]
     assert losses(killed) == losses(sweep.run_dir(local, *run)) and len(losses(killed)) == 9  # iters 0..40
     assert not processes_under(tmp_path)
 
@@ -254,4 +254,4 @@ def test_slurm_jobs_get_the_partition_time_gpus_and_extra_flags(tmp_path, monkey
     cmd = job.command()
     assert cmd[1:5] == ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
     assert "--signals_to_handle=SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1,SIGUSR2" in cmd
-    assert cmd[-3:] == ["--batch_size=2", "--gradient_accumulation_steps=2", "--eval_windows=8"]  # 1 x 4 by 2 ranks
+    assert cmd[-2:] == ["--batch_size=2", "--gradient_accumulation_steps=2"]  # 1 x 4 by 2 ranks

@@ -12,8 +12,12 @@ import numpy as np
 import pytest
 import torch
 
-import common
+import checkpoint
+import data
+import losses
+import settings
 import prepare_data
+import progress
 import train
 from conftest import ROOT, run_offline
 from model import GPT, QUERY_MODES
@@ -34,10 +38,10 @@ def data_dir(tmp_path_factory):
 
 
 def tiny_cfg(data_dir, out_dir, **kw):
-    cfg = dict(common.DEFAULTS)
+    cfg = dict(settings.DEFAULTS)
     cfg.update(data_dir=str(data_dir), dataset="tiny", out_dir=str(out_dir), n_layer=2, n_head=2, n_embd=32,
                block_size=16, batch_size=4, gradient_accumulation_steps=2, max_iters=6, eval_interval=3,
-               eval_iters=2, log_interval=1, warmup_iters=2, lr_decay_iters=10, learning_rate=1e-2,
+               eval_windows=8, log_interval=1, warmup_iters=2, lr_decay_iters=10, learning_rate=1e-2,
                min_lr=1e-3, dropout=0.1, device="cpu", compile=False)
     cfg.update(kw)
     return cfg
@@ -80,18 +84,6 @@ def test_resume_drops_metrics_written_after_the_checkpoint(data_dir, tmp_path):
     assert [json.loads(line)["iter"] for line in open(tmp_path / "metrics.jsonl")] == [0, 3, 6]
 
 
-def test_a_resume_whose_log_is_gone_says_so(data_dir, tmp_path):
-    """metrics.jsonl deleted before a resume: the log restarted at the checkpoint without a word (an
-    adversarial trial); now a warning says the curve before it is lost."""
-    cfg = tiny_cfg(data_dir, tmp_path, max_iters=3)
-    train.train(cfg)
-    os.remove(tmp_path / "metrics.jsonl")
-    with pytest.warns(UserWarning, match=f"{tmp_path / 'metrics.jsonl'} holds no eval up to the checkpoint's "
-                                         f"iter 3 \\(deleted or moved\\?\\): the log goes on from there"):
-        train.train({**cfg, "max_iters": 6, "init_from": "resume"})
-    assert [json.loads(line)["iter"] for line in open(tmp_path / "metrics.jsonl")] == [6]
-
-
 def test_without_always_save_checkpoint_the_last_line_names_the_checkpoints_iter(data_dir, tmp_path, capsys,
                                                                                 monkeypatch):
     """always_save_checkpoint=False keeps the checkpoint of the lowest val loss; the last line said only
@@ -103,18 +95,7 @@ def test_without_always_save_checkpoint_the_last_line_names_the_checkpoints_iter
     monkeypatch.setattr(train, "estimate_loss", worse_each_time)
     train.train(tiny_cfg(data_dir, tmp_path, always_save_checkpoint=False, eval_full_at_end=False))
     assert torch.load(tmp_path / "ckpt.pt", map_location="cpu")["iter_num"] == 0 and len(evals) == 3
-    assert f"done: 6 iterations; checkpoint {tmp_path / 'ckpt.pt'} (iter 0, its lowest val loss: " \
-           f"always_save_checkpoint=False), metrics" in capsys.readouterr().out
-
-
-def test_f_s_settings_on_a_mode_without_f_are_noted(data_dir, tmp_path, capsys):
-    """--query_mode=linear --query_hidden=8 trained the same model without a word (an adversarial trial)."""
-    train.train(tiny_cfg(data_dir, tmp_path / "linear", max_iters=0, query_mode="linear", query_hidden=8,
-                         query_norm_in=False))
-    assert "note: query_mode=linear does not read query_hidden=8, query_norm_in=False: they change nothing\n" \
-        in capsys.readouterr().out
-    train.train(tiny_cfg(data_dir, tmp_path / "nonlinear", max_iters=0, query_mode="nonlinear", query_hidden=8))
-    assert "does not read" not in capsys.readouterr().out
+    assert f"done: 6 iterations; checkpoint {tmp_path / 'ckpt.pt'} (iter 0, its lowest val loss), metrics" in capsys.readouterr().out
 
 
 def test_gradient_accumulation_equivalence(data_dir, tmp_path):
@@ -146,7 +127,7 @@ def test_ddp_matches_single_process(data_dir, tmp_path, capsys):
     capsys.readouterr()
     train.train(cfg)
     single_log = logged_losses(capsys.readouterr().out)
-    overrides = [f"--{k}={v}" for k, v in cfg.items() if v != common.DEFAULTS[k] and k != "out_dir"]
+    overrides = [f"--{k}={v}" for k, v in cfg.items() if v != settings.DEFAULTS[k] and k != "out_dir"]
     result = run_torchrun(overrides + [f"--out_dir={tmp_path / 'ddp'}"])
     assert result.returncode == 0, result.stderr[-3000:]
     assert max_abs_diff(load_weights(tmp_path / "single"), load_weights(tmp_path / "ddp")) < 1e-6
@@ -168,33 +149,27 @@ def test_ddp_rejects_indivisible_accumulation(data_dir, tmp_path):
 def test_config_layers_and_errors(tmp_path):
     cfg_file = tmp_path / "my.py"
     cfg_file.write_text("n_layer = 3\nlearning_rate = 1\nimport math\n_private = 5\n")
-    cfg = common.parse_config([str(cfg_file), "--n_layer=5", "--query_mode=nonlinear", "--compile=false"])
+    cfg = settings.parse_config([str(cfg_file), "--n_layer=5", "--query_mode=nonlinear", "--compile=false"])
     assert cfg["n_layer"] == 5 and cfg["learning_rate"] == 1.0 and isinstance(cfg["learning_rate"], float)
     assert cfg["query_mode"] == "nonlinear" and cfg["compile"] is False
     with pytest.raises(ValueError, match="unknown config key 'n_layers'"):
-        common.parse_config(["--n_layers=4"])
+        settings.parse_config(["--n_layers=4"])
     with pytest.raises(ValueError, match="device='gpu'; use auto, cpu, cuda, cuda:N or mps"):  # on any machine
-        common.parse_config(["--device=gpu"])
+        settings.parse_config(["--device=gpu"])
     with pytest.raises(ValueError, match="config key 'batch_size' needs an int, got 'big'"):
-        common.parse_config(["--batch_size=big"])
+        settings.parse_config(["--batch_size=big"])
     with pytest.raises(ValueError, match="config key 'bias' needs a bool"):
-        common.parse_config(["--bias=1"])
+        settings.parse_config(["--bias=1"])
     (tmp_path / "bad.py").write_text("lerning_rate = 1e-3\n")
-    with pytest.raises(ValueError, match="unknown config key 'lerning_rate', did you mean 'learning_rate'\\? "
-                                         "Valid keys: activation, "):
-        common.parse_config([str(tmp_path / "bad.py")])
-    with pytest.raises(ValueError, match="write overrides as --key=value"):
-        common.parse_config(["--n_layer", "4"])
-    # a config file named without .py, or a folder; strings that look like literals stay as given
-    with pytest.raises(ValueError, match="a config file is a .py file: did you mean .*bad.py\\?"):
-        common.parse_config([str(tmp_path / "bad")])
-    with pytest.raises(ValueError, match="is a folder; a config file is a .py file"):
-        common.parse_config([str(tmp_path)])
-    with pytest.raises(ValueError, match="must be the first argument, .*; one config file per run"):
-        common.parse_config([str(cfg_file), str(cfg_file)])
-    assert common.parse_override("--out_dir=none") == ("out_dir", "none")  # was None -> a folder named 'None'
-    assert common.parse_override("--wandb_run_name=true") == ("wandb_run_name", "true")
-    assert common.parse_override("--compile=true") == ("compile", True)
+    with pytest.raises(ValueError, match="unknown config key 'lerning_rate', did you mean 'learning_rate'\\?"):
+        settings.parse_config([str(tmp_path / "bad.py")])
+    with pytest.raises(ValueError, match="an override is --key=value"):
+        settings.parse_config(["--n_layer", "4"])
+    with pytest.raises(ValueError, match="must be the first argument"):
+        settings.parse_config([str(cfg_file), str(cfg_file)])
+    assert settings.parse_override("--out_dir=none") == ("out_dir", "none")  # was None -> a folder named 'None'
+    assert settings.parse_override("--wandb_run_name=true") == ("wandb_run_name", "true")
+    assert settings.parse_override("--compile=true") == ("compile", True)
 
 
 def test_cli_reports_config_errors_cleanly():
@@ -205,7 +180,7 @@ def test_cli_reports_config_errors_cleanly():
 
 
 def test_lr_schedule():
-    cfg = dict(common.DEFAULTS, learning_rate=1e-3, min_lr=1e-4, warmup_iters=10, lr_decay_iters=110)
+    cfg = dict(settings.DEFAULTS, learning_rate=1e-3, min_lr=1e-4, warmup_iters=10, lr_decay_iters=110)
     lrs = [train.get_lr(i, cfg) for i in range(130)]
     assert lrs[0] > 0 and lrs[9] < lrs[10] == pytest.approx(1e-3)
     assert lrs[60] == pytest.approx(0.55e-3)  # half way down the cosine
@@ -214,9 +189,9 @@ def test_lr_schedule():
 
 
 def test_eval_windows_are_fixed_and_short_val_fails(data_dir, tmp_path):
-    w1 = common.eval_windows(1000, 16, 12, seed=7)
-    assert torch.equal(w1, common.eval_windows(1000, 16, 12, seed=7)) and w1.shape == (12,)
-    assert not torch.equal(w1, common.eval_windows(1000, 16, 12, seed=8))
+    w1 = data.eval_windows(1000, 16, 12, seed=7)
+    assert torch.equal(w1, data.eval_windows(1000, 16, 12, seed=7)) and w1.shape == (12,)
+    assert not torch.equal(w1, data.eval_windows(1000, 16, 12, seed=8))
     # the windows nlq drew as (eval_iters, batch_size) = (3, 4) before, in the same order: old curves keep meaning
     old = torch.randint(1000 - 16, (3, 4), generator=torch.Generator().manual_seed(7))
     assert torch.equal(w1, old.flatten())
@@ -234,14 +209,14 @@ def test_eval_windows_are_fixed_and_short_val_fails(data_dir, tmp_path):
 def test_every_query_mode_sees_the_same_batches(data_dir, tmp_path, monkeypatch):
     """Same seed -> the same training windows and eval windows, whatever the query mode."""
     seen = {}
-    real_get_batch = common.get_batch
+    real_get_batch = data.get_batch
     for mode in ("linear", "nonlinear"):
         calls = seen[mode] = []
         spy = (lambda path, *a, calls=calls:
                calls.append((os.path.basename(getattr(path, "name", path)), a[1].tolist()))
                or real_get_batch(path, *a))
-        monkeypatch.setattr(train, "get_batch", spy)  # training batches
-        monkeypatch.setattr(common, "get_batch", spy)  # eval batches (common.estimate_loss)
+        monkeypatch.setattr(data, "get_batch", spy)  # training batches
+        monkeypatch.setattr(losses, "get_batch", spy)  # eval batches (losses.estimate_loss)
         train.train(tiny_cfg(data_dir, tmp_path / mode, query_mode=mode, max_iters=2, eval_interval=1,
                              eval_full_at_end=False))
     assert seen["linear"] == seen["nonlinear"] and len(seen["linear"]) == 3 * 2 * 2 + 2 * 2
@@ -254,9 +229,9 @@ def test_a_dataset_prepared_again_mid_run_does_not_change_the_run(data_dir, tmp_
     folder = tmp_path / "data" / "tiny"
     shutil.copytree(data_dir / "tiny", folder)
     losses = lambda out: [{k: v for k, v in row.items() if k not in ("ms_per_iter", "elapsed_s", "tokens_per_s", "mfu")}
-                          for row in common.read_metrics(str(out))]
+                          for row in checkpoint.read_metrics(str(out))]
     train.train(tiny_cfg(tmp_path / "data", tmp_path / "calm"))
-    real_get_batch, calls = common.get_batch, []
+    real_get_batch, calls = data.get_batch, []
     def prepare_again_at_iter_2(path, *a):  # train.py's training batches: 2 a step
         calls.append(path)
         if len(calls) == 5:
@@ -264,7 +239,7 @@ def test_a_dataset_prepared_again_mid_run_does_not_change_the_run(data_dir, tmp_
                 np.full(n, 5, np.uint16).tofile(folder / f".new_{split}.bin")
                 os.replace(folder / f".new_{split}.bin", folder / f"{split}.bin")
         return real_get_batch(path, *a)
-    monkeypatch.setattr(train, "get_batch", prepare_again_at_iter_2)
+    monkeypatch.setattr(data, "get_batch", prepare_again_at_iter_2)
     train.train(tiny_cfg(tmp_path / "data", tmp_path / "disturbed"))
     assert len(calls) == 12 and losses(tmp_path / "disturbed") == losses(tmp_path / "calm")
     assert losses(tmp_path / "calm")[-1]["val_loss_full"] is not None
@@ -279,14 +254,14 @@ def test_a_finished_run_without_its_checkpoint_is_not_replaced(data_dir, tmp_pat
     train.train(tiny_cfg(data_dir, tmp_path, max_iters=3, eval_interval=3))
     (tmp_path / "ckpt.pt").unlink()
     before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
-    with pytest.raises(ValueError, match="holds a finished run \\(metrics.jsonl up to iter 3, no ckpt.pt\\): a "
-                                         "new run there would replace its results"):
+    with pytest.raises(ValueError, match="holds a finished run \\(metrics up to iter 3, no checkpoint\\): a "
+                                         "new run would replace its results"):
         train.train(tiny_cfg(data_dir, tmp_path, max_iters=3, eval_interval=3))
     assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before
     rows = (tmp_path / "metrics.jsonl").read_text().splitlines()
     (tmp_path / "metrics.jsonl").write_text(rows[0] + "\n")  # stopped after the iter-0 eval, before a checkpoint
     train.train(tiny_cfg(data_dir, tmp_path, max_iters=3, eval_interval=3))
-    assert common.read_metrics(str(tmp_path))[-1]["iter"] == 3
+    assert checkpoint.read_metrics(str(tmp_path))[-1]["iter"] == 3
 
 
 def test_one_train_py_per_out_dir(data_dir, tmp_path):
@@ -299,24 +274,18 @@ def test_one_train_py_per_out_dir(data_dir, tmp_path):
     try:
         assert holder.stdout.readline() == "held\n"
         before = (tmp_path / "metrics.jsonl").read_bytes()
-        with pytest.raises(ValueError, match="is in use by another train.py .* two runs would write one checkpoint"):
+        with pytest.raises(ValueError, match="is in use by another train.py"):
             train.train(tiny_cfg(data_dir, tmp_path, max_iters=2, eval_interval=1, init_from="resume"))
         # the same command again, as a fresh run: told that the folder is in use, not to resume or delete it
         with pytest.raises(ValueError, match="is in use by another train.py"):
             train.train(tiny_cfg(data_dir, tmp_path, max_iters=2, eval_interval=1))
-        assert common.is_locked(str(tmp_path / ".lock")) and not common.is_locked(str(tmp_path / "none"))
+        assert checkpoint.is_locked(str(tmp_path / ".lock")) and not checkpoint.is_locked(str(tmp_path / "none"))
         assert (tmp_path / "metrics.jsonl").read_bytes() == before
     finally:
         holder.kill()
         holder.wait()
     train.train(tiny_cfg(data_dir, tmp_path, max_iters=2, eval_interval=1, init_from="resume"))
-    assert common.read_metrics(str(tmp_path))[-1]["iter"] == 2  # the lock went with its process
-    (tmp_path / ".lock").unlink()
-    (tmp_path / ".lock").mkdir()  # not a lock file: named, and nothing written
-    before = (tmp_path / "metrics.jsonl").read_bytes()
-    with pytest.raises(ValueError, match=r"\.lock is a folder; train.py keeps its lock in a file of that name"):
-        train.train(tiny_cfg(data_dir, tmp_path, max_iters=3, eval_interval=1, init_from="resume"))
-    assert (tmp_path / "metrics.jsonl").read_bytes() == before
+    assert checkpoint.read_metrics(str(tmp_path))[-1]["iter"] == 2  # the lock went with its process
 
 
 def test_resume_rejects_changed_model(data_dir, tmp_path):
@@ -328,31 +297,26 @@ def test_resume_rejects_changed_model(data_dir, tmp_path):
         train.train(tiny_cfg(data_dir, tmp_path, max_iters=2, init_from="resume", query_mode="nonlinear"))
 
 
-def test_more_eval_windows_than_a_split_holds_are_warned_about(data_dir, tmp_path):
-    """val.bin: 776 tokens, so 760 windows of 16; 800 windows would repeat some, each eval longer for nothing."""
-    with pytest.warns(UserWarning, match="800 eval windows per split, but the smaller split has only 760 windows "
-                                         "of 16 tokens: the eval repeats windows"):
-        train.train(tiny_cfg(data_dir, tmp_path, max_iters=1, eval_interval=1, eval_windows=800))
-
-
-def test_resume_with_another_batch_size_keeps_the_eval_set(data_dir, tmp_path, capsys):
-    """With eval_windows unset the eval set is eval_iters x batch_size windows; a resume at another batch_size
-    keeps the checkpoint's windows, so one run's val-loss curve is on one eval set. An explicit eval_windows
-    that differs is allowed with a warning."""
-    train.train(tiny_cfg(data_dir, tmp_path, max_iters=3, eval_interval=3))  # 2 x 4 = 8 windows
-    row = train.train(tiny_cfg(data_dir, tmp_path, max_iters=6, eval_interval=3, init_from="resume",
-                               batch_size=2, gradient_accumulation_steps=4))
-    assert "eval set kept: the checkpoint's 8 eval windows per split, not 4" in capsys.readouterr().out
-    assert json.loads((tmp_path / "config.json").read_text())["eval_windows"] == 8
-    model = common.model_from_checkpoint(common.load_checkpoint(str(tmp_path / "ckpt.pt")), "")
+def test_the_default_eval_set_does_not_depend_on_the_micro_batch(data_dir, tmp_path):
+    """eval_windows left at its default: two recipes of equal tokens per step (8 x 1 and 4 x 2) evaluate the
+    same windows, and a resume at another micro-batch goes on with them (checked against the windows drawn
+    from the seed)."""
+    base = {**tiny_cfg(data_dir, tmp_path), "eval_windows": settings.DEFAULTS["eval_windows"]}
+    cfg = lambda out, **kw: {**base, "out_dir": str(tmp_path / out), "dropout": 0.0, **kw}
+    train.train(cfg("a", batch_size=8, gradient_accumulation_steps=1, max_iters=3, eval_interval=3))
+    train.train(cfg("b", batch_size=4, gradient_accumulation_steps=2, max_iters=3, eval_interval=3))
+    first = lambda out: checkpoint.read_metrics(str(tmp_path / out))[0]  # iter 0: the same weights
+    assert first("a")["val_loss"] == pytest.approx(first("b")["val_loss"], abs=1e-5)  # batches of 8, of 4
+    assert first("a")["train_loss"] == pytest.approx(first("b")["train_loss"], abs=1e-5)
+    assert settings.DEFAULTS["eval_windows"] == 2400
+    row = train.train(cfg("b", batch_size=2, gradient_accumulation_steps=4, max_iters=6, eval_interval=3,
+                          init_from="resume"))
+    model = checkpoint.model_from_checkpoint(checkpoint.load_checkpoint(str(tmp_path / "b" / "ckpt.pt")), "")
     val = data_dir / "tiny" / "val.bin"
-    windows = common.eval_windows(len(np.fromfile(val, np.uint16)), 16, 8, seed=common.DEFAULTS["seed"])
-    want = common.estimate_loss(model, {"val": (str(val), "uint16", windows, 16)}, contextlib.nullcontext(),
-                                batch_size=3)["val"]
-    assert common.read_metrics(str(tmp_path))[-1]["val_loss"] == pytest.approx(want, abs=1e-6) == row["val"]
-    with pytest.warns(UserWarning, match="eval_windows=5 changes the eval set at this resume \\(the "
-                                         "checkpoint's 8 eval windows per split, not 5\\): val losses after iter 6"):
-        train.train(tiny_cfg(data_dir, tmp_path, max_iters=7, eval_interval=3, init_from="resume", eval_windows=5))
+    windows = data.eval_windows(len(np.fromfile(val, np.uint16)), 16, 2400, seed=settings.DEFAULTS["seed"])
+    want = losses.estimate_loss(model, {"val": (str(val), "uint16", windows, 16)}, contextlib.nullcontext(),
+                                batch_size=2)["val"]
+    assert checkpoint.read_metrics(str(tmp_path / "b"))[-1]["val_loss"] == pytest.approx(want, abs=1e-5) == row["val"]
 
 
 def test_what_a_resume_changes_is_recorded_and_compared_as_such(data_dir, tmp_path):
@@ -373,7 +337,7 @@ def test_what_a_resume_changes_is_recorded_and_compared_as_such(data_dir, tmp_pa
     changes = [dict(iter=3, changed=dict(batch_size=[4, 8], max_iters=[3, 6])),
                dict(iter=6, changed=dict(max_iters=[6, 9], dtype=["auto", "bfloat16"]))]
     assert record("grown") == changes
-    assert common.load_checkpoint(str(tmp_path / "grown" / "ckpt.pt"))["resumes"] == changes
+    assert checkpoint.load_checkpoint(str(tmp_path / "grown" / "ckpt.pt"))["resumes"] == changes
     text = report.compare([str(tmp_path / "split"), str(tmp_path / "grown")], str(tmp_path))
     split, grown = tmp_path / "split", tmp_path / "grown"
     assert (f"  batch_size                   {split}: 2, {grown}: 4, then 8 from iter 3\n"
@@ -407,10 +371,9 @@ def test_a_resumed_run_logs_the_runs_elapsed_time_not_this_starts(data_dir, tmp_
     capsys.readouterr()
     train.train(tiny_cfg(data_dir, tmp_path, max_iters=4, eval_interval=3, init_from="resume"))
     out = capsys.readouterr().out
-    assert (f"resumed from {tmp_path / 'ckpt.pt'} at iter 3, after 1:00:00 of training (the log's elapsed time is "
-            f"the whole run's)\n") in out  # so that an hour in a 10-second start is not a surprise
+    assert (f"resumed from {tmp_path / 'ckpt.pt'} at iter 3, after 1:00:00 of training\n") in out  # so that an hour in a 10-second start is not a surprise
     assert re.search(r"iter 4: loss [^\n]*, elapsed 1:00:0\d,", out)
-    assert common.read_metrics(str(tmp_path))[-1]["elapsed_s"] >= 3600.0
+    assert checkpoint.read_metrics(str(tmp_path))[-1]["elapsed_s"] >= 3600.0
 
 
 def test_config_json_records_the_model_built_and_the_code(data_dir, tmp_path):
@@ -418,7 +381,7 @@ def test_config_json_records_the_model_built_and_the_code(data_dir, tmp_path):
     sweep.py and report.py can tell runs made by another model.py (tests/test_sweep.py)."""
     train.train(tiny_cfg(data_dir, tmp_path, max_iters=1, eval_interval=1))
     saved = json.loads((tmp_path / "config.json").read_text())
-    model = common.model_from_checkpoint(common.load_checkpoint(str(tmp_path / "ckpt.pt")), "")
+    model = checkpoint.model_from_checkpoint(checkpoint.load_checkpoint(str(tmp_path / "ckpt.pt")), "")
     assert saved["param_counts"] == model.param_breakdown()
     assert saved["param_counts"]["non_embedding"] == sum(p.numel() for p in model.transformer.h.parameters()) \
         + sum(p.numel() for p in model.transformer.ln_f.parameters())
@@ -441,8 +404,8 @@ def test_resume_refuses_other_optimizer_settings_and_seed_and_keeps_the_record(d
                                              f"\\({value!r}, "):
             train.train(tiny_cfg(data_dir, tmp_path, max_iters=5, init_from="resume", **change))
     assert (tmp_path / "config.json").read_bytes() == record
-    train.train(tiny_cfg(data_dir, tmp_path, max_iters=5, init_from="resume", batch_size=2, eval_iters=1))
-    assert common.read_metrics(str(tmp_path))[-1]["iter"] == 5  # length and layout may change
+    train.train(tiny_cfg(data_dir, tmp_path, max_iters=5, init_from="resume", batch_size=2, eval_windows=2))
+    assert checkpoint.read_metrics(str(tmp_path))[-1]["iter"] == 5  # length and layout may change
     saved = json.loads((tmp_path / "config.json").read_text())
     assert (saved["init_from"], saved["initialised_from"]) == ("resume", "scratch")
 
@@ -452,23 +415,23 @@ def test_a_checkpoint_that_cannot_be_written_keeps_the_last_one(data_dir, tmp_pa
     train.train(tiny_cfg(data_dir, tmp_path, max_iters=3, eval_interval=3))
     kept = (tmp_path / "ckpt.pt").read_bytes()
 
-    def disk_full(path, state):
+    def disk_full(state, path):
         raise RuntimeError("[enforce fail at inline_container.cc:858] . PytorchStreamWriter failed writing file "
                            "data/0: file write failed")
-    monkeypatch.setattr(train, "save_checkpoint", disk_full)
+    monkeypatch.setattr(checkpoint.torch, "save", disk_full)
     with pytest.raises(train.CheckpointNotWritten, match=r"could not write the checkpoint at iter 6 \(.*file write "
-                                                        r"failed\); the previous checkpoint .*ckpt.pt is intact"):
+                                                        r"failed\); the previous one is intact"):
         train.train(tiny_cfg(data_dir, tmp_path, max_iters=6, eval_interval=3, init_from="resume"))
     assert (tmp_path / "ckpt.pt").read_bytes() == kept
     monkeypatch.undo()
     train.train(tiny_cfg(data_dir, tmp_path, max_iters=6, eval_interval=3, init_from="resume"))
-    assert common.read_metrics(str(tmp_path))[-1]["iter"] == 6
+    assert checkpoint.read_metrics(str(tmp_path))[-1]["iter"] == 6
 
 
 def paper_model(name):
-    cfg = common.parse_config([str(ROOT / "config" / f"{name}.py")])
+    cfg = settings.parse_config([str(ROOT / "config" / f"{name}.py")])
     with torch.device("meta"):
-        return cfg, GPT(common.model_config(cfg))
+        return cfg, GPT(settings.model_config(cfg))
 
 
 def test_paper_configs_build_and_compare():
@@ -522,27 +485,27 @@ def test_bad_checkpoints_and_mismatched_resume(data_dir, tmp_path):
     ("--eval_interval=0", "'eval_interval' = 0 must be > 0"),
     ("--gradient_accumulation_steps=-1", "'gradient_accumulation_steps' = -1 must be > 0"),
     ("--max_iters=-5", "'max_iters' = -5 must be >= 0"),
-    ("--n_head=0", "n_head=0 must be a positive integer"),
-    ("--mlp_hidden=0", "mlp_hidden=0 must be a positive integer"),
-    ("--dropout=1.5", "dropout=1.5 must be in"),
-    ("--init_from=gpt5", "init_from='gpt5'; use scratch or resume, a GPT-2 (gpt2, gpt2-medium"),
-    ("--init_from=/no/such/run", "local transformers GPT-2 folder (no folder /no/such/run exists)"),
+    ("--n_head=0", "'n_head' = 0 must be > 0"),
+    ("--mlp_hidden=0", "'mlp_hidden' = 0 must be > 0"),
+    ("--dropout=1.5", "'dropout' = 1.5 must be < 1"),
+    ("--init_from=gpt5", "init_from='gpt5'; use scratch, resume, a GPT-2 name (gpt2, gpt2-medium"),
+    ("--init_from=/no/such/run", "init_from='/no/such/run'; use scratch, resume"),
     ("--min_lr=1e-3", "min_lr=0.001 is above learning_rate=0.0006: the schedule would rise instead of decay"),
-    ("--beta1=1.5", "config key 'beta1' = 1.5 must be < 1 (AdamW's moving-average decay"),
+    ("--beta1=1.5", "config key 'beta1' = 1.5 must be < 1"),
     ("--beta2=1.0", "config key 'beta2' = 1.0 must be < 1"),
 ])
 def test_out_of_range_settings_fail_before_any_run(override, message):
     with pytest.raises(ValueError, match=message.replace("(", "\\(").replace(")", "\\)")):
-        common.parse_config([override])
+        settings.parse_config([override])
 
 
 def test_config_file_must_come_first_and_must_parse(tmp_path):
     (tmp_path / "c.py").write_text("n_layer = 3\n")
     with pytest.raises(ValueError, match="must be the first argument"):
-        common.parse_config(["--n_layer=1", str(tmp_path / "c.py")])
+        settings.parse_config(["--n_layer=1", str(tmp_path / "c.py")])
     (tmp_path / "broken.py").write_text("n_layer = = 3\n")
-    with pytest.raises(ValueError, match="config file .*broken.py failed: SyntaxError"):
-        common.parse_config([str(tmp_path / "broken.py")])
+    with pytest.raises(ValueError, match="broken.py failed: SyntaxError"):
+        settings.parse_config([str(tmp_path / "broken.py")])
 
 
 @pytest.mark.parametrize("mode", ["nonlinear", "residual"])
@@ -565,25 +528,24 @@ def test_checkpoint_from_before_the_query_module_refactor_loads_and_resumes(mode
     torch.save(legacy, out / "ckpt.pt")
     r = nlq_eval.evaluate(str(out), data_dir=str(tmp_path / "data"))
     assert r["iter"] == 3 and r["loss"] == pytest.approx(legacy["best_val_loss"], abs=1e-6)
-    cfg = {**legacy["config"], "data_dir": str(tmp_path / "data"), "out_dir": str(out), "init_from": "resume",
-           "max_iters": 5, "eval_interval": 5}
-    with pytest.warns(UserWarning, match="holds no eval up to the checkpoint's iter 3"):  # the file alone
-        losses = train.train({**common.DEFAULTS, **cfg})
+    cfg = {**settings.upgrade(legacy["config"]), "data_dir": str(tmp_path / "data"), "out_dir": str(out),
+           "init_from": "resume", "max_iters": 5, "eval_interval": 5}
+    losses = train.train(cfg)
     assert losses["val"] < legacy["best_val_loss"]
 
 
 # ------------------------------------------------------------------ the quick start: data prepared on first use
 def first_use_cfg(data_dir, out_dir, dataset, **kw):
     """A one-step run on a shipped dataset (no full-split eval: the line and the bins are what is tested)."""
-    return tiny_cfg(data_dir, out_dir, dataset=dataset, max_iters=1, eval_interval=1, eval_iters=1,
+    return tiny_cfg(data_dir, out_dir, dataset=dataset, max_iters=1, eval_interval=1, eval_windows=4,
                     eval_full_at_end=False, **kw)
 
 
 def prepared_line(data_dir, dataset):
     counts = {"shakespeare_char": "1,003,854 train + 111,540 val tokens (char)",
               "shakespeare": "301,966 train + 36,059 val tokens (gpt2)"}[dataset]
-    return (f"{os.path.join(data_dir, dataset)} was missing: prepared it from tests/data/tinyshakespeare/input.txt "
-            f"(shipped with nlq), as python prepare_data.py {dataset} does: {counts}")
+    return (f"{os.path.join(data_dir, dataset)} was missing: prepared it from tests/data/tinyshakespeare/input.txt: "
+            f"{counts}")
 
 
 def assert_same_dataset(folder, reference):
@@ -621,8 +583,7 @@ def test_only_a_missing_shipped_dataset_is_prepared(data_dir, tmp_path):
         train.train(first_use_cfg(tmp_path / "data", tmp_path / "b", "shakespeare_char"))
     assert [p.name for p in partial.iterdir()] == ["train.bin"] and (partial / "train.bin").read_bytes() == b"old"
     (tmp_path / "file").write_text("not a folder")
-    with pytest.raises(ValueError, match=r"cannot prepare .*file/shakespeare_char on first use: cannot write the "
-                                         r"output folder"):
+    with pytest.raises(ValueError, match=r"cannot write the output folder .*file/shakespeare_char"):
         train.train(first_use_cfg(tmp_path / "file", tmp_path / "c", "shakespeare_char"))
 
 
@@ -630,7 +591,7 @@ def test_first_use_under_torchrun(shipped_data, tmp_path):
     """2 processes: rank 0 prepares, rank 1 waits; both then train on the same bins."""
     data = tmp_path / "data"
     cfg = first_use_cfg(data, tmp_path / "ddp", "shakespeare_char", dropout=0.0)
-    result = run_torchrun([f"--{k}={v}" for k, v in cfg.items() if v != common.DEFAULTS[k]])
+    result = run_torchrun([f"--{k}={v}" for k, v in cfg.items() if v != settings.DEFAULTS[k]])
     assert result.returncode == 0, result.stderr[-3000:]
     assert result.stdout.splitlines().count(prepared_line(data, "shakespeare_char")) == 1
     prepare_data.main(["shakespeare_char", "--data_dir", str(tmp_path / "reference")])
@@ -641,7 +602,7 @@ def test_quick_start_offline(shipped_data, tmp_path):
     """The README's quick start in an empty folder, with the network cut and an empty tiktoken cache (2 steps
     instead of 2000): train.py prepares Tiny Shakespeare and trains, sample.py samples."""
     config = str(ROOT / "config" / "shakespeare_char.py")
-    run = run_offline("train.py", config, "--max_iters=2", "--eval_interval=2", "--eval_iters=1", cwd=tmp_path)
+    run = run_offline("train.py", config, "--max_iters=2", "--eval_interval=2", "--eval_windows=12", cwd=tmp_path)
     assert run.returncode == 0, run.stderr[-3000:]
     assert run.stdout.splitlines()[0] == prepared_line("data", "shakespeare_char")
     assert (tmp_path / "out" / "shakespeare_char" / "ckpt.pt").is_file()
@@ -655,11 +616,11 @@ def test_the_demo_decays_over_the_run_it_is_given():
     had with lr_decay_iters = 2000 (the quick start's val loss stands), and a shorter --max_iters (a trial set
     --max_iters=50) decays to min_lr by its end instead of stopping high on the long decay."""
     demo = str(ROOT / "config" / "shakespeare_char.py")
-    cfg = common.parse_config([demo])
+    cfg = settings.parse_config([demo])
     assert cfg["lr_decay_iters"] is None and cfg["max_iters"] == 2000
     assert [train.get_lr(i, cfg) for i in range(2001)] == [train.get_lr(i, {**cfg, "lr_decay_iters": 2000})
                                                            for i in range(2001)]
-    short = common.parse_config([demo, "--max_iters=500"])
+    short = settings.parse_config([demo, "--max_iters=500"])
     assert train.get_lr(499, short) == pytest.approx(short["min_lr"], rel=1e-3)
 
 
@@ -669,18 +630,15 @@ def test_whole_split_eval_announces_itself_and_the_log_times_each_interval(data_
     line's ms/iter is the mean over its interval, as metrics.jsonl's ms_per_iter is over an eval interval (so
     with log_interval = eval_interval they agree), with the elapsed time and an ETA; a large checkpoint write
     says so."""
-    monkeypatch.setattr(train, "LARGE_CHECKPOINT_BYTES", 0)  # every write counts as large here
+    monkeypatch.setattr(checkpoint, "LARGE_CHECKPOINT_BYTES", 0)  # every write counts as large here
     cfg = tiny_cfg(data_dir, tmp_path / "run", eval_full_at_end=True, log_interval=3, dropout=0.0)
     capsys.readouterr()
     train.train(cfg)
     printed = capsys.readouterr().out.splitlines()
     n_val = 97 * 8  # tokens of val.bin: windows of 16 at 0, 16, ..., each target once
-    windows = len(range(0, n_val - 1, 16))
-    batches = -(-windows // 16)  # 4 x batch_size windows per batch
     announce = [line for line in printed if line.startswith("whole-split eval:")]
     assert announce == [f"whole-split eval: val loss over all {n_val - 1:,} next-token predictions of the "
-                        f"{n_val:,} val tokens ({windows} windows of 16, "
-                        f"{batches} batches of 16); turn it off with --eval_full_at_end=False"]
+                        f"{n_val:,} val tokens; turn it off with --eval_full_at_end=False"]
     assert printed.index(announce[0]) < next(i for i, line in enumerate(printed)
                                              if "val loss (whole split)" in line)
     logged = [line for line in printed if line.startswith("iter ")]
@@ -696,6 +654,6 @@ def test_whole_split_eval_announces_itself_and_the_log_times_each_interval(data_
 
 def test_eta_counts_the_evals_to_come():
     cfg = dict(max_iters=10, eval_interval=4)  # evals at 0, 4, 8 and 10
-    assert [train.evals_after(i, cfg) for i in (0, 3, 4, 9, 10)] == [3, 3, 2, 1, 0]
-    assert train.evals_after(0, dict(max_iters=8, eval_interval=4)) == 2
-    assert [train.clock(s) for s in (0, 59.6, 61, 3600 + 62)] == ["0:00", "1:00", "1:01", "1:01:02"]
+    assert [progress.evals_after(i, cfg) for i in (0, 3, 4, 9, 10)] == [3, 3, 2, 1, 0]
+    assert progress.evals_after(0, dict(max_iters=8, eval_interval=4)) == 2
+    assert [progress.clock(s) for s in (0, 59.6, 61, 3600 + 62)] == ["0:00", "1:00", "1:01", "1:01:02"]

@@ -1,0 +1,107 @@
+"""
+The val loss, two ways: estimate_loss on a split's fixed eval windows (train.py's evals, eval.py's default),
+and full_split_loss over every token of a split once (the final figure of a study run, eval.py --full).
+
+Both shard their batches over the ranks of a torchrun job and all-reduce the sums. Every rank runs the same
+number of forward passes (my_share): under FSDP a rank that stopped early would leave the others waiting for
+its all-gathers forever.
+"""
+import math
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from tqdm import tqdm
+
+from data import full_split_windows, get_batch
+
+
+class EvalStopped(Exception):
+    """An evaluation abandoned because its stop() said so (train.py: a stop signal reached a rank)."""
+
+
+def safe_exp(x):
+    """exp(x) for a loss in nats -> perplexity; inf instead of OverflowError, nan for nan."""
+    try:
+        return math.exp(x)
+    except OverflowError:
+        return math.inf
+
+
+def my_share(n, rank, world_size):
+    """This rank's batches of n, as (index, counts) pairs: indices rank, rank + world_size, ... < n, each
+    counting, then, if n is not a multiple of world_size, one repeat of batch n - 1 that does not count."""
+    indices = range(rank, -(-n // world_size) * world_size, world_size)
+    return [(min(k, n - 1), k < n) for k in indices]
+
+
+def progress_bar(items, show, desc):
+    """items under a tqdm bar on stderr if show and stderr is a terminal: a log file stays clean."""
+    return tqdm(items, desc=desc, unit="batch", leave=False, disable=None if show else True)
+
+
+@torch.no_grad()
+def estimate_loss(model, splits, ctx, rank=0, world_size=1, device="cpu", vocab_size=None, batch_size=12,
+                  progress=False, stop=None):
+    """Mean cross-entropy (nats/token) per split over its fixed eval windows -> {split: float}.
+
+    splits: {name: (bin path or open file, dtype, windows (N,) offsets, block_size)}, evaluated batch_size
+    windows at a time (every window weighs the same). A diverged model gives nan or inf, never an error.
+    stop: None, or a function called before every batch on every rank: True raises EvalStopped.
+    """
+    was_training = model.training
+    model.eval()
+    out = {}
+    try:
+        for split, (path, dtype, windows, block_size) in splits.items():
+            n_batches = -(-len(windows) // batch_size)
+            total = torch.zeros(2, device=device)  # loss sum over windows, window count
+            for k, counts in progress_bar(my_share(n_batches, rank, world_size), progress, f"eval {split}"):
+                if stop is not None and stop():
+                    raise EvalStopped
+                starts = windows[k * batch_size:(k + 1) * batch_size]
+                x, y = get_batch(path, dtype, starts, block_size, device, vocab_size)
+                with ctx:
+                    _, loss = model(x, y)
+                if counts:
+                    total += len(starts) * torch.stack([loss.float(), torch.ones((), device=device)])
+            if world_size > 1:
+                dist.all_reduce(total)
+            out[split] = (total[0] / total[1]).item()
+    finally:
+        model.train(was_training)
+    return out
+
+
+@torch.no_grad()
+def full_split_loss(model, ctx, path, dtype, block_size, batch_size, device, rank=0, world_size=1,
+                    on_batch=None, vocab_size=None, progress=False, stop=None):
+    """Summed cross-entropy over every target of a split once -> (total nats, tokens, windows).
+
+    on_batch(y) is called with each batch's targets (B, T) on the CPU (eval.py counts bytes with it).
+    stop: as in estimate_loss.
+    """
+    was_training = model.training
+    model.eval()
+    n = len(np.memmap(path, dtype=dtype, mode="r"))
+    batches = full_split_windows(n, block_size, batch_size)
+    total = torch.zeros(2, dtype=torch.float64, device=device)  # nats, tokens
+    try:
+        for k, counts in progress_bar(my_share(len(batches), rank, world_size), progress, "whole-split eval"):
+            if stop is not None and stop():
+                raise EvalStopped
+            starts, length = batches[k]
+            x, y = get_batch(path, dtype, starts, length, device, vocab_size)
+            with ctx:
+                _, loss = model(x, y)
+            if not counts:
+                continue
+            total += torch.stack([loss.double() * y.numel(),
+                                  torch.tensor(y.numel(), dtype=torch.float64, device=device)])
+            if on_batch is not None:
+                on_batch(y.cpu())
+        if world_size > 1:
+            dist.all_reduce(total)
+    finally:
+        model.train(was_training)
+    return total[0].item(), int(total[1].item()), sum(len(s) for s, _ in batches)

@@ -1,0 +1,289 @@
+"""
+A run's settings: every key once, with its default and meaning (python train.py --help prints them), and how a
+run reads them: the defaults, then a config file (plain Python assignments), then --key=value overrides.
+
+    cfg = parse_config(["config/shakespeare_char.py", "--query_mode=linear"])   # a dict, checked
+    model_cfg = model_config(cfg, data_vocab_size)                              # its model.GPTConfig
+
+The model's keys and defaults are GPTConfig's fields (model.py). The same dict is saved as a run's
+config.json and in its checkpoint; upgrade() reads the ones older nlq versions wrote.
+"""
+import argparse
+import ast
+import dataclasses
+import difflib
+import functools
+import math
+import os
+import re
+import subprocess
+
+import torch
+
+from model import GPT, QUERY_MODE_ALIASES, QUERY_MODES, GPTConfig
+
+# The model's keys: GPTConfig's fields but data_vocab_size, which the dataset sets
+MODEL_KEYS = tuple(f.name for f in dataclasses.fields(GPTConfig) if f.name != "data_vocab_size")
+_MODEL_DEFAULTS = {f.name: f.default for f in dataclasses.fields(GPTConfig)}
+
+# Every config key once: (default, meaning). DEFAULTS and train.py --help come from this table.
+SETTINGS = dict(
+    # I/O
+    out_dir=("out", "this run's folder: ckpt.pt, metrics.jsonl, config.json"),
+    eval_interval=(1000, "evaluate and checkpoint every N steps (and at max_iters)"),
+    log_interval=(10, "print the training loss, ms/iter, elapsed time and ETA every N steps"),
+    eval_windows=(2400, "fixed eval windows per split, drawn from the seed alone: the same eval set for every "
+                        "query mode, micro-batch and number of processes"),
+    always_save_checkpoint=(True, "checkpoint at every eval; False: only when the val loss improves"),
+    eval_full_at_end=(True, "after the last step, also the val loss over every val token once (val_loss_full)"),
+    init_from=("scratch", "scratch: a new run; resume: continue from out_dir/ckpt.pt; gpt2, gpt2-medium, "
+                          "gpt2-large, gpt2-xl or a local Hugging Face GPT-2 folder: start from its weights"),
+    wandb_log=(False, "log to Weights & Biases (the wandb package is needed only then)"),
+    wandb_project=("nlq", "wandb project name"),
+    wandb_run_name=("run", "wandb run name"),
+    # data: <data_dir>/<dataset>/{train,val}.bin and meta.json, written by prepare_data.py
+    data_dir=("data", "parent folder of the datasets prepare_data.py writes"),
+    dataset=("openwebtext", "the dataset: data_dir/dataset/{train,val}.bin and meta.json"),
+    batch_size=(12, "windows of block_size tokens per micro-batch, per process"),
+    gradient_accumulation_steps=(40, "micro-batches per optimizer step, over all processes together"),
+    # model: every GPTConfig field, defaults from model.py
+    **{key: (None if key == "vocab_size" else _MODEL_DEFAULTS[key], meaning) for key, meaning in dict(
+        block_size="context length in tokens",
+        vocab_size="embedding rows; None = the dataset's vocabulary rounded up to a multiple of 64",
+        n_layer="transformer blocks",
+        n_head="attention heads (n_embd must be a multiple of it)",
+        n_embd="model width d",
+        mlp_hidden="MLP hidden width; None = 4 * n_embd",
+        query_mode=f"how attention makes its query q from x (model.py): one of {', '.join(QUERY_MODES)} (aliases: "
+                   f"{', '.join(f'{a} = {m}' for a, m in QUERY_MODE_ALIASES.items())})",
+        query_hidden="width of f's hidden layer (nonlinear); None = n_embd // 2",
+        query_norm_in="nonlinear: f's input RMSNorm (False: an ablation)",
+        query_norm_out="nonlinear: f's output LayerNorm (False: an ablation)",
+        fused_f="nonlinear: f through its fused engine (FusedF, linear's memory); False: f as written",
+        attn_scale="attention scale; None = the mode's default, 1/sqrt(head_dim) (linear) or half that",
+        qk_norm="RMS-normalise each head's q and k before their dot product",
+        dropout="dropout probability",
+        bias="biases in the Linear and LayerNorm layers",
+        tie_weights="share the token embedding with the LM head",
+        flash="F.scaled_dot_product_attention; False: plain matmul-softmax (same maths)",
+        activation="the MLP's GELU: gelu (exact) or gelu_tanh (GPT-2's approximation; init_from=gpt2 sets it)",
+    ).items()},
+    # AdamW and the learning-rate schedule: linear warmup, then cosine (or linear) decay to min_lr
+    learning_rate=(6e-4, "peak AdamW learning rate, reached after warmup_iters"),
+    max_iters=(60000, "optimizer steps to train"),
+    weight_decay=(0.1, "AdamW weight decay (on tensors of 2 or more dimensions only)"),
+    beta1=(0.9, "AdamW beta1"),
+    beta2=(0.95, "AdamW beta2"),
+    grad_clip=(1.0, "clip the gradient norm to this; 0 = no clipping"),
+    decay_lr=(True, "warmup, then decay to min_lr; False: learning_rate throughout, no warmup"),
+    lr_schedule=("cosine", "the decay's shape after warmup: cosine or linear"),
+    warmup_iters=(2000, "steps of linear warmup up to learning_rate"),
+    lr_decay_iters=(None, "the step at which the decay reaches min_lr; None = max_iters (a resumed run: "
+                          "its checkpoint's)"),
+    min_lr=(6e-5, "the learning rate at the end of the decay"),
+    max_nonfinite_steps=(10, "stop (exit status 3) after this many consecutive steps with a NaN/inf loss"),
+    # system
+    device=("auto", "auto (CUDA, else MPS, else CPU) | cpu | cuda | cuda:N | mps"),
+    dtype=("auto", "auto (bfloat16 on CUDA if supported, else float16; float32 elsewhere) | float32 | "
+                   "bfloat16 | float16"),
+    compile=(None, "torch.compile the model; None = on for CUDA, off elsewhere"),
+    fsdp=(False, "under torchrun: shard weights, gradients and AdamW states over the processes (FSDP2)"),
+    seed=(1337, "the initial weights, the training stream of windows and the eval windows"),
+)
+DEFAULTS = {key: default for key, (default, _) in SETTINGS.items()}
+# Keys that do not change a run's results; any other difference means another experiment (sweep.py, report.py)
+NOT_RESULTS = {"init_from", "log_interval", "wandb_log", "wandb_project", "wandb_run_name"}
+# ... and keys a run may change between starts (a resume on other hardware): the same run, made otherwise
+NOT_EXPERIMENT = NOT_RESULTS | {"device", "dtype", "compile", "fsdp"}
+# The type of each key whose default is None
+OPTIONAL_TYPES = dict(mlp_hidden=int, query_hidden=int, attn_scale=float, vocab_size=int, lr_decay_iters=int,
+                      compile=bool)
+CHOICES = dict(lr_schedule=("cosine", "linear"), activation=("gelu", "gelu_tanh"))
+POSITIVE = ("batch_size", "block_size", "gradient_accumulation_steps", "eval_windows", "eval_interval",
+            "log_interval", "learning_rate", "lr_decay_iters", "max_nonfinite_steps", "vocab_size", "n_layer",
+            "n_head", "n_embd", "mlp_hidden", "query_hidden")
+NON_NEGATIVE = ("max_iters", "warmup_iters", "min_lr", "weight_decay", "grad_clip", "beta1", "beta2", "dropout")
+DEVICE_NAME = re.compile(r"auto|cpu|(cuda|mps)(:\d+)?")
+GPT2_HUB = ("gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl")  # init_from names of OpenAI's GPT-2 on the Hub
+
+
+class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
+    """argparse help that keeps a script's docstring as written and shows each option's default."""
+
+
+def settings_help():
+    """Every config key as '--key=default  meaning', one line each, in SETTINGS' order (train.py --help)."""
+    width = max(len(f"--{k}={d!r}") for k, d in DEFAULTS.items())
+    return "\n".join(f"  {f'--{key}={default!r}':<{width}}  {meaning}"
+                     for key, (default, meaning) in SETTINGS.items())
+
+
+def format_config(cfg, width=110):
+    """A config as an aligned block of key = value cells, for train.py's start-up log."""
+    cells = [f"{k} = {v!r}" for k, v in cfg.items()]
+    cell = max(len(c) for c in cells) + 2
+    per_line = max(1, width // cell)
+    rows = [cells[i:i + per_line] for i in range(0, len(cells), per_line)]
+    return "\n".join("  " + "".join(c.ljust(cell) for c in row).rstrip() for row in rows)
+
+
+def check_value(key, value):
+    """value if it fits key's type (an int is accepted for a float); ValueError naming the key otherwise."""
+    if key not in DEFAULTS:
+        match = difflib.get_close_matches(key, DEFAULTS, n=1)
+        raise ValueError(f"unknown config key {key!r}" + (f", did you mean {match[0]!r}?" if match else ""))
+    want = OPTIONAL_TYPES.get(key, type(DEFAULTS[key]))
+    if value is None and key in OPTIONAL_TYPES:
+        return None
+    if want is float and type(value) is int:
+        return float(value)
+    if type(value) is not want:
+        article = "an" if want.__name__[0] in "aeiou" else "a"
+        raise ValueError(f"config key {key!r} needs {article} {want.__name__}, got {value!r}")
+    return value
+
+
+def parse_override(arg):
+    """'--key=value' -> (key, value). Values are Python literals; anything else is taken as a string."""
+    if not arg.startswith("--") or "=" not in arg:
+        raise ValueError(f"cannot parse argument {arg!r}: a config file ends in .py, an override is --key=value")
+    key, raw = arg[2:].split("=", 1)
+    text = {"true": "True", "false": "False", "none": "None"}.get(raw, raw)
+    try:
+        value = ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        value = text
+    if isinstance(DEFAULTS.get(key), str) and not isinstance(value, str):
+        value = raw  # e.g. --wandb_run_name=123 or --out_dir=none stays the string given
+    return key, value
+
+
+def read_config_file(path):
+    """The names a config (or study) file assigns: plain Python; names starting with _, modules and functions
+    skipped. FileNotFoundError or ValueError naming the file."""
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"{path} not found")
+    namespace = {}
+    try:
+        with open(path) as f:
+            exec(compile(f.read(), path, "exec"), namespace)
+    except Exception as e:  # a failing line: say which file, not a traceback
+        raise ValueError(f"{path} failed: {type(e).__name__}: {e}") from e
+    return {k: v for k, v in namespace.items()
+            if not k.startswith("_") and not callable(v) and type(v).__name__ != "module"}
+
+
+def parse_config(argv):
+    """DEFAULTS, then an optional config file (the first argument, ending in .py), then --key=value overrides.
+    Returns the checked config dict; ValueError for an unknown key, a wrong type or a value out of range."""
+    cfg = dict(DEFAULTS)
+    for i, arg in enumerate(argv):
+        if arg.endswith(".py") and not arg.startswith("--"):
+            if i > 0:
+                raise ValueError(f"config file {arg} must be the first argument, before the --key=value overrides")
+            updates = read_config_file(arg)
+        else:
+            updates = dict([parse_override(arg)])
+        for key, value in updates.items():
+            cfg[key] = check_value(key, value)
+    for key in ("out_dir", "data_dir"):  # --out_dir=~/runs: the shell leaves a ~ after = as it is
+        cfg[key] = os.path.expanduser(cfg[key])
+    validate(cfg)
+    return cfg
+
+
+def validate(cfg):
+    """ValueError naming the first setting out of range, the model's included (GPTConfig)."""
+    for key in POSITIVE + NON_NEGATIVE:
+        value = cfg[key]
+        if value is not None and not (math.isfinite(value) and (value > 0 if key in POSITIVE else value >= 0)):
+            raise ValueError(f"config key {key!r} = {value} must be {'> 0' if key in POSITIVE else '>= 0'}")
+    for key in ("beta1", "beta2", "dropout"):
+        if not cfg[key] < 1:
+            raise ValueError(f"config key {key!r} = {cfg[key]} must be < 1")
+    if cfg["decay_lr"] and cfg["min_lr"] > cfg["learning_rate"]:
+        raise ValueError(f"min_lr={cfg['min_lr']:g} is above learning_rate={cfg['learning_rate']:g}: the schedule "
+                         f"would rise instead of decay")
+    for key, choices in CHOICES.items():
+        if cfg[key] not in choices:
+            raise ValueError(f"{key}={cfg[key]!r}; use {' or '.join(choices)}")
+    if cfg["init_from"] not in ("scratch", "resume") and not is_gpt2_source(cfg["init_from"]):
+        raise ValueError(f"init_from={cfg['init_from']!r}; use scratch, resume, a GPT-2 name "
+                         f"({', '.join(GPT2_HUB)}) or a local transformers GPT-2 folder")
+    if not DEVICE_NAME.fullmatch(cfg["device"]):
+        raise ValueError(f"device={cfg['device']!r}; use auto, cpu, cuda, cuda:N or mps")
+    model_config(cfg, data_vocab_size=cfg["vocab_size"] or 1)
+
+
+def is_gpt2_source(init_from):
+    """Whether init_from names GPT-2 weights: a GPT2_HUB name or a folder with a transformers config.json."""
+    return init_from in GPT2_HUB or os.path.isfile(os.path.join(init_from, "config.json"))
+
+
+def model_config(cfg, data_vocab_size=None):
+    """The GPTConfig of a config dict, its embedding sized for the data.
+
+    data_vocab_size: the tokenizer's vocabulary (meta.json's vocab_size); None when no dataset is at hand
+    (parameter counts, benchmarks), which means the config's vocab_size, else GPT-2's 50257. vocab_size: the
+    config's, else data_vocab_size rounded up to a multiple of 64 (faster matmuls; the extra rows go unused).
+    """
+    data_vocab_size = data_vocab_size or cfg["vocab_size"] or 50257
+    vocab_size = cfg["vocab_size"] or -(-data_vocab_size // 64) * 64
+    if data_vocab_size > vocab_size:
+        raise ValueError(f"vocab_size={vocab_size} is smaller than the dataset's vocabulary ({data_vocab_size})")
+    return GPTConfig(**{**{k: cfg[k] for k in MODEL_KEYS}, "vocab_size": vocab_size,
+                        "data_vocab_size": data_vocab_size})
+
+
+def upgrade(saved):
+    """A config dict as this nlq reads it, from a config.json or checkpoint any nlq version wrote: keys added
+    since take their defaults, and eval_iters x batch_size (the eval set before eval_windows) becomes
+    eval_windows."""
+    saved = dict(saved)
+    eval_iters = saved.pop("eval_iters", None)
+    if saved.get("eval_windows") is None and eval_iters is not None:
+        saved["eval_windows"] = eval_iters * saved["batch_size"]
+    return {**DEFAULTS, **saved}
+
+
+def param_counts(model_cfg):
+    """GPT(model_cfg).param_breakdown() (counts by role), the model built on the meta device (no memory);
+    cached per config, so checking many runs of one arm builds it once."""
+    return dict(_meta_model(tuple(sorted(vars(model_cfg).items())))[0])
+
+
+def flops_per_token(model_cfg):
+    """GPT(model_cfg).flops_per_token(): training FLOPs per token at block_size; cached per config."""
+    return _meta_model(tuple(sorted(vars(model_cfg).items())))[1]
+
+
+@functools.lru_cache(maxsize=64)
+def _meta_model(items):
+    with torch.device("meta"):
+        gpt = GPT(GPTConfig(**dict(items)))
+    return tuple(gpt.param_breakdown().items()), gpt.flops_per_token()
+
+
+def code_version():
+    """The git commit of this code -> dict(commit, edited: whether tracked .py files differ from it), or None
+    outside a git checkout. Saved in each run's config.json: runs made with other code can be told apart."""
+    root = os.path.dirname(os.path.abspath(__file__))
+    try:
+        git = lambda *a: subprocess.run(["git", "-C", root, *a], capture_output=True, text=True, timeout=10)
+        commit, edited = git("rev-parse", "HEAD"), git("status", "--porcelain", "--untracked-files=no", "--", "*.py")
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if commit.returncode or edited.returncode:
+        return None
+    return dict(commit=commit.stdout.strip(), edited=bool(edited.stdout.strip()))
+
+
+def one_line_errors(main, *errors):
+    """Run a script's main(); an error of the given types (its message says what to do) ends the script with
+    'error: <message>' and status 1 instead of a traceback, Ctrl-C with status 130."""
+    try:
+        return main()
+    except errors as e:
+        raise SystemExit(f"error: {e}") from None
+    except KeyboardInterrupt:
+        raise SystemExit(130) from None
