@@ -95,6 +95,26 @@ def test_fused_query_equals_the_paper_f(norm_in, norm_out, bias, hidden, qk_norm
         torch.testing.assert_close(grads[name], ref_grads[name], rtol=0, atol=1e-5, msg=name)
 
 
+@pytest.mark.parametrize("norm_in,norm_out,bias,hidden", FUNCTION_OPTIONS[::4])
+def test_f_as_written_computes_what_the_fused_f_computes(norm_in, norm_out, bias, hidden, monkeypatch):
+    """fused_f=False, the path a reader follows (q = x + f(x), module by module, no FusedF), has the same
+    parameters and gives the fused model's logits, loss and every gradient within 1e-5."""
+    fused, _ = pair(query_norm_in=norm_in, query_norm_out=norm_out, bias=bias, query_hidden=hidden)
+    plain = GPT(GPTConfig(**{**vars(fused.config), "fused_f": False}))
+    plain.load_state_dict(fused.state_dict())
+    idx = torch.randint(50, (3, 16))
+    results = []
+    for model in (fused, plain):
+        logits, loss = model(idx, idx)
+        loss.backward()
+        results.append((logits, {n: p.grad for n, p in model.named_parameters()}))
+        monkeypatch.setattr(nlq.FusedF, "apply", lambda *a: pytest.fail("fused_f=False ran FusedF"))
+    (logits, grads), (plain_logits, plain_grads) = results
+    torch.testing.assert_close(logits, plain_logits, rtol=0, atol=1e-5)
+    for name in grads:
+        torch.testing.assert_close(grads[name], plain_grads[name], rtol=0, atol=1e-5, msg=name)
+
+
 @pytest.mark.parametrize("norm_in,norm_out,bias,hidden", FUNCTION_OPTIONS[::3])
 def test_fused_query_with_the_kv_cache(norm_in, norm_out, bias, hidden):
     """Cached decoding with the fused query gives the reference's logits (no cache) and its greedy tokens."""
