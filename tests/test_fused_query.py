@@ -158,6 +158,17 @@ def test_parameters_and_state_dict_keys_do_not_change():
     assert fused.transformer.h[0].attn.c_attn.weight.shape == (2 * C, C)  # K and V only; W1 joins in forward
 
 
+def test_a_compiled_training_step_of_the_nonlinear_query_has_no_graph_break():
+    """torch.compile sees the whole forward pass of a training step (the loss included) as one graph: the
+    fused f (its checkpoint, FusedF's forward and backward) traces without a graph break."""
+    torch._dynamo.reset()
+    model = GPT(GPTConfig(n_layer=2, n_head=NH, n_embd=C, block_size=16, vocab_size=50, query_mode="nonlinear",
+                          dropout=0.1)).train()
+    idx = torch.randint(50, (2, 16))
+    explained = torch._dynamo.explain(model)(idx, idx)
+    assert (explained.graph_count, explained.graph_break_count) == (1, 0), explained.break_reasons
+
+
 # ----------------------------------------------------------------------------------- saved activations
 # Per layer and per token, counted exactly with saved_tensors_hooks (bench/saved_activations.py) at a small
 # shape: n_embd 64, 4 heads. linear keeps, in float32: LN1's input, x, the q/k/v matmul output (3C), the
