@@ -93,14 +93,17 @@ def train(cfg):
         if gpt2_weights is not None:
             hf.load_gpt2_weights(raw_model, gpt2_weights)
         log(raw_model.param_table())
-        shard_model(raw_model, device_type, ptdtype) if cfg["fsdp"] else raw_model.to(device)
+        if cfg["fsdp"]:
+            shard_model(raw_model, device_type, ptdtype)  # in place, each block's shard on its device
+        else:
+            raw_model.to(device)
         optimizer = raw_model.configure_optimizers(cfg["weight_decay"], cfg["learning_rate"],
                                                    (cfg["beta1"], cfg["beta2"]), device_type)
         scaler = torch.amp.GradScaler(device_type, enabled=(ptdtype == torch.float16))
         train_gen = torch.Generator().manual_seed(cfg["seed"] + 1)  # the training stream of windows
         torch.manual_seed(cfg["seed"] + rank)  # dropout differs per rank
         state = run.resume(ckpt, raw_model, optimizer, scaler, train_gen, rank, device)
-        state.lr_decay_iters = decay_iters_for(cfg, ckpt and state.lr_decay_iters, state.iter_num, log)
+        state.lr_decay_iters = decay_iters_for(cfg, state.lr_decay_iters, state.iter_num, log)
         del ckpt
         if state.resumed_at is not None:
             log(f"resumed from {run.ckpt_path} at iter {state.iter_num}, after {clock(state.elapsed_s)} of training"
