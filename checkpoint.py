@@ -209,8 +209,11 @@ class RunFolder:
             raise ValueError(f"out_dir {self.dir} holds a finished run (metrics up to iter {rows[-1]['iter']}, no "
                              f"checkpoint): a new run would replace its results; give the run a new out_dir")
         self.wandb = None
-        if cfg["wandb_log"] and master:
-            import wandb  # now: a missing package fails before anything starts
+        if cfg["wandb_log"] and master:  # now: a missing package fails before anything starts
+            try:
+                import wandb
+            except ImportError:
+                raise ValueError("wandb_log=True needs the wandb package: pip install wandb") from None
             self.wandb = wandb
 
     def close(self):
