@@ -9,15 +9,12 @@ folders instead of a study file, a side-by-side look at plain train.py runs (no 
 Everything is rebuilt from the runs' metrics.jsonl and config.json alone (results/<study>/runs/ is committed),
 so anyone can recompute the tables. Run it from the repository root: the study's paths are relative.
 
-Statistics (per arm, against the reference arm, default linear): the final loss of a run is its val loss over
-the whole val split (val_loss_full), in nats/token. At one seed every arm sees the same training windows and
-the same val tokens, so arms are compared *paired*: per-seed differences d_i = arm_i - ref_i over the final
-seeds both finished, their mean, a 95% confidence interval from Student's t with n - 1 degrees of freedom, and
-the paired t-test's p-value (scipy.stats). Welch's unpaired test is a secondary column. A difference is called
-only when its 95% CI excludes 0. The same paired Δ at every eval step (on the fixed eval windows) shows
-whether a gap grows or shrinks with training. The study's contrasts (arm, other, what the pair isolates) get
-the same paired statistics between two arms, neither of them the reference. Missing and unfinished runs are
-listed, never fatal.
+Statistics: a run's final loss is its val loss over the whole val split (val_loss_full), in nats/token. At one
+seed every arm sees the same training windows and val tokens, so each arm is compared with the reference arm
+*paired* by seed: the mean of the differences arm_i - ref_i, its 95% CI (Student's t, n - 1 df) and the paired
+t-test's p-value; Welch's unpaired p-value is a secondary column. A difference is called only when its 95% CI
+excludes 0. The same paired Δ at every eval step shows whether a gap grows with training; the study's contrasts
+get the same statistics between two other arms. Missing and unfinished runs are listed, never fatal.
 """
 import argparse
 import datetime
@@ -61,12 +58,8 @@ def summarize(values):
 
 
 def paired_difference(arm, ref, confidence=0.95):
-    """Paired comparison of two arms over the seeds both finished.
-
-    arm, ref: {seed: final loss}. Returns dict(n, seeds, diffs: arm_i - ref_i in seed order, mean: their mean,
-    sd, ci: (lo, hi) from Student's t with n - 1 df, p: two-sided paired t-test p-value, rel: mean / mean(ref)
-    in %). ci and p are None for n < 2.
-    """
+    """arm, ref: {seed: final loss} -> dict(n, seeds both have, diffs arm_i - ref_i, their mean and sd, ci from
+    Student's t with n - 1 df, p of the paired t-test, rel = mean / mean(ref) in %); ci and p None for n < 2."""
     seeds = sorted(set(arm) & set(ref))
     d = np.array([arm[s] - ref[s] for s in seeds])
     n = len(d)
@@ -82,9 +75,8 @@ def paired_difference(arm, ref, confidence=0.95):
 
 def welch_p(arm_values, ref_values):
     """Two-sided p-value of Welch's unpaired t-test; None if either side has n < 2."""
-    if len(arm_values) < 2 or len(ref_values) < 2:
-        return None
-    return float(stats.ttest_ind(arm_values, ref_values, equal_var=False).pvalue)
+    if min(len(arm_values), len(ref_values)) >= 2:
+        return float(stats.ttest_ind(arm_values, ref_values, equal_var=False).pvalue)
 
 
 def mean_ci(values, confidence=0.95):
@@ -97,20 +89,16 @@ def mean_ci(values, confidence=0.95):
 
 
 def seeds_needed(sd, half_width, confidence=0.95, n_max=100_000):
-    """The fewest pairs n ≥ 2 whose 95% CI half-width t(n − 1) · sd / √n is at most half_width, for paired
-    differences with standard deviation sd; None if sd is nan or more than n_max would be needed."""
+    """The fewest pairs n ≥ 2 whose CI half-width t(n − 1) · sd / √n is at most half_width; None beyond n_max."""
     n = np.arange(2, n_max + 1)
     enough = stats.t.ppf(0.5 + confidence / 2, n - 1) * sd / np.sqrt(n) <= half_width
     return int(n[enough.argmax()]) if enough.any() else None
 
 
 def verdict(ci, quick=False):
-    """'lower' / 'higher' when the 95% CI of arm - ref excludes 0, else 'no call' (or 'n < 2'); a --quick try
-    (runs at a fraction of their steps) never makes a call."""
-    if ci is None:
-        return "n < 2"
-    if quick:
-        return "no call (--quick try)"
+    """'lower' / 'higher' when the CI of arm - ref excludes 0, else 'no call'; a --quick try never calls."""
+    if ci is None or quick:
+        return "n < 2" if ci is None else "no call (--quick try)"
     return "lower" if ci[1] < 0 else "higher" if ci[0] > 0 else "no call"
 
 
@@ -131,8 +119,8 @@ def table(cols, rows, align=None):
 
 # ------------------------------------------------------------------------------------------- the runs
 def read_run(study, arm, lr, seed):
-    """One run of the study -> dict(status 'done' | 'diverged' | 'unfinished' | 'missing', iter, max_iters,
-    final: sweep.final_val_loss once done, rows, config). load_study has checked its settings."""
+    """One run (load_study has checked its settings) -> dict(status: done | diverged | unfinished | missing,
+    final: its final loss once done, rows, config, ...)."""
     out_dir = sweep.run_dir(study, arm, lr, seed)
     rows, max_iters = read_metrics(out_dir), sweep.run_config(study, arm, lr, seed)["max_iters"]
     last = rows[-1] if rows else {}
@@ -169,8 +157,7 @@ def swept_rates(data):
 
 
 def elapsed_seconds(rows):
-    """Training seconds at each eval row (evals excluded): the running sum of ms_per_iter x iterations since
-    the previous row (the first step after each (re)start, which pays for warm-up, at the average rate)."""
+    """Training seconds at each eval row (evals excluded): the running sum of ms_per_iter x iterations."""
     t, out, prev = 0.0, [], 0
     for row in rows:
         t += (row.get("ms_per_iter") or 0.0) / 1000 * (row["iter"] - prev)
@@ -180,7 +167,6 @@ def elapsed_seconds(rows):
 
 
 def png(fig):
-    """A matplotlib figure as PNG bytes; the figure is closed."""
     buf = io.BytesIO()
     fig.savefig(buf, dpi=120, format="png")
     plt.close(fig)
@@ -188,7 +174,6 @@ def png(fig):
 
 
 def legend_or_text(ax, empty):
-    """A grid, and a legend, or the text empty where nothing was drawn."""
     ax.grid(alpha=0.3)
     if ax.lines:
         ax.legend(fontsize=8)
@@ -200,21 +185,12 @@ def legend_or_text(ax, empty):
 NOT_COMPARED = settings.NOT_EXPERIMENT | {"out_dir"}  # where a run lives and how it ran, not what it is
 
 
-def read_plain_run(path):
-    """A train.py run folder -> dict(name, config, rows); ValueError if it has no results yet."""
-    rows, config = read_metrics(path), sweep.read_saved_config(os.path.join(path, "config.json"))
-    if not rows or config is None:
-        raise ValueError(f"{path} is not a train.py run folder with results (metrics.jsonl and config.json)")
-    return dict(name=path, config=config, rows=rows)
-
-
 def tokens_per_byte(config, cache, bpe_dir=None):
-    """(target tokens per UTF-8 byte of the run's whole val split, None), or (None, why) where it cannot be
-    counted. byte: 1; char and gpt2: counted from the dataset's val.bin, which must be the one the run was
-    trained on; gpt2 needs GPT-2's BPE files (bpe_dir, or the copy in tests/data)."""
+    """Target tokens per UTF-8 byte of the run's whole val split, or a str saying why they cannot be counted:
+    from the val.bin the run was trained on (gpt2: with GPT-2's BPE files)."""
     meta = config.get("dataset_meta") or {}
     if meta.get("tokenizer") == "byte":
-        return 1.0, None
+        return 1.0
     folder = os.path.join(config["data_dir"], config["dataset"])
     if folder not in cache:
         try:
@@ -222,16 +198,14 @@ def tokens_per_byte(config, cache, bpe_dir=None):
             check_same_dataset(meta, found, folder)
             ids = np.memmap(os.path.join(folder, "val.bin"), dtype=found["dtype"], mode="r")[1:]
             counts = np.bincount(ids, minlength=found["vocab_size"])
-            cache[folder] = (int(counts @ nlq_eval.token_bytes(found, bpe_dir)) / len(ids), None)
+            cache[folder] = 1 / (int(counts @ nlq_eval.token_bytes(found, bpe_dir)) / len(ids))
         except (OSError, ValueError, RuntimeError) as e:  # RuntimeError: DataError (no GPT-2 BPE files)
-            cache[folder] = (None, f"{folder}: {e}")
-    bytes_per_token, why = cache[folder]
-    return (1 / bytes_per_token, None) if bytes_per_token else (None, why)
+            cache[folder] = f"{folder}: {e}"
+    return cache[folder]
 
 
 def compare_table(runs, bpe_dir=None):
-    """Markdown table of plain runs: iterations, tokens, the last fixed-window val loss, the whole-split val
-    loss, bits per byte (whole split), wall time. Returns (table, notes)."""
+    """Plain runs -> (markdown table, [notes])."""
     rows, notes, cache = [], [], {}
     for run in runs:
         last, cfg = run["rows"][-1], run["config"]
@@ -239,9 +213,9 @@ def compare_table(runs, bpe_dir=None):
                   else f" (unfinished: max_iters {cfg['max_iters']})")
         full, bpb = last.get("val_loss_full"), "—"
         if full is not None:
-            per_byte, why = tokens_per_byte(cfg, cache, bpe_dir)
-            if per_byte is None:
-                notes.append(f"bits/byte of {run['name']}: not counted ({why})")
+            per_byte = tokens_per_byte(cfg, cache, bpe_dir)
+            if isinstance(per_byte, str):
+                notes.append(f"bits/byte of {run['name']}: not counted ({per_byte})")
             else:
                 bpb = f"{full / math.log(2) * per_byte:.4f}"
         if last.get("elapsed_s") is not None:
@@ -258,9 +232,8 @@ def compare_table(runs, bpe_dir=None):
 
 
 def setting(config, key):
-    """A run's value of one config key, as the model was built: a size left at None (mlp_hidden, query_hidden,
-    vocab_size) is the size in config.json's model_args; a query_mode alias is the mode it names; attn_scale
-    given as the query mode's own default is None, as if left out."""
+    """A run's value of one key as the model was built: a size left at None is the one model_args resolved, an
+    alias the query mode it names, attn_scale given as the mode's own default None (as if left out)."""
     value = config[key]
     if key == "query_mode":
         value = QUERY_MODE_ALIASES.get(value, value)
@@ -278,29 +251,21 @@ class Changed(str):
 
 
 def setting_over_time(config, key):
-    """setting(config, key), or, for a key a resume changed (config.json's "resumes"), a Changed with each
-    value and the iteration it took over from."""
+    """setting(config, key), or, for a key a resume changed (config.json's "resumes"), each value in turn."""
     steps = [(r["iter"], r["changed"][key]) for r in config.get("resumes") or [] if key in r["changed"]]
     if not steps:
         return setting(config, key)
     return Changed(", then ".join([repr(steps[0][1][0])] + [f"{now!r} from iter {it}" for it, (_, now) in steps]))
 
 
-def initialised_from(config):
-    """Where a run's weights started ('scratch', a GPT-2, 'convert.py: <path>'); a run saved before train.py
-    recorded it: its init_from, unless that says 'resume' ('not recorded')."""
-    if config.get("initialised_from") is not None:
-        return config["initialised_from"]
-    return "not recorded" if config["init_from"] == "resume" else config["init_from"]
-
-
 def config_differences(runs):
-    """{key: [value per run]} for the settings (and the dataset's contents) that are not the same in every
-    run, leaving out NOT_COMPARED."""
+    """{key: [value per run]} for the settings (and the dataset's contents) that differ between the runs."""
     keys = sorted({k for run in runs for k in run["config"] if k in settings.DEFAULTS and k not in NOT_COMPARED})
     diffs = {k: [setting_over_time(run["config"], k) for run in runs] for k in keys}
     diffs = {k: v for k, v in diffs.items() if any(x != v[0] for x in v)}
-    origins = [initialised_from(run["config"]) for run in runs]
+    # where the weights started; a run saved before train.py recorded it: its init_from, unless that says resume
+    origins = [c.get("initialised_from") or ("not recorded" if c["init_from"] == "resume" else c["init_from"])
+               for c in (run["config"] for run in runs)]
     if any(o != origins[0] for o in origins):
         diffs["initialised_from"] = origins
     shas = [json.dumps((run["config"].get("dataset_meta") or {}).get("sha256"), sort_keys=True) for run in runs]
@@ -311,8 +276,7 @@ def config_differences(runs):
 
 
 def plot_runs(runs):
-    """Each run's val loss (fixed windows) against training tokens; its whole-split val loss as an x at its
-    last point. Returns the PNG."""
+    """Each run's val loss against training tokens; its whole-split val loss as an x at its last point."""
     fig, ax = plt.subplots(figsize=(8, 4.5))
     for run in runs:
         rows = [r for r in run["rows"] if r["iter"] > 0 and r.get("val_loss") is not None]
@@ -331,8 +295,12 @@ def plot_runs(runs):
 
 def compare(paths, out, bpe_dir=None):
     """Print a table of plain train.py runs, the settings that differ and what such a comparison cannot tell;
-    plot their val-loss curves to <out>/val_loss.png. Returns the printed text."""
-    runs = [read_plain_run(path) for path in paths]
+    plot their val-loss curves to <out>/val_loss.png."""
+    runs = [dict(name=p, rows=read_metrics(p), config=sweep.read_saved_config(os.path.join(p, "config.json")))
+            for p in paths]
+    empty = [run["name"] for run in runs if not run["rows"] or run["config"] is None]
+    if empty:
+        raise ValueError(f"{empty[0]} is not a train.py run folder with results (metrics.jsonl and config.json)")
     table_text, notes = compare_table(runs, bpe_dir)
     diffs = config_differences(runs)
     show = lambda k, values: ", ".join(f"{run['name']}: {v if k == 'dataset contents' else repr(v)}"
@@ -427,8 +395,7 @@ def method(study, tokenizer):
 
 
 def results_table(study, data, tokenizer):
-    """Per arm: parameters, chosen rate, final loss, stalled runs, and the paired statistics against the
-    reference."""
+    """Per arm: parameters, chosen rate, final loss, stalled runs, and the paired statistics vs the reference."""
     ref, byte = study["reference"], tokenizer == "byte"
     ref_losses = final_losses(data[ref])
     rows = []
@@ -461,8 +428,7 @@ def results_table(study, data, tokenizer):
 
 
 def contrasts_table(study, data):
-    """The study's contrasts: paired Δ = arm − other over the final seeds both finished, 95% CI, paired p and
-    the call (each arm at its own chosen learning rate)."""
+    """The study's contrasts: paired Δ = arm − other (each at its chosen rate), 95% CI, paired p, the call."""
     rows = []
     for arm, other, isolates in study["contrasts"]:
         pd = paired_difference(final_losses(data[arm]), final_losses(data[other]))
@@ -474,8 +440,8 @@ def contrasts_table(study, data):
 
 
 def precision_table(study, data):
-    """Per arm against the reference: the paired differences' sd, the 95% CI half-width now, the study's
-    target (precision × the reference's mean final loss) and the seeds the measured sd needs for it."""
+    """Per arm vs the reference: the paired differences' sd, the CI half-width now, the study's target (precision
+    × the reference's mean final loss) and the seeds the measured sd needs for it."""
     ref = study["reference"]
     ref_losses = final_losses(data[ref])
     target = study["precision"] * summarize(list(ref_losses.values()))[0] if ref_losses else math.nan
@@ -498,9 +464,7 @@ def precision_table(study, data):
 
 
 # ------------------------------------------------------------------------------- learning-rate curves
-# A run is *stalled* when half-way through training (the first eval at or after STALL_AT · max_iters) its val
-# loss on the fixed windows is still within STALL_DROP of its loss at the first eval after step 0: it has not
-# left the early plateau. The one definition of report.py, for curves, bands and final runs alike.
+# A stalled run has not left the early plateau half-way through training; one definition for every table.
 STALL_AT, STALL_DROP = 0.5, 0.05
 STALL_TEXT = (f"A run is *stalled* when at the first eval at or after {STALL_AT:.0%} of its steps its val loss "
               f"(fixed windows) is still within {STALL_DROP:.0%} of its loss at the first eval after step 0 "
@@ -508,8 +472,7 @@ STALL_TEXT = (f"A run is *stalled* when at the first eval at or after {STALL_AT:
 
 
 def is_stalled(run):
-    """True if the run is stalled, False if not, None if it cannot tell yet (no finite eval after step 0, or
-    none at or after STALL_AT · max_iters that comes later than the first)."""
+    """True or False (STALL_TEXT), None while it cannot tell (no eval yet at STALL_AT after the first one)."""
     evals = [r for r in run["rows"]
              if r["iter"] > 0 and r.get("val_loss") is not None and math.isfinite(r["val_loss"])]
     mid = next((r for r in evals if r["iter"] >= STALL_AT * run["max_iters"]), None)
@@ -519,13 +482,11 @@ def is_stalled(run):
 
 
 def stalled_count(runs):
-    """How many of these runs finished and are stalled."""
     return sum(bool(r["status"] == "done" and is_stalled(r)) for r in runs)
 
 
 def stall_caution(data):
-    """[paragraphs] where final runs stalled, else []: what they do to a comparison, and the arms all of whose
-    final runs stalled."""
+    """[paragraphs] on the final runs that stalled, and the arms all of whose final runs stalled."""
     hit = [(arm, stalled_count(d["finals"].values()), len(final_losses(d))) for arm, d in data.items()]
     hit = [f"{arm} {k} of {n}" for arm, k, n in hit if k]
     out = []
@@ -546,14 +507,14 @@ def stall_caution(data):
 
 
 def selection_losses(study, d, lr):
-    """{selection seed: final loss} of one arm's finished selection runs at one rate."""
+    """{selection seed: final loss} of an arm's finished selection runs at one rate."""
     return {s: d["search"][(lr, s)]["final"] for s in study["selection_seeds"]
             if (lr, s) in d["search"] and d["search"][(lr, s)]["final"] is not None}
 
 
 def curve_points(study, d):
-    """One arm's learning-rate curve: {lr: dict(losses=[final loss of each finished selection run], stalled,
-    diverged, unfinished: counts of runs)}, over the rates swept."""
+    """An arm's learning-rate curve: {lr: dict(losses of the finished selection runs, and how many stalled,
+    diverged, unfinished)}."""
     points = {}
     for lr in d["plan"]["swept"]:
         runs = [d["search"][(lr, s)] for s in study["selection_seeds"]]
@@ -564,8 +525,7 @@ def curve_points(study, d):
 
 
 def band(losses, within=0.01):
-    """{lr: mean selection loss, or None/inf} -> (best lr, [rates whose mean is within `within` (a fraction)
-    of the best mean]); (None, []) while no rate has a finite mean."""
+    """{lr: mean selection loss, or None/inf} -> (best lr, [rates within `within` (a fraction) of its mean])."""
     best = sweep.pick_best_lr(losses)
     if best is None:
         return None, []
@@ -574,14 +534,13 @@ def band(losses, within=0.01):
 
 
 def rate_table(data, columns, cell, names=None):
-    """Rows: every swept learning rate; a cell(lr, column) per column, headed by its name (default: itself)."""
+    """Rows: the swept learning rates; a cell(lr, column) per column, headed by its name (default: itself)."""
     rows = [[f"{lr:g}", *(cell(lr, c) for c in columns)] for lr in swept_rates(data)]
     return table(["learning rate", *(names or columns)], rows, "r" * (len(columns) + 1))
 
 
 def curve_table(study, data):
-    """A cell per rate and arm: mean final loss over the selection seeds, its 95% CI, and how many of those
-    runs stalled, diverged or are unfinished ('·' = not swept)."""
+    """Per rate and arm: mean final loss over the selection seeds, its 95% CI, runs stalled, diverged, unfinished."""
     curves = {arm: curve_points(study, d) for arm, d in data.items()}
 
     def cell(lr, arm):
@@ -596,8 +555,7 @@ def curve_table(study, data):
 
 
 def curve_gap_table(study, data):
-    """A cell per rate and arm but the reference: arm − reference at that rate, paired by selection seed, its
-    95% CI and the call ('·' = a rate one of the two did not sweep)."""
+    """Per rate and arm: arm − reference at that rate, paired by selection seed, its 95% CI and the call."""
     ref = study["reference"]
 
     def cell(lr, arm):
@@ -611,9 +569,8 @@ def curve_gap_table(study, data):
 
 
 def band_table(study, data, within=0.01):
-    """Per arm: the best rate (lowest mean over the selection seeds, a diverged seed counting +inf), its mean,
-    the band of rates whose mean is within 1% of it, and the stalled and diverged runs over the whole curve and
-    among the final runs."""
+    """Per arm: the best rate (a diverged seed counts +inf), its mean, the rates within 1% of it, and the stalled
+    and diverged runs of the curve and of the finals."""
     rows = []
     for arm, d in data.items():
         best, rates = band(d["plan"]["losses"], within)
@@ -633,8 +590,7 @@ def band_table(study, data, within=0.01):
 
 
 def plot_lr_curves(study, data):
-    """Final loss against learning rate (log scale) per arm: the mean over the selection seeds with its 95% CI,
-    and every seed's run as a dot (stalled runs as crosses; diverged runs as triangles on the top edge)."""
+    """Final loss against learning rate per arm: mean and 95% CI over the selection seeds, and every run."""
     fig, ax = plt.subplots(figsize=(8, 5))
     finite = [r["final"] for d in data.values() for r in d["search"].values() if r["final"] is not None]
     top = max(finite) + 0.02 * (max(finite) - min(finite) + 1e-3) if finite else 1.0
@@ -680,9 +636,7 @@ def fmt_run(run):
 
 
 def search_table(study, data):
-    """Selection loss of every swept rate per arm; the chosen rate in bold, '·' = not swept. While some
-    selection seeds of a rate are unfinished, the mean over the finished ones and their number; a diverged
-    seed shows as diverged (it makes the selection loss +inf)."""
+    """Selection loss per rate and arm, the chosen rate in bold: while seeds are unfinished, the mean so far."""
     def cell(lr, arm):
         d = data[arm]
         if lr not in d["plan"]["swept"]:
@@ -703,9 +657,7 @@ def search_table(study, data):
 
 
 def gap_table(study, data):
-    """Paired Δ vs the reference at every eval step (val loss on the fixed eval windows, at one seed the same
-    for every arm): does the gap grow or shrink with training? Cells: mean Δ and its 95% CI over the final
-    seeds both arms reached that step with a finite loss."""
+    """Paired Δ vs the reference at every eval step (fixed eval windows): does the gap grow with training?"""
     ref = study["reference"]
     curves = {arm: {s: {r["iter"]: r["val_loss"] for r in run["rows"]
                         if r["iter"] > 0 and r.get("val_loss") is not None and math.isfinite(r["val_loss"])}
@@ -750,8 +702,7 @@ CURVES_CAPTION = ("The val-loss curves of the final runs at each arm's chosen ra
 
 
 def plot_curves(data):
-    """val loss (fixed windows) vs training tokens and vs training seconds, per arm at its chosen lr: mean
-    over the final seeds (line) and min–max (band)."""
+    """Val loss vs training tokens and seconds per arm: mean over the final seeds, and their min–max."""
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
     for arm, d in data.items():
         by_tokens, by_time = {}, {}
@@ -781,8 +732,7 @@ def plot_curves(data):
 
 
 def plot_forest(study, data):
-    """Each arm's paired mean Δ vs the reference with its 95% CI (a forest plot), over the seed-by-seed
-    differences it is the mean of (ticks: one stalled seed can move the mean and widen the CI)."""
+    """Each arm's paired Δ vs the reference with its 95% CI, over each seed's difference (a forest plot)."""
     ref_losses = final_losses(data[study["reference"]])
     rows = [(arm, paired_difference(final_losses(d), ref_losses)) for arm, d in data.items()
             if arm != study["reference"] and final_losses(d) and ref_losses]
@@ -806,9 +756,8 @@ def plot_forest(study, data):
 
 # ------------------------------------------------------------------------------------------- the files
 def render(study_path, study, data, out):
-    """The report of study (its runs' data from collect) -> (README markdown, {file name: bytes}): README.md,
-    forest.png, val_loss.png and, with several selection seeds, lr_curves.png. <out>/reading.md, a person's
-    reading of the numbers, goes in unchanged."""
+    """The report -> (README markdown, {file name: bytes}); <out>/reading.md, a person's reading of the
+    numbers, goes in unchanged."""
     tokenizer = next((r["config"]["dataset_meta"].get("tokenizer") for r in all_runs(data)
                       if r["config"] and "dataset_meta" in r["config"]), None)
     files = {"val_loss.png": plot_curves(data), "forest.png": plot_forest(study, data)}
@@ -847,9 +796,8 @@ GENERATED = re.compile(r"^Generated .* UTC on .*$", re.MULTILINE)  # the README'
 
 
 def write_files(out, files):
-    """Write {name: bytes} into the folder out, each file atomically; a file that already says the same (a
-    README's date line aside) is left as it is, so a rebuilt report of unchanged runs leaves git clean.
-    Returns (paths written, names kept)."""
+    """Write {name: bytes} into out, each file atomically, but for those that already say the same (a README's
+    date line aside: a rebuild of unchanged runs leaves git clean). Returns (paths written, names kept)."""
     os.makedirs(out, exist_ok=True)
     written, kept = [], []
     for name in sorted(files):
@@ -864,7 +812,6 @@ def write_files(out, files):
 
 
 def default_out(study):
-    """results/<name>, or out/quick/<name> for a --quick study (never results/)."""
     return os.path.join(sweep.QUICK_DIR if study.get("quick") else "results", study["name"])
 
 
@@ -881,19 +828,15 @@ def check_out(p, out, study_name):
 
 
 def main(argv=None):
-    """A study file: write its report into --out and return the README's markdown (render). Run folders:
-    compare them (returns the printed text)."""
+    """A study file: write its report, return its markdown. Run folders: compare them, return the text."""
     p = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
-    p.add_argument("study", nargs="+", help="a study file, e.g. studies/enwiki_cpu.py; or train.py run "
-                   "folders (each with metrics.jsonl and config.json) to compare, e.g. out/a out/b")
+    p.add_argument("study", nargs="+", help="a study file, or train.py run folders to compare")
     p.add_argument("--out", type=os.path.expanduser, default=None,
                    help="output folder (default: results/<study name>; for run folders: out/compare)")
     p.add_argument("--quick", type=float, nargs="?", const=sweep.QUICK_FRACTION, metavar="FRACTION",
-                   help="the runs of python sweep.py STUDY --quick (in out/quick/<name>/runs; the report in "
-                   "out/quick/<name>)")
-    p.add_argument("--bpe_dir", type=os.path.expanduser, default=None, help="run folders: GPT-2's "
-                   "encoder.json + vocab.bpe, to count bytes for bits/byte of gpt2 runs (default: the copy "
-                   "shipped in tests/data/gpt2)")
+                   help="the runs of python sweep.py STUDY --quick (the report in out/quick/<name>)")
+    p.add_argument("--bpe_dir", type=os.path.expanduser, default=None,
+                   help="run folders: GPT-2's BPE files, for bits/byte of gpt2 runs (default: tests/data/gpt2)")
     args = p.parse_args(argv)
     if all(os.path.isdir(path) for path in args.study):
         out = args.out or os.path.join("out", "compare")
