@@ -166,19 +166,19 @@ def elapsed_seconds(rows):
     return out
 
 
-def png(fig):
+def png(fig, axes=(), empty=None):
+    """A grid and a legend (or the text empty, where nothing was drawn) on each of axes; the figure as PNG."""
+    for ax in axes:
+        ax.grid(alpha=0.3)
+        if ax.lines:
+            ax.legend(fontsize=8)
+        elif empty:
+            ax.text(0.5, 0.5, empty, ha="center", transform=ax.transAxes)
+    fig.tight_layout()
     buf = io.BytesIO()
     fig.savefig(buf, dpi=120, format="png")
     plt.close(fig)
     return buf.getvalue()
-
-
-def legend_or_text(ax, empty):
-    ax.grid(alpha=0.3)
-    if ax.lines:
-        ax.legend(fontsize=8)
-    elif empty:
-        ax.text(0.5, 0.5, empty, ha="center", transform=ax.transAxes)
 
 
 # ---------------------------------------------------------------------------------- plain runs compared
@@ -288,9 +288,7 @@ def plot_runs(runs):
             ax.plot(rows[-1]["tokens"], rows[-1]["val_loss_full"], "x", ms=8, color=line.get_color())
     ax.set(xlabel="training tokens", ylabel="val loss (nats/token; ×: whole split)",
            title="val loss of each run (one seed each: no call)")
-    legend_or_text(ax, None)
-    fig.tight_layout()
-    return png(fig)
+    return png(fig, [ax])
 
 
 def compare(paths, out, bpe_dir=None):
@@ -316,9 +314,11 @@ def compare(paths, out, bpe_dir=None):
     if "dataset contents" in diffs:
         notes.append(f"Their data differ ({show('dataset contents', diffs['dataset contents'])}: other text, or the "
                      f"same split otherwise): their val losses are not over the same tokens.")
-    if any(r["changed"].keys() - NOT_COMPARED for run in runs for r in run["config"].get("resumes") or []):
-        notes.append("Settings changed when resumed are shown as 'A, then B from iter N': not the curves of "
-                     "straight runs at their final settings.")
+    changed = [run["name"] for run in runs
+               if any(r["changed"].keys() - NOT_COMPARED for r in run["config"].get("resumes") or [])]
+    if changed:
+        notes.append(f"{', '.join(changed)} changed settings when resumed (shown as 'A, then B from iter N'): not "
+                     f"the curves of straight runs at their final settings.")
     tokenizers = [(run["config"].get("dataset_meta") or {}).get("tokenizer") for run in runs]
     if len(set(tokenizers)) > 1:  # a char's nats and a BPE token's nats are different units
         notes.append(f"Their tokenizers differ ({show('tokenizer', tokenizers)}): val loss is in nats per token "
@@ -621,9 +621,7 @@ def plot_lr_curves(study, data):
     ax.set(xlabel="peak learning rate (log scale)", ylabel="final val loss (nats/token, whole val split)",
            title=f"learning-rate curves: mean and 95% CI over selection seeds {study['selection_seeds']}\n"
                  f"dots: each seed; ×: stalled; ▲: diverged")
-    legend_or_text(ax, "no finished curve runs yet")
-    fig.tight_layout()
-    return png(fig)
+    return png(fig, [ax], "no finished curve runs yet")
 
 
 # ------------------------------------------------------------------------------- search, gap, status
@@ -724,11 +722,8 @@ def plot_curves(data):
                 title="mean over final seeds; band: min–max")
     axes[1].set(xlabel="training seconds (mean over seeds; evals excluded)", ylabel="val loss (nats/token)",
                 title="seconds: this machine, its load and --jobs")
-    for ax in axes:
-        legend_or_text(ax, "no final runs with evaluations yet")
     fig.suptitle("val loss at each arm's chosen learning rate")
-    fig.tight_layout()
-    return png(fig)
+    return png(fig, axes, "no final runs with evaluations yet")
 
 
 def plot_forest(study, data):
@@ -750,7 +745,6 @@ def plot_forest(study, data):
     if not rows:
         ax.text(0.5, 0.5, "no paired results yet", ha="center", transform=ax.transAxes)
     ax.grid(alpha=0.3, axis="x")
-    fig.tight_layout()
     return png(fig)
 
 
