@@ -75,8 +75,9 @@ def paired_difference(arm, ref, confidence=0.95):
 
 def welch_p(arm_values, ref_values):
     """Two-sided p-value of Welch's unpaired t-test; None if either side has n < 2."""
-    if min(len(arm_values), len(ref_values)) >= 2:
-        return float(stats.ttest_ind(arm_values, ref_values, equal_var=False).pvalue)
+    if min(len(arm_values), len(ref_values)) < 2:
+        return None
+    return float(stats.ttest_ind(arm_values, ref_values, equal_var=False).pvalue)
 
 
 def mean_ci(values, confidence=0.95):
@@ -750,13 +751,12 @@ def plot_forest(study, data):
 
 # ------------------------------------------------------------------------------------------- the files
 def render(study_path, study, data, out):
-    """The report -> (README markdown, {file name: bytes}); <out>/reading.md, a person's reading of the
-    numbers, goes in unchanged."""
+    """The report of study -> (README markdown, {file name: bytes})."""
     tokenizer = next((r["config"]["dataset_meta"].get("tokenizer") for r in all_runs(data)
                       if r["config"] and "dataset_meta" in r["config"]), None)
     files = {"val_loss.png": plot_curves(data), "forest.png": plot_forest(study, data)}
-    reading_path = os.path.join(out, "reading.md")
-    reading = ["## Reading", open(reading_path).read().strip()] if os.path.exists(reading_path) else []
+    reading = pathlib.Path(out, "reading.md")  # a person's reading of the numbers, kept across rebuilds
+    reading = ["## Reading", reading.read_text().strip()] if reading.exists() else []
     contrasts = (["## Contrasts between arms (paired by seed, final seeds both finished, 95% CI)",
                   contrasts_table(study, data)] if study["contrasts"] else [])
     precision = ([f"**Precision.** The study aims for a 95% CI half-width of {study['precision'] * 100:g}% of "
