@@ -2,18 +2,16 @@
 plots."""
 import json
 import math
+import importlib
 import os
-import subprocess
 import sys
 
 import numpy as np
 import pytest
 
-import checkpoint
 import settings
 import report
 import sweep
-from conftest import ROOT
 
 # Two made-up comparisons with the reference arm "linear", final seeds 11, 12, 13 (final losses, nats/token).
 LINEAR = {11: 2.00, 12: 2.10, 13: 2.20}
@@ -130,9 +128,8 @@ def test_final_runs_left_out_are_named_on_the_console(tmp_path, capsys):
     text = report.main([str(path), "--out", str(tmp_path / "results")])
     assert "| 0.002 | 2.1000 ± 0.1414 (2) |" in text
     out = capsys.readouterr().out
-    assert ("note: 1 final run(s) not finished, left out of the statistics: linear seed 12 (missing). Finish "
-            f"them with python sweep.py {path} (a committed run's metrics.jsonl that lost rows: restore it from "
-            "git)") in out
+    assert ("note: 1 final run(s) not finished, left out of the statistics: linear seed 12 (missing); finish "
+            f"them with python sweep.py {path}") in out
 
 
 def test_reading_is_kept_across_rebuilds(tmp_path):
@@ -186,8 +183,8 @@ def test_a_quick_report_makes_no_call(tmp_path):
 
 
 def test_a_failed_write_leaves_the_last_report_whole(tmp_path, monkeypatch):
-    """A write that fails part way (a full disk, here the forest plot) changes none of the last report's files
-    and leaves no temp folder; a folder where a file goes is named before anything is moved in."""
+    """A report that fails part way (a full disk, here the forest plot) changes none of the last report's
+    files: every file is made before any is written."""
     path, _ = make_study(tmp_path)
     out = tmp_path / "results"
     report.main([str(path), "--out", str(out)])
@@ -200,42 +197,17 @@ def test_a_failed_write_leaves_the_last_report_whole(tmp_path, monkeypatch):
     with pytest.raises(OSError, match="No space left on device"):
         report.main([str(path), "--out", str(out)])
     assert {p.name: p.read_bytes() for p in out.iterdir() if p.name != "reading.md"} == before
-    monkeypatch.undo()
-    (out / "forest.png").unlink()
-    (out / "forest.png").mkdir()
-    with pytest.raises(SystemExit):
-        report.main([str(path), "--out", str(out)])
-    assert (out / "README.md").read_bytes() == before["README.md"]
 
 
-def test_a_run_without_a_final_loss_or_a_config_is_named_as_damaged(tmp_path):
-    """A null last val loss without train.py's diverged flag, or metrics without the config.json train.py
-    writes first, is an edited or damaged run: never dropped from the statistics, nor counted unchecked."""
+def test_a_run_without_a_config_is_named_as_damaged(tmp_path):
+    """Metrics without the config.json train.py writes first is a damaged run: never counted unchecked."""
     path, study = make_study(tmp_path)
-    log = os.path.join(sweep.run_dir(study, "linear", 2e-3, 12), "metrics.jsonl")
-    rows = checkpoint.read_metrics(os.path.dirname(log))
-    rows[-1].update(val_loss=None, val_loss_full=None)
-    with open(log, "w") as f:
-        f.writelines(json.dumps(r) + "\n" for r in rows)
-    with pytest.raises(ValueError, match=r"lr0.002_seed12/metrics.jsonl is damaged: its last row \(iter 100\) "
-                                         r"has no finite val loss and no diverged flag"):
-        report.main([str(path), "--out", str(tmp_path / "results")])
-    write_run(study, "linear", 2e-3, 12, LINEAR[12])  # mended; now another run loses its config.json
     os.remove(os.path.join(sweep.run_dir(study, "linear", 2e-3, 13), "config.json"))
     damaged = r"lr0.002_seed13 is damaged: it has metrics.jsonl but no config.json"
     with pytest.raises(ValueError, match=damaged):
         report.main([str(path), "--out", str(tmp_path / "results")])
     with pytest.raises(ValueError, match=damaged):  # nor does the sweep count it as finished
         sweep.main([str(path), "--dry_run"])
-    write_run(study, "linear", 2e-3, 13, LINEAR[13])  # mended; now a row of its log loses its token count
-    log = os.path.join(sweep.run_dir(study, "linear", 2e-3, 13), "metrics.jsonl")
-    rows = checkpoint.read_metrics(os.path.dirname(log))
-    del rows[1]["tokens"]
-    with open(log, "w") as f:
-        f.writelines(json.dumps(r) + "\n" for r in rows)
-    with pytest.raises(ValueError, match=r"lr0.002_seed13/metrics.jsonl is damaged: its row of iter 50 has no "
-                                         r"token count"):  # the curves' x axis (was a KeyError in the plot)
-        report.main([str(path), "--out", str(tmp_path / "results")])
 
 
 def test_contrasts_between_two_arms_are_paired(tmp_path):
@@ -443,8 +415,8 @@ def test_curve_and_band_tables_by_hand(tmp_path):
 
 def test_report_never_replaces_a_file_that_is_not_its_own(tmp_path, capsys):
     """--out pointing at a folder whose README.md is not this study's report (the repository's own README,
-    another study's report) is refused before anything is written; compare mode's --out must be a folder
-    that holds no report (its plot would replace the report's val_loss.png)."""
+    another study's report) is refused before anything is written; so is, in compare mode, a folder that holds
+    a report (its plot would replace the report's val_loss.png)."""
     path, _ = make_study(tmp_path)
     for title in ("# nlq — GPTs with a nonlinear attention query", "# Study enwiki_cpu"):
         (tmp_path / "README.md").write_text(title + "\n\nnot this study's\n")
@@ -457,9 +429,8 @@ def test_report_never_replaces_a_file_that_is_not_its_own(tmp_path, capsys):
     report.main([str(path), "--out", str(tmp_path / "own")])
     report.main([str(path), "--out", str(tmp_path / "own")])  # its own report: rebuilt in place
     write_plain_run(tmp_path / "a", [dict(iter=10, tokens=640, val_loss=2.0, ms_per_iter=1.0)])
-    with pytest.raises(SystemExit):
+    with pytest.raises(FileExistsError):
         report.main([str(tmp_path / "a"), "--out", str(tmp_path / "README.md")])
-    assert "README.md: cannot create the folder (File exists); choose another --out" in capsys.readouterr().err
     plot = (tmp_path / "own" / "val_loss.png").read_bytes()
     with pytest.raises(SystemExit):
         report.main([str(tmp_path / "a"), "--out", str(tmp_path / "own")])
@@ -516,7 +487,7 @@ def test_compare_plain_runs(tmp_path, capsys, monkeypatch):
     assert text.endswith("val-loss curves: out/compare/val_loss.png")
 
 
-def test_compare_names_the_one_difference_and_refuses_a_folder_without_results(tmp_path, capsys):
+def test_compare_names_the_one_difference_and_refuses_a_folder_without_results(tmp_path):
     rows = [dict(iter=10, tokens=640, val_loss=2.0, ms_per_iter=1.0)]
     # model_args as train.py saves them: resolved (each mode's own attn_scale, which is no setting of the run)
     write_plain_run(tmp_path / "a", rows, max_iters=10, query_mode="nonlinear",
@@ -534,13 +505,6 @@ def test_compare_names_the_one_difference_and_refuses_a_folder_without_results(t
                     model_args=dict(mlp_hidden=512))
     text = report.main([str(tmp_path / "a"), str(tmp_path / "a2"), "--out", str(tmp_path / "cmp")])
     assert "Their settings are the same" in text
-    with pytest.raises(SystemExit):  # one folder twice would be compared with itself
-        report.main([str(tmp_path / "a"), f"{tmp_path / 'a'}/", "--out", str(tmp_path / "cmp")])
-    assert f"{tmp_path / 'a'} and {tmp_path / 'a'}/ are one run folder: give each run once" in capsys.readouterr().err
-    with pytest.raises(SystemExit):  # was ignored without a word
-        report.main([str(tmp_path / "a"), str(tmp_path / "b"), "--quick"])
-    assert "--quick is for a study file (its sweep.py --quick runs); run folders are compared as given" in \
-        capsys.readouterr().err
     # where the weights started counts too (init_from itself says 'resume' once a run resumed)
     write_plain_run(tmp_path / "ft", rows, max_iters=10, init_from="resume", initialised_from="gpt2")
     write_plain_run(tmp_path / "old", rows, max_iters=10, init_from="resume")  # predates initialised_from
@@ -558,21 +522,13 @@ def test_compare_names_the_one_difference_and_refuses_a_folder_without_results(t
     assert (f"Their data differ ({d1}: data 1, {d2}: data 2: other text, or the same split otherwise): their val "
             f"losses are not over the same tokens.") in text
     (tmp_path / "empty").mkdir()
-    with pytest.raises(ValueError, match="empty is not a train.py run folder with results: no metrics.jsonl "
-                                         "and config.json"):
+    with pytest.raises(ValueError, match="empty is not a train.py run folder with results"):
         report.main([str(tmp_path / "a"), str(tmp_path / "empty")])
-    cut = tmp_path / "cut"  # a log cut short in its first row, then one that is not text
+    cut = tmp_path / "cut"  # a log cut short in its first row (train.py killed before it ended)
     write_plain_run(cut, [])
     (cut / "metrics.jsonl").write_text('{"iter": 0, "tok')
-    with pytest.raises(ValueError, match=r"cut is not a train.py run folder with results: no row in its "
-                                         r"metrics.jsonl \(empty, or cut short before its first row ended\)"):
+    with pytest.raises(ValueError, match="cut is not a train.py run folder with results"):
         report.main([str(tmp_path / "a"), str(cut)])
-    # rows and configs that pass the log's own checks but lack what the comparison reads: were KeyErrors
-    edited = tmp_path / "edited"
-    write_plain_run(edited, rows + [dict(iter=30, val_loss=1.0)])  # a row added by hand, with no token count
-    with pytest.raises(ValueError, match=r"edited/metrics.jsonl is damaged: its row of iter 30 has no token count "
-                                         r"\('tokens', which every row train.py writes has\); restore it"):
-        report.main([str(tmp_path / "a"), str(edited)])
 
 
 def test_seeds_needed_and_the_precision_table_by_hand():
@@ -594,35 +550,12 @@ def test_seeds_needed_and_the_precision_table_by_hand():
 
 
 
-def test_a_stop_signal_while_writing_leaves_no_staging_folder(tmp_path):
-    """SIGTERM (or SIGHUP) during the writing killed report.py at once, leaving its hidden .report-* staging
-    folder in the report folder; now it ends as Ctrl-C does: the folder goes, exit 130, one line."""
-    path, _ = make_study(tmp_path)
-    hooks = tmp_path / "hooks"
-    hooks.mkdir()
-    (hooks / "sitecustomize.py").write_text(  # the first plot saved sends this process SIGTERM
-        "import os, signal\nimport matplotlib.figure\n"
-        "def savefig(self, *a, **k):\n    os.kill(os.getpid(), signal.SIGTERM)\n"
-        "matplotlib.figure.Figure.savefig = savefig\n")
-    out = tmp_path / "report"
-    result = subprocess.run([sys.executable, "report.py", str(path), "--out", str(out)], cwd=ROOT,
-                            env={**os.environ, "PYTHONPATH": str(hooks), "MPLBACKEND": "Agg"},
-                            capture_output=True, text=True, timeout=120)
-    assert result.returncode == 130, result.stderr
-    assert result.stderr.strip().splitlines()[-1] == "interrupted; run the same command again to write the report"
-    assert out.is_dir() and os.listdir(out) == []  # no .report-* left, no half of a report
-
-
-def test_a_staging_folder_left_by_a_killed_report_goes_at_the_next_one(tmp_path):
-    """SIGKILL leaves report.py no time to remove its .report-PID-* staging folder; the next report.py removes
-    the folders of processes that are gone, and leaves a live process's own alone."""
-    path, _ = make_study(tmp_path)
-    out = tmp_path / "results"
-    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
-                          text=True).stdout.strip()  # a pid that has just ended
-    (out / f".report-{dead}-abc").mkdir(parents=True)
-    (out / f".report-{dead}-abc" / "README.md").write_text("half of a report\n")
-    (out / f".report-{os.getppid()}-xyz").mkdir()  # a live process's (pytest's parent): kept
-    report.main([str(path), "--out", str(out)])
-    assert not (out / f".report-{dead}-abc").exists() and (out / f".report-{os.getppid()}-xyz").is_dir()
-    assert (out / "README.md").read_text().startswith("# Study ")
+@pytest.mark.parametrize("library", ["matplotlib", "scipy"])
+def test_without_its_libraries_report_names_the_install_command(library, monkeypatch):
+    """matplotlib and scipy are extras (requirements-extra.txt): without one, report.py ends with one line."""
+    monkeypatch.setitem(sys.modules, library, None)  # an import of it now fails, as where it is not installed
+    monkeypatch.delitem(sys.modules, "report")
+    with pytest.raises(SystemExit) as e:
+        importlib.import_module("report")
+    assert e.value.code == (f"error: report.py needs {library}, which is not installed: "
+                            "pip install -r requirements-extra.txt")
