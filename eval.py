@@ -46,6 +46,7 @@ def token_bytes(meta, bpe_dir=None):
     if kind == "byte":
         return np.ones(256, np.int64)
     if kind == "char":
+        get_codec(meta)  # a clear error if meta.json lacks the characters
         return np.array([len(c.encode("utf-8")) for c in meta["chars"]], np.int64)
     enc = gpt2_encoding(bpe_dir)
     return np.array([len(enc.decode_single_token_bytes(i)) for i in range(GPT2_EOT)] + [0], np.int64)

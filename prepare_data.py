@@ -125,7 +125,9 @@ def get_codec(meta, bpe_dir=None):
         return (lambda s: list(s.encode("utf-8")),
                 lambda ids: np.asarray(ids, dtype=np.uint8).tobytes().decode("utf-8", errors="replace"))
     if kind == "char":
-        chars = meta["chars"]
+        chars = meta.get("chars")
+        if not isinstance(chars, list):
+            raise ValueError("meta.json has tokenizer char but no list of chars; prepare the dataset again")
         stoi = {c: i for i, c in enumerate(chars)}
 
         def encode(s):
