@@ -25,8 +25,7 @@ import time
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from distributed import resolve_device  # noqa: E402
-from model import GPT, GPTConfig, QUERY_MODES  # noqa: E402
+from model import GPT, GPTConfig  # noqa: E402
 
 
 def parse_args(argv=None):
@@ -40,21 +39,8 @@ def parse_args(argv=None):
     p.add_argument("--device", default="cpu")
     p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"), help="bfloat16: autocast")
     args = p.parse_args(argv)
-    unknown = [m for m in args.query_modes.split(",") if m not in QUERY_MODES]
-    if unknown:
-        p.error(f"--query_modes: unknown mode {unknown[0]!r}; registered: {', '.join(QUERY_MODES)}")
-    if args.prompt < 1 or args.prompt + args.new_tokens > args.block_size:
-        p.error(f"--prompt={args.prompt} + --new_tokens={args.new_tokens} must fit in --block_size="
-                f"{args.block_size} (the 'within' case), with a prompt of at least 1 token")
-    if min(args.rounds, args.batch_size, args.past_tokens, args.new_tokens,
-           1 if args.threads is None else args.threads) < 1:
-        p.error("--rounds, --batch_size, --new_tokens, --past_tokens and --threads must be >= 1")
-    try:  # the model's shape and the device, before any model is built
-        GPTConfig(n_layer=args.n_layer, n_head=args.n_head, n_embd=args.n_embd, block_size=args.block_size,
-                  vocab_size=args.vocab_size)
-        resolve_device({"device": args.device, "dtype": "float32"})
-    except ValueError as e:
-        p.error(str(e))
+    if args.prompt + args.new_tokens > args.block_size:
+        p.error(f"--prompt + --new_tokens must fit in --block_size={args.block_size} (the 'within' case)")
     return args
 
 

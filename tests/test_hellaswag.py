@@ -135,9 +135,10 @@ BAD_FILES = {
                                    "endings, label (KeyError"),
     "no ctx_b (ctx only)": ('{"ctx": "a", "endings": ["b", "c", "d", "e"], "label": 0}\n',
                             ":1: expected a JSON object with fields activity_label"),
-    "3 endings": ("\n" + line(endings=["b", "c", "d"]), ":2: endings must be a list"),
-    "label 4": (line(label=4), ":1: label must be 0, 1, 2 or 3"),
-    "ctx_a a number": (line(ctx_a=3), ":1: activity_label, ctx_a and ctx_b must be strings"),
+    "3 endings": ("\n" + line(endings=["b", "c", "d"]), ":2: expected strings, a list of 4 string endings and a "
+                                                       "label 0, 1, 2 or 3"),
+    "label 4": (line(label=4), ":1: expected strings, a list of 4 string endings and a label 0, 1, 2 or 3"),
+    "ctx_a a number": (line(ctx_a=3), ":1: expected strings, a list of 4"),
     "empty file": ("\n", " holds no examples"),
 }
 
@@ -164,11 +165,11 @@ def test_missing_file_and_char_vocabulary(ckpt, tmp_path):
         nlq_eval.hellaswag_rows([(9, "abc", ["a", "b", "x", "c"], 0)], encode, 32, "hs.jsonl")
 
 
-@pytest.mark.parametrize("args, expected", [(["--limit", "3"], "--limit N needs N >= 1 and --hellaswag"),
-                                            (["--hellaswag", "x", "--full"], "leave out --full, --split and --dataset"),
-                                            (["--batch_size", "4"],
-                                             "--batch_size sets the batches of --full"),
-                                            ])
+@pytest.mark.parametrize("args, expected", [
+    (["--limit", "3"], "--hellaswag (with --limit) scores HellaSwag instead of the loss"),
+    (["--hellaswag", "x", "--full"], "--full, --split and --dataset are the loss's"),
+    (["--batch_size", "4"], "--batch_size sets the batches of --full or --hellaswag"),
+])
 def test_usage_errors(args, expected, capsys):
     with pytest.raises(SystemExit) as e:
         nlq_eval.main(args)

@@ -163,12 +163,10 @@ def test_enwiki_cut_short_keeps_the_last_article_and_says_so(cut, shipped_data, 
     (tmp_path / "AA" / "wiki_00").write_text(text, encoding="utf-8")
     docs = P.read_documents(tmp_path / "AA")
     bodies = wiki_articles(shipped_data / "enwiki2015" / "AA")
+    assert capsys.readouterr().err == (f"warning: {tmp_path / 'AA' / 'wiki_00'}: the last article has no </doc> "
+                                       "(the file was cut short); its text is kept\n")
     if cut == "mid-header":  # nothing of the article's text was written: 37 whole articles
         assert docs == bodies[:-1]
-        assert capsys.readouterr().err == (f"warning: {tmp_path / 'AA' / 'wiki_00'}: its last article "
-                                           """('<doc id="62') has no closing </doc>: the file looks cut short; """
-                                           "its text so far is kept. Extract the file again if it should be "
-                                           "complete\n")
     else:
         assert docs[:-1] == bodies[:-1] and len(docs) == 38
         if cut == "before </doc>":  # all its text is there: the same documents as the whole file
@@ -176,9 +174,6 @@ def test_enwiki_cut_short_keeps_the_last_article_and_says_so(cut, shipped_data, 
         else:  # the title line and the article's first 102 characters
             assert bodies[-1].startswith(docs[-1]) and len(docs[-1]) == 102
             assert docs[-1].startswith("Alaska\n\nAlaska () is a U.S. state")
-        assert capsys.readouterr().err == (f"warning: {tmp_path / 'AA' / 'wiki_00'}: its last article "
-                                           "('Alaska') has no closing </doc>: the file looks cut short; its text "
-                                           "so far is kept. Extract the file again if it should be complete\n")
 
 
 # ---------------------------------------------------------------- other local formats, seeds, dtype
@@ -212,9 +207,9 @@ def test_local_formats_keep_every_document(speeches, fmt, tmp_path):
     assert sorted(text.split(P.DOC_SEPARATOR)[:-1]) == sorted(docs)
 
 
-def test_val_fraction_of_few_documents_and_a_csv_read_as_text_are_said(tmp_path, capsys):
-    """--val_fraction counts documents: with 3 of them val holds a third of the tokens (was silent). One file
-    of another suffix is read as plain text, all of it, where a folder would skip it: a warning says so."""
+def test_val_fraction_counts_documents_and_a_csv_is_read_as_text(tmp_path):
+    """--val_fraction counts documents: with 3 of them val holds one whole document. One file of another
+    suffix is read as plain text, all of it (a folder would skip it)."""
     for i in (1, 2, 3):
         (tmp_path / "docs").mkdir(exist_ok=True)
         (tmp_path / "docs" / f"d{i}.txt").write_text("word " * 400 * i)
@@ -222,13 +217,8 @@ def test_val_fraction_of_few_documents_and_a_csv_read_as_text_are_said(tmp_path,
                     source=str(tmp_path / "docs"), min_val_tokens=8, progress=False)
     val, train = ((tmp_path / "out" / f"{split}.bin").stat().st_size // 2 for split in ("val", "train"))
     assert val in (2002, 4002, 6002) and val + train == 12006  # one whole document (its bytes and separator)
-    assert capsys.readouterr().err == (f"warning: {tmp_path / 'docs'}: val holds {val / 12006:.1%} of the tokens "
-                                       "(1 of 3 documents): --val_fraction 0.1 counts documents, not tokens; more "
-                                       "(or more even) documents give a closer fraction\n")
     (tmp_path / "t.csv").write_text("id,text\n1,hello\n")
     assert P.read_documents(tmp_path / "t.csv") == ["id,text\n1,hello\n"]
-    assert capsys.readouterr().err.startswith(f"warning: --input {tmp_path / 't.csv'}: read as one plain text, "
-                                              "all of it (a .csv's header, commas or keys too)")
 
 
 def test_a_folder_says_what_it_skipped(tmp_path, capsys):
@@ -241,17 +231,15 @@ def test_a_folder_says_what_it_skipped(tmp_path, capsys):
         (tmp_path / "c" / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / "c" / name).write_bytes(data if isinstance(data, bytes) else data.encode())
     assert P.read_documents(tmp_path / "c") == ["doc a", "doc b", "W\n\nwiki"]
-    assert capsys.readouterr().err == (f"warning: --input {tmp_path / 'c'}: read 3 file(s); skipped 3 that are "
-                                       "not .txt, .jsonl or .parquet (any case) nor WikiExtractor output: 1 .md, "
-                                       f"1 without a suffix, 1 .gz (e.g. {tmp_path / 'c' / 'c.md'}); rename those "
-                                       "that hold text to .txt (decompress compressed ones) to include them\n")
+    assert capsys.readouterr().err == (f"warning: --input {tmp_path / 'c'}: skipped 3 files that are not .txt, "
+                                       ".jsonl, .parquet or WikiExtractor output: 1 .md, 1 without a suffix, "
+                                       "1 .gz\n")
     for name in ("a.txt", "b.TXT", "sub/wiki_00"):
         (tmp_path / "c" / name).unlink()
     with pytest.raises(P.DataError) as e:
         P.read_documents(tmp_path / "c")
-    assert str(e.value) == (f"--input {tmp_path / 'c'}: directory holds no .txt, .jsonl or .parquet files (nor "
-                            "WikiExtractor output); it holds 1 .md, 1 without a suffix, 1 .gz; point --input at a "
-                            "folder of such files or at one file")
+    assert str(e.value) == (f"--input {tmp_path / 'c'} holds no .txt, .jsonl or .parquet files nor WikiExtractor "
+                            "output (it holds 1 .md, 1 without a suffix, 1 .gz)")
 
 
 def test_upper_case_suffixes_are_read_by_their_kind(tmp_path):
@@ -325,70 +313,46 @@ def test_bom_in_jsonl_and_shakespeare(shipped_data, tmp_path):
             == prepare(tmp_path, "shakespeare_char")["sha256"])
 
 
-NOT_UTF8 = {  # case: (file name, bytes, expected message after "PATH: not valid UTF-8: it is ")
-    "gzip": ("docs.jsonl.gz", gzip.compress(b'{"text": "a document"}\n' * 100),
-             "gzip-compressed; decompress it first: gunzip -k docs.jsonl.gz"),
-    "utf-16 le": ("u16.txt", "a document, ünïcode\n".encode("utf-16"),  # Python writes a BOM, native order
-                  "UTF-16 text (it starts with a UTF-16 byte-order mark); convert it: iconv -f utf-16 -t utf-8 "
-                  "u16.txt > fixed.txt"),
-    "utf-16 be": ("u16be.txt", codecs.BOM_UTF16_BE + "a document".encode("utf-16-be"),
-                  "UTF-16 text (it starts with a UTF-16 byte-order mark); convert it: iconv -f utf-16 -t utf-8 "
-                  "u16be.txt > fixed.txt"),
-    "utf-32": ("u32.txt", "a document".encode("utf-32"),
-               "UTF-32 text (it starts with a UTF-32 byte-order mark); convert it: iconv -f utf-32 -t utf-8 "
-               "u32.txt > fixed.txt"),
-    "bzip2": ("c.txt.bz2", bz2.compress(b"a document" * 100), "bzip2-compressed; decompress it first: "
-                                                              "bunzip2 -k c.txt.bz2"),
+NOT_UTF8 = {  # case: (file name, bytes)
+    "gzip": ("docs.jsonl.gz", gzip.compress(b'{"text": "a document"}\n' * 100)),
+    "utf-16 le": ("u16.txt", "a document, ünïcode\n".encode("utf-16")),  # Python writes a BOM, native order
+    "utf-16 be": ("u16be.txt", codecs.BOM_UTF16_BE + "a document".encode("utf-16-be")),
+    "utf-32": ("u32.txt", "a document".encode("utf-32")),
+    "bzip2": ("c.txt.bz2", bz2.compress(b"a document" * 100)),
 }
 
 
 @pytest.mark.parametrize("case", NOT_UTF8)
-def test_compressed_or_utf16_input_gets_the_right_fix(case, existing, monkeypatch):
-    """Not the latin1 advice (iconv -f latin1 would turn these into garbage): what the file is and its fix."""
-    name, data, expected = NOT_UTF8[case]
+def test_compressed_or_utf16_input_is_refused(case, existing, monkeypatch):
+    """A file that is not UTF-8 text is a named error (nothing tokenised), never bytes read as text."""
+    name, data = NOT_UTF8[case]
     (existing / name).write_bytes(data)
     monkeypatch.chdir(existing)
     message = fails("data", "local", "--input", name, "--name", "x", "--overwrite", "--tokenizer", "byte")
-    assert message == f"error: {name}: not valid UTF-8: it is {expected}"
+    assert message.startswith(f"error: {name}: not valid UTF-8 (byte ")
 
 
 def test_latin1_offset_counts_the_bom(tmp_path):
     """The byte offset named for other undecodable text is the file's, a BOM included."""
     (tmp_path / "l.txt").write_bytes(codecs.BOM_UTF8 + "caf\u00e9".encode("latin-1"))
-    with pytest.raises(P.DataError, match=r"l.txt: not valid UTF-8 \(byte 6: b'\\xe9'\); convert it, e.g. "
+    with pytest.raises(P.DataError, match=r"l.txt: not valid UTF-8 \(byte 6: b'\\xe9'\); convert it \(e.g. "
                                           r"iconv -f latin1"):
         P.read_text(tmp_path / "l.txt")
 
 
 # ---------------------------------------------------------------- 4: interrupted writes
 
-def test_write_bin_interrupted_leaves_old_file(tmp_path):
-    path = tmp_path / "train.bin"
-    path.write_bytes(b"old")
-
-    def chunks():
-        yield np.arange(1000)
-        raise KeyboardInterrupt  # Ctrl-C in the middle of writing
-
-    with pytest.raises(KeyboardInterrupt):
-        P.write_bin(path, chunks(), "uint16")
-    assert path.read_bytes() == b"old" and [p.name for p in tmp_path.iterdir()] == ["train.bin"]
-    with pytest.raises(ValueError, match="expected 5"):  # a short stream is caught by total
-        P.write_bin(tmp_path / "val.bin", [np.arange(3)], "uint16", total=5)
-    assert [p.name for p in tmp_path.iterdir()] == ["train.bin"]
-
-
 def interrupt_val_write(monkeypatch):
     """Make writing val.bin raise after its first chunk; train.bin has been written completely by then."""
     real = P.write_bin
 
-    def flaky(path, chunks, dtype, total=None, desc=None, progress=True):
+    def flaky(path, chunks, dtype, total=None, progress=True):
         if Path(path).name == "val.bin":
             def broken(original=iter(chunks)):
                 yield next(original)
                 raise KeyboardInterrupt
             chunks = broken()
-        return real(path, chunks, dtype, total, desc, progress)
+        return real(path, chunks, dtype, total, progress)
     monkeypatch.setattr(P, "write_bin", flaky)
 
 
@@ -400,14 +364,15 @@ def interrupted(capsys, args):
     assert capsys.readouterr().err.splitlines()[-1] == "interrupted; nothing was written (existing data kept)"
 
 
-def test_sigterm_while_writing_is_an_interruption_and_the_moves_are_never_cut(shipped_data, tmp_path, monkeypatch,
-                                                                              capsys):
+def test_sigterm_while_writing_is_an_interruption_and_new_bins_never_meet_an_old_meta(shipped_data, tmp_path,
+                                                                                        monkeypatch, capsys):
     """SIGTERM (kill, a job's end) while the bins are written stops like Ctrl-C: nothing left behind, the
-    old dataset kept. A signal while the finished files are moved into place waits for the moves: the folder
-    then holds the whole new dataset (never new bins without their meta.json), and the message says so."""
+    old dataset kept. An interruption while the finished files are moved into place leaves no meta.json (the
+    old one goes first), never new bins beside an old meta.json, and the message says so."""
     args = ["shakespeare_char", "--data_dir", str(tmp_path), "--overwrite"]
     P.main(args)
-    old = {f: (tmp_path / "shakespeare_char" / f).read_bytes() for f in P.BIN_FILES}
+    folder = tmp_path / "shakespeare_char"
+    old = {f: (folder / f).read_bytes() for f in P.BIN_FILES}
     real_write, real_replace = P.write_bin, os.replace
 
     def killed_while_writing(path, chunks, *a, **k):
@@ -415,43 +380,22 @@ def test_sigterm_while_writing_is_an_interruption_and_the_moves_are_never_cut(sh
         return real_write(path, chunks, *a, **k)
     monkeypatch.setattr(P, "write_bin", killed_while_writing)
     interrupted(capsys, args)
-    assert {f: (tmp_path / "shakespeare_char" / f).read_bytes() for f in P.BIN_FILES} == old
-    assert sorted(p.name for p in (tmp_path / "shakespeare_char").iterdir()) == sorted(P.BIN_FILES)
-    assert signal.getsignal(signal.SIGTERM) is not P.stop  # main gives the handlers back
+    assert {f: (folder / f).read_bytes() for f in P.BIN_FILES} == old
+    assert sorted(p.name for p in folder.iterdir()) == sorted(P.BIN_FILES)
+    assert signal.getsignal(signal.SIGTERM) is not signal.default_int_handler  # main gives the handlers back
 
     def interrupted_while_moving(src, dst):
-        if Path(dst) == tmp_path / "shakespeare_char" / "train.bin":  # publish's first move (old meta.json gone)
-            signal.raise_signal(signal.SIGINT)
         real_replace(src, dst)
+        if Path(dst) == folder / "train.bin":  # the new train.bin is in place, val.bin and meta.json are not
+            raise KeyboardInterrupt
     monkeypatch.setattr(P, "write_bin", real_write)
     monkeypatch.setattr(P.os, "replace", interrupted_while_moving)
     with pytest.raises(SystemExit) as e:
         P.main(args + ["--val_fraction", "0.2"])  # another split: new bins, new meta.json
     assert e.value.code == 130
-    folder = tmp_path / "shakespeare_char"
-    assert capsys.readouterr().err.splitlines()[-1] == f"interrupted, after {folder} was written (complete)"
-    meta = load_meta(folder)
-    assert meta["val_fraction"] == 0.2 and sorted(p.name for p in folder.iterdir()) == sorted(P.BIN_FILES)
-    assert len(np.fromfile(folder / "val.bin", np.uint16)) == meta["val_tokens"]
-
-
-def test_a_held_signal_reaches_its_handler_when_the_block_ends():
-    """signals_held calls the handler a held signal had as the block ends, at once (each signal once); an
-    ignored signal stays ignored. The handlers are back after the block."""
-    got = []
-    before = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGHUP)}
-    try:
-        signal.signal(signal.SIGTERM, lambda signum, frame: got.append(signum))
-        signal.signal(signal.SIGHUP, signal.SIG_IGN)
-        with P.signals_held():
-            for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGTERM):
-                signal.raise_signal(sig)
-            assert got == []  # held
-        assert got == [signal.SIGTERM]  # once, before the next statement
-        assert signal.getsignal(signal.SIGHUP) == signal.SIG_IGN
-    finally:
-        for sig, handler in before.items():
-            signal.signal(sig, handler)
+    assert capsys.readouterr().err.splitlines()[-1] == (f"interrupted while moving files into place: {folder} has "
+                                                        "no meta.json; prepare it again")
+    assert sorted(p.name for p in folder.iterdir()) == ["train.bin", "val.bin"]
 
 
 def test_interrupted_run_leaves_no_bins(shipped_data, tmp_path, monkeypatch, capsys):
@@ -469,20 +413,17 @@ def test_interrupted_overwrite_keeps_old_dataset(shipped_data, tmp_path, monkeyp
     assert {p.name: p.read_bytes() for p in (tmp_path / "shakespeare_char").iterdir()} == before
 
 
-def test_a_killed_preparations_staging_folder_is_named_with_its_size_and_the_command(shipped_data, tmp_path,
-                                                                                     capsys):
-    """A preparation killed outright (SIGKILL: no cleanup runs) leaves data/<name>/.partial-*/ (up to 17 GB for
-    OpenWebText). The next preparation of the name says so, with its size and the command that deletes it, and
-    deletes nothing (it could be a concurrent preparation's); it publishes its own dataset as always."""
+def test_a_killed_preparations_staging_folder_is_left_alone(shipped_data, tmp_path):
+    """A preparation killed outright (SIGKILL: no cleanup runs) leaves data/<name>/.partial-*/; the next
+    preparation of the name deletes nothing of it (it could be a concurrent preparation's) and publishes its
+    own dataset as always."""
     folder = tmp_path / "shakespeare_char"
     stage = folder / ".partial-k2j_9x1q"
     stage.mkdir(parents=True)
-    (stage / ".train.bin.4242.abcdef12.tmp").write_bytes(b"\0" * 1_500_000)
+    (stage / "train.bin").write_bytes(b"\0" * 1000)
     prepare(tmp_path, "shakespeare_char")
-    warnings = [line for line in capsys.readouterr().err.splitlines() if line.startswith("warning: ")]
-    assert warnings == [f"warning: {stage} (1.5 MB) holds the staging files of another preparation of this "
-                        f"dataset, killed or still running; if none is running, delete them: rm -rf {stage}"]
     assert sorted(p.name for p in folder.iterdir()) == sorted([*P.BIN_FILES, stage.name])
+    assert (stage / "train.bin").read_bytes() == b"\0" * 1000
 
 
 # ------------------------------------------------------------- 5: bad inputs, clear errors, nothing destroyed
@@ -525,12 +466,8 @@ BAD_INPUTS = {  # case: (files to create {name: bytes}, --input, extra args, exp
     "train too short": ({"s.jsonl": b"".join(b'{"text": "short doc %d"}\n' % i for i in range(200))},
                         "s.jsonl", ["--tokenizer", "byte", "--val_fraction", "0.99"],
                         ["train split has", "shorter than one block", "lower --val_fraction (now 0.99; 0.356 to 0.644 fits"]),
-    "bad val_fraction": ({"s.jsonl": b'{"text": "a"}\n{"text": "b"}\n'}, "s.jsonl", ["--val_fraction", "0"],
-                         ["--val_fraction must be between 0 and 1"]),
-    "val_fraction 1": ({"s.jsonl": b'{"text": "a"}\n{"text": "b"}\n'}, "s.jsonl", ["--val_fraction", "1"],
-                       ["--val_fraction must be between 0 and 1"]),
     "bpe_dir incomplete": ({"bpe/encoder.json": b"{}", "c.txt": b"text"}, "c.txt", ["--bpe_dir", "bpe"],
-                           ["lacks vocab.bpe", "encoder.json and vocab.bpe"]),
+                           ["bpe/encoder.json is missing or not OpenAI's GPT-2 encoder.json", "--bpe_dir"]),
 }
 
 
@@ -563,7 +500,6 @@ def test_tiny_positional_val(shipped_data, existing):
     args = ["shakespeare", "--name", "x", "--overwrite", "--val_fraction"]
     message = fails(existing / "data", *args, "1e-9")  # val = the last character
     assert "val split has 1 tokens, shorter than one block" in message and "--val_fraction" in message
-    assert "must be between 0 and 1" in fails(existing / "data", *args, "0")  # val would be empty
 
 
 def test_refuses_to_overwrite(shipped_data, existing):
@@ -613,6 +549,7 @@ def test_gpt2_ranks_equal_tiktokens_own(shipped_data, monkeypatch):
 
 @pytest.mark.parametrize("case", ["missing", "a file", "incomplete", "not OpenAI's"])
 def test_bad_bpe_dir_is_a_named_error(case, shipped_data, tmp_path):
+    """Each of the two files is checked by its sha256: a missing folder or file, or another file, is refused."""
     bpe = tmp_path / "bpe"
     if case == "a file":
         bpe.write_text("x")
@@ -621,21 +558,20 @@ def test_bad_bpe_dir_is_a_named_error(case, shipped_data, tmp_path):
         (bpe / "encoder.json").write_bytes((shipped_data / "gpt2" / "encoder.json").read_bytes())
         if case == "not OpenAI's":
             (bpe / "vocab.bpe").write_bytes((shipped_data / "gpt2" / "vocab.bpe").read_bytes()[:-20] + b"\n")
-    problem = {"missing": "does not exist", "a file": "is a file", "incomplete": "lacks vocab.bpe",
-               "not OpenAI's": "has a vocab.bpe that is not OpenAI's (its sha256 is not 1ce16647"}[case]
+    name = "encoder.json" if case in ("missing", "a file") else "vocab.bpe"
     with pytest.raises(P.DataError) as e:
         P.gpt2_encoding(bpe)
-    assert str(e.value).startswith(f"--bpe_dir {bpe} {problem}")
-    assert "a folder with OpenAI's GPT-2 encoder.json and vocab.bpe" in str(e.value)
+    assert str(e.value) == (f"{bpe / name} is missing or not OpenAI's GPT-2 {name}; pass --bpe_dir with OpenAI's "
+                            "files or restore the shipped ones (git checkout -- tests/data/gpt2)")
 
 
 def test_missing_shipped_bpe_says_how_to_fix(tmp_path, monkeypatch):
     monkeypatch.setattr(P, "GPT2_BPE_DIR", tmp_path / "gpt2")
     (tmp_path / "gpt2").mkdir()
     message = fails(tmp_path, "shakespeare", "--name", "x")
-    assert message == (f"error: the GPT-2 tokenizer shipped with nlq ({tmp_path / 'gpt2'}) lacks encoder.json "
-                       "and vocab.bpe; restore it with git checkout -- tests/data/gpt2, or pass --bpe_dir DIR with "
-                       "GPT-2's encoder.json and vocab.bpe")
+    assert message == (f"error: {tmp_path / 'gpt2' / 'encoder.json'} is missing or not OpenAI's GPT-2 encoder.json; "
+                       "pass --bpe_dir with OpenAI's files or restore the shipped ones (git checkout -- "
+                       "tests/data/gpt2)")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["gpt2"]  # no empty dataset folder left behind
 
 
@@ -650,22 +586,12 @@ def test_input_checked_before_bpe(src, expected, existing, monkeypatch):
     assert expected in message and "GPT-2" not in message
 
 
-def test_the_studies_missing_wikipedia_files_point_at_where_to_get_them(tmp_path):
-    """Without the shared data folder, the README's study command names docs/studies.md and the file shipped
-    for trials."""
-    message = fails(tmp_path / "data", "local", "--input", str(tmp_path / "enwiki2015" / "AA"), "--name",
-                    "enwiki_bytes", "--tokenizer", "byte")
-    assert message.endswith("enwiki2015/AA does not exist; the CPU studies' 30 Wikipedia files: docs/studies.md "
-                            "says where to get them, and tests/data/enwiki2015/AA holds one of them for a --quick "
-                            "trial")
-
-
-@pytest.mark.parametrize("src, problem", [("d", "is a directory"), ("nope.txt", "does not exist")])
-def test_shakespeare_input_not_a_file(src, problem, existing, monkeypatch):
+@pytest.mark.parametrize("src", ["d", "nope.txt"])
+def test_shakespeare_input_not_a_file(src, existing, monkeypatch):
     (existing / "d").mkdir()
     monkeypatch.chdir(existing)
     message = fails("data", "shakespeare_char", "--input", src, "--name", "x", "--overwrite")
-    assert f"--input {src} {problem}; pass the path of one text file" in message
+    assert message == f"error: {src} is not a file; pass --input with Tiny Shakespeare's input.txt, or --download"
 
 
 @pytest.mark.parametrize("case", ["data_dir is a file", "name is a file", "read-only", "name too long"])
@@ -676,8 +602,7 @@ def test_unwritable_target_fails_before_any_work(case, tmp_path, monkeypatch):
     if case == "name too long":  # a folder name over the file system's 255 bytes: an error, not a traceback
         data_dir = tmp_path / ("d" * 300)
         message = fails(data_dir, "local", "--input", "c.txt", "--name", "x", "--tokenizer", "byte")
-        assert f"cannot write the output folder {data_dir / 'x'} (File name too long); each folder name " \
-               "holds at most 255 bytes; choose a writable data_dir" in message
+        assert message == f"error: cannot write the output folder {data_dir / 'x'} (File name too long)"
         assert list(tmp_path.iterdir()) == []
         return
     if case == "data_dir is a file":
@@ -690,27 +615,24 @@ def test_unwritable_target_fails_before_any_work(case, tmp_path, monkeypatch):
             raise OSError(errno.EROFS, "Read-only file system")
         monkeypatch.setattr(P.tempfile, "TemporaryFile", read_only)
     message = fails(data_dir, "local", "--input", "c.txt", "--name", "x", "--tokenizer", "byte")
-    assert f"cannot write the output folder {data_dir / 'x'}" in message
-    assert message.endswith("choose a writable data_dir and a dataset name that is not a file in it")
-    if case != "read-only":
-        assert f"{data_dir if case == 'data_dir is a file' else data_dir / 'x'} is a file, not a folder; " in message
+    assert message.startswith(f"error: cannot write the output folder {data_dir / 'x'} (")
     if case == "read-only":
         assert list(data_dir.iterdir()) == []  # the folder made for the check is gone again
     else:
         assert (data_dir if case == "data_dir is a file" else data_dir / "x").read_text() == "a file"
 
 
-def test_parquet_text_must_be_strings(existing):
+def test_a_parquet_file_needs_a_readable_text_column(existing):
     import pyarrow as pa
     import pyarrow.parquet as pq
-    pq.write_table(pa.table({"text": [1, 2, 3]}), existing / "n.parquet")
+    pq.write_table(pa.table({"body": ["a", "b"]}), existing / "n.parquet")
     message = fails(existing / "data", "local", "--input", str(existing / "n.parquet"), "--name", "x",
                     "--overwrite", "--tokenizer", "byte")
-    assert "n.parquet: column 'text' holds int64, not strings" in message
+    assert "n.parquet: cannot read a 'text' column (" in message
     (existing / "cut.parquet").write_bytes(b"not parquet")  # was a pyarrow traceback
     message = fails(existing / "data", "local", "--input", str(existing / "cut.parquet"), "--name", "x",
                     "--overwrite", "--tokenizer", "byte")
-    assert "cut.parquet: not a readable parquet file (Parquet magic bytes not found" in message
+    assert "cut.parquet: cannot read a 'text' column (" in message and "Parquet magic bytes not found" in message
 
 
 def test_openwebtext_offline_says_how_to_fix(shipped_data, tmp_path, monkeypatch):
@@ -720,42 +642,23 @@ def test_openwebtext_offline_says_how_to_fix(shipped_data, tmp_path, monkeypatch
         raise ConnectionError("Couldn't reach 'Skylion007/openwebtext' on the Hub (LocalEntryNotFoundError)")
     monkeypatch.setattr(datasets, "load_dataset", offline)
     message = fails(tmp_path, "openwebtext", "--num_proc", "1")
-    for part in ("could not reach the Hugging Face Hub", "Couldn't reach", "network", "HF_DATASETS_OFFLINE=1",
-                 "local --input"):
+    for part in ("could not reach the Hugging Face Hub", "Couldn't reach", "network", "local --input"):
         assert part in message
     assert list(tmp_path.iterdir()) == []
 
 
 @pytest.mark.parametrize("args, expected", [
     (["local", "--name", "x"], "local needs --input PATH and --name NAME"),
-    (["shakespeare_char", "--num_proc", "0"], "--num_proc must be >= 1, got 0"),
-    (["shakespeare_char", "--num_proc", "-3"], "--num_proc must be >= 1, got -3"),
-    (["local", "--input", "c.txt", "--name", "../../escape"],
-     "--name '../../escape' must be a plain folder name"),
-    (["local", "--input", "c.txt", "--name", "a/b"], "--name 'a/b' must be a plain folder name"),
-    (["shakespeare_char", "--name", ".."], "--name '..' must be a plain folder name"),
-    (["shakespeare_char", "--name", " "], "--name ' ' must be a plain folder name"),  # train.py refuses it
-    (["shakespeare_char", "--data_dir", ""], "--data_dir is empty; give a folder"),
-    (["shakespeare_char", "--download", "--input", "x"], "--download and --input both say where"),
-    (["local", "--input", "c.txt", "--name", "x", "--download"],
-     "--download is an option of shakespeare and shakespeare_char, not of local"),
-    (["local", "--input", "c.txt", "--name", "x", "--seed", "-1"],  # was numpy's ValueError traceback
-     "--seed must be >= 0, got -1; pass a non-negative integer"),
+    (["shakespeare_char", "--download", "--input", "x"], "argument --input: not allowed with argument --download"),
+    (["openwebtext", "--download"], "--download is an option of shakespeare and shakespeare_char, not of openwebtext"),
+    (["openwebtext", "--tokenizer", "byte"], "openwebtext takes --tokenizer gpt2"),
+    (["shakespeare_char", "--val_fraction", "0"], "--val_fraction must be between 0 and 1 (exclusive), got 0.0"),
+    (["local", "--input", "c.txt", "--name", "x", "--val_fraction", "1"], "--val_fraction must be between 0 and 1"),
 ])
 def test_usage_errors(args, expected, capsys):
     with pytest.raises(SystemExit) as e:
         P.parse_args(args)
     assert e.value.code == 2 and expected in capsys.readouterr().err
-
-
-def test_a_negative_seed_creates_no_folder(tmp_path, monkeypatch, capsys):
-    """--seed -1 used to fail in numpy after the output folder was made, leaving it behind empty."""
-    (tmp_path / "c.txt").write_text("x" * 5000)
-    monkeypatch.chdir(tmp_path)
-    with pytest.raises(SystemExit) as e:
-        P.main(["local", "--input", "c.txt", "--name", "x", "--seed", "-1", "--data_dir", "data"])
-    assert e.value.code == 2 and "--seed must be >= 0, got -1" in capsys.readouterr().err
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["c.txt"]
 
 
 def test_an_unforeseen_error_leaves_no_empty_folder(tmp_path, monkeypatch):
@@ -869,7 +772,6 @@ def test_hidden_folders_and_nul_characters(tmp_path):
     (tmp_path / "corpus" / ".ipynb_checkpoints" / "one-checkpoint.txt").write_text("one")
     assert P.corpus_files(tmp_path / "corpus") == ([tmp_path / "corpus" / "one.txt"], [])
     (tmp_path / "u16.txt").write_bytes("text".encode("utf-16-le"))
-    with pytest.raises(P.DataError, match=r"u16.txt: holds NUL characters \(byte 1\), which text does not: it "
-                                          r"is likely UTF-16 without a byte-order mark \(convert it: iconv -f "
-                                          r"utf-16le -t utf-8"):
+    with pytest.raises(P.DataError, match=r"u16.txt: holds NUL characters \(byte 1\): UTF-16 or not text; "
+                                          r"convert it \(iconv -f utf-16le -t utf-8\)"):
         P.read_text(tmp_path / "u16.txt")
