@@ -43,7 +43,7 @@ from prepare_data import GPT2_BPE_DIR, GPT2_EOT, GPT2_VOCAB, gpt2_encoding
 HF_ACTIVATIONS = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh"}
 EXPORT_ACTIVATIONS = {"gelu": "gelu", "gelu_tanh": "gelu_pytorch_tanh"}
 MODELING_FILE = "modeling_nlq.py"
-# nlq's query settings in an export's config.json (NlqConfig); init_from an export takes all but fused_f and bias
+# nlq's query settings in an export's config.json (NlqConfig, with bias); init_from an export takes them
 QUERY_KEYS = ("query_mode", "query_hidden", "query_norm_in", "query_norm_out", "attn_scale", "qk_norm")
 # The model keys init_from's weights fix (gpt2_settings) and a resume keeps: a GPT-2's shape, and the query
 # settings (an nlq export's; a GPT-2 start's are the run's own). attn_scale too where the run leaves it unset.
@@ -123,20 +123,21 @@ class NlqConfig(GPT2Config):
     query_hidden: int | None = None
     query_norm_in: bool = True
     query_norm_out: bool = True
-    fused_f: bool = True
     attn_scale: float | None = None
     qk_norm: bool = False
     bias: bool = True
 
 
 class NlqAttention(GPT2Attention):
-    """GPT2Attention whose q is the query mode's: c_attn computes K and V (and W_Q for linear, fuse_w_q)."""
+    """GPT2Attention whose q is the query mode's: c_attn computes K and V (and W_Q for linear, fuse_w_q).
+    nonlinear's f runs as written (fused_f=False, the same numbers): FusedF saves memory in nlq's training,
+    plain modules cost fewer operations per generated token and are what tools built on transformers expect."""
 
     def __init__(self, config, layer_idx=None):
         super().__init__(config, layer_idx=layer_idx)
-        keys = ("query_mode", "query_hidden", "query_norm_in", "query_norm_out", "fused_f", "attn_scale",
-                "qk_norm", "bias")
-        cfg = GPTConfig(n_embd=config.n_embd, n_head=config.n_head, **{k: getattr(config, k) for k in keys})
+        keys = ("query_mode", "query_hidden", "query_norm_in", "query_norm_out", "attn_scale", "qk_norm", "bias")
+        cfg = GPTConfig(n_embd=config.n_embd, n_head=config.n_head, fused_f=False,
+                        **{k: getattr(config, k) for k in keys})
         self.query = QUERY_MODES[cfg.query_mode](cfg)
         C = self.embed_dim
         self.c_attn = Conv1D((C if self.query.fuse_w_q else 0) + 2 * C, C)
@@ -290,7 +291,7 @@ def export(model, meta, hf_dir, bpe_dir=None, code="auto", source=""):
             with open(os.path.join(tmp, MODELING_FILE), "w", encoding="utf-8") as f:
                 f.write(modeling_source())
             modeling = import_file(os.path.join(tmp, MODELING_FILE))
-            query = {k: getattr(cfg, k) for k in (*QUERY_KEYS, "fused_f", "bias")}
+            query = {k: getattr(cfg, k) for k in (*QUERY_KEYS, "bias")}
             hf_model = modeling.NlqForCausalLM(gpt2_config(cfg, modeling.NlqConfig, auto_map=AUTO_MAP, **query,
                                                            **ids))
         else:

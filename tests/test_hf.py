@@ -69,7 +69,7 @@ def left_padded(prompts, pad=0):
 def test_an_export_computes_generates_and_trains_as_gpt2_does(mode, variant, tmp_path):
     """The export's logits are nlq's; with the KV cache they are the same; greedy generation from a left-padded
     batch with its attention_mask gives each prompt's tokens alone, nlq's own; resize_token_embeddings keeps the
-    old logits and the resized model trains a step."""
+    old logits and the resized model trains a step (with gradient checkpointing)."""
     import transformers
     model = random_gpt(query_mode=mode, **VARIANTS[variant])
     hf.export(model, BYTE_META, str(tmp_path / "hf"), code="nlq" if variant == 1 else "auto")
@@ -102,6 +102,7 @@ def test_an_export_computes_generates_and_trains_as_gpt2_does(mode, variant, tmp
     new = x.clone()
     new[:, ::4] = 64 + x[:, ::4] % 16  # the new tokens, in the input and the labels
     h.train()
+    h.activation_checkpointing_enable()  # transformers' gradient checkpointing, as for GPT-2
     new_rows = h.lm_head.weight[64:].detach().clone()
     loss = h(new, labels=new).loss
     loss.backward()
@@ -412,7 +413,8 @@ def test_init_from_an_nlq_export_loads_it_exactly_without_running_its_code(tmp_p
     log = capsys.readouterr().out
     assert ("query_mode nonlinear: the nlq export's own query and its settings; the model computes the export's "
             "function exactly") in log
-    assert "note: the GPT-2's shape replaces what the config set: n_embd=32 (now 16), query_mode='identity' (now 'nonlinear')" in log
+    assert ("note: the GPT-2's shape replaces what the config set: n_embd=32 (now 16), query_mode='identity' "
+            "(now 'nonlinear')") in log
     loaded, _ = checkpoint.load_run(str(tmp_path / "out"))
     x = torch.randint(0, 256, (2, 16))
     assert (nlq_logits(loaded, x) - nlq_logits(model, x)).abs().max().item() <= 1e-5
