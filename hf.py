@@ -141,7 +141,7 @@ class NlqAttention(GPT2Attention):
         self.query = QUERY_MODES[cfg.query_mode](cfg)
         C = self.embed_dim
         self.c_attn = Conv1D((C if self.query.fuse_w_q else 0) + 2 * C, C)
-        self.scaling = cfg.attn_scale
+        self.scaling, self.qk_norm = cfg.attn_scale, cfg.qk_norm
         if cfg.qk_norm:
             self.q_norm = nn.RMSNorm(self.head_dim, eps=1e-5)
             self.k_norm = nn.RMSNorm(self.head_dim, eps=1e-5)
@@ -151,7 +151,7 @@ class NlqAttention(GPT2Attention):
         xw, k, v = self.c_attn(x).split([self.c_attn.nf - 2 * C, C, C], dim=-1)
         q = self.query(x, xw if xw.size(-1) else None)
         q, k, v = (t.view(*x.shape[:-1], -1, self.head_dim).transpose(1, 2) for t in (q, k, v))  # (B, nh, T, hd)
-        if self.config.qk_norm:
+        if self.qk_norm:
             q, k = self.q_norm(q), self.k_norm(k)
         if past_key_values is not None:
             k, v = past_key_values.update(k, v, self.layer_idx)
@@ -581,7 +581,7 @@ USAGE = """usage: hf.py is a library, not a command; these commands use it:
                                                          (python convert.py hf --help: its options)
   python train.py --init_from=gpt2 --dataset=shakespeare --out_dir=out/gpt2_shakespeare
                                                          fine-tune GPT-2's weights (gpt2, gpt2-medium, gpt2-large,
-                                                         gpt2-xl or a local GPT-2 folder; GPT-2 BPE data)
+                                                         gpt2-xl, a local GPT-2 folder or an nlq export)
 docs/huggingface.md has the details."""
 
 
