@@ -12,7 +12,8 @@ official: the run needs a tokenizer, not a dataset. --tokenizer gpt2 (the defaul
 openwebtext) records GPT-2's BPE in the checkpoint, so sample.py and eval.py --hellaswag work at once; a prepared
 dataset is needed only to train or compute a loss on it (train.py and eval.py then find it as the config names
 it: data_dir/openwebtext). --dataset NAME instead binds the run to a prepared dataset now (its meta.json).
-hf: see hf.py (a plain GPT2LMHeadModel for GPT-2-expressible linear models, else nlq's modeling code).
+hf: see hf.py (a plain GPT2LMHeadModel for GPT-2-expressible linear models, else GPT-2 with nlq's query
+in modeling_nlq.py; train.py --init_from=FOLDER loads either back exactly).
 
 The folder gets ckpt.pt (train.py's format) and train_config.py (every setting, init_from="resume"). The
 model computes the same function: on the test checkpoints shipped in tests/data/official_ckpt the logits

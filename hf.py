@@ -6,22 +6,25 @@ nlq and the Hugging Face ecosystem: export a run to a `transformers` folder, imp
 
 hf.py itself is a library: `python hf.py` only prints these commands (docs/huggingface.md has the details).
 
-Export. A `linear` model that GPT-2 can express (the standard scale 1/sqrt(head_dim), no qk_norm) becomes a plain
-GPT2LMHeadModel folder that AutoModelForCausalLM loads without custom code: nn.Linear weights are transposed into
-GPT-2's Conv1D layout (c_attn's [W_Q; W_K; W_V] rows become its columns), missing biases (bias=False) are saved
-as zeros, and activation_function is "gelu" (exact erf GELU, nlq's default) or "gelu_pytorch_tanh" (nlq's
-gelu_tanh: the same F.gelu call). Every other model is saved with its own modeling code in the folder
-(modeling_nlq.py, loaded with trust_remote_code=True): model.py's source as it is, then a small wrapper
-(WRAPPER below) that makes it a PreTrainedModel; the weights keep nlq's names (transformer.h.N.attn...). Either
-way the whole embedding is saved, the padding rows of vocab_size included (50304 rows for GPT-2's 50257
-tokens): logits have vocab_size entries, as nlq's have.
+Export. Every model becomes transformers' GPT-2: nn.Linear weights are transposed into GPT-2's Conv1D layout
+(c_attn's [W_Q; W_K; W_V] rows become its columns), missing biases of GPT-2's layers (bias=False) are saved as
+zeros, activation_function is "gelu" (exact erf GELU, nlq's default) or "gelu_pytorch_tanh" (nlq's gelu_tanh:
+the same F.gelu call), and the whole embedding is saved, its padding rows included (50304 rows for GPT-2's 50257
+tokens). A `linear` model at the standard scale 1/sqrt(head_dim) without qk_norm is a plain GPT2LMHeadModel.
+Every other model gets modeling_nlq.py (trust_remote_code=True): model.py's source, then GPT2_WITH_NLQ_QUERY
+below, GPT-2 whose attention takes q from model.py's query-mode class (one source of the maths). c_attn holds K
+and V (and linear's W_Q); the query mode's own parameters keep nlq's names (attn.query.w1...). All the rest is
+GPT-2's own: KV cache, padding and causal masks, SDPA or eager attention, generate, save_pretrained.
 
 Import. GPT-2's weights (a Hub name, through the normal Hugging Face cache, or a local folder) load into nlq
 exactly in `linear` mode, with bias=True and activation="gelu_tanh" (GPT-2's tanh approximation). In the other
 query modes K, V and the rest are GPT-2's; W_Q becomes: `residual`: w_q = W_Q - I at the standard scale
 1/sqrt(head_dim), which is exact (q = x + x(W_Q - I) = x W_Q); `identity`: dropped (q = x); `nonlinear`:
 dropped, and f starts from its random initialisation (the run's seed). f's own GELU stays the exact one.
+An nlq export loads exactly in its own query mode and settings (read as JSON and safetensors: none of its code
+runs).
 """
+import importlib.util
 import json
 import math
 import os
@@ -32,7 +35,7 @@ import tempfile
 import torch
 
 import model as nlq_model
-from settings import DEFAULTS
+from settings import DEFAULTS, check_value
 from model import GPTConfig
 from prepare_data import GPT2_BPE_DIR, GPT2_EOT, GPT2_VOCAB, gpt2_encoding
 
@@ -40,9 +43,14 @@ from prepare_data import GPT2_BPE_DIR, GPT2_EOT, GPT2_VOCAB, gpt2_encoding
 HF_ACTIVATIONS = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh"}
 EXPORT_ACTIVATIONS = {"gelu": "gelu", "gelu_tanh": "gelu_pytorch_tanh"}
 MODELING_FILE = "modeling_nlq.py"
-# The model keys a GPT-2's config fixes (gpt2_settings), whatever the run's config says; attn_scale too for
-# residual runs that leave it unset
-GPT2_SHAPE_KEYS = ("n_layer", "n_head", "n_embd", "mlp_hidden", "vocab_size", "bias", "tie_weights", "activation")
+# nlq's query settings in an export's config.json (NlqConfig, with bias); init_from an export takes them
+QUERY_KEYS = ("query_mode", "query_hidden", "query_norm_in", "query_norm_out", "attn_scale", "qk_norm")
+# The model keys init_from's weights fix (gpt2_settings) and a resume keeps: a GPT-2's shape, and the query
+# settings (an nlq export's; a GPT-2 start's are the run's own). attn_scale too where the run leaves it unset.
+GPT2_SHAPE_KEYS = ("n_layer", "n_head", "n_embd", "mlp_hidden", "vocab_size", "bias", "tie_weights", "activation",
+                   "query_mode", "query_hidden", "query_norm_in", "query_norm_out", "qk_norm")
+CONV1D = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight")  # (in, out) in GPT-2
+GPT2_BIASED = ("ln_1", "ln_2", "ln_f", "attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj")  # GPT-2 has biases
 
 
 def _transformers():
@@ -68,132 +76,119 @@ def gpt2_blockers(cfg: GPTConfig):
     return out
 
 
-def gpt2_config(cfg: GPTConfig, **extra):
-    """The transformers GPT2Config that computes a GPT-2-expressible nlq model (see gpt2_blockers)."""
-    t = _transformers()
-    return t.GPT2Config(vocab_size=cfg.vocab_size, n_positions=cfg.block_size, n_embd=cfg.n_embd,
+def gpt2_config(cfg: GPTConfig, config_class=None, **extra):
+    """The transformers config (GPT2Config, or config_class: modeling_nlq's NlqConfig) of an nlq model's shape."""
+    config_class = config_class or _transformers().GPT2Config
+    return config_class(vocab_size=cfg.vocab_size, n_positions=cfg.block_size, n_embd=cfg.n_embd,
                         n_layer=cfg.n_layer, n_head=cfg.n_head, n_inner=cfg.mlp_hidden,
                         activation_function=EXPORT_ACTIVATIONS[cfg.activation], resid_pdrop=cfg.dropout,
                         embd_pdrop=cfg.dropout, attn_pdrop=cfg.dropout, layer_norm_epsilon=1e-5,
                         scale_attn_weights=True, tie_word_embeddings=cfg.tie_weights, **extra)
 
 
-def to_gpt2_state_dict(sd, cfg: GPTConfig):
-    """An nlq linear model's state dict -> GPT2LMHeadModel's {name: tensor} (float32 copies).
-
-    Conv1D weights are nn.Linear's transposed, (in, out); absent biases (bias=False) become zeros; lm_head.weight
-    only for an untied head. ValueError if the model is not GPT-2-expressible (gpt2_blockers).
-    """
-    blockers = gpt2_blockers(cfg)
-    if blockers:
-        raise ValueError(f"a plain GPT-2 cannot compute this model: {'; '.join(blockers)}")
+def to_gpt2_state_dict(sd):
+    """An nlq model's state dict -> the export's {name: tensor}, GPT-2's names and layout: c_attn, c_proj and
+    c_fc become Conv1D weights, nn.Linear's transposed, (in, out); absent biases of GPT-2's layers (bias=False)
+    become zeros; the query mode's own parameters (attn.query.*, qk_norm's attn.q_norm and attn.k_norm) stay
+    as they are."""
     out = {}
     for name, t in sd.items():
-        if name == "lm_head.weight" and cfg.tie_weights:
-            continue
-        conv = name.startswith("transformer.h.") and name.endswith(".weight") and t.dim() == 2
-        out[name] = (t.t() if conv else t).float().contiguous().clone()
-    C = cfg.n_embd
-    widths = {"ln_1": C, "ln_2": C, "attn.c_attn": 3 * C, "attn.c_proj": C, "mlp.c_fc": cfg.mlp_hidden,
-              "mlp.c_proj": C}
-    for i in range(cfg.n_layer):
-        for layer, width in widths.items():
-            out.setdefault(f"transformer.h.{i}.{layer}.bias", torch.zeros(width))
-    out.setdefault("transformer.ln_f.bias", torch.zeros(C))
+        out[name] = t.t() if name.endswith(CONV1D) else t
+        layer = name.removesuffix(".weight")
+        if layer.endswith(GPT2_BIASED):
+            out.setdefault(f"{layer}.bias", torch.zeros(t.size(0)))
     return out
 
 
-# The transformers wrapper appended to model.py's source in modeling_nlq.py. GPT.forward returns all positions'
-# logits only with targets, so the wrapper passes targets (all -1 = ignored unless labels are given).
-WRAPPER = '''
+# modeling_nlq.py is model.py's source, then this: transformers' GPT-2 with one change, the attention's q.
+GPT2_WITH_NLQ_QUERY = '''
 
-# ------------------------------------------------------------------------- the transformers wrapper (hf.py)
-import transformers
-from transformers.modeling_outputs import CausalLMOutputWithPast
-
-
-class LayerCache:
-    """One layer of a transformers Cache (generate's DynamicCache) as model.py's KVCache: length, append."""
-
-    def __init__(self, cache, layer):
-        self.cache, self.layer = cache, layer
-
-    @property
-    def length(self):
-        return self.cache.get_seq_length(self.layer)
-
-    def append(self, k, v):
-        return self.cache.update(k, v, self.layer)  # (B, nh, L, hd) each: the past keys and values, then these
+# ---------------------------------------------------------------- GPT-2 with nlq's query (hf.py's export)
+# transformers' GPT-2 whose attention takes q from the query mode above (at its scale, with qk_norm if set).
+# Everything else is GPT-2's own: the KV cache, padding and causal masks, SDPA or eager attention, generate,
+# gradient checkpointing, save_pretrained, resize_token_embeddings.
+from huggingface_hub.dataclasses import strict
+from transformers import GPT2Config, GPT2LMHeadModel
+from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+from transformers.models.gpt2.modeling_gpt2 import GPT2Attention, eager_attention_forward
+from transformers.pytorch_utils import Conv1D
 
 
-class NlqConfig(transformers.PretrainedConfig):
-    """A transformers config holding nlq's GPTConfig fields under "nlq"."""
+@strict
+class NlqConfig(GPT2Config):
+    """GPT2Config and nlq's query settings (GPTConfig's fields of the same names). bias is the query mode's
+    (GPT-2's own layers always have biases: those of a bias=False model are zeros)."""
     model_type = "nlq"
+    query_mode: str = "linear"
+    query_hidden: int | None = None
+    query_norm_in: bool = True
+    query_norm_out: bool = True
+    attn_scale: float | None = None
+    qk_norm: bool = False
+    bias: bool = True
 
-    def __init__(self, nlq=None, **kwargs):
-        self.nlq = dict(nlq or {})
-        super().__init__(**kwargs)
+
+class NlqAttention(GPT2Attention):
+    """GPT2Attention whose q is the query mode's: c_attn computes K and V (and W_Q for linear, fuse_w_q).
+    nonlinear's f runs as written (fused_f=False, the same numbers): FusedF saves memory in nlq's training,
+    plain modules cost fewer operations per generated token and are what tools built on transformers expect."""
+
+    def __init__(self, config, layer_idx=None):
+        super().__init__(config, layer_idx=layer_idx)
+        keys = ("query_mode", "query_hidden", "query_norm_in", "query_norm_out", "attn_scale", "qk_norm", "bias")
+        cfg = GPTConfig(n_embd=config.n_embd, n_head=config.n_head, fused_f=False,
+                        **{k: getattr(config, k) for k in keys})
+        self.query = QUERY_MODES[cfg.query_mode](cfg)
+        C = self.embed_dim
+        self.c_attn = Conv1D((C if self.query.fuse_w_q else 0) + 2 * C, C)
+        self.scaling, self.qk_norm = cfg.attn_scale, cfg.qk_norm
+        if cfg.qk_norm:
+            self.q_norm = nn.RMSNorm(self.head_dim, eps=1e-5)
+            self.k_norm = nn.RMSNorm(self.head_dim, eps=1e-5)
+
+    def forward(self, hidden_states, past_key_values=None, attention_mask=None, **kwargs):
+        x, C = hidden_states, self.embed_dim
+        xw, k, v = self.c_attn(x).split([self.c_attn.nf - 2 * C, C, C], dim=-1)
+        q = self.query(x, xw if xw.size(-1) else None)
+        q, k, v = (t.view(*x.shape[:-1], -1, self.head_dim).transpose(1, 2) for t in (q, k, v))  # (B, nh, T, hd)
+        if self.qk_norm:
+            q, k = self.q_norm(q), self.k_norm(k)
+        if past_key_values is not None:
+            k, v = past_key_values.update(k, v, self.layer_idx)
+        attention = ALL_ATTENTION_FUNCTIONS.get_interface(self.config._attn_implementation, eager_attention_forward)
+        y, weights = attention(self, q, k, v, attention_mask, dropout=self.attn_dropout.p if self.training else 0.0,
+                               scaling=self.scaling, **kwargs)
+        return self.resid_dropout(self.c_proj(y.reshape(x.shape))), weights
 
 
-class NlqForCausalLM(transformers.PreTrainedModel, transformers.GenerationMixin):
-    """nlq's GPT as a transformers causal LM: forward(input_ids) -> CausalLMOutputWithPast with logits
-    (B, T, vocab) for every position; labels (B, T), -100 = ignored, give the mean next-token cross-entropy
-    as loss. With use_cache (generate's default) or past_key_values (a transformers Cache) the keys and
-    values of past tokens are kept, so each generated token costs one token's forward pass, up to
-    block_size positions. No padding mask (attention is causal, so right padding is harmless; left padding
-    is an error)."""
+class NlqForCausalLM(GPT2LMHeadModel):
+    """GPT2LMHeadModel with NlqAttention in every block."""
     config_class = NlqConfig
-    base_model_prefix = "transformer"
-    _tied_weights_keys = {"lm_head.weight": "transformer.wte.weight"}
 
     def __init__(self, config):
         super().__init__(config)
-        gpt = GPT(GPTConfig(**config.nlq))
-        self.transformer, self.lm_head = gpt.transformer, gpt.lm_head  # nlq's parameter names
-        self.__dict__["gpt"] = gpt  # the same modules; not registered twice
+        for i, block in enumerate(self.transformer.h):
+            block.attn = NlqAttention(config, layer_idx=i)
         self.post_init()
-
-    def _init_weights(self, module):
-        GPT._init_weights(module)
-
-    def get_input_embeddings(self):
-        return self.transformer.wte
-
-    def get_output_embeddings(self):
-        return self.lm_head
-
-    def forward(self, input_ids, attention_mask=None, labels=None, past_key_values=None, use_cache=None,
-                **kwargs):
-        if attention_mask is not None and not bool(attention_mask.all()):
-            raise ValueError("nlq models take no padding mask: pad on the right (or not at all), or use "
-                             "batch size 1")
-        past = 0 if past_key_values is None else past_key_values.get_seq_length()
-        block_size = self.gpt.config.block_size
-        if past + input_ids.size(1) > block_size:
-            raise ValueError(f"this model has {block_size} positions (block_size): {past} past + "
-                             f"{input_ids.size(1)} new tokens do not fit; keep the prompt's length + "
-                             f"max_new_tokens <= {block_size + 1}, or crop the prompt on the left")
-        targets = torch.full_like(input_ids, -1)
-        if labels is not None:
-            targets[:, :-1] = labels[:, 1:].masked_fill(labels[:, 1:] == -100, -1)
-        cache = None
-        if use_cache or past_key_values is not None:  # input_ids follow the cached tokens
-            if past_key_values is None:
-                past_key_values = transformers.DynamicCache()
-            cache = [LayerCache(past_key_values, i) for i in range(len(self.transformer.h))]
-        logits, loss = self.gpt(input_ids, targets=targets, cache=cache)
-        return CausalLMOutputWithPast(loss=loss if labels is not None else None, logits=logits,
-                                      past_key_values=past_key_values)
 '''
+AUTO_MAP = {"AutoConfig": "modeling_nlq.NlqConfig", "AutoModelForCausalLM": "modeling_nlq.NlqForCausalLM"}
 
 
 def modeling_source():
-    """modeling_nlq.py: model.py's source text, then WRAPPER. One file, written from the model code itself."""
+    """modeling_nlq.py: model.py's source text, then GPT2_WITH_NLQ_QUERY; written from the model code itself."""
     with open(nlq_model.__file__, encoding="utf-8") as f:
         source = f.read()
-    header = ("# Written by nlq's convert.py hf: model.py as it was at export time, then a transformers wrapper.\n"
+    header = ("# Written by nlq's convert.py hf: model.py as it was at export time, then GPT-2 with its query.\n"
               "# Load with AutoModelForCausalLM.from_pretrained(folder, trust_remote_code=True).\n")
-    return header + source + WRAPPER
+    return header + source + GPT2_WITH_NLQ_QUERY
+
+
+def import_file(path):
+    """The Python module at path (the modeling_nlq.py an export writes), imported under its file name."""
+    spec = importlib.util.spec_from_file_location(os.path.basename(path).removesuffix(".py"), path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 # ------------------------------------------------------------------------------------------- tokenizers
@@ -273,8 +268,6 @@ def export(model, meta, hf_dir, bpe_dir=None, code="auto", source=""):
     cfg = model.config
     check_new_folder(hf_dir)  # before the temporary folder is made next to it
     blockers = gpt2_blockers(cfg)
-    if code not in ("auto", "gpt2", "nlq"):
-        raise ValueError(f"code={code!r}; use auto, gpt2 or nlq")
     if code == "gpt2" and blockers:
         raise ValueError(f"this model cannot be a plain GPT2LMHeadModel: {'; '.join(blockers)}; export it "
                          f"with its modeling code (--code=auto or --code=nlq)")
@@ -284,44 +277,29 @@ def export(model, meta, hf_dir, bpe_dir=None, code="auto", source=""):
         raise ValueError(f"query mode {cfg.query_mode!r} ({query.__name__}) is defined in {query.__module__}, "
                          f"not in model.py, so the exported modeling code (model.py's source) could not build "
                          f"it: define the class in model.py and register it there")
-    sd = {k: v.detach().cpu().float() for k, v in model.state_dict().items()}
     tokenizer = tokenizer_for(meta, bpe_dir)
     tokenizer.model_max_length = cfg.block_size
     eos = getattr(tokenizer, "eos_token_id", None)
-    # generate() never picks the padding rows of the embedding, as GPT.generate does not
-    padding = list(range(cfg.data_vocab_size, cfg.vocab_size))
-    generation = dict(bos_token_id=eos, eos_token_id=eos, **({"suppress_tokens": padding} if padding else {}))
+    if eos is not None:  # GPT-2 BPE: batches are padded with <|endoftext|>, as GPT-2's users do (masked)
+        tokenizer.pad_token = tokenizer.eos_token
+    ids = dict(bos_token_id=eos, eos_token_id=eos, pad_token_id=eos)
     parent = os.path.dirname(os.path.abspath(hf_dir))
     os.makedirs(parent, exist_ok=True)
     tmp = tempfile.mkdtemp(prefix=".hf_export_", dir=parent)
     try:
-        if custom:
+        if custom:  # the modeling code first: the model is built from the very file the folder holds
             with open(os.path.join(tmp, MODELING_FILE), "w", encoding="utf-8") as f:
                 f.write(modeling_source())
-            args = {k: v for k, v in vars(cfg).items()}
-            config = {"architectures": ["NlqForCausalLM"], "model_type": "nlq", "nlq": args,
-                      "auto_map": {"AutoConfig": "modeling_nlq.NlqConfig",
-                                   "AutoModelForCausalLM": "modeling_nlq.NlqForCausalLM"},
-                      "max_position_embeddings": cfg.block_size, "vocab_size": cfg.vocab_size,
-                      "hidden_size": cfg.n_embd, "num_hidden_layers": cfg.n_layer,
-                      "num_attention_heads": cfg.n_head, "tie_word_embeddings": cfg.tie_weights,
-                      "use_cache": True, "bos_token_id": eos, "eos_token_id": eos, "dtype": "float32",
-                      "transformers_version": t.__version__}
-            with open(os.path.join(tmp, "config.json"), "w") as f:
-                json.dump(config, f, indent=2)
-            from safetensors.torch import save_file
-            weights = {k: v.contiguous().clone() for k, v in sd.items()
-                       if not (cfg.tie_weights and k == "lm_head.weight")}
-            save_file(weights, os.path.join(tmp, "model.safetensors"), metadata={"format": "pt"})
-            t.GenerationConfig(use_cache=True, **generation).save_pretrained(tmp)
+            modeling = import_file(os.path.join(tmp, MODELING_FILE))
+            query = {k: getattr(cfg, k) for k in (*QUERY_KEYS, "bias")}
+            hf_model = modeling.NlqForCausalLM(gpt2_config(cfg, modeling.NlqConfig, auto_map=AUTO_MAP, **query,
+                                                           **ids))
         else:
-            hf_model = t.GPT2LMHeadModel(gpt2_config(cfg, bos_token_id=eos, eos_token_id=eos))
-            missing, unexpected = hf_model.load_state_dict(to_gpt2_state_dict(sd, cfg), strict=False)
-            missing = [k for k in missing if not (cfg.tie_weights and k == "lm_head.weight")]
-            if missing or unexpected:
-                raise ValueError(f"GPT-2 state dict mismatch: missing {missing[:4]}, unexpected {unexpected[:4]}")
-            hf_model.generation_config = t.GenerationConfig(**generation)
-            hf_model.save_pretrained(tmp)
+            hf_model = t.GPT2LMHeadModel(gpt2_config(cfg, **ids))
+        hf_model.load_state_dict(to_gpt2_state_dict(model.state_dict()))
+        padding = list(range(cfg.data_vocab_size, cfg.vocab_size))  # never generated, as by GPT.generate
+        hf_model.generation_config = t.GenerationConfig(**ids, **({"suppress_tokens": padding} if padding else {}))
+        hf_model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
         normal_permissions(tmp)
         os.replace(tmp, hf_dir)
@@ -332,12 +310,19 @@ def export(model, meta, hf_dir, bpe_dir=None, code="auto", source=""):
             raise ValueError(f"cannot write the export to {hf_dir} ({e}); free space or choose another "
                              f"--out") from e
         raise
-    kind = ("nlq modeling code (trust_remote_code=True)" + (f": {'; '.join(blockers)}" if blockers else "")
-            if custom else "a plain GPT2LMHeadModel (no custom code)")
-    notes = [f"exported {source + ' ' if source else ''}-> {hf_dir} as {kind}"]
-    if not custom:  # nlq's own code says so in words; transformers' GPT-2 fails with an IndexError
-        notes.append(f"it has {cfg.block_size} positions (n_positions): keep a prompt's length + max_new_tokens "
-                     f"<= {cfg.block_size + 1} in generate")
+    kind = "a plain GPT2LMHeadModel (no custom code)"
+    if custom:
+        why = f": {'; '.join(blockers)}" if blockers else ""
+        kind = f"GPT-2 with nlq's query (modeling_nlq.py, trust_remote_code=True){why}"
+    return [f"exported {source + ' ' if source else ''}-> {hf_dir} as {kind}", *export_notes(cfg, meta, eos)]
+
+
+def export_notes(cfg: GPTConfig, meta, eos):
+    """What a user of an export needs to know, in its terms (a list of str): its positions, the start token
+    lm-evaluation-harness needs (eos: the tokenizer's EOS id, None for byte and char), a char vocabulary's
+    limits, the embedding's padding rows."""
+    notes = [f"it has {cfg.block_size} positions (n_positions): keep a prompt's length + max_new_tokens <= "
+             f"{cfg.block_size + 1} in generate"]  # past them, GPT-2's position embedding fails (IndexError)
     if eos is None:  # byte and char vocabularies: nothing marks where a text starts
         chars = meta.get("chars") or []
         newline = 10 if meta["tokenizer"] == "byte" else chars.index("\n") if "\n" in chars else None
@@ -367,8 +352,8 @@ def read_folder_config(folder):
     is not asked (it would offer to run an nlq export's modeling_nlq.py, interactively).
 
     ValueError naming the problem and the fix for a folder init_from cannot load: no or a damaged config.json,
-    an nlq run folder (train.py's config.json), an nlq export (convert.py hf: model_type nlq), any other
-    model_type than gpt2, or no weights file (WEIGHT_FILES).
+    an nlq run folder (train.py's config.json), a model_type other than gpt2 or nlq (an nlq export), or no
+    weights file (WEIGHT_FILES).
     """
     path = os.path.join(folder, "config.json")
     try:
@@ -383,17 +368,11 @@ def read_folder_config(folder):
     model_type = config.get("model_type")
     if model_type is None and "model_args" in config and "out_dir" in config:
         raise ValueError(f"{folder} is an nlq run folder (train.py's config.json), not a transformers folder: "
-                         f"continue that run with --init_from=resume --out_dir={folder} (a linear run can "
-                         f"also be exported as a GPT-2 folder for init_from: python convert.py hf {folder} "
-                         f"--out=NEW_FOLDER)")
-    if model_type == "nlq":
-        mode = (config.get("nlq") or {}).get("query_mode", "?")
-        raise ValueError(f"{folder} is an nlq export (convert.py hf of a {mode} model, with its own modeling "
-                         f"code); init_from loads GPT-2 folders only: to train that model on, continue the nlq "
-                         f"run it was exported from with --init_from=resume --out_dir=RUN_FOLDER")
-    if model_type != "gpt2":
+                         f"continue that run with --init_from=resume --out_dir={folder} (or export it for "
+                         f"init_from: python convert.py hf {folder} --out=NEW_FOLDER)")
+    if model_type not in ("gpt2", "nlq"):
         raise ValueError(f"{folder} holds a {model_type!r} model (config.json's model_type); init_from loads "
-                         f"GPT-2 (model_type gpt2) only: {FROM_GPT2}")
+                         f"GPT-2 (model_type gpt2) and nlq's exports (nlq) only: {FROM_GPT2}")
     if not any(os.path.isfile(os.path.join(folder, name)) for name in WEIGHT_FILES):
         raise ValueError(f"{folder} has a config.json but no weights (model.safetensors): the folder is "
                          f"incomplete; export or download it again")
@@ -402,11 +381,11 @@ def read_folder_config(folder):
 
 def load_gpt2_config(name_or_path):
     """The GPT2Config of a GPT2_HUB name (downloaded once into the Hugging Face cache) or a local folder
-    (checked by read_folder_config first). ValueError naming the problem (not GPT-2, not found, offline
-    without a cached copy)."""
+    (checked by read_folder_config; an nlq export's model_type and query settings are attributes of it too).
+    ValueError naming the problem (not GPT-2, not found, offline without a cached copy)."""
     t = _transformers()
     if os.path.isdir(name_or_path):  # transformers reads a local folder before the Hub
-        read_folder_config(name_or_path)
+        return t.GPT2Config.from_dict(read_folder_config(name_or_path))
     try:
         config = t.AutoConfig.from_pretrained(name_or_path, trust_remote_code=False)
     except OSError as e:
@@ -415,22 +394,23 @@ def load_gpt2_config(name_or_path):
                          f"(downloaded once into the Hugging Face cache; offline, HF_HUB_OFFLINE=1 reads the cache "
                          f"without retrying the network), or a local folder with a GPT-2's config.json and "
                          f"model.safetensors (what save_pretrained writes)") from None
-    if config.model_type != "gpt2":
-        raise ValueError(f"{name_or_path} is a {config.model_type!r} model; init_from loads GPT-2 "
-                         f"(model_type gpt2) only")
     return config
 
 
 def load_gpt2(name_or_path, config=None):
-    """A transformers GPT-2 (GPT2LMHeadModel) -> (its state dict, its GPT2Config), float32, on the CPU.
+    """A transformers GPT-2 (GPT2LMHeadModel) or nlq export -> (its state dict, its GPT2Config), on the CPU.
 
     name_or_path: a GPT2_HUB name (downloaded once into the Hugging Face cache) or a local folder; config: its
-    GPT2Config when load_gpt2_config has read it already (else it is read here). ValueError naming the problem
-    (not GPT-2, not found, offline without a cached copy, weights missing, truncated or damaged).
+    GPT2Config when load_gpt2_config has read it already (else it is read here). An nlq export's weights are
+    read as they are, with safetensors (no code of the folder runs). ValueError naming the problem (not GPT-2,
+    not found, offline without a cached copy, weights missing, truncated or damaged).
     """
     t = _transformers()
     config = config or load_gpt2_config(name_or_path)
     try:
+        if config.model_type == "nlq":  # what GPT2Config.from_dict keeps of the folder's config.json
+            from safetensors.torch import load_file
+            return load_file(os.path.join(name_or_path, "model.safetensors")), config
         hf = t.GPT2LMHeadModel.from_pretrained(name_or_path, config=config, dtype=torch.float32,
                                                trust_remote_code=False)
     except Exception as e:  # OSError (no weights), safetensors' SafetensorError (truncated), ...
@@ -498,8 +478,8 @@ def check_tokenizer(config, cfg, meta):
 
 def gpt2_settings(config, cfg, meta=None):
     """The nlq model keys a GPT-2 config fixes -> (dict of them, notes for the log). cfg: the run's config dict
-    (query_mode, attn_scale, qk_norm, block_size are the run's; block_size may not exceed n_positions); meta:
-    the dataset's meta.json dict, or None.
+    (query_mode, attn_scale, qk_norm, block_size are the run's, an nlq export's query settings its own;
+    block_size may not exceed n_positions); meta: the dataset's meta.json dict, or None.
 
     ValueError for a GPT-2 variant nlq cannot compute (another activation, layer-norm epsilon or attention
     scaling), or a dataset whose tokens are not the model's (check_tokenizer)."""
@@ -521,24 +501,29 @@ def gpt2_settings(config, cfg, meta=None):
     settings = dict(n_layer=config.n_layer, n_head=H, n_embd=C, mlp_hidden=config.n_inner or 4 * C,
                     vocab_size=config.vocab_size, bias=True, tie_weights=config.tie_word_embeddings,
                     activation=act)
-    mode, standard = cfg["query_mode"], 1 / math.sqrt(C // H)
-    mode = nlq_model.QUERY_MODE_ALIASES.get(mode, mode)
-    if mode == "residual" and cfg["attn_scale"] is None:
-        settings["attn_scale"] = standard
     notes = [f"GPT-2 weights: {config.n_layer} layers x {C}, {H} heads, vocab {config.vocab_size}, "
              f"bias=True, activation={act}, tie_weights={config.tie_word_embeddings}"]
-    scale = settings.get("attn_scale", cfg["attn_scale"])
-    exact = mode in ("linear", "residual") and not cfg["qk_norm"] and (
-        scale is None if mode == "linear" else math.isclose(scale, standard))
-    what = {"linear": "W_Q as it is", "residual": "w_q = W_Q - I at attn_scale 1/sqrt(head_dim)",
-            "identity": "W_Q dropped (q = x)", "nonlinear": "W_Q dropped; f starts from its random init"}
-    notes.append(f"query_mode {mode}: {what.get(mode, 'W_Q dropped')}; the model "
-                 + ("computes GPT-2's function exactly" if exact else "does NOT compute GPT-2's function"
-                    + (" (qk_norm)" if cfg["qk_norm"] else "")
-                    + (" (attn_scale differs from 1/sqrt(head_dim))" if mode in ("linear", "residual")
-                       and not cfg["qk_norm"] else "")))
+    mode = nlq_model.QUERY_MODE_ALIASES.get(cfg["query_mode"], cfg["query_mode"])
+    standard = 1 / math.sqrt(C // H)
+    if config.model_type == "nlq":  # an nlq export: its own query, as it was trained
+        settings.update({k: check_value(k, getattr(config, k)) for k in QUERY_KEYS})
+        notes.append(f"query_mode {settings['query_mode']}: the nlq export's own query and its settings; the "
+                     f"model computes the export's function exactly")
+    else:
+        if mode == "residual" and cfg["attn_scale"] is None:
+            settings["attn_scale"] = standard
+        scale = settings.get("attn_scale", cfg["attn_scale"])
+        exact = mode in ("linear", "residual") and not cfg["qk_norm"] and (
+            scale is None if mode == "linear" else math.isclose(scale, standard))
+        what = {"linear": "W_Q as it is", "residual": "w_q = W_Q - I at attn_scale 1/sqrt(head_dim)",
+                "identity": "W_Q dropped (q = x)", "nonlinear": "W_Q dropped; f starts from its random init"}
+        notes.append(f"query_mode {mode}: {what.get(mode, 'W_Q dropped')}; the model "
+                     + ("computes GPT-2's function exactly" if exact else "does NOT compute GPT-2's function"
+                        + (" (qk_norm)" if cfg["qk_norm"] else "")
+                        + (" (attn_scale differs from 1/sqrt(head_dim))" if mode in ("linear", "residual")
+                           and not cfg["qk_norm"] else "")))
     replaced = [f"{k}={cfg[k]!r} (now {v!r})" for k, v in settings.items()
-                if k in GPT2_SHAPE_KEYS and cfg.get(k, DEFAULTS[k]) not in (DEFAULTS[k], v)]
+                if cfg.get(k, DEFAULTS[k]) not in (DEFAULTS[k], v)]
     if replaced:  # set by the config file or the command line, but the weights fix them
         notes.append(f"note: the GPT-2's shape replaces what the config set: {', '.join(replaced)}")
     if cfg["block_size"] < config.n_positions:
@@ -558,29 +543,27 @@ def start_from_gpt2(cfg, meta, log):
 
 
 def load_gpt2_weights(model, gpt2_sd):
-    """Copy a GPT2LMHeadModel state dict into an nlq GPT built from gpt2_settings (in place, no grad).
+    """Copy a GPT2LMHeadModel's (or an nlq export's) state dict into an nlq GPT built from gpt2_settings (in
+    place, no grad); returns the names of the nlq parameters it did not set.
 
-    Conv1D weights are transposed; c_attn's K, V columns go to c_attn, W_Q's by query mode (see the module
-    docstring); wpe is cropped to block_size. ValueError if a shape does not fit.
+    Conv1D weights are transposed; a GPT-2's c_attn gives K and V to c_attn and W_Q by query mode (see the
+    module docstring); an export's query parameters keep their names; wpe is cropped to block_size. A
+    bias=False export has no query biases: theirs stay zero, as initialised. ValueError if a shape does not fit.
     """
     cfg, C = model.config, model.config.n_embd
-    sd = {k: v for k, v in gpt2_sd.items() if not k.endswith((".attn.bias", ".attn.masked_bias"))}
     mine = model.state_dict()
     out = {}
-    for name, t in sd.items():
+    for name, t in gpt2_sd.items():
         if name == "lm_head.weight" and cfg.tie_weights:
             continue
-        conv = name.startswith("transformer.h.") and name.endswith(".weight") and t.dim() == 2
-        t = t.t() if conv else t
+        t = t.t() if name.endswith(CONV1D) else t
         if name == "transformer.wpe.weight":
             t = t[:cfg.block_size]
-        if ".attn.c_attn." in name:
-            w_q, kv = t[:C], t[C:]
-            out[name] = kv if cfg.query_mode != "linear" else t
+        if ".attn.c_attn." in name and cfg.query_mode != "linear" and t.size(0) == 3 * C:  # a GPT-2's W_Q
+            w_q, t = t[:C], t[C:]
             if cfg.query_mode == "residual":
                 w_q = w_q - torch.eye(C, dtype=t.dtype) if name.endswith("weight") else w_q
                 out[name.replace(".c_attn.", ".query.w_q.")] = w_q
-            continue
         out[name] = t
     for name, t in out.items():
         if name not in mine or mine[name].shape != t.shape:
@@ -598,7 +581,7 @@ USAGE = """usage: hf.py is a library, not a command; these commands use it:
                                                          (python convert.py hf --help: its options)
   python train.py --init_from=gpt2 --dataset=shakespeare --out_dir=out/gpt2_shakespeare
                                                          fine-tune GPT-2's weights (gpt2, gpt2-medium, gpt2-large,
-                                                         gpt2-xl or a local GPT-2 folder; GPT-2 BPE data)
+                                                         gpt2-xl, a local GPT-2 folder or an nlq export)
 docs/huggingface.md has the details."""
 
 

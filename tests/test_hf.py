@@ -50,44 +50,83 @@ BYTE_META = dict(tokenizer="byte", vocab_size=256)
 
 
 # ------------------------------------------------------------------------------------------------ export
+# per query mode, each of qk_norm, bias and tie_weights on and off (every pair of them once)
+VARIANTS = [dict(qk_norm=False, bias=False, tie_weights=True), dict(qk_norm=False, bias=True, tie_weights=False),
+            dict(qk_norm=True, bias=False, tie_weights=False), dict(qk_norm=True, bias=True, tie_weights=True)]
+
+
+def left_padded(prompts, pad=0):
+    """A batch of 1-D id tensors, padded on the left -> (ids, attention_mask), (B, longest) each."""
+    T = max(len(p) for p in prompts)
+    ids, mask = torch.full((len(prompts), T), pad), torch.zeros(len(prompts), T, dtype=torch.long)
+    for i, p in enumerate(prompts):
+        ids[i, T - len(p):], mask[i, T - len(p):] = p, 1
+    return ids, mask
+
+
+@pytest.mark.parametrize("variant", range(len(VARIANTS)))
 @pytest.mark.parametrize("mode", QUERY_MODES)
-def test_export_computes_the_same_logits_and_greedy_tokens(mode, tmp_path):
-    for bias in (False, True):
-        for tie in (True, False):
-            model = random_gpt(query_mode=mode, bias=bias, tie_weights=tie)
-            notes = hf.export(model, BYTE_META, str(tmp_path / f"{bias}{tie}"))
-            h = load_hf(tmp_path / f"{bias}{tie}")
-            # linear at the standard scale is GPT-2 itself; the other modes carry nlq's code
-            want = "GPT2LMHeadModel" if mode == "linear" else "NlqForCausalLM"
-            assert type(h).__name__ == want, notes
-            assert (tmp_path / f"{bias}{tie}" / hf.MODELING_FILE).exists() == (mode != "linear")
-            x = torch.randint(0, 60, (3, 16), generator=torch.Generator().manual_seed(1))
-            with torch.no_grad():
-                out = h(x).logits
-            assert out.shape == (3, 16, 64)
-            assert (out - nlq_logits(model, x)).abs().max().item() <= 1e-5, (mode, bias, tie)
-            # greedy decoding: the same tokens; neither picks the embedding's padding rows (ids 60..63)
-            prompt = x[:2, :4]
-            want_ids = model.generate(prompt, 10, temperature=0)
-            if mode != "linear":  # nlq's code: one token after a cached prompt = the whole context's last row
-                with torch.no_grad():
-                    past = h(x[:, :15], use_cache=True).past_key_values
-                    assert past.get_seq_length() == 15
-                    step = h(x[:, 15:], past_key_values=past).logits
-                assert past.get_seq_length() == 16 and step.shape == (3, 1, 64)
-                assert (step[:, 0] - out[:, -1]).abs().max().item() <= 1e-5, (mode, bias, tie)
-            for use_cache in (True, False):  # generate with and without its Cache
-                got = h.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=10,
-                                 do_sample=False, use_cache=use_cache)
-                assert got.tolist() == want_ids.tolist(), (mode, bias, tie, use_cache)
-                if mode != "linear":  # past block_size: nlq's positions end there, said in the user's terms
-                    assert h.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=13,
-                                      do_sample=False, use_cache=use_cache).shape == (2, 17)  # the most
-                    with pytest.raises(ValueError, match=r"this model has 16 positions \(block_size\): "
-                                                         r"(16 past \+ 1|0 past \+ 17) new tokens do not fit; "
-                                                         r"keep the prompt's length \+ max_new_tokens <= 17"):
-                        h.generate(prompt, attention_mask=torch.ones_like(prompt), max_new_tokens=14,
-                                   do_sample=False, use_cache=use_cache)
+def test_an_export_computes_generates_and_trains_as_gpt2_does(mode, variant, tmp_path):
+    """The export's logits are nlq's; with the KV cache they are the same; greedy generation from a left-padded
+    batch with its attention_mask gives each prompt's tokens alone, nlq's own; resize_token_embeddings keeps the
+    old logits and the resized model trains a step (with gradient checkpointing)."""
+    import transformers
+    model = random_gpt(query_mode=mode, **VARIANTS[variant])
+    hf.export(model, BYTE_META, str(tmp_path / "hf"), code="nlq" if variant == 1 else "auto")
+    h = load_hf(tmp_path / "hf")
+    plain = mode == "linear" and not VARIANTS[variant]["qk_norm"] and variant != 1  # linear at GPT-2's scale
+    assert type(h).__name__ == ("GPT2LMHeadModel" if plain else "NlqForCausalLM")
+    assert (tmp_path / "hf" / hf.MODELING_FILE).exists() == (not plain)
+    x = torch.randint(0, 60, (3, 16), generator=torch.Generator().manual_seed(1))
+    eager = transformers.AutoModelForCausalLM.from_pretrained(str(tmp_path / "hf"), trust_remote_code=True,
+                                                              attn_implementation="eager").eval()
+    with torch.no_grad():
+        full = h(x).logits  # SDPA, transformers' default
+        assert full.shape == (3, 16, 64) and (full - nlq_logits(model, x)).abs().max().item() <= 1e-5
+        assert (eager(x).logits - full).abs().max().item() <= 1e-5
+        past = h(x[:, :10], use_cache=True).past_key_values
+        assert (h(x[:, 10:], past_key_values=past).logits - full[:, 10:]).abs().max().item() <= 1e-5
+    prompts = [x[0, :3], x[1, :7], x[2, :5]]
+    ids, mask = left_padded(prompts)
+    for use_cache in (True, False):
+        got = h.generate(ids, attention_mask=mask, max_new_tokens=9, do_sample=False, use_cache=use_cache)
+        for row, p in zip(got[:, 7:].tolist(), prompts):  # never the embedding's padding rows (ids 60..63)
+            alone = h.generate(p[None], attention_mask=torch.ones(1, len(p), dtype=torch.long), max_new_tokens=9,
+                               do_sample=False, use_cache=use_cache)[0, len(p):].tolist()
+            assert row == alone == model.generate(p[None], 9, temperature=0)[0, len(p):].tolist(), use_cache
+    h.resize_token_embeddings(80)  # 16 new tokens, tied or not as exported
+    assert h.lm_head.weight.shape == (80, 16)
+    assert (h.lm_head.weight.data_ptr() == h.transformer.wte.weight.data_ptr()) == VARIANTS[variant]["tie_weights"]
+    with torch.no_grad():
+        assert (h(x).logits[..., :64] - full).abs().max().item() <= 1e-5
+    new = x.clone()
+    new[:, ::4] = 64 + x[:, ::4] % 16  # the new tokens, in the input and the labels
+    h.train()
+    h.activation_checkpointing_enable()  # transformers' gradient checkpointing, as for GPT-2
+    new_rows = h.lm_head.weight[64:].detach().clone()
+    loss = h(new, labels=new).loss
+    loss.backward()
+    torch.optim.SGD(h.parameters(), lr=1e-2).step()
+    assert not torch.equal(h.lm_head.weight[64:], new_rows) and h(new, labels=new).loss < loss
+
+
+@pytest.mark.parametrize("mode", QUERY_MODES)
+def test_the_text_generation_pipeline_on_a_batch_of_prompts(mode, shipped_data, tmp_path):
+    """pipeline("text-generation") on a GPT-2 BPE export pads a batch of prompts on the left (the export's
+    tokenizer pads with <|endoftext|>) and gives each prompt's text alone: nlq's greedy tokens."""
+    import transformers
+    meta = dict(tokenizer="gpt2", vocab_size=50257)
+    model = random_gpt(query_mode=mode, vocab_size=50304, data_vocab_size=50257)
+    hf.export(model, meta, str(tmp_path / "hf"), bpe_dir=shipped_data / "gpt2")
+    pipe = transformers.pipeline("text-generation", model=str(tmp_path / "hf"), trust_remote_code=True,
+                                 device="cpu")
+    prompts = ["Hello", "The quick brown fox jumps", "A cat"]
+    batched = pipe(prompts, batch_size=3, max_new_tokens=6, do_sample=False)
+    encode, decode = prepare_data.get_codec(meta, str(shipped_data / "gpt2"))
+    for prompt, out in zip(prompts, batched):
+        assert out == pipe(prompt, max_new_tokens=6, do_sample=False)
+        want = model.generate(torch.tensor([encode(prompt)]), 6, temperature=0)[0].tolist()
+        assert out[0]["generated_text"] == decode(want)
 
 
 def test_a_query_mode_defined_outside_model_py_is_not_exported(tmp_path, monkeypatch):
@@ -105,51 +144,41 @@ def test_a_query_mode_defined_outside_model_py_is_not_exported(tmp_path, monkeyp
 
 
 def test_export_gelu_tanh_and_other_scales(tmp_path):
-    """gelu_tanh exports as gelu_pytorch_tanh (the same F.gelu call); a linear model at another scale, or with
-    qk_norm, needs nlq's code, and --code=gpt2 says why; --code=nlq writes nlq's code for any model."""
-    model = random_gpt(activation="gelu_tanh", bias=True)
-    hf.export(model, BYTE_META, str(tmp_path / "tanh"))
-    assert json.loads((tmp_path / "tanh" / "config.json").read_text())["activation_function"] == \
-        "gelu_pytorch_tanh"
+    """gelu_tanh exports as gelu_pytorch_tanh (the same F.gelu call), with GPT-2's code or nlq's; a linear
+    model at another scale needs nlq's code, and --code=gpt2 says why, for qk_norm too."""
     x = torch.randint(0, 60, (2, 16))
-    h = load_hf(tmp_path / "tanh")
-    assert (h(x).logits - nlq_logits(model, x)).abs().max().item() <= 1e-5
+    for kw in (dict(activation="gelu_tanh", bias=True), dict(activation="gelu_tanh", query_mode="nonlinear"),
+               dict(attn_scale=0.1)):
+        model = random_gpt(**kw)
+        folder = tmp_path / f"{len(os.listdir(tmp_path))}"
+        hf.export(model, BYTE_META, str(folder))
+        assert json.loads((folder / "config.json").read_text())["activation_function"] == \
+            {"gelu": "gelu", "gelu_tanh": "gelu_pytorch_tanh"}[model.config.activation]
+        assert (load_hf(folder)(x).logits - nlq_logits(model, x)).abs().max().item() <= 1e-5
+    assert (folder / hf.MODELING_FILE).exists()  # attn_scale 0.1
     for kw, why in ((dict(attn_scale=0.1), r"attn_scale 0.1 \(GPT-2 uses 1/sqrt\(head_dim\) = 0.353553\)"),
                     (dict(qk_norm=True), r"qk_norm \(GPT-2 has none\)")):
-        model = random_gpt(**kw)
         with pytest.raises(ValueError, match=r"cannot be a plain GPT2LMHeadModel: " + why + r".*--code=auto"):
-            hf.export(model, BYTE_META, str(tmp_path / "plain"), code="gpt2")
-        assert not (tmp_path / "plain").exists()
-        hf.export(model, BYTE_META, str(tmp_path / "own"))
-        h = load_hf(tmp_path / "own")
-        assert type(h).__name__ == "NlqForCausalLM"
-        assert (h(x).logits - nlq_logits(model, x)).abs().max().item() <= 1e-5
-        os.rename(tmp_path / "own", tmp_path / f"done{len(kw)}{kw.get('qk_norm')}")
-    model = random_gpt()
-    hf.export(model, BYTE_META, str(tmp_path / "forced"), code="nlq")
-    assert type(load_hf(tmp_path / "forced")).__name__ == "NlqForCausalLM"
-    with pytest.raises(ValueError, match=r"forced exists; choose a new --out"):
-        hf.export(model, BYTE_META, str(tmp_path / "forced"))
+            hf.export(random_gpt(**kw), BYTE_META, str(tmp_path / "plain"), code="gpt2")
+    assert not (tmp_path / "plain").exists()
+    with pytest.raises(ValueError, match=r"2 exists; choose a new --out"):
+        hf.export(random_gpt(), BYTE_META, str(folder))
 
 
-@pytest.mark.parametrize("code", ["nlq", "gpt2"])
-def test_a_full_disk_is_one_error_and_leaves_no_folder(code, tmp_path, monkeypatch):
-    """safetensors reports a full disk as its own SafetensorError (a traceback in an adversarial trial),
-    transformers' save_pretrained as an OSError: either way one error naming the fix, and nothing written."""
-    import safetensors.torch
-    import transformers
+@pytest.mark.parametrize("error", ["SafetensorError", "OSError"])
+def test_a_full_disk_is_one_error_and_leaves_no_folder(error, tmp_path, monkeypatch):
+    """safetensors, which writes the weights, reports a full disk as its own SafetensorError (a traceback in an
+    adversarial trial), other writers as an OSError: either way one error naming the fix, and nothing written."""
+    import transformers.modeling_utils
     from safetensors import SafetensorError
     def full(*a, **k):
+        if error == "OSError":
+            raise OSError(28, "No space left on device")
         raise SafetensorError("Error while serializing: IoError(Os { code: 28, kind: StorageFull })")
-    def full_os(*a, **k):
-        raise OSError(28, "No space left on device")
-    # GPT2LMHeadModel first: its lazy import loads transformers' modeling_utils, which keeps its own reference
-    # to save_file; loaded under the patch below, it kept the stub for every later export in this process
-    monkeypatch.setattr(transformers.GPT2LMHeadModel, "save_pretrained", full_os)
-    monkeypatch.setattr(safetensors.torch, "save_file", full)
+    monkeypatch.setattr(transformers.modeling_utils, "safe_save_file", full)  # save_pretrained's reference
     with pytest.raises(ValueError, match=f"cannot write the export to {tmp_path / 'hf'} \\(.*(StorageFull|No space "
                                          f"left on device).*\\); free space or choose another --out"):
-        hf.export(random_gpt(), BYTE_META, str(tmp_path / "hf"), code=code)
+        hf.export(random_gpt(query_mode="nonlinear"), BYTE_META, str(tmp_path / "hf"))
     assert os.listdir(tmp_path) == []
 
 
@@ -299,7 +328,7 @@ def test_train_init_from_a_gpt2_folder_then_resume(tmp_path, capsys):
     resumed = settings.parse_config([f"--{k}={v}" for k, v in cfg.items() if k != "init_from"]
                                   + ["--init_from=resume"])
     assert np.isfinite(train.train(resumed)["val"])
-    assert set(hf.gpt2_settings(hf.load_gpt2_config(str(tmp_path / "gpt2")), cfg)[0]) == set(hf.GPT2_SHAPE_KEYS)
+    assert set(hf.gpt2_settings(hf.load_gpt2_config(str(tmp_path / "gpt2")), cfg)[0]) < set(hf.GPT2_SHAPE_KEYS)
     # residual: the GPT-2 also set attn_scale (1/sqrt(head_dim), not the mode's 1/(2 sqrt(head_dim)))
     first = {**cfg, "out_dir": str(tmp_path / "res"), "query_mode": "residual", "max_iters": 0}
     train.train(settings.parse_config([f"--{k}={v}" for k, v in first.items() if k != "init_from"]
@@ -366,24 +395,41 @@ def test_init_from_a_folder_of_another_tokenizer_is_refused(shipped_data, tmp_pa
     assert (nlq_logits(loaded, x) - nlq_logits(model, x)).abs().max().item() <= 1e-5
 
 
-def test_init_from_refuses_nlq_folders_before_transformers_reads_them(tmp_path):
-    """An nlq export (its own modeling code), an nlq run folder, another model type or a damaged config.json:
-    one line naming the fix, from config.json read as JSON; transformers never offers to run modeling_nlq.py."""
-    hf.export(random_gpt(query_mode="nonlinear"), BYTE_META, str(tmp_path / "nl"))
+def test_init_from_an_nlq_export_loads_it_exactly_without_running_its_code(tmp_path, capsys, monkeypatch):
+    """An nlq export is read as JSON and safetensors: none of modeling_nlq.py runs and transformers asks
+    nothing. The run starts from the export's function exactly, in its query mode with its settings (they
+    replace the config's), and a resume with the first command keeps them."""
+    import builtins
+    model = random_gpt(query_mode="nonlinear", query_hidden=4, qk_norm=True, bias=False, tie_weights=False,
+                       vocab_size=256, data_vocab_size=256)
+    hf.export(model, BYTE_META, str(tmp_path / "nl"))
     ran = tmp_path / "modeling_nlq_ran"
     with open(tmp_path / "nl" / hf.MODELING_FILE, "a") as f:
         f.write(f"\nopen({str(ran)!r}, 'w').close()\n")
+    monkeypatch.setattr(builtins, "input", lambda *a: pytest.fail("transformers asked a question"))
     write_byte_dataset(tmp_path / "tiny")
-    res = subprocess.run([sys.executable, "train.py", f"--data_dir={tmp_path}", "--dataset=tiny",
-                          f"--init_from={tmp_path / 'nl'}", f"--out_dir={tmp_path / 'out'}", "--device=cpu",
-                          "--block_size=16"],
-                         cwd=ROOT, capture_output=True, text=True, stdin=subprocess.DEVNULL, timeout=300)
-    assert res.returncode == 1 and "Traceback" not in res.stderr and "custom code" not in res.stdout, res
-    assert res.stderr.strip() == (f"error: {tmp_path / 'nl'} is an nlq export (convert.py hf of a nonlinear "
-                                  f"model, with its own modeling code); init_from loads GPT-2 folders only: to "
-                                  f"train that model on, continue the nlq run it was exported from with "
-                                  f"--init_from=resume --out_dir=RUN_FOLDER")
-    assert not ran.exists() and not (tmp_path / "out").exists()
+    cfg = small_cfg(tmp_path, tmp_path / "out", init_from=str(tmp_path / "nl"), max_iters=0, query_mode="identity")
+    train.train(cfg)
+    log = capsys.readouterr().out
+    assert ("query_mode nonlinear: the nlq export's own query and its settings; the model computes the export's "
+            "function exactly") in log
+    assert ("note: the GPT-2's shape replaces what the config set: n_embd=32 (now 16), query_mode='identity' "
+            "(now 'nonlinear')") in log
+    loaded, _ = checkpoint.load_run(str(tmp_path / "out"))
+    x = torch.randint(0, 256, (2, 16))
+    assert (nlq_logits(loaded, x) - nlq_logits(model, x)).abs().max().item() <= 1e-5
+    assert not ran.exists()
+    assert np.isfinite(train.train(dict(cfg, init_from="resume", max_iters=1))["val"])
+    args = torch.load(tmp_path / "out" / "ckpt.pt", weights_only=True)["model_args"]
+    assert {k: args[k] for k in hf.QUERY_KEYS} == {k: getattr(model.config, k) for k in hf.QUERY_KEYS}
+    assert set(hf.gpt2_settings(hf.load_gpt2_config(str(tmp_path / "nl")), cfg)[0]) == {*hf.GPT2_SHAPE_KEYS,
+                                                                                       "attn_scale"}
+
+
+def test_init_from_refuses_other_folders_before_transformers_reads_them(tmp_path):
+    """An nlq run folder, another model type or a damaged config.json: one line naming the fix, from
+    config.json read as JSON."""
+    write_byte_dataset(tmp_path / "tiny")
     train.train(small_cfg(tmp_path, tmp_path / "run", max_iters=0))
     with pytest.raises(ValueError, match=r"run is an nlq run folder \(train.py's config.json\), not a "
                                          r"transformers folder: continue that run with --init_from=resume "
@@ -392,7 +438,7 @@ def test_init_from_refuses_nlq_folders_before_transformers_reads_them(tmp_path):
     (tmp_path / "llama").mkdir()
     (tmp_path / "llama" / "config.json").write_text('{"model_type": "llama"}')
     with pytest.raises(ValueError, match=r"holds a 'llama' model \(config.json's model_type\); init_from loads "
-                                         r"GPT-2 \(model_type gpt2\) only: give a GPT-2 folder or a Hub name"):
+                                         r"GPT-2 \(model_type gpt2\) and nlq's exports \(nlq\) only: give a GPT-2"):
         hf.load_gpt2(str(tmp_path / "llama"))
     (tmp_path / "llama" / "config.json").write_text('{"model_type": "gpt')
     with pytest.raises(ValueError, match=r"llama.config.json is damaged \(not a JSON object\); export or "

@@ -1,7 +1,7 @@
 """lm-evaluation-harness on an exported nlq model gives eval.py --hellaswag's acc and acc_norm on the same
-examples: a tiny random nonlinear model with GPT-2's vocabulary, exported with its modeling code, a local
-HellaSwag-format file and a local task config (no download; conftest.py sets the Hugging Face libraries
-offline)."""
+examples, and nlq's greedy text in a generation task, at batch size 1 and 4 alike (left-padded batches): a tiny
+random nonlinear model with GPT-2's vocabulary, exported with its modeling code, local data files and task
+configs (no download; conftest.py sets the Hugging Face libraries offline)."""
 import json
 
 import numpy as np
@@ -13,6 +13,7 @@ import settings
 import convert
 import eval as nlq_eval
 import hf
+import prepare_data
 from model import GPT, GPTConfig
 from test_hf import BYTE_META, random_gpt
 
@@ -31,6 +32,10 @@ EXAMPLES = [  # HellaSwag's fields, WikiHow markers included; the last context i
     dict(activity_label="Long", ctx_a="The quick brown fox jumps over the lazy dog. " * 6, ctx_b="then it",
          endings=["sleeps.", "barks at the moon for a very long time.", "runs.", "eats."], label=1),
 ]
+
+
+PROMPTS = ["The capital of France is", "Once upon a time, in a land far away, there lived", "1 2 3",
+           "A cat sat on the mat and then"]  # a generation task; lengths differ, so a batch of 4 is padded
 
 
 @pytest.fixture(scope="module")
@@ -55,6 +60,24 @@ def exported(shipped_data, tmp_path_factory):
     path.write_text("".join(json.dumps(ex) + "\n" for ex in EXAMPLES))
     tasks = root / "tasks"
     tasks.mkdir()
+    (root / "gen.jsonl").write_text("".join(json.dumps(dict(prompt=p, target="")) + "\n" for p in PROMPTS))
+    (tasks / "nlq_generate_local.yaml").write_text(f"""\
+task: nlq_generate_local
+dataset_path: json
+dataset_kwargs:
+  data_files:
+    validation: {root / "gen.jsonl"}
+output_type: generate_until
+validation_split: validation
+doc_to_text: "{{{{prompt}}}}"
+doc_to_target: "{{{{target}}}}"
+generation_kwargs:
+  until: ["\\n\\n"]
+  max_gen_toks: 8
+  do_sample: false
+metric_list:
+  - metric: exact_match
+""")
     (tasks / "hs_utils.py").write_text("from lm_eval.tasks.hellaswag.utils import process_docs  # noqa\n")
     (tasks / "nlq_hellaswag_local.yaml").write_text(f"""\
 task: nlq_hellaswag_local
@@ -86,22 +109,34 @@ def test_harness_preprocess_is_the_harness_one():
         assert nlq_eval.harness_preprocess(text) == preprocess(text)
 
 
-def test_lm_eval_equals_eval_py(exported, shipped_data):
+def test_lm_eval_equals_eval_py_at_batch_sizes_1_and_4(exported, shipped_data):
     import lm_eval
     from lm_eval.tasks import TaskManager
     run, hf_dir, path, tasks = exported
     ours = nlq_eval.hellaswag(str(run), str(path), bpe_dir=str(shipped_data / "gpt2"), batch_size=2)
     assert ours["examples"] == 5 and ours["cropped"] == 4  # the long context loses tokens to block_size 48
-    res = lm_eval.simple_evaluate(model="hf", model_args=f"pretrained={hf_dir},trust_remote_code=True,"
-                                  "dtype=float32", tasks=["nlq_hellaswag_local"], device="cpu", batch_size=2,
-                                  task_manager=TaskManager(include_path=str(tasks)))
-    theirs = res["results"]["nlq_hellaswag_local"]
-    assert theirs["acc,none"] == pytest.approx(ours["acc"]) and \
-        theirs["acc_norm,none"] == pytest.approx(ours["acc_norm"])
-    assert theirs["acc_stderr,none"] == pytest.approx(ours["acc_stderr"])
-    # and the harness's per-ending log-likelihoods are eval.py's scores
-    lls = np.array([[r[0][0] for r in s["resps"]] for s in res["samples"]["nlq_hellaswag_local"]])
-    assert 0 < ours["acc"] < 1 and lls.shape == (5, 4)
+    lls, texts = {}, {}
+    task_manager = TaskManager(include_path=str(tasks))  # indexes every task of the harness: once
+    for batch_size in (1, 4):
+        res = lm_eval.simple_evaluate(model="hf", model_args=f"pretrained={hf_dir},trust_remote_code=True,"
+                                      "dtype=float32", tasks=["nlq_hellaswag_local", "nlq_generate_local"],
+                                      device="cpu", batch_size=batch_size,
+                                      task_manager=task_manager)
+        theirs = res["results"]["nlq_hellaswag_local"]
+        assert theirs["acc,none"] == pytest.approx(ours["acc"]) and \
+            theirs["acc_norm,none"] == pytest.approx(ours["acc_norm"])
+        assert theirs["acc_stderr,none"] == pytest.approx(ours["acc_stderr"])
+        samples = {task: sorted(res["samples"][task], key=lambda s: s["doc_id"]) for task in res["samples"]}
+        lls[batch_size] = np.array([[r[0][0] for r in s["resps"]] for s in samples["nlq_hellaswag_local"]])
+        texts[batch_size] = [s["resps"][0][0] for s in samples["nlq_generate_local"]]
+    assert 0 < ours["acc"] < 1 and lls[1].shape == (5, 4)
+    np.testing.assert_allclose(lls[4], lls[1], rtol=0, atol=1e-4)  # the harness's per-ending log-likelihoods
+    # the generation task: each prompt's greedy text is nlq's own, alone or in a left-padded batch of 4
+    model, _ = checkpoint.load_run(str(run))
+    encode, decode = prepare_data.get_codec(dict(tokenizer="gpt2"), str(shipped_data / "gpt2"))
+    want = [decode(model.generate(torch.tensor([encode(p)]), 8, temperature=0)[0, len(encode(p)):].tolist())
+            .split("\n\n")[0] for p in PROMPTS]
+    assert texts[1] == texts[4] == want and len(set(want)) == len(PROMPTS)
 
 
 def test_a_byte_export_is_scored_with_the_prefix_token_its_note_names(tmp_path):
