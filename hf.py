@@ -58,7 +58,7 @@ def _transformers():
     try:
         import transformers
     except ImportError:
-        raise ValueError("this needs the transformers package: pip install -r requirements.txt") from None
+        raise ValueError("this needs the transformers package: pip install -r requirements-extra.txt") from None
     return transformers
 
 

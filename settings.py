@@ -37,7 +37,7 @@ SETTINGS = dict(
     always_save_checkpoint=(True, "checkpoint at every eval; False: only when the val loss improves"),
     eval_full_at_end=(True, "after the last step, also the val loss over every val token once (val_loss_full)"),
     init_from=("scratch", "scratch: a new run; resume: continue from out_dir/ckpt.pt; gpt2, gpt2-medium, "
-                          "gpt2-large, gpt2-xl or a local Hugging Face GPT-2 folder: start from its weights"),
+                          "gpt2-large, gpt2-xl, a local Hugging Face GPT-2 folder or an nlq export: start from its weights"),
     wandb_log=(False, "log to Weights & Biases (the wandb package is needed only then)"),
     wandb_project=("nlq", "wandb project name"),
     wandb_run_name=("run", "wandb run name"),
@@ -209,7 +209,7 @@ def validate(cfg):
             raise ValueError(f"{key}={cfg[key]!r}; use {' or '.join(choices)}")
     if cfg["init_from"] not in ("scratch", "resume") and not is_gpt2_source(cfg["init_from"]):
         raise ValueError(f"init_from={cfg['init_from']!r}; use scratch, resume, a GPT-2 name "
-                         f"({', '.join(GPT2_HUB)}) or a local transformers GPT-2 folder")
+                         f"({', '.join(GPT2_HUB)}), a local transformers GPT-2 folder or an nlq export")
     if not DEVICE_NAME.fullmatch(cfg["device"]):
         raise ValueError(f"device={cfg['device']!r}; use auto, cpu, cuda, cuda:N or mps")
     model_config(cfg, data_vocab_size=cfg["vocab_size"] or 1)
