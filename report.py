@@ -41,11 +41,12 @@ from scipy import stats
 
 import eval as nlq_eval  # eval.py (the name shadows the builtin only in this module)
 import settings
-import sweep
-from checkpoint import atomic_write_text, check_same_dataset, replace_atomically
+from checkpoint import atomic_write_text, check_same_dataset, read_metrics, replace_atomically
 from data import load_meta
 from preemption import EXIT_INTERRUPTED
 from settings import HelpFormatter, model_config
+from study import (QUICK_DIR, QUICK_FRACTION, check_settings, final_seeds, final_val_loss, is_diverged, load_study,
+                   pick_best_lr, plan, quick_option, read_saved_config, run_config, run_dir)
 from model import GPTConfig, QUERY_MODE_ALIASES
 
 
@@ -105,16 +106,16 @@ def verdict(ci, quick=False):
 # ------------------------------------------------------------------------------------------- the runs
 def read_run(study, arm, lr, seed):
     """One run dir -> dict(status 'done' | 'diverged' | 'unfinished' | 'missing', iter, max_iters, final loss,
-    rows, config). final: sweep.final_val_loss of a finished run."""
-    sweep.check_settings(study, arm, lr, seed)  # never report a run made with other settings (or damaged)
-    out_dir = sweep.run_dir(study, arm, lr, seed)
-    rows, config = sweep.read_metrics(out_dir), sweep.read_saved_config(os.path.join(out_dir, "config.json"))
+    rows, config). final: final_val_loss of a finished run."""
+    check_settings(study, arm, lr, seed)  # never report a run made with other settings (or damaged)
+    out_dir = run_dir(study, arm, lr, seed)
+    rows, config = read_metrics(out_dir), read_saved_config(os.path.join(out_dir, "config.json"))
     check_token_counts(rows, out_dir)
-    max_iters = sweep.run_config(study, arm, lr, seed)["max_iters"]
+    max_iters = run_config(study, arm, lr, seed)["max_iters"]
     last = rows[-1] if rows else {}
-    status = ("missing" if not rows else "diverged" if sweep.is_diverged(last) else
+    status = ("missing" if not rows else "diverged" if is_diverged(last) else
               "done" if last["iter"] >= max_iters else "unfinished")
-    final = sweep.final_val_loss(last) if status == "done" else None
+    final = final_val_loss(last) if status == "done" else None
     if status == "done" and final is None:  # train.py flags a non-finite loss as diverged: this is damage
         raise ValueError(f"{os.path.join(out_dir, 'metrics.jsonl')} is damaged: its last row (iter "
                          f"{last['iter']}) has no finite val loss and no diverged flag; restore it from a copy, "
@@ -124,12 +125,12 @@ def read_run(study, arm, lr, seed):
 
 
 def collect(study):
-    """{arm: dict(plan=sweep.plan(...), search={(lr, seed): run}, finals={seed: run at the chosen lr})}."""
+    """{arm: dict(plan=plan(...), search={(lr, seed): run}, finals={seed: run at the chosen lr})}."""
     data = {}
     for arm in study["arms"]:
-        p = sweep.plan(study, arm)
+        p = plan(study, arm)
         search = {(lr, s): read_run(study, arm, lr, s) for lr in p["swept"] for s in study["selection_seeds"]}
-        finals = ({s: read_run(study, arm, p["chosen"], s) for s in sweep.final_seeds(study, arm)}
+        finals = ({s: read_run(study, arm, p["chosen"], s) for s in final_seeds(study, arm)}
                   if p["chosen"] is not None else {})
         data[arm] = dict(plan=p, search=search, finals=finals)
     return data
@@ -142,8 +143,8 @@ def final_losses(d):
 
 def param_counts(study, arm):
     """(non_embedding, non_embedding_matrix) of the arm's model as this clone's model.py builds it (no memory,
-    no data); a run made by a model.py that built another is refused by read_run (sweep.settings_diff)."""
-    cfg = sweep.run_config(study, arm, study["grids"][arm][0], study["seeds"][0])
+    no data); a run made by a model.py that built another is refused by read_run (settings_diff)."""
+    cfg = run_config(study, arm, study["grids"][arm][0], study["seeds"][0])
     counts = settings.param_counts(model_config(cfg))
     return counts["non_embedding"], counts["non_embedding_matrix"]
 
@@ -187,8 +188,8 @@ def check_token_counts(rows, out_dir):
 
 def read_plain_run(path):
     """A train.py run folder -> dict(name, config, rows). ValueError naming what is missing."""
-    rows = sweep.read_metrics(path)
-    config = sweep.read_saved_config(os.path.join(path, "config.json"))
+    rows = read_metrics(path)
+    config = read_saved_config(os.path.join(path, "config.json"))
     if not rows or config is None:
         log = os.path.join(path, "metrics.jsonl")
         missing = " and ".join(f for f, ok in (("metrics.jsonl", rows), ("config.json", config)) if not ok)
@@ -236,7 +237,7 @@ def compare_table(runs, bpe_dir=None):
     notes, cache = [], {}
     for run in runs:
         last, cfg = run["rows"][-1], run["config"]
-        status = ("" if last["iter"] >= cfg["max_iters"] or sweep.is_diverged(last)
+        status = ("" if last["iter"] >= cfg["max_iters"] or is_diverged(last)
                   else f" (unfinished: max_iters {cfg['max_iters']})")
         full = last.get("val_loss_full")
         bpb = "—"
@@ -252,7 +253,7 @@ def compare_table(runs, bpe_dir=None):
             wall = f"{elapsed_seconds(run['rows'])[-1]:.0f} s*"
             notes.append(f"* {run['name']}: training steps only (evals not counted; the run predates "
                          f"elapsed_s)")
-        val = "diverged" if sweep.is_diverged(last) else fmt_loss(last.get("val_loss"))
+        val = "diverged" if is_diverged(last) else fmt_loss(last.get("val_loss"))
         lines.append(f"| {run['name']} | {last['iter']:,}{status} | {last.get('tokens', 0):,} | {val} | "
                      f"{fmt_loss(full)} | {bpb} | {wall} |")
     return "\n".join(lines), notes
@@ -410,7 +411,7 @@ def header(study_path, study, out):
     about = " ".join(c for c in comment if not c.startswith("python "))
     if study.get("quick"):  # the study at a fraction of its steps: say so first
         q = study["quick"]
-        cmds = [f"python {script} {study_path}{sweep.quick_option(q)}" for script in ("sweep.py", "report.py")]
+        cmds = [f"python {script} {study_path}{quick_option(q)}" for script in ("sweep.py", "report.py")]
         about = (f"**A --quick try of this study: every run at {q:g} of its steps. For trying the machinery, "
                  f"not for comparing arms: no difference is called, and a run this short may count as "
                  f"stalled. Its runs skip the whole-split eval, so where the study's text below speaks of "
@@ -429,7 +430,7 @@ def method(study, tokenizer):
     bpb = (" Bits per byte = loss / ln 2 (byte-level data: one token per byte)." if tokenizer == "byte"
            else "")
     first = next(iter(study["arms"]))
-    full = sweep.run_config(study, first, study["grids"][first][0], study["seeds"][0])["eval_full_at_end"]
+    full = run_config(study, first, study["grids"][first][0], study["seeds"][0])["eval_full_at_end"]
     final, key = (("its last fixed-window val loss", "`val_loss`: these runs skip the whole-split eval "
                    "(eval_full_at_end=False, as every --quick run does)")
                   if not full else
@@ -626,7 +627,7 @@ def curve_points(study, d):
 def band(losses, within=0.01):
     """{lr: mean selection loss, or None/inf} -> (best lr, [rates whose mean is within `within` (a fraction)
     of the best mean]); (None, []) while no rate has a finite mean."""
-    best = sweep.pick_best_lr(losses)
+    best = pick_best_lr(losses)
     if best is None:
         return None, []
     return best, sorted(lr for lr, v in losses.items()
@@ -894,7 +895,7 @@ def status_section(data):
 
 def default_out(study):
     """results/<name>, or out/quick/<name> for a --quick study (never results/)."""
-    return os.path.join(sweep.QUICK_DIR if study.get("quick") else "results", study["name"])
+    return os.path.join(QUICK_DIR if study.get("quick") else "results", study["name"])
 
 
 def check_out(p, out, study_name):
@@ -945,7 +946,7 @@ def main(argv=None):
     p.add_argument("--out", type=os.path.expanduser,
                    default=None, help="output folder (default: results/<study name>; for run folders: "
                    "out/compare)")
-    p.add_argument("--quick", type=float, nargs="?", const=sweep.QUICK_FRACTION, metavar="FRACTION",
+    p.add_argument("--quick", type=float, nargs="?", const=QUICK_FRACTION, metavar="FRACTION",
                    help="the runs of python sweep.py STUDY --quick (in out/quick/<name>/runs; the report in "
                    "out/quick/<name>)")
     p.add_argument("--bpe_dir", type=os.path.expanduser, default=None, help="run folders: GPT-2's "
@@ -969,8 +970,8 @@ def main(argv=None):
     args.study = args.study[0]
     if not os.path.exists(args.study) and not args.study.endswith(".py"):
         p.error(f"{args.study}: no such run folder (or study file, which ends in .py)")
-    study = sweep.load_study(args.study, args.quick)
-    quick = sweep.quick_option(args.quick)  # for the commands the messages give
+    study = load_study(args.study, args.quick)
+    quick = quick_option(args.quick)  # for the commands the messages give
     out = args.out or default_out(study)
     check_out(p, out, study["name"])  # now, before the runs are read
     data = collect(study)
