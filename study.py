@@ -1,19 +1,15 @@
 """
 A study: the arms of one comparison, each given the same learning-rate search, then run on final seeds.
 
-A study file (studies/*.py) is plain Python that sets:
-    name, config      its name (its report goes to results/<name>/) and a train.py config file
-    overrides         train.py keys for every arm ({} for none)
-    arms              arm name -> train.py keys (the sweep sets learning_rate, seed, out_dir; min_lr = lr / 10
-                      unless the arm sets it)
-    learning_rates    the grid, e.g. [4e-3, 8e-3, 1.6e-2], or a dict arm -> grid
-    selection_seeds   the seeds the learning rate is chosen on ([] with one rate per arm: no search)
-    seeds             the final seeds, disjoint from selection_seeds: the statistics use these alone
-and may set seeds_per_arm (arm -> how many of seeds), reference (the arm the others are compared with;
-"linear"), contrasts ([(arm, other, "what the pair isolates")]), max_extensions (2), half_steps (True),
-precision (report.py's target CI half-width, a fraction of the loss), slurm (sweep.py --executor slurm's
-partition, time, gpus_per_run, extra) and runs_dir (results/<name>/runs; studies may share one runs_dir for
-arms that are the same experiment).
+A study file (studies/*.py) is plain Python that sets name (its report goes to results/<name>/), config (a
+train.py config file), overrides (train.py keys for every arm; {} for none), arms (arm name -> train.py keys;
+the sweep sets learning_rate, seed and out_dir, and min_lr = lr / 10 unless the arm sets it), learning_rates
+(the grid, e.g. [4e-3, 8e-3, 1.6e-2], or a dict arm -> grid), selection_seeds (the seeds the rate is chosen
+on; [] with one rate per arm: no search) and seeds (the final seeds: the statistics use these alone). It may
+set seeds_per_arm (arm -> how many of seeds), reference (the arm the others are compared with; "linear"),
+contrasts ([(arm, other, "what the pair isolates")]), max_extensions (2), half_steps (True), precision
+(report.py's target CI half-width, a fraction of the loss), slurm (sweep.py --executor slurm's partition, time,
+gpus_per_run, extra) and runs_dir (results/<name>/runs; studies may share one for arms that are one experiment).
 
 Per arm: (1) the grid on the selection seeds; (2) while the best rate is the smallest or the largest swept, one
 more grid step beyond it (at most max_extensions); (3) half steps x/√2 and x·√2 around the best; (4) the best
@@ -42,6 +38,7 @@ SLURM_KEYS = ("partition", "time", "gpus_per_run", "extra")
 # train.py keys the sweep sets for every run, and what sets them instead (an arm may set min_lr)
 PER_RUN = dict(learning_rate="learning_rates", seed="selection_seeds and seeds", out_dir="runs_dir",
                min_lr="each arm's min_lr (default: lr / 10)")
+EVAL_KEYS = ("block_size", "eval_windows", "eval_interval", "eval_full_at_end")  # the eval set, the same per arm
 PLAIN_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")  # a folder name that needs no care in a shell or a path
 # --quick: any study at a fraction of its steps, in a scratch folder, to try the machinery (not to compare)
 QUICK_DIR = os.path.join("out", "quick")
@@ -74,13 +71,14 @@ def make_study(keys, quick=None):
         raise ValueError(f"it does not set {', '.join(missing)}")
     unknown = set(keys) - set(REQUIRED) - set(OPTIONAL)
     if unknown:
-        raise ValueError(f"it sets unknown keys {sorted(unknown)}; study keys: {', '.join(REQUIRED + tuple(OPTIONAL))}")
+        raise ValueError(f"it sets unknown keys {sorted(unknown)}; the keys: {', '.join([*REQUIRED, *OPTIONAL])}")
     study = {**OPTIONAL, **keys}
     require(isinstance(study["name"], str) and PLAIN_NAME.fullmatch(study["name"]), "name",
             "a plain folder name (letters, digits, _ . -; not starting with . or -)")
-    require(isinstance(study["arms"], dict) and study["arms"] and all(isinstance(v, dict) for v in study["arms"].values()),
-            "arms", "a non-empty dict: arm name -> dict of train.py keys")
-    for arm in study["arms"]:  # each arm is a folder of runs_dir
+    arms = study["arms"]
+    require(isinstance(arms, dict) and arms and all(isinstance(v, dict) for v in arms.values()), "arms",
+            "a non-empty dict: arm name -> dict of train.py keys")
+    for arm in arms:  # each arm is a folder of runs_dir
         require(isinstance(arm, str) and PLAIN_NAME.fullmatch(arm), f"arm name {arm!r}",
                 "a plain folder name (letters, digits, _ . -; not starting with . or -)")
     if not os.path.isfile(study["config"]):  # (the committed studies' paths are relative to the repository)
@@ -121,7 +119,7 @@ SELECTION_SEEDS = "a non-empty list of ints, each once (empty only with one lear
 def check_options(study):
     """Seeds each once, the final ones never the selection ones; arms named where arms are named."""
     arms, seeds, sel = study["arms"], study["seeds"], study["selection_seeds"]
-    distinct_ints = lambda xs: isinstance(xs, list) and all(type(x) is int for x in xs) and len(set(xs)) == len(xs)
+    distinct_ints = lambda xs: isinstance(xs, list) and all(type(x) is int for x in xs) and len({*xs}) == len(xs)
     require(distinct_ints(seeds) and seeds, "seeds", "a non-empty list of ints, each once")
     require(distinct_ints(sel), "selection_seeds", SELECTION_SEEDS)
     overlap = set(sel) & set(seeds)
@@ -136,7 +134,8 @@ def check_options(study):
     require(isinstance(study["contrasts"], list) and all(
         isinstance(c, tuple) and len(c) == 3 and is_arm(c[0]) and is_arm(c[1]) and c[0] != c[1]
         for c in study["contrasts"]),
-            "contrasts", f'a list of (arm, other arm, "what the pair isolates"), two different arms of {", ".join(arms)}')
+            "contrasts", f'a list of (arm, other arm, "what the pair isolates"), two different arms of '
+                         f'{", ".join(arms)}')
     require(isinstance(study["slurm"], dict) and set(study["slurm"]) <= set(SLURM_KEYS), "slurm",
             f"a dict with some of the keys {', '.join(SLURM_KEYS)}")
 
@@ -187,10 +186,9 @@ def check_arms(study):
             cfg = arm_config(study, arm)
         except ValueError as e:
             raise ValueError(f"arm {arm} at learning rate {study['grids'][arm][0]:g}: {e}") from None
+        step = cfg["batch_size"] * cfg["gradient_accumulation_steps"] * cfg["block_size"]  # tokens a step
         shared[arm] = dict(data=os.path.join(cfg["data_dir"], cfg["dataset"]), max_iters=cfg["max_iters"],
-                           tokens_per_step=cfg["batch_size"] * cfg["gradient_accumulation_steps"] * cfg["block_size"],
-                           block_size=cfg["block_size"], eval_windows=cfg["eval_windows"],
-                           eval_interval=cfg["eval_interval"], eval_full_at_end=cfg["eval_full_at_end"])
+                           tokens_per_step=step, **{k: cfg[k] for k in EVAL_KEYS})
     first = next(iter(shared.values()))
     for key in first:
         if any(s[key] != first[key] for s in shared.values()):
@@ -251,11 +249,11 @@ def read_saved_config(path):
     """A run's config.json as this nlq reads it (settings.upgrade), or None if there is none."""
     if not os.path.exists(path):
         return None
-    try:
-        with open(path) as f:
+    with open(path) as f:
+        try:
             saved = json.load(f)
-    except ValueError:
-        saved = None
+        except ValueError:
+            saved = None
     if not isinstance(saved, dict):
         raise ValueError(f"{path} is damaged (not a JSON object of settings); restore it from a copy, or "
                          f"delete its run folder to run the run again")
@@ -444,53 +442,44 @@ def round_lr(lr):
 
 
 def plan(study, arm):
-    """Where an arm's learning-rate search stands, replayed from the finished runs (deterministic).
-
-    Returns dict(due=[(arm, lr, seed), ...] runs to run next, swept=[lrs], chosen=lr or None,
-    notes=[str], losses={lr: selection loss}). chosen is set once the search is complete; due then lists the
-    unfinished final runs. If every swept rate diverged, chosen stays None and a note says so.
-    """
+    """Where an arm's learning-rate search stands, replayed from the finished runs (deterministic): dict(due=
+    [(arm, lr, seed)] to run next, swept=[lrs], chosen=lr once the search is complete (due then lists the
+    unfinished final runs; None if every swept rate diverged), notes=[str], losses={lr: selection loss})."""
     sel = study["selection_seeds"]
     swept, notes = list(study["grids"][arm]), []
+    finals = lambda lr: [(arm, lr, s) for s in final_seeds(study, arm) if not is_finished(study, arm, lr, s)]
     if not sel:  # one given learning rate, nothing to choose: straight to the final seeds
-        chosen = swept[0]
-        due = [(arm, chosen, s) for s in final_seeds(study, arm) if not is_finished(study, arm, chosen, s)]
-        return dict(due=due, swept=swept, chosen=chosen, notes=["learning rate given, not searched"],
+        return dict(due=finals(swept[0]), swept=swept, chosen=swept[0], notes=["learning rate given, not searched"],
                     losses={})
     runs = lambda lrs: [(arm, lr, s) for lr in lrs for s in sel if not is_finished(study, arm, lr, s)]
     out = lambda due, chosen=None: dict(due=due, swept=sorted(swept), chosen=chosen, notes=notes,
                                         losses={lr: selection_loss(study, arm, lr) for lr in sorted(swept)})
-    if runs(swept):
+    best = lambda: pick_best_lr({lr: selection_loss(study, arm, lr) for lr in swept})
+    if runs(swept):  # (1) the grid
         return out(runs(swept))
-    ratio = swept[1] / swept[0]  # the base grid's step (a search has two rates or more: check_grids)
-    extensions = 0
-    while True:  # (2) extend while the best is the smallest or the largest rate swept
-        best = pick_best_lr({lr: selection_loss(study, arm, lr) for lr in swept})
-        if best is None:
+    ratio = swept[1] / swept[0]  # the grid's step (a search has two rates or more: check_grids)
+    for extensions in range(study["max_extensions"] + 1):  # (2) extend while the best is at an edge
+        lr, lo, hi = best(), min(swept), max(swept)
+        if lr is None:
             notes.append("every swept learning rate diverged")
             return out([])
-        lo, hi = min(swept), max(swept)
-        if best not in (lo, hi):
+        if lr not in (lo, hi):
             break
         if extensions == study["max_extensions"]:
-            notes.append(f"best rate {best:g} is still at the edge after {extensions} extensions")
+            notes.append(f"best rate {lr:g} is still at the edge after {extensions} extensions")
             break
-        new = round_lr(best / ratio if best == lo else best * ratio)
-        notes.append(f"best rate {best:g} was at the {'lower' if best == lo else 'upper'} edge: "
-                     f"added {new:g}")
+        new = round_lr(lr / ratio if lr == lo else lr * ratio)
+        notes.append(f"best rate {lr:g} was at the {'lower' if lr == lo else 'upper'} edge: added {new:g}")
         swept.append(new)
-        extensions += 1
         if runs([new]):
             return out(runs([new]))
-    best = pick_best_lr({lr: selection_loss(study, arm, lr) for lr in swept})
     if study["half_steps"]:  # (3) half steps around the best
-        halves = [h for h in (round_lr(best / math.sqrt(2)), round_lr(best * math.sqrt(2))) if h not in swept]
-        swept += halves
-        if runs(halves):
-            return out(runs(halves))
-        best = pick_best_lr({lr: selection_loss(study, arm, lr) for lr in swept})
-    due = [(arm, best, s) for s in final_seeds(study, arm) if not is_finished(study, arm, best, s)]
-    return out(due, chosen=best)
+        lr = best()
+        swept += [h for h in (round_lr(lr / math.sqrt(2)), round_lr(lr * math.sqrt(2))) if h not in swept]
+        if runs(swept):
+            return out(runs(swept))
+    lr = best()
+    return out(finals(lr), chosen=lr)  # (4) the best of all swept rates on the final seeds
 
 
 def due_runs(study):
@@ -549,9 +538,11 @@ def run_timing(study):
             steps = sum((r.get("ms_per_iter") or 0) / 1000 * (r["iter"] - p["iter"]) for p, r in zip(rows, rows[1:]))
             elapsed = rows[-1].get("elapsed_s")
             if steps > 0:  # (no step times logged: nothing to time it by)
-                measured.setdefault(run[0], []).append((steps, rows[-1]["iter"], elapsed and max(0.0, elapsed - steps)))
+                rest = None if elapsed is None else max(0.0, elapsed - steps)
+                measured.setdefault(run[0], []).append((steps, rows[-1]["iter"], rest))
     return {arm: (sum(s for s, _, _ in m) / sum(n for _, n, _ in m),
-                  None if any(o is None for *_, o in m) else sum(o for *_, o in m) / len(m)) for arm, m in measured.items()}
+                  None if any(o is None for *_, o in m) else sum(o for *_, o in m) / len(m))
+            for arm, m in measured.items()}
 
 
 def bench_speeds(study, cfgs, path):
@@ -571,7 +562,8 @@ def bench_speeds(study, cfgs, path):
                              f"{', '.join(bench)}: measure it with bench.py, or pass --tokens_per_s")
         base = parse_config([study["config"]] + [f"--{k}={v}" for k, v in study["overrides"].items()]
                             + [f"--query_mode={cfg['query_mode']}"])
-        speeds[arm] = bench[cfg["query_mode"]] * flops_per_token(model_config(base)) / flops_per_token(model_config(cfg))
+        same_mfu = flops_per_token(model_config(base)) / flops_per_token(model_config(cfg))
+        speeds[arm] = bench[cfg["query_mode"]] * same_mfu
     return speeds
 
 
@@ -633,8 +625,8 @@ def dry_run(study, tokens_per_s=None, bench_json=None):
     span = lambda lo, hi, fmt: f"{lo:{fmt}}" if f"{lo:{fmt}}" == f"{hi:{fmt}}" else f"{lo:{fmt}}-{hi:{fmt}}"
     untimed = [arm for arm, (speed, _) in costs.items() if math.isnan(speed)]
     cost = (f"{span(h_fewest, h_most, ',.1f')} {unit}-hours (first wave: {first} runs, {h_first:,.1f} {unit}-hours)"
-            if not untimed else f"{unit}-hours unknown until {' and '.join(untimed)} "
-                                f"ha{'ve' if len(untimed) > 1 else 's'} a finished run to time (first wave: {first} runs)")
+            if not untimed else f"{unit}-hours unknown until {' and '.join(untimed)} ha{'ve' if untimed[1:] else 's'} "
+                                f"a finished run to time (first wave: {first} runs)")
     lines += ["", "finished: runs done; due now: what the sweep would start now; first wave: the base grid on the "
                   "selection seeds (with no selection seeds: the final runs); fewest / most: the whole study "
                   "without / with every grid extension the search may add (half steps and final seeds included)",

@@ -1,6 +1,6 @@
 """
-Run a study (study.py: what a study file sets, and the learning-rate search of each arm): each run is train.py in
-its own folder, started here or as SLURM jobs, in waves: the runs due now, then what their results make due.
+Run a study (study.py: what a study file sets, and each arm's learning-rate search): each run is train.py in its
+own folder, started here or as SLURM jobs, in waves: the runs due now, then what their results make due.
 
     python sweep.py studies/enwiki_cpu.py --jobs 2 --threads 1   # here: 2 runs at a time, 1 thread each
     python sweep.py studies/paper_small.py --dry_run             # the plan: runs, tokens, GPU-hours; runs nothing
@@ -14,9 +14,9 @@ committed metrics.jsonl and config.json are there; a run with a checkpoint resum
 any time (its stop signal reaches the runs, which checkpoint) and start it again.
 
 On a cluster (--executor slurm, through submitit) each due run is a job of one node running torchrun on
---gpus_per_run GPUs; the driver plans again as jobs end, until the study is complete. Each run's job ids are
-kept in <run dir>/job.json: a restarted driver waits for the jobs that still run. A job that SLURM preempts or
-that reaches its time limit checkpoints on submitit's USR2 and is requeued; it resumes exactly.
+--gpus_per_run GPUs, and the driver plans again as jobs end. Each run's job ids are kept in <run dir>/job.json:
+a restarted driver waits for the jobs that still run. A job that SLURM preempts or that reaches its time limit
+checkpoints on submitit's USR2 and is requeued; it resumes exactly.
 
 --quick [FRACTION]: every run at that fraction of its steps (default 0.05) in out/quick/<name>/runs, to try the
 machinery (not to compare arms; report.py --quick reports it).
@@ -141,16 +141,6 @@ def nproc_run_args(study, arm, lr, seed, nproc):
     return args
 
 
-def device_problem(study):
-    """None if this machine has the device (and dtype) the study's runs ask for, else 'arm ARM: why'."""
-    for arm in study["arms"]:
-        try:
-            resolve_device(arm_config(study, arm))
-        except ValueError as e:
-            return f"arm {arm}: {e}"
-    return None
-
-
 # ------------------------------------------------------------------------------------------------ here
 # The train.py processes the local sweep has started and that still run, and whether a stop signal came: a
 # stop signal to the sweep (kill PID, a job's end) is passed on to them, and no run starts after it.
@@ -228,7 +218,8 @@ def outcome(study, arm, lr, seed, code, log_path):
         then = ("it resumes from its last checkpoint" if os.path.exists(os.path.join(out_dir, "ckpt.pt")) else
                 "it had no checkpoint yet, so it starts again")
         say(f"{'interrupted' if interrupted else 'stopped'}: {name} ({then} when the sweep runs again)")
-        return f"{out_dir} was {'interrupted (Ctrl-C)' if interrupted else 'stopped by a signal'}; {then} when the sweep runs again"
+        how = "interrupted (Ctrl-C)" if interrupted else "stopped by a signal"
+        return f"{out_dir} was {how}; {then} when the sweep runs again"
     elif code != 0 and not (interrupted or stopped):
         say(f"FAILED: {name} (exit code {code}); see {log_path}")
         return f"{out_dir} failed (exit code {code}); see {log_path}"
@@ -247,10 +238,12 @@ def run_here(study, due, jobs, threads):
     """The local sweep: waves of the runs due now, `jobs` train.py processes at a time, until none is due.
     Holds the runs folder's .sweep.lock (a second sweep would start the same runs) and passes a stop signal on
     to its runs (stop_runs). -> {run: why it did not finish}; after a stop signal, exits as train.py would."""
-    problem = device_problem(study)
-    if problem:  # else every run would start and fail, its reason only in its train.log
-        raise ValueError(f"the study's runs cannot train on this machine ({problem}); run the sweep where their "
-                         f"device is (--executor slurm), or set device in the study's overrides; nothing was started")
+    for arm in study["arms"]:  # else every run would start and fail, its reason only in its train.log
+        try:
+            resolve_device(arm_config(study, arm))
+        except ValueError as e:
+            raise ValueError(f"the study's runs cannot train on this machine (arm {arm}: {e}); run the sweep where "
+                             f"their device is (--executor slurm), or set device in its overrides; nothing was started")
     os.makedirs(study["runs_dir"], exist_ok=True)
     lock = os.path.join(study["runs_dir"], ".sweep.lock")
     try:  # held until the sweep ends
@@ -260,7 +253,7 @@ def run_here(study, due, jobs, threads):
                          f"sweeps would start the same runs; wait for it to end, or stop it") from None
     searching = any(plan(study, arm)["chosen"] is None for arm in study["arms"])
     print(f"{len(due)} run(s) due now" + (" (more follow as each arm's search goes on: extensions, half steps, "
-                                          "final seeds)" if searching else "") + "; its time: --dry_run", flush=True)
+                                          "final seeds)" if searching else "") + "; how long: --dry_run", flush=True)
     failed = {}
     STOPPING.clear()
     STOPPED_BY.clear()
@@ -330,13 +323,6 @@ def read_job_record(study, arm, lr, seed):
             return json.load(f)
 
 
-def attach(record):
-    """The submitit Job of a job.json record (a job submitted by this or an earlier driver)."""
-    import submitit
-    cls = submitit.SlurmJob if record["executor"] == "slurm" else submitit.LocalJob
-    return cls(folder=record["folder"], job_id=record["job_id"])
-
-
 def job_alive(job, record):
     """Whether a submitted job may still run: on SLURM, a state in SLURM_ALIVE (sacct; a requeued job counts);
     for a local job, no result file yet and its controller process still exists (not a zombie)."""
@@ -375,19 +361,19 @@ def submit(study, arm, lr, seed, kind, gpus_per_run, slurm, threads):
 
 def drive(study, kind, gpus_per_run=1, slurm=None, threads=None, poll_s=30.0):
     """Run the study as jobs (submitit) until it is complete: submit every run that is due, wait until one of
-    them ends, plan again (the search's extensions, half steps, then the final seeds), submit what became due,
-    and so on. A due run with a job that may still run (job.json, this driver's or an earlier one's) is
-    waited for, never submitted twice; a run whose job ended unfinished (killed, failed, preempted without a
-    requeue) is submitted again and resumes from its checkpoint, at most MAX_ATTEMPTS times in this session.
-    Returns {run: why it failed} for the runs given up on."""
+    them ends, plan again, submit what became due. A due run whose job may still run (job.json) is waited for,
+    never submitted twice; one whose job ended unfinished is submitted again (it resumes from its checkpoint),
+    at most MAX_ATTEMPTS times in this session. -> {run: why it failed} for the runs given up on."""
+    import submitit
     slurm, failed, attempts, active = slurm or {}, {}, {}, {}
     while True:
         for run in due_runs(study):
             if run in active or run in failed:
                 continue
-            record = read_job_record(study, *run)
-            job = attach(record) if record else None
-            if job is not None and job_alive(job, record):
+            record = read_job_record(study, *run)  # a job of this driver's or an earlier one's
+            job = record and (submitit.SlurmJob if record["executor"] == "slurm" else submitit.LocalJob)(
+                folder=record["folder"], job_id=record["job_id"])
+            if job and job_alive(job, record):
                 print(f"attached: {run[0]} lr={run[1]:g} seed={run[2]} is job {record['job_id']}", flush=True)
                 active[run] = (job, record)
                 continue
