@@ -640,7 +640,10 @@ def data_status(study, complete=False):
     """One line for --dry_run: the datasets the runs read are prepared, or what check_data would stop on
     (complete: the study has nothing left to run, so only a --quick try would need them)."""
     try:
-        return f"data: {', '.join(check_data(study))} prepared"
+        folders = check_data(study)
     except (FileNotFoundError, ValueError) as e:
-        return (f"data: not ready ({'the report does not need it; a --quick try' if complete else 'the sweep'} "
-                f"would stop at once): {e}")
+        return (f"data: not ready for a sweep (the report does not need it): {e}" if complete else
+                f"data: not ready, so the sweep would stop at once: {e}")
+    trial = [f for f in folders if "tests/data/" in load_meta(f).get("source", "")]  # (README: for --quick)
+    return f"data: {', '.join(folders)} prepared" + (f" ({', '.join(trial)}: from a small file shipped in tests/data: "
+                                                     f"fine for --quick, not for a study's results)" if trial else "")

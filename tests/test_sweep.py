@@ -45,7 +45,7 @@ def test_data_too_short_for_the_block_size_stops_the_sweep_before_any_run(tmp_pa
     """Every run would fail on it, the cause only in each train.log: the dry run says so, the sweep stops."""
     study = tiny_study(tmp_path, "overrides = {'block_size': 1000}\n")  # the tiny val split: 776 tokens
     sweep.main([str(study), "--dry_run"])
-    assert (f"data: not ready (the sweep would stop at once): the study's runs read the dataset "
+    assert (f"data: not ready, so the sweep would stop at once: the study's runs read the dataset "
             f"{tmp_path / 'data' / 'tiny'} (arm linear): {tmp_path / 'data' / 'tiny' / 'val.bin'} holds 776 "
             f"tokens, fewer than block_size + 1 = 1001") in capsys.readouterr().out
     with pytest.raises(ValueError, match="val.bin holds 776 tokens, fewer than block_size"):
@@ -585,11 +585,12 @@ def test_runs_on_other_data_are_refused_before_any_run(study_file, tmp_path, mon
     with pytest.raises(ValueError, match="the dataset .* is the data prepared from tests/data/enwiki2015/AA"):
         sweep.submit(study, "nonlinear", 1e-2, 1, "local_submitit", 1, None, 1)
     sweep.main([str(study_file), "--dry_run"])
-    assert "data: not ready (the sweep would stop at once): the dataset" in capsys.readouterr().out
+    assert "data: not ready, so the sweep would stop at once: the dataset" in capsys.readouterr().out
     assert data_status(study, complete=True).startswith(  # a complete study: only --quick would run
-        f"data: not ready (the report does not need it; a --quick try would stop at once): {other_data}")
-    shutil.rmtree(run_dir(study, "linear", 1e-2, 1))
-    assert data_status(study) == f"data: {folder} prepared"
+        f"data: not ready for a sweep (the report does not need it): {other_data}")
+    shutil.rmtree(run_dir(study, "linear", 1e-2, 1))  # a study of its own on the trial file: a note
+    assert data_status(study) == (f"data: {folder} prepared ({folder}: from a small file shipped in tests/data: "
+                                  f"fine for --quick, not for a study's results)")
     finished_run(study, "linear", 1e-2, 1)
     json.dump(dict(saved, dataset_meta=meta("wiki/AA", "a" * 64)), open(record, "w"))
     finished_run(study, "nonlinear", 1e-2, 1)  # a run on the other data, in the same folder

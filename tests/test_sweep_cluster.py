@@ -44,7 +44,7 @@ def test_dry_run_of_the_paper_study_prints_its_runs_and_gpu_hours():
     assert ("The study: 54-66 runs, 1,010.5-1,235.0 GPU-hours (first wave: 24 runs, 449.1 GPU-hours); 0 finished, "
             "24 due now.") in out
     if not os.path.exists(ROOT / "data" / "openwebtext"):  # the usual case: not prepared here
-        assert "data: not ready (the sweep would stop at once): the study's runs read the dataset " \
+        assert "data: not ready, so the sweep would stop at once: the study's runs read the dataset " \
                "data/openwebtext" in out
     assert not os.path.exists(ROOT / "results" / "paper_small")  # nothing started, no folder made
     short = subprocess.run([sys.executable, "sweep.py", "studies/paper_short.py", "--dry_run", "--tokens_per_s",
@@ -86,7 +86,7 @@ def test_dry_run_of_a_complete_study_says_there_is_nothing_to_run(tmp_path, caps
     assert "6 finished, 0 due now. Complete: the sweep has nothing to run" in capsys.readouterr().out
     shutil.rmtree(tmp_path / "data")  # a clone with the committed runs but not the data: the report needs none
     sweep.main([str(study_file), "--dry_run", "--tokens_per_s", "3.6"])
-    assert "data: not ready (the report does not need it; a --quick try would stop at once): the study's runs " \
+    assert "data: not ready for a sweep (the report does not need it): the study's runs " \
            "read the dataset" in capsys.readouterr().out
 
 
