@@ -41,11 +41,12 @@ except ImportError as e:
 
 import eval as nlq_eval  # eval.py (the name shadows the builtin only in this module)
 import settings
-import sweep
 from checkpoint import check_same_dataset, read_metrics, replace_atomically
 from data import load_meta
 from model import GPTConfig, QUERY_MODE_ALIASES
 from settings import HelpFormatter, model_config
+from study import (QUICK_DIR, QUICK_FRACTION, final_seeds, final_val_loss, is_diverged, load_study, pick_best_lr,
+                   plan, quick_option, read_saved_config, run_config, run_dir)
 
 
 # ------------------------------------------------------------------------------------------- the numbers
@@ -122,23 +123,23 @@ def table(cols, rows, align=None):
 def read_run(study, arm, lr, seed):
     """One run (load_study has checked its settings) -> dict(status: done | diverged | unfinished | missing,
     final: its final loss once done, rows, config, ...)."""
-    out_dir = sweep.run_dir(study, arm, lr, seed)
-    rows, max_iters = read_metrics(out_dir), sweep.run_config(study, arm, lr, seed)["max_iters"]
+    out_dir = run_dir(study, arm, lr, seed)
+    rows, max_iters = read_metrics(out_dir), run_config(study, arm, lr, seed)["max_iters"]
     last = rows[-1] if rows else {}
-    status = ("missing" if not rows else "diverged" if sweep.is_diverged(last) else
+    status = ("missing" if not rows else "diverged" if is_diverged(last) else
               "done" if last["iter"] >= max_iters else "unfinished")
     return dict(arm=arm, lr=lr, seed=seed, out_dir=out_dir, status=status, iter=last.get("iter"),
-                max_iters=max_iters, final=sweep.final_val_loss(last) if status == "done" else None, rows=rows,
-                config=sweep.read_saved_config(os.path.join(out_dir, "config.json")))
+                max_iters=max_iters, final=final_val_loss(last) if status == "done" else None, rows=rows,
+                config=read_saved_config(os.path.join(out_dir, "config.json")))
 
 
 def collect(study):
-    """{arm: dict(plan=sweep.plan(...), search={(lr, seed): run}, finals={seed: run at the chosen lr})}."""
+    """{arm: dict(plan=plan(...), search={(lr, seed): run}, finals={seed: run at the chosen lr})}."""
     data = {}
     for arm in study["arms"]:
-        p = sweep.plan(study, arm)
+        p = plan(study, arm)
         search = {(lr, s): read_run(study, arm, lr, s) for lr in p["swept"] for s in study["selection_seeds"]}
-        finals = ({s: read_run(study, arm, p["chosen"], s) for s in sweep.final_seeds(study, arm)}
+        finals = ({s: read_run(study, arm, p["chosen"], s) for s in final_seeds(study, arm)}
                   if p["chosen"] is not None else {})
         data[arm] = dict(plan=p, search=search, finals=finals)
     return data
@@ -210,7 +211,7 @@ def compare_table(runs, bpe_dir=None):
     rows, notes, cache = [], [], {}
     for run in runs:
         last, cfg = run["rows"][-1], run["config"]
-        status = ("" if last["iter"] >= cfg["max_iters"] or sweep.is_diverged(last)
+        status = ("" if last["iter"] >= cfg["max_iters"] or is_diverged(last)
                   else f" (unfinished: max_iters {cfg['max_iters']})")
         full, bpb = last.get("val_loss_full"), "—"
         if full is not None:
@@ -224,7 +225,7 @@ def compare_table(runs, bpe_dir=None):
         else:  # runs made before metrics.jsonl had elapsed_s: the step times alone
             wall = f"{elapsed_seconds(run['rows'])[-1]:.0f} s*"
             notes.append(f"* {run['name']}: training steps only (evals not counted; the run predates elapsed_s)")
-        val = "diverged" if sweep.is_diverged(last) else fmt_loss(last.get("val_loss"))
+        val = "diverged" if is_diverged(last) else fmt_loss(last.get("val_loss"))
         rows.append([run["name"], f"{last['iter']:,}{status}", f"{last.get('tokens', 0):,}", val, fmt_loss(full),
                      bpb, wall])
     cols = ["run", "iters", "tokens", "val loss (fixed windows)", "val loss (whole split)", "bits/byte",
@@ -295,7 +296,7 @@ def plot_runs(runs):
 def compare(paths, out, bpe_dir=None):
     """Print a table of plain train.py runs, the settings that differ and what such a comparison cannot tell;
     plot their val-loss curves to <out>/val_loss.png."""
-    runs = [dict(name=p, rows=read_metrics(p), config=sweep.read_saved_config(os.path.join(p, "config.json")))
+    runs = [dict(name=p, rows=read_metrics(p), config=read_saved_config(os.path.join(p, "config.json")))
             for p in paths]
     empty = [run["name"] for run in runs if not run["rows"] or run["config"] is None]
     if empty:
@@ -348,7 +349,7 @@ def header(study_path, study, out):
     about = " ".join(c for c in comment if not c.startswith("python "))
     if study.get("quick"):  # the study at a fraction of its steps: say so first
         q = study["quick"]
-        cmds = [f"python {script} {study_path}{sweep.quick_option(q)}" for script in ("sweep.py", "report.py")]
+        cmds = [f"python {script} {study_path}{quick_option(q)}" for script in ("sweep.py", "report.py")]
         about = (f"**A --quick try of this study: every run at {q:g} of its steps. For trying the machinery, "
                  f"not for comparing arms: no difference is called, and a run this short may count as "
                  f"stalled. Its runs skip the whole-split eval, so where the study's text below speaks of "
@@ -366,7 +367,7 @@ def method(study, tokenizer):
     ref = study["reference"]
     bpb = " Bits per byte = loss / ln 2 (byte-level data: one token per byte)." if tokenizer == "byte" else ""
     first = next(iter(study["arms"]))
-    if sweep.run_config(study, first, study["grids"][first][0], study["seeds"][0])["eval_full_at_end"]:
+    if run_config(study, first, study["grids"][first][0], study["seeds"][0])["eval_full_at_end"]:
         final, key = "its val loss over the whole val split, every val token once", "`val_loss_full`"
     else:
         final, key = ("its last fixed-window val loss", "`val_loss`: these runs skip the whole-split eval "
@@ -401,7 +402,7 @@ def results_table(study, data, tokenizer):
     ref_losses = final_losses(data[ref])
     rows = []
     for arm, d in data.items():
-        cfg = sweep.run_config(study, arm, study["grids"][arm][0], study["seeds"][0])
+        cfg = run_config(study, arm, study["grids"][arm][0], study["seeds"][0])
         counts = settings.param_counts(model_config(cfg))  # as this clone's model.py builds it
         losses = final_losses(d)
         mean, std, n = summarize(list(losses.values()))
@@ -527,7 +528,7 @@ def curve_points(study, d):
 
 def band(losses, within=0.01):
     """{lr: mean selection loss, or None/inf} -> (best lr, [rates within `within` (a fraction) of its mean])."""
-    best = sweep.pick_best_lr(losses)
+    best = pick_best_lr(losses)
     if best is None:
         return None, []
     return best, sorted(lr for lr, v in losses.items()
@@ -806,7 +807,7 @@ def write_files(out, files):
 
 
 def default_out(study):
-    return os.path.join(sweep.QUICK_DIR if study.get("quick") else "results", study["name"])
+    return os.path.join(QUICK_DIR if study.get("quick") else "results", study["name"])
 
 
 def check_out(p, out, study_name):
@@ -827,7 +828,7 @@ def main(argv=None):
     p.add_argument("study", nargs="+", help="a study file, or train.py run folders to compare")
     p.add_argument("--out", type=os.path.expanduser, default=None,
                    help="output folder (default: results/<study name>; for run folders: out/compare)")
-    p.add_argument("--quick", type=float, nargs="?", const=sweep.QUICK_FRACTION, metavar="FRACTION",
+    p.add_argument("--quick", type=float, nargs="?", const=QUICK_FRACTION, metavar="FRACTION",
                    help="the runs of python sweep.py STUDY --quick (the report in out/quick/<name>)")
     p.add_argument("--bpe_dir", type=os.path.expanduser, default=None,
                    help="run folders: GPT-2's BPE files, for bits/byte of gpt2 runs (default: tests/data/gpt2)")
@@ -839,8 +840,8 @@ def main(argv=None):
     if len(args.study) > 1:
         p.error(f"give one study file, or run folders to compare; not a folder: "
                 f"{', '.join(x for x in args.study if not os.path.isdir(x))}")
-    study = sweep.load_study(args.study[0], args.quick)
-    again = f"python sweep.py {shlex.quote(args.study[0])}{sweep.quick_option(args.quick)}"
+    study = load_study(args.study[0], args.quick)
+    again = f"python sweep.py {shlex.quote(args.study[0])}{quick_option(args.quick)}"
     out = args.out or default_out(study)
     check_out(p, out, study["name"])  # now, before the runs are read
     data = collect(study)

@@ -99,21 +99,21 @@ def test_the_readme_study_file_runs_the_fair_study(tmp_path):
     """The README's studies/lowrank_cpu.py loads with its own runs folder, its linear and nonlinear arms are
     the CPU study's experiments (so sharing that study's committed runs, opt-in, is accepted), and its sweep
     starts with the same learning-rate search for every arm."""
-    import sweep
+    from study import final_seeds, load_study, run_args
     study_text = readme_blocks()[1]
     assert study_text.startswith("# studies/lowrank_cpu.py\n")
     path = tmp_path / "lowrank_cpu.py"
     path.write_text(study_text)
-    study = sweep.load_study(str(path))
-    cpu = sweep.load_study(str(ROOT / "studies" / "enwiki_cpu.py"))
+    study = load_study(str(path))
+    cpu = load_study(str(ROOT / "studies" / "enwiki_cpu.py"))
     assert study["runs_dir"] == "results/lowrank_cpu/runs"
     assert list(study["arms"]) == ["linear", "nonlinear", MODE]
     assert study["contrasts"][0][:2] == (MODE, "nonlinear") and study["precision"] == 0.003
     assert study["grids"][MODE] == cpu["grids"]["linear"] and study["seeds"] == cpu["seeds"]
     for arm in ("linear", "nonlinear"):  # the same experiments as the CPU study's, in another folder
-        ours, theirs = sweep.run_args(study, arm, 8e-3, 2001), sweep.run_args(cpu, arm, 8e-3, 2001)
+        ours, theirs = run_args(study, arm, 8e-3, 2001), run_args(cpu, arm, 8e-3, 2001)
         assert ours[:-1] == theirs[:-1] and ours[-1] == theirs[-1].replace("enwiki_cpu", "lowrank_cpu")
-    assert sweep.final_seeds(study, MODE) == cpu["seeds"]
+    assert final_seeds(study, MODE) == cpu["seeds"]
     path.write_text(study_text + 'runs_dir = "results/enwiki_cpu/runs"\n')  # sharing, opted into: accepted
-    shared = sweep.load_study(str(path))
-    assert sweep.run_args(shared, "linear", 8e-3, 2001) == sweep.run_args(cpu, "linear", 8e-3, 2001)
+    shared = load_study(str(path))
+    assert run_args(shared, "linear", 8e-3, 2001) == run_args(cpu, "linear", 8e-3, 2001)

@@ -20,10 +20,10 @@ import preemption
 import settings
 import eval as nlq_eval
 import sample
-import sweep
 import train
 from conftest import ROOT
 from model import GPT, GPTConfig, QUERY_MODES
+from study import final_row, final_val_loss, is_diverged, is_finished, load_study, plan, run_dir
 
 # The tiny settings "T", on a char dataset like shakespeare_char (vocab 65 -> embedding 128).
 T_SETTINGS = dict(n_layer=2, n_head=2, n_embd=32, block_size=32, batch_size=4, gradient_accumulation_steps=1,
@@ -77,7 +77,7 @@ def test_diverging_run_stops_and_keeps_the_finite_checkpoint(char_data, tmp_path
     # every line of the log is strict JSON
     for line in open(out / "metrics.jsonl"):
         json.loads(line, parse_constant=lambda c: pytest.fail(f"non-standard JSON constant {c}"))
-    assert sweep.is_diverged(last) and sweep.final_val_loss(last) is None
+    assert is_diverged(last) and final_val_loss(last) is None
 
 
 def test_diverging_run_on_the_command_line_exits_3_and_sample_still_works(char_data, tmp_path, capsys):
@@ -291,9 +291,9 @@ def test_sweep_with_a_diverging_learning_rate_finishes_the_rest(tmp_path):
                             text=True, cwd=ROOT, env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert result.returncode == 0, result.stdout + result.stderr
     assert "diverged: linear lr=1e+06 seed=1 (recorded; the sweep goes on)" in result.stdout
-    s = sweep.load_study(str(study))
-    assert sweep.is_diverged(sweep.final_row(sweep.run_dir(s, "linear", 1e6, 1)))
-    assert sweep.plan(s, "linear")["chosen"] == 1e-2 and sweep.is_finished(s, "linear", 1e-2, 2)
+    s = load_study(str(study))
+    assert is_diverged(final_row(run_dir(s, "linear", 1e6, 1)))
+    assert plan(s, "linear")["chosen"] == 1e-2 and is_finished(s, "linear", 1e-2, 2)
     import report
     text = report.main([str(study), "--out", str(tmp_path / "report")])
     assert "| 1e+06 | diverged (iter " in text and "| 0.01 | **" in text and "| linear | " in text

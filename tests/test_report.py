@@ -11,6 +11,7 @@ import pytest
 
 import settings
 import report
+import study as nlq_study  # study.py (a study's runs and its search)
 import sweep
 
 # Two made-up comparisons with the reference arm "linear", final seeds 11, 12, 13 (final losses, nats/token).
@@ -24,7 +25,7 @@ WELCH_WINS = {11: 1.99, 12: 1.97, 13: 1.95}
 
 def write_run(study, arm, lr, seed, final, max_iters=100, diverged=False):
     """A finished (or diverged, or unfinished when final is None) run's metrics.jsonl and config.json."""
-    out = sweep.run_dir(study, arm, lr, seed)
+    out = nlq_study.run_dir(study, arm, lr, seed)
     os.makedirs(out, exist_ok=True)
     rows = [dict(iter=0, tokens=0, val_loss=5.5, ms_per_iter=None)]
     if diverged:
@@ -38,7 +39,7 @@ def write_run(study, arm, lr, seed, final, max_iters=100, diverged=False):
     with open(os.path.join(out, "metrics.jsonl"), "w") as f:
         f.writelines(json.dumps(r) + "\n" for r in rows)
     with open(os.path.join(out, "config.json"), "w") as f:
-        json.dump({**sweep.run_config(study, arm, lr, seed), "dataset_meta": dict(tokenizer="byte")}, f)
+        json.dump({**nlq_study.run_config(study, arm, lr, seed), "dataset_meta": dict(tokenizer="byte")}, f)
 
 
 def make_study(tmp_path, ref=LINEAR, wins=PAIRED_WINS, welch=WELCH_WINS, header="# Toy study.\n"):
@@ -52,7 +53,7 @@ def make_study(tmp_path, ref=LINEAR, wins=PAIRED_WINS, welch=WELCH_WINS, header=
                     "'welch_wins': {'query_mode': 'identity'}}\nlearning_rates = [1e-3, 2e-3, 4e-3]\n"
                     "selection_seeds = [1]\nseeds = [11, 12, 13]\nhalf_steps = False\n"
                     f"runs_dir = {str(tmp_path / 'runs')!r}\n")
-    study = sweep.load_study(str(path))
+    study = nlq_study.load_study(str(path))
     for arm, finals in (("linear", ref), ("paired_wins", wins), ("welch_wins", welch)):
         for lr, loss in ((1e-3, 2.5), (2e-3, 2.3), (4e-3, 2.4)):
             write_run(study, arm, lr, 1, loss)
@@ -124,7 +125,7 @@ def test_final_runs_left_out_are_named_on_the_console(tmp_path, capsys):
     """A final run whose log is empty or cut short (in progress, or damaged) leaves the statistics on fewer
     seeds: the console says which runs, not only the README (a committed report was rebuilt on n=2 quietly)."""
     path, study = make_study(tmp_path)
-    open(os.path.join(sweep.run_dir(study, "linear", 0.002, 12), "metrics.jsonl"), "w").close()
+    open(os.path.join(nlq_study.run_dir(study, "linear", 0.002, 12), "metrics.jsonl"), "w").close()
     text = report.main([str(path), "--out", str(tmp_path / "results")])
     assert "| 0.002 | 2.1000 ± 0.1414 (2) |" in text
     out = capsys.readouterr().out
@@ -202,7 +203,7 @@ def test_a_failed_write_leaves_the_last_report_whole(tmp_path, monkeypatch):
 def test_a_run_without_a_config_is_named_as_damaged(tmp_path):
     """Metrics without the config.json train.py writes first is a damaged run: never counted unchecked."""
     path, study = make_study(tmp_path)
-    os.remove(os.path.join(sweep.run_dir(study, "linear", 2e-3, 13), "config.json"))
+    os.remove(os.path.join(nlq_study.run_dir(study, "linear", 2e-3, 13), "config.json"))
     damaged = r"lr0.002_seed13 is damaged: it has metrics.jsonl but no config.json"
     with pytest.raises(ValueError, match=damaged):
         report.main([str(path), "--out", str(tmp_path / "results")])
@@ -256,13 +257,13 @@ def test_report_with_no_runs(tmp_path):
                                          r"python sweep.py .*s.py first"):
         report.main([str(path), "--out", str(tmp_path / "r")])
     assert not (tmp_path / "r").exists()
-    study = sweep.load_study(str(path))
-    run = sweep.run_dir(study, "linear", 1e-3, 1)  # one run started: a report, 0 runs finished
+    study = nlq_study.load_study(str(path))
+    run = nlq_study.run_dir(study, "linear", 1e-3, 1)  # one run started: a report, 0 runs finished
     os.makedirs(run)
     with open(os.path.join(run, "metrics.jsonl"), "w") as f:
         f.write(json.dumps(dict(iter=0, val_loss=4.0)) + "\n")
     with open(os.path.join(run, "config.json"), "w") as f:
-        json.dump(sweep.run_config(study, "linear", 1e-3, 1), f)
+        json.dump(nlq_study.run_config(study, "linear", 1e-3, 1), f)
     text = report.main([str(path), "--out", str(tmp_path / "r")])
     assert "0 of 4 runs finished." in text and text.count(": missing") == 3
     assert (tmp_path / "r" / "forest.png").read_bytes().startswith(b"\x89PNG")
@@ -276,7 +277,7 @@ def test_elapsed_seconds_sums_step_times():
 # ------------------------------------------------------------------------------- learning-rate curves
 def write_curve_run(study, arm, lr, seed, evals, final=None, diverged=False):
     """A run with fixed-window val losses at iters 25, 50, 75, 100 (evals) and its whole-split final loss."""
-    out = sweep.run_dir(study, arm, lr, seed)
+    out = nlq_study.run_dir(study, arm, lr, seed)
     os.makedirs(out, exist_ok=True)
     rows = [dict(iter=0, tokens=0, val_loss=5.5)]
     rows += [dict(iter=25 * (i + 1), tokens=25 * (i + 1) * 64, val_loss=v, ms_per_iter=10.0)
@@ -288,7 +289,7 @@ def write_curve_run(study, arm, lr, seed, evals, final=None, diverged=False):
     with open(os.path.join(out, "metrics.jsonl"), "w") as f:
         f.writelines(json.dumps(r) + "\n" for r in rows)
     with open(os.path.join(out, "config.json"), "w") as f:
-        json.dump(sweep.run_config(study, arm, lr, seed), f)
+        json.dump(nlq_study.run_config(study, arm, lr, seed), f)
 
 
 def test_diverged_runs_are_listed_with_the_finished_ones():
@@ -354,7 +355,7 @@ def test_curve_and_band_tables_by_hand(tmp_path):
                     "arms = {'linear': {}, 'nonlinear': {'query_mode': 'nonlinear'}}\n"
                     "learning_rates = [1e-3, 2e-3, 4e-3]\nselection_seeds = [1, 2, 3]\nseeds = [11]\n"
                     f"max_extensions = 0\nhalf_steps = False\nruns_dir = {str(tmp_path / 'runs')!r}\n")
-    study = sweep.load_study(str(path))
+    study = nlq_study.load_study(str(path))
     plateau = [2.60, 2.40, 2.20, 2.10]  # leaves the plateau: 2.40 < 0.95 x 2.60
     stalled = [2.60, 2.58, 2.50, 2.45]
     finals = {"linear": {1e-3: (2.50, 2.52, 2.54), 2e-3: (2.30, 2.31, 2.32), 4e-3: (2.32, 2.33, 2.34)},
@@ -408,7 +409,7 @@ def test_curve_and_band_tables_by_hand(tmp_path):
     results = report.results_table(study, report.collect(study), "char")
     rows = {line.split(" | ")[0][2:]: line for line in results.splitlines()[2:]}
     assert "| 2.3000 (1) | 0 of 1 |" in rows["linear"] and "| 2.4500 (1) | 1 of 1 |" in rows["nonlinear"]
-    os.remove(os.path.join(sweep.run_dir(study, "linear", 1e-3, 3), "metrics.jsonl"))  # seed 3 not run yet
+    os.remove(os.path.join(nlq_study.run_dir(study, "linear", 1e-3, 3), "metrics.jsonl"))  # seed 3 not run yet
     text = report.search_table(study, report.collect(study))
     assert "| 0.001 | 2.5100 (2 of 3 seeds) | 2.4200 |" in text  # the mean of 2.50 and 2.52 so far
 

@@ -20,6 +20,8 @@ import model
 import report
 import sweep
 from conftest import ROOT, write_tiny_dataset
+from study import (check_data, check_settings, data_status, due_runs, final_row, is_finished, load_study, plan,
+                   quick_option, run_config, run_dir, selection_loss, settings_diff)
 
 
 def tiny_study(tmp_path, extra=""):
@@ -77,22 +79,22 @@ def starts(log_path):
 
 def test_killed_sweep_restarts_without_rerunning_finished_runs(one_arm_study):
     study_file = one_arm_study
-    study = sweep.load_study(str(study_file))
-    first = sweep.run_dir(study, "linear", 3e-3, 1)  # the search runs its grid in ascending order
-    second = sweep.run_dir(study, "linear", 1e-2, 1)
+    study = load_study(str(study_file))
+    first = run_dir(study, "linear", 3e-3, 1)  # the search runs its grid in ascending order
+    second = run_dir(study, "linear", 1e-2, 1)
     proc = subprocess.Popen([sys.executable, str(ROOT / "sweep.py"), str(study_file)], start_new_session=True,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 120
     try:  # kill once the first run is done and the second has a checkpoint but has not finished
         while time.time() < deadline:
-            row = sweep.final_row(second)
-            if sweep.is_finished(study, "linear", 3e-3, 1) and row and 0 < row["iter"] < 20:
+            row = final_row(second)
+            if is_finished(study, "linear", 3e-3, 1) and row and 0 < row["iter"] < 20:
                 break
             time.sleep(0.02)
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
-    row = sweep.final_row(second)
+    row = final_row(second)
     assert row is not None and row["iter"] < 20, "the sweep was not caught mid-run"
     deadline = time.time() + 30  # its train.py got the SIGKILL too, but may hold its run's lock a moment longer
     while checkpoint.is_locked(os.path.join(second, ".lock")) and time.time() < deadline:  # (a loaded machine)
@@ -101,8 +103,8 @@ def test_killed_sweep_restarts_without_rerunning_finished_runs(one_arm_study):
 
     sweep.main([str(study_file)])
     runs = [(a, lr, 1) for a in study["arms"] for lr in study["learning_rates"]]
-    runs += [(a, sweep.plan(study, a)["chosen"], 2) for a in study["arms"]]
-    assert all(sweep.is_finished(study, *run) for run in runs)
+    runs += [(a, plan(study, a)["chosen"], 2) for a in study["arms"]]
+    assert all(is_finished(study, *run) for run in runs)
     assert starts(os.path.join(first, "train.log")) == 1  # not rerun
     assert os.path.getmtime(os.path.join(first, "metrics.jsonl")) == first_mtime
     assert "resumed from" in open(os.path.join(second, "train.log")).read()
@@ -111,11 +113,11 @@ def test_killed_sweep_restarts_without_rerunning_finished_runs(one_arm_study):
 
 
 def test_chosen_lr_and_print_mode(study_file, capsys):
-    study = sweep.load_study(str(study_file))
+    study = load_study(str(study_file))
     for lr, loss in ((1e-2, 2.0), (3e-3, 1.5)):
         write_run(study, "linear", lr, 1, [dict(iter=20, val_loss=loss)])
-    assert sweep.plan(study, "linear")["chosen"] == 3e-3
-    assert sweep.plan(study, "nonlinear")["chosen"] is None  # not swept yet
+    assert plan(study, "linear")["chosen"] == 3e-3
+    assert plan(study, "nonlinear")["chosen"] is None  # not swept yet
     sweep.main([str(study_file), "--print", "2"])
     lines = capsys.readouterr().out.splitlines()
     assert all(line.startswith("torchrun --standalone --nproc_per_node=2 train.py ") for line in lines[:-1])
@@ -125,25 +127,25 @@ def test_chosen_lr_and_print_mode(study_file, capsys):
     # the study's 1 micro-batch of 4 cannot be shared by 2 processes: 2 micro-batches of 2, same global batch,
     # (the eval windows do not depend on the batch): the same experiment
     assert lines[-2].endswith("--batch_size=2 --gradient_accumulation_steps=2")
-    out = sweep.run_dir(study, "linear", 3e-3, 2)
+    out = run_dir(study, "linear", 3e-3, 2)
     os.makedirs(out)
     with open(os.path.join(out, "config.json"), "w") as f:  # as that command's run saves it
-        json.dump(dict(sweep.run_config(study, "linear", 3e-3, 2), batch_size=2, gradient_accumulation_steps=2,
+        json.dump(dict(run_config(study, "linear", 3e-3, 2), batch_size=2, gradient_accumulation_steps=2,
                        eval_windows=8), f)
-    assert sweep.settings_diff(study, "linear", 3e-3, 2) == {}
+    assert settings_diff(study, "linear", 3e-3, 2) == {}
     with open(os.path.join(out, "config.json"), "w") as f:  # the official code's name of the mode: the same run
-        json.dump(dict(sweep.run_config(study, "linear", 3e-3, 2), query_mode="original"), f)
-    assert sweep.settings_diff(study, "linear", 3e-3, 2) == {}
+        json.dump(dict(run_config(study, "linear", 3e-3, 2), query_mode="original"), f)
+    assert settings_diff(study, "linear", 3e-3, 2) == {}
     with open(os.path.join(out, "config.json"), "w") as f:  # the other official name: another mode
-        json.dump(dict(sweep.run_config(study, "linear", 3e-3, 2), query_mode="residual_gelu"), f)
-    assert sweep.settings_diff(study, "linear", 3e-3, 2) == {"query_mode": ("residual_gelu", "linear")}
+        json.dump(dict(run_config(study, "linear", 3e-3, 2), query_mode="residual_gelu"), f)
+    assert settings_diff(study, "linear", 3e-3, 2) == {"query_mode": ("residual_gelu", "linear")}
     shutil.rmtree(out)
     assert lines[-1].startswith("# more runs follow")
     with pytest.raises(ValueError,
                        match="neither gradient_accumulation_steps=1 nor batch_size=4 divides among 3"):
         sweep.main([str(study_file), "--print", "3"])
     for arm, lr, seed in ((a, lr, s) for a in study["arms"] for lr in (1e-2, 3e-3) for s in (1, 2)):
-        if not sweep.is_finished(study, arm, lr, seed):  # every run finished: --print says so
+        if not is_finished(study, arm, lr, seed):  # every run finished: --print says so
             finished_run(study, arm, lr, seed)
     sweep.main([str(study_file), "--print", "2"])
     assert capsys.readouterr().out == (f"# nothing due: every run of the study has finished; its report: "
@@ -160,34 +162,29 @@ def test_chosen_lr_and_print_mode(study_file, capsys):
                                        f"({study['runs_dir']}); its report: python report.py {study_file}\n")
 
 
-def test_printed_commands_paste_into_a_shell_and_a_folder_is_not_a_study(tmp_path, capsys):
+def test_printed_commands_paste_into_a_shell(tmp_path, capsys):
     """--print quotes what needs quoting (a runs_dir with a space): the shell gives train.py the run's own
     arguments."""
     study_file = tiny_study(tmp_path / "with space", "half_steps = False\nmax_extensions = 0\n" + ONE_ARM)
     sweep.main([str(study_file), "--print", "1"])
     line = capsys.readouterr().out.splitlines()[0]
-    study = sweep.load_study(str(study_file))
-    run = sweep.due_runs(study)[0]
+    study = load_study(str(study_file))
+    run = due_runs(study)[0]
     assert shlex.split(line)[4:] == sweep.nproc_run_args(study, *run, 1)
-    assert f"'--out_dir={sweep.run_dir(study, *run)}'" in line and " " in sweep.run_dir(study, *run)
-    with pytest.raises(FileNotFoundError, match=f"study file {tmp_path} is a folder; give a study file"):
-        sweep.main([str(tmp_path)])
-    (tmp_path / "metrics.jsonl").write_text('{"iter": 0, "val_loss": null}\n')  # was run as Python: NameError
-    with pytest.raises(ValueError, match=f"study file {tmp_path / 'metrics.jsonl'} is not a .py file; give a"):
-        sweep.main([str(tmp_path / "metrics.jsonl")])
+    assert f"'--out_dir={run_dir(study, *run)}'" in line and " " in run_dir(study, *run)
     for gpus in ("0", "-3"):  # 0 was taken as unset (the study's value or 1), -3 passed a dry run
         with pytest.raises(SystemExit):
             sweep.main([str(study_file), "--dry_run", "--gpus_per_run", gpus])
-        assert f"--gpus_per_run {gpus}: give 1 or more" in capsys.readouterr().err
+        assert "--gpus_per_run must be >= 1" in capsys.readouterr().err
 
 
 def write_run(study, arm, lr, seed, rows):
     """A run folder as train.py leaves it, without training: config.json (the study's settings) and
     metrics.jsonl with the given rows."""
-    out = sweep.run_dir(study, arm, lr, seed)
+    out = run_dir(study, arm, lr, seed)
     os.makedirs(out, exist_ok=True)
     with open(os.path.join(out, "config.json"), "w") as f:
-        json.dump(sweep.run_config(study, arm, lr, seed), f)
+        json.dump(run_config(study, arm, lr, seed), f)
     with open(os.path.join(out, "metrics.jsonl"), "w") as f:
         f.writelines(json.dumps(row) + "\n" for row in rows)
 
@@ -203,19 +200,19 @@ def test_search_extends_at_the_edge_then_takes_half_steps(study_file):
     text = study_file.read_text().replace("learning_rates = [1e-2, 3e-3]",
                                           "learning_rates = [4e-3, 1e-3, 2e-3]")
     study_file.write_text(text.replace("half_steps = False\nmax_extensions = 0\n", "seeds = [2, 3]\n"))
-    study = sweep.load_study(str(study_file))
+    study = load_study(str(study_file))
     assert study["grids"]["linear"] == [1e-3, 2e-3, 4e-3]
     for lr, loss in ((1e-3, 2.5), (2e-3, 2.3), (4e-3, 2.2)):
         fake_run(study, "linear", lr, 1, loss)
-    p = sweep.plan(study, "linear")
+    p = plan(study, "linear")
     assert p["due"] == [("linear", 8e-3, 1)] and p["chosen"] is None
     assert p["notes"] == ["best rate 0.004 was at the upper edge: added 0.008"]
     fake_run(study, "linear", 8e-3, 1, 2.4)
-    p = sweep.plan(study, "linear")
+    p = plan(study, "linear")
     assert p["due"] == [("linear", 0.00283, 1), ("linear", 0.00566, 1)]
     fake_run(study, "linear", 0.00283, 1, 2.25)
     fake_run(study, "linear", 0.00566, 1, 2.15)
-    p = sweep.plan(study, "linear")
+    p = plan(study, "linear")
     assert p["chosen"] == 0.00566 and p["swept"] == [1e-3, 2e-3, 0.00283, 4e-3, 0.00566, 8e-3]
     assert p["due"] == [("linear", 0.00566, 2), ("linear", 0.00566, 3)]  # never seed 1, the selection seed
     assert p["losses"][0.00566] == pytest.approx(2.15)
@@ -224,18 +221,18 @@ def test_search_extends_at_the_edge_then_takes_half_steps(study_file):
 def test_search_stops_extending_after_max_extensions_and_skips_diverged(study_file):
     text = study_file.read_text().replace("max_extensions = 0", "max_extensions = 1")
     study_file.write_text(text)
-    study = sweep.load_study(str(study_file))
+    study = load_study(str(study_file))
     fake_run(study, "nonlinear", 3e-3, 1, 2.0)
-    out = sweep.run_dir(study, "nonlinear", 1e-2, 1)
+    out = run_dir(study, "nonlinear", 1e-2, 1)
     os.makedirs(out)
     with open(os.path.join(out, "metrics.jsonl"), "w") as f:  # a diverged run: +inf for the search
         f.write(json.dumps(dict(iter=7, train_loss=None, diverged=True)) + "\n")
-    assert (sweep.is_finished(study, "nonlinear", 1e-2, 1)
-            and sweep.selection_loss(study, "nonlinear", 1e-2) == math.inf)
-    p = sweep.plan(study, "nonlinear")
+    assert (is_finished(study, "nonlinear", 1e-2, 1)
+            and selection_loss(study, "nonlinear", 1e-2) == math.inf)
+    p = plan(study, "nonlinear")
     assert p["due"] == [("nonlinear", 0.0009, 1)]  # 3e-3 is the lower edge: one grid step (1e-2 / 3e-3) down
     fake_run(study, "nonlinear", 0.0009, 1, 1.9)
-    p = sweep.plan(study, "nonlinear")
+    p = plan(study, "nonlinear")
     assert (p["chosen"] == 0.0009
             and p["notes"][-1] == "best rate 0.0009 is still at the edge after 1 extensions")
 
@@ -244,13 +241,13 @@ def test_study_continues_on_a_fresh_clone_without_rerunning_finished_runs(one_ar
     """Part of a study runs in clone A; clone B gets what git holds (each run's metrics.jsonl and config.json,
     no checkpoints, no logs) and finishes the study without rerunning any run that A finished."""
     study_file = one_arm_study
-    study = sweep.load_study(str(study_file))
-    first = sweep.due_runs(study)[:1]  # clone A runs 1 of the 2 search runs, then stops
+    study = load_study(str(study_file))
+    first = due_runs(study)[:1]  # clone A runs 1 of the 2 search runs, then stops
     for run in first:
         assert sweep.launch(study, *run, threads=1) is None
     clone = tmp_path / "clone_b"
     for run in first:
-        src = sweep.run_dir(study, *run)
+        src = run_dir(study, *run)
         dst = clone / os.path.relpath(src, tmp_path / "runs")
         dst.mkdir(parents=True)
         for name in ("metrics.jsonl", "config.json"):
@@ -258,10 +255,10 @@ def test_study_continues_on_a_fresh_clone_without_rerunning_finished_runs(one_ar
     study_b = study_file.parent / "study_b.py"
     study_b.write_text(study_file.read_text().replace(repr(str(tmp_path / "runs")), repr(str(clone))))
     sweep.main([str(study_b), "--threads", "1"])
-    b = sweep.load_study(str(study_b))
+    b = load_study(str(study_b))
     for run in first:
-        assert not os.path.exists(os.path.join(sweep.run_dir(b, *run), "train.log"))  # never launched in B
-    assert all(sweep.plan(b, arm)["chosen"] is not None and not sweep.plan(b, arm)["due"]
+        assert not os.path.exists(os.path.join(run_dir(b, *run), "train.log"))  # never launched in B
+    assert all(plan(b, arm)["chosen"] is not None and not plan(b, arm)["due"]
                for arm in b["arms"])
 
 
@@ -269,35 +266,34 @@ def test_study_typos_fail_before_any_run(tmp_path, study_file):
     bad = tmp_path / "bad_study.py"
     bad.write_text(study_file.read_text().replace("query_mode='nonlinear'", "query_mod='nonlinear'"))
     with pytest.raises(ValueError, match="unknown config key 'query_mod'"):
-        sweep.load_study(str(bad))
-    (tmp_path / "imp.py").write_text("")  # not a close name: '.py' alone made 'nope.py' look like it
+        load_study(str(bad))
     with pytest.raises(FileNotFoundError, match=r"nope\.py not found$"):
-        sweep.load_study(str(tmp_path / "nope.py"))
+        load_study(str(tmp_path / "nope.py"))
     (tmp_path / "incomplete.py").write_text("name = 'x'\n")
     with pytest.raises(ValueError,
                        match="does not set config, overrides, arms, learning_rates, selection_seeds, seeds"):
-        sweep.load_study(str(tmp_path / "incomplete.py"))
+        load_study(str(tmp_path / "incomplete.py"))
 
 
 def test_edited_study_does_not_reuse_old_runs(study_file, tmp_path):
-    study = sweep.load_study(str(study_file))
-    out = sweep.run_dir(study, "linear", 1e-2, 1)
+    study = load_study(str(study_file))
+    out = run_dir(study, "linear", 1e-2, 1)
     os.makedirs(out)
-    saved = {**sweep.run_config(study, "linear", 1e-2, 1), "n_embd": 64, "device": "cuda"}
+    saved = {**run_config(study, "linear", 1e-2, 1), "n_embd": 64, "device": "cuda"}
     with open(os.path.join(out, "config.json"), "w") as f:
         json.dump(saved, f)
     with pytest.raises(ValueError, match="holds a run with other settings.*'n_embd': \\(64, 32\\)"):
-        sweep.check_settings(study, "linear", 1e-2, 1)
+        check_settings(study, "linear", 1e-2, 1)
     saved["n_embd"] = 32  # device, dtype, compile, logging: not part of the experiment
     with open(os.path.join(out, "config.json"), "w") as f:
         json.dump(saved, f)
-    sweep.check_settings(study, "linear", 1e-2, 1)
+    check_settings(study, "linear", 1e-2, 1)
     saved.update(init_from="resume", initialised_from="gpt2")  # resumed, but it started from GPT-2's weights
     with open(os.path.join(out, "config.json"), "w") as f:
         json.dump(saved, f)
     with pytest.raises(ValueError, match="holds a run with other settings.*'initialised_from': \\('gpt2', "
                                          "'scratch'\\)"):
-        sweep.check_settings(study, "linear", 1e-2, 1)
+        check_settings(study, "linear", 1e-2, 1)
 
 
 def test_arms_that_differ_in_precision_and_a_copy_of_a_committed_study_are_accepted(study_file, tmp_path):
@@ -306,20 +302,19 @@ def test_arms_that_differ_in_precision_and_a_copy_of_a_committed_study_are_accep
     both = tmp_path / "precision.py"
     both.write_text(study_file.read_text().replace("'nonlinear': dict(query_mode='nonlinear')",
                                                    "'linear_bf16': dict(query_mode='linear', dtype='bfloat16')"))
-    assert list(sweep.load_study(str(both))["arms"]) == ["linear", "linear_bf16"]
+    assert list(load_study(str(both))["arms"]) == ["linear", "linear_bf16"]
     committed = ROOT / "studies" / "controls_cpu_long.py"
     copy = tmp_path / "controls_cpu_long.py"
     copy.write_text(committed.read_text())
-    assert sweep.load_study(str(copy))["name"] == "controls_cpu_long"
+    assert load_study(str(copy))["name"] == "controls_cpu_long"
     copy.write_text(committed.read_text() + "seeds = [1]\n")
     with pytest.raises(ValueError, match="its name 'controls_cpu_long' is the study studies/controls_cpu_long.py's"):
-        sweep.load_study(str(copy))
+        load_study(str(copy))
 
 
 @pytest.mark.parametrize("edit,message", [
     (("arms = {", "arms = {}\n_unused = {"), "arms must be a non-empty dict"),
-    (("learning_rates = [1e-2, 3e-3]", "learning_rates = 1e-3"),
-     r"learning_rates must be a non-empty list.* \(one rate is a list too: \[0\.001\]\)"),
+    (("learning_rates = [1e-2, 3e-3]", "learning_rates = 1e-3"), "learning_rates must be a non-empty list"),
     # wrong shapes that raised TypeErrors inside the checks (an adversarial trial), each named by its check
     (("seeds = [2]", "seeds = 5"), "seeds must be a non-empty list of ints"),
     (("seeds = [2]", "seeds = [[1], [2]]"), "seeds must be a non-empty list of ints"),
@@ -329,53 +324,35 @@ def test_arms_that_differ_in_precision_and_a_copy_of_a_committed_study_are_accep
       "learning_rates = {'linear': [1e-3], 'nonlinear': 1e-3}\nselection_seeds = []"),
      "learning_rates must be a non-empty list"),
     (("learning_rates = [1e-2, 3e-3]", "learning_rates = [[1e-3], [2e-3]]"),
-     r"learning_rates must be a non-empty list.*\(not a positive finite number: \[0\.001\]\)"),
+     r"learning_rates must be a non-empty list of positive numbers"),
     (("learning_rates = [1e-2, 3e-3]", "learning_rates = {'linear': [1e-2]}"),
-     r"for every arm \(the dict's arms \['linear'\], the study's \['linear', 'nonlinear'\]\)"),
+     r"learning_rates must be .* or a dict arm -> such a list for every arm"),
     (("seeds = [2]", "seeds = ['1']"), "seeds must be a non-empty list of ints"),
     (("seeds = [2]", "seeds = [1, 2]"), r"seeds \[1\] are both selection and final seeds"),
     (("selection_seeds = [1]\n", ""), "does not set selection_seeds"),
-    (("overrides = {}\n", ""), r"does not set overrides \(overrides = \{\} for none: the config's settings as"),
+    (("overrides = {}\n", ""), r"does not set overrides"),
     (("max_extensions = 0", "out_root = 'x'"), "sets unknown keys \\['out_root'\\]"),
-    (("max_extensions = 0", "seeds_per_arm = {'identity': 1}"),
-     "seeds_per_arm names \\['identity'\\], which are not"),
+    (("max_extensions = 0", "seeds_per_arm = {'identity': 1}"), "seeds_per_arm must be a dict: arm of this study"),
     (("query_mode='nonlinear'", "query_mode='nonlinaer'"), "unknown query_mode 'nonlinaer'"),
     (("seeds = [2]", "seeds = = [2]"), "bad.py failed: SyntaxError"),
     (("query_mode='nonlinear'", "query_mode='nonlinear', init_from='resume'"),
-     "arm nonlinear sets init_from='resume'; leave it out: sweep.py resumes each run that has a checkpoint"),
+     "arm nonlinear sets init_from='resume'; a study's runs train from scratch"),
     (("query_mode='nonlinear'", "query_mode='nonlinear', min_lr=1.0"),
      "arm nonlinear at learning rate 0.003: min_lr=1 is above learning_rate=0.003: the schedule would rise"),
-    (("max_extensions = 0", "precision = 3"), r"precision must be None or the 95% CI half-width .* e\.g\. 0\.003 "
-                                             r"for 0\.3%; got 3 \(int\)"),
-    (("max_extensions = 0", "precision = '0.3'"), r"got '0\.3' \(str\)"),
     (("max_extensions = 0", "reference = ['linear']"),
-     r"reference must be the name of one of the arms \(linear, nonlinear\), got \['linear'\]"),
+     r"reference must be the name of one of the arms \(linear, nonlinear\)"),
     (("max_extensions = 0", "contrasts = [('nonlinear', 'lowrnak', 'x')]"),
-     r"contrasts name \['lowrnak'\], which are not arms of this study; its arms: linear, nonlinear"),
-    (("overrides = {}", "overrides = {'max_iters': 0}"), r"max_iters=0: its runs would not train"),
-    (("'nonlinear': dict(", "'original': dict(query_mode='original'), 'nonlinear': dict("),
-     r"arms linear and original are the same experiment \(the same model, settings and learning rates"),
+     r"contrasts must be a list of \(arm, other arm, .*two different arms of linear, nonlinear"),
     # a study that imports (or copies) a committed one and keeps its name would write that study's report
     (("name = 'tiny'", "from studies.enwiki_cpu import name"),
-     r"its name 'enwiki_cpu' is the study studies/enwiki_cpu\.py's \(taken over from it by an import or a copy\?\)"
-     r", whose report and runs are in results/enwiki_cpu/; set name = '\.\.\.' to a name of this study's own"),
+     r"its name 'enwiki_cpu' is the study studies/enwiki_cpu\.py's \(taken over by an import or a copy\?\): set "
+     r"name = '\.\.\.' to a name of its own"),
 ])
 def test_bad_study_values(study_file, tmp_path, edit, message):
     bad = tmp_path / "bad.py"
     bad.write_text(study_file.read_text().replace(*edit))
     with pytest.raises(ValueError, match=message):
-        sweep.load_study(str(bad))
-
-
-def test_missing_study_and_config_files_are_named_with_the_closest_name(study_file, tmp_path):
-    with pytest.raises(FileNotFoundError, match=r"study file .*tiny_studdy\.py not found, did you mean "
-                                                r".*tiny_study\.py\?"):
-        sweep.load_study(str(tmp_path / "tiny_studdy.py"))
-    bad = tmp_path / "bad.py"
-    bad.write_text(study_file.read_text().replace("tiny_config.py", "tiny_confg.py"))
-    with pytest.raises(FileNotFoundError, match=r"study file .*bad\.py: its config file .*tiny_confg\.py not "
-                                                r"found, did you mean .*tiny_config\.py\?"):
-        sweep.load_study(str(bad))
+        load_study(str(bad))
 
 
 def command_lines():
@@ -399,20 +376,20 @@ def test_a_run_killed_by_sigint_during_start_up_is_interrupted_too(study_file, m
         def wait(self):
             return -signal.SIGINT
     monkeypatch.setattr(sweep.subprocess, "Popen", DiesOfSigint)
-    study = sweep.load_study(str(study_file))
+    study = load_study(str(study_file))
     failure = sweep.launch(study, "linear", 1e-2, 1, threads=1)
     # stopped before its first checkpoint, it starts again (not 'resumes'); -15, a SIGTERM then, is 'stopped'
     assert "was interrupted (Ctrl-C); it had no checkpoint yet, so it starts again when the sweep" in failure
     assert "interrupted: linear lr=0.01 seed=1 (it had no checkpoint yet" in capsys.readouterr().out
     DiesOfSigint.wait = lambda self: -signal.SIGTERM
-    open(os.path.join(sweep.run_dir(study, "linear", 1e-2, 1), "ckpt.pt"), "w").close()  # one from before
+    open(os.path.join(run_dir(study, "linear", 1e-2, 1), "ckpt.pt"), "w").close()  # one from before
     failure = sweep.launch(study, "linear", 1e-2, 1, threads=1)
     assert "was stopped by a signal; it resumes from its last checkpoint when the sweep runs again" in failure
     assert "stopped: linear lr=0.01 seed=1 (it resumes" in capsys.readouterr().out
 
     class FinishesThenSigint(DiesOfSigint):  # Ctrl-C as the run ended: its last row was written
         def wait(self):
-            shutil.rmtree(sweep.run_dir(study, "linear", 3e-3, 1), ignore_errors=True)
+            shutil.rmtree(run_dir(study, "linear", 3e-3, 1), ignore_errors=True)
             finished_run(study, "linear", 3e-3, 1)
             return 130
     monkeypatch.setattr(sweep.subprocess, "Popen", FinishesThenSigint)
@@ -425,7 +402,7 @@ def sweep_of_one_long_run(tmp_path):
     first checkpoint -> (the sweep's Popen, the run's folder)."""
     study_file = tiny_study(tmp_path, ONE_ARM + "learning_rates = [3e-3]\nselection_seeds = []\n"
                                       "overrides = {'max_iters': 100000, 'lr_decay_iters': 100000}\n")
-    out = sweep.run_dir(sweep.load_study(str(study_file)), "linear", 3e-3, 2)
+    out = run_dir(load_study(str(study_file)), "linear", 3e-3, 2)
     proc = subprocess.Popen([sys.executable, str(ROOT / "sweep.py"), str(study_file), "--threads", "1"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     deadline = time.time() + 120
@@ -507,21 +484,21 @@ def test_per_arm_given_learning_rates_skip_the_search(study_file, capsys):
     text = study_file.read_text().replace("learning_rates = [1e-2, 3e-3]",
                                           "learning_rates = {'linear': [3e-3], 'nonlinear': [5e-3]}")
     study_file.write_text(text.replace("selection_seeds = [1]", "selection_seeds = []"))
-    study = sweep.load_study(str(study_file))
-    assert sweep.due_runs(study) == [("linear", 3e-3, 2), ("nonlinear", 5e-3, 2)]
-    assert sweep.plan(study, "nonlinear")["chosen"] == 5e-3
+    study = load_study(str(study_file))
+    assert due_runs(study) == [("linear", 3e-3, 2), ("nonlinear", 5e-3, 2)]
+    assert plan(study, "nonlinear")["chosen"] == 5e-3
     sweep.main([str(study_file), "--dry_run", "--tokens_per_s=100"])  # no search: one count of runs, not "2-2"
     assert "The study: 2 runs, 0.0 CPU-hours (first wave: 2 runs, 0.0 CPU-hours); 0 finished, 2 due now." \
         in capsys.readouterr().out
     bad = study_file.read_text().replace("'nonlinear': [5e-3]", "'nonlinear': [5e-3, 1e-2]")
     study_file.write_text(bad)
     with pytest.raises(ValueError, match="selection_seeds must be a non-empty list of ints"):
-        sweep.load_study(str(study_file))
+        load_study(str(study_file))
 
 
 def finished_run(study, arm, lr, seed):
     """A finished run of the study, as a committed one is: metrics.jsonl and config.json only."""
-    write_run(study, arm, lr, seed, [dict(iter=sweep.run_config(study, arm, lr, seed)["max_iters"], tokens=0,
+    write_run(study, arm, lr, seed, [dict(iter=run_config(study, arm, lr, seed)["max_iters"], tokens=0,
                                           val_loss=2.0, val_loss_full=2.0, ms_per_iter=10.0)])
 
 
@@ -529,7 +506,7 @@ def test_a_clashing_study_is_refused_before_any_run_starts(study_file, tmp_path,
     """A study that shares a runs folder holding other experiments (here: the same arms cut to 10 steps by its
     overrides) is refused by sweep.py before anything launches, and by report.py alike, with a fix that
     deletes nothing; the study that made those runs is accepted."""
-    study = sweep.load_study(str(study_file))
+    study = load_study(str(study_file))
     finished_run(study, "linear", 1e-2, 1)
     finished_run(study, "nonlinear", 3e-3, 1)
     clash = tmp_path / "short_study.py"
@@ -545,33 +522,27 @@ def test_a_clashing_study_is_refused_before_any_run_starts(study_file, tmp_path,
         assert "give this study its own runs folder" in message and "--quick" in message
         assert "delet" not in message.lower()
     assert launched == [] and not os.path.exists(tmp_path / "results")
-    sweep.load_study(str(study_file))  # the runs' own study
-    shutil.rmtree(sweep.run_dir(study, "nonlinear", 3e-3, 1))
+    load_study(str(study_file))  # the runs' own study
+    shutil.rmtree(run_dir(study, "nonlinear", 3e-3, 1))
     with pytest.raises(ValueError, match="1 run folder"):
-        sweep.load_study(str(clash))
+        load_study(str(clash))
 
 
 def test_runs_made_by_another_model_py_are_refused(study_file, tmp_path):
     """The same settings, another model: config.json records the parameter counts train.py built. A run whose
     counts differ from what this clone's model.py builds for its arm (model.py changed since, e.g. a query mode
     edited) is refused by the sweep and the report, naming both counts, the commit and a fix."""
-    study = sweep.load_study(str(study_file))
+    study = load_study(str(study_file))
     finished_run(study, "nonlinear", 1e-2, 1)
-    path = os.path.join(sweep.run_dir(study, "nonlinear", 1e-2, 1), "config.json")
+    path = os.path.join(run_dir(study, "nonlinear", 1e-2, 1), "config.json")
     saved = json.loads(open(path).read())
     built = settings.param_counts(settings.model_config(saved))
-    for damaged in ("x", 5, {"non_embedding": "5"}):  # counts that are not train.py's: a damaged run folder
-        with open(path, "w") as f:
-            json.dump({**saved, "param_counts": damaged}, f)
-        with pytest.raises(ValueError, match=r"lr0.01_seed1 is damaged: its config.json's param_counts is "
-                                             + re.escape(repr(damaged))):
-            sweep.load_study(str(study_file))
     for counts, refused in ((built, False), ({**built, "non_embedding": built["non_embedding"] - 1024}, True)):
         with open(path, "w") as f:
             json.dump({**saved, "param_counts": counts, "code": dict(commit="0123abc" * 5 + "01234", edited=False)},
                       f)
         if not refused:
-            sweep.load_study(str(study_file))  # the counts this model.py builds: the run is the study's
+            load_study(str(study_file))  # the counts this model.py builds: the run is the study's
             continue
         for main in (sweep.main, report.main):
             with pytest.raises(ValueError) as e:
@@ -592,42 +563,38 @@ def test_runs_on_other_data_are_refused_before_any_run(study_file, tmp_path, mon
     meta = lambda source, sha: dict(json.loads((folder / "meta.json").read_text()), source=source,
                                     sha256={"train.bin": sha, "val.bin": "b" * 64})
     (folder / "meta.json").write_text(json.dumps(meta("wiki/AA", "a" * 64)))
-    study = sweep.load_study(str(study_file))
+    study = load_study(str(study_file))
     finished_run(study, "linear", 1e-2, 1)
-    record = os.path.join(sweep.run_dir(study, "linear", 1e-2, 1), "config.json")
+    record = os.path.join(run_dir(study, "linear", 1e-2, 1), "config.json")
     saved = json.load(open(record))
     json.dump(dict(saved, dataset_meta=meta("wiki/AA", "a" * 64)), open(record, "w"))
-    assert sweep.check_data(study) == [str(folder)]  # the same data: fine
-    assert sweep.data_status(study) == f"data: {folder} prepared"
+    assert check_data(study) == [str(folder)]  # the same data: fine
+    assert data_status(study) == f"data: {folder} prepared"
     (folder / "meta.json").write_text(json.dumps(meta("tests/data/enwiki2015/AA", "c" * 64)))
     monkeypatch.setattr(sweep.subprocess, "Popen", lambda *a, **k: pytest.fail("a run was launched"))
     with pytest.raises(ValueError) as e:
         sweep.main([str(study_file)])
-    assert (f"the dataset {folder} is the data prepared from tests/data/enwiki2015/AA (train.bin sha256 "
-            f"cccccccccccc…), but {tmp_path / 'runs'} holds 1 run(s) on the data prepared from wiki/AA "
-            f"(train.bin sha256 aaaaaaaaaaaa…) (its arms' runs at any rate and seed, other studies' in a shared folder "
-            f"included), e.g. {sweep.run_dir(study, 'linear', 1e-2, 1)}") in str(e.value)
-    assert "Prepare it again as they were" in str(e.value) and "give this study its own runs folder" in str(e.value)
+    other_data = (f"the dataset {folder} is the data prepared from tests/data/enwiki2015/AA (train.bin sha256 "
+                  f"cccccccccccc…), but {tmp_path / 'runs'} holds 1 run(s) on the data prepared from wiki/AA "
+                  f"(train.bin sha256 aaaaaaaaaaaa…), e.g. {run_dir(study, 'linear', 1e-2, 1)}: prepare it again as "
+                  f"they were")
+    assert other_data in str(e.value) and "give this study its own runs folder" in str(e.value)
     # prepared again while a sweep runs: each run checks the data again before it starts (local and submitit)
     failure = sweep.launch(study, "nonlinear", 1e-2, 1, threads=1)
-    assert failure.startswith(f"{sweep.run_dir(study, 'nonlinear', 1e-2, 1)} was not started: the dataset {folder}")
+    assert failure.startswith(f"{run_dir(study, 'nonlinear', 1e-2, 1)} was not started: the dataset {folder}")
     with pytest.raises(ValueError, match="the dataset .* is the data prepared from tests/data/enwiki2015/AA"):
         sweep.submit(study, "nonlinear", 1e-2, 1, "local_submitit", 1, None, 1)
     sweep.main([str(study_file), "--dry_run"])
     assert "data: not ready, so the sweep would stop at once: the dataset" in capsys.readouterr().out
-    assert sweep.data_status(study, complete=True) == (  # a complete study: only --quick would run
-        f"data: not the runs' data; the report does not need it, and a --quick try (its own folder) may use it:\n"
-        f"  prepared  {folder}: the data prepared from tests/data/enwiki2015/AA (train.bin sha256 cccccccccccc…)\n"
-        f"  the runs  {tmp_path / 'runs'}: 1 run(s) on the data prepared from wiki/AA (train.bin sha256 "
-        f"aaaaaaaaaaaa…) (this study's, and other studies' sharing the folder)")
-    shutil.rmtree(sweep.run_dir(study, "linear", 1e-2, 1))  # a study of its own on the trial file: a note
-    assert sweep.data_status(study) == (f"data: {folder} prepared ({folder}: prepared from a file shipped in "
-                                        f"tests/data, small: fine for --quick and studies of your own, not the "
-                                        f"data of the committed studies, docs/studies.md)")
+    assert data_status(study, complete=True).startswith(  # a complete study: only --quick would run
+        f"data: not ready for a sweep (the report does not need it): {other_data}")
+    shutil.rmtree(run_dir(study, "linear", 1e-2, 1))  # a study of its own on the trial file: a note
+    assert data_status(study) == (f"data: {folder} prepared ({folder}: from a small file shipped in tests/data: "
+                                  f"fine for --quick, not for a study's results)")
     finished_run(study, "linear", 1e-2, 1)
     json.dump(dict(saved, dataset_meta=meta("wiki/AA", "a" * 64)), open(record, "w"))
     finished_run(study, "nonlinear", 1e-2, 1)  # a run on the other data, in the same folder
-    record = os.path.join(sweep.run_dir(study, "nonlinear", 1e-2, 1), "config.json")
+    record = os.path.join(run_dir(study, "nonlinear", 1e-2, 1), "config.json")
     json.dump(dict(json.load(open(record)), dataset_meta=meta("tests/data/enwiki2015/AA", "c" * 64)),
               open(record, "w"))
     for main in (sweep.main, report.main):
@@ -638,10 +605,10 @@ def test_runs_on_other_data_are_refused_before_any_run(study_file, tmp_path, mon
 
 
 @pytest.mark.parametrize("keys,message", [
-    ("dataset='other'", "its arms read different data (linear: "),
+    ("dataset='other'", "its arms differ in data (linear: "),
     ("init_from='gpt2'", "sets init_from='gpt2'; a study's runs train from scratch"),
     ("max_iters=40", "its arms differ in max_iters (linear: 20, nonlinear: 40); the arms of a study get the same "
-                     "training tokens and eval set"),
+                     "data, training tokens and eval set"),
     ("batch_size=8", "its arms differ in tokens_per_step (linear: 64, nonlinear: 128)"),
     ("eval_windows=12", "its arms differ in eval_windows (linear: 8, nonlinear: 12)"),
 ])
@@ -653,7 +620,7 @@ def test_arms_on_other_data_or_budgets_or_from_gpt2_are_refused(study_file, tmp_
     bad = tmp_path / "bad.py"
     bad.write_text(study_file.read_text().replace(edit, edit[:-1] + f", {keys})"))
     with pytest.raises(ValueError, match=message.replace("(", "\\(").replace(")", "\\)")):
-        sweep.load_study(str(bad))
+        load_study(str(bad))
 
 
 @pytest.mark.parametrize("runs_dir", ["results/enwiki_cpu/runs/linear", "results/enwiki_cpu", "results"])
@@ -665,17 +632,16 @@ def test_a_runs_dir_inside_another_studys_report_folder_is_refused(study_file, t
                                                   f"runs_dir = {runs_dir!r}"))
     with pytest.raises(ValueError, match=f"runs_dir {runs_dir} is inside results/(enwiki_cpu|<name>)/, another "
                                          f"study's report folder; leave runs_dir out"):
-        sweep.load_study(str(bad))
+        load_study(str(bad))
 
 
 def test_a_study_run_from_another_folder_is_told_where_to_run(tmp_path, monkeypatch):
     """The committed studies name their config relative to the repository root: from elsewhere, the error
-    says so."""
+    names the folder it looked in."""
     monkeypatch.chdir(tmp_path)
-    with pytest.raises(FileNotFoundError, match=f"its config file config/enwiki_bytes.py not found \\(a relative "
-                                                f"path in a study file is read from the folder you run in, "
-                                                f"{tmp_path}; run from the repository root, {ROOT}\\)"):
-        sweep.load_study(str(ROOT / "studies" / "enwiki_cpu.py"))
+    with pytest.raises(FileNotFoundError, match=f"enwiki_cpu.py: its config file config/enwiki_bytes.py not found "
+                                                f"in {tmp_path}"):
+        load_study(str(ROOT / "studies" / "enwiki_cpu.py"))
 
 
 def test_a_missing_dataset_stops_the_sweep_before_any_run(study_file, tmp_path, monkeypatch):
@@ -692,14 +658,14 @@ def test_a_second_sweep_and_a_run_trained_elsewhere_are_named(one_arm_study, tmp
     finished as FAILED, both appending to their train.log: a second sweep is refused, and a run that another
     train.py holds is named as busy, not started, and not failed once it has finished."""
     monkeypatch.chdir(tmp_path)
-    study = sweep.load_study(str(one_arm_study), quick=0.1)
+    study = load_study(str(one_arm_study), quick=0.1)
     os.makedirs(study["runs_dir"])
     other_sweep = checkpoint.lock_file(os.path.join(study["runs_dir"], ".sweep.lock"))
     with pytest.raises(ValueError, match=r"another sweep.py is running the runs in out/quick/tiny/runs \(it holds "
                                          r"out/quick/tiny/runs/.sweep.lock\): two sweeps would start the same runs"):
         sweep.main([str(one_arm_study), "--quick", "0.1", "--threads", "1"])
     other_sweep.close()
-    busy = sweep.run_dir(study, "linear", 3e-3, 1)
+    busy = run_dir(study, "linear", 3e-3, 1)
     os.makedirs(busy)
     orphan = checkpoint.lock_file(os.path.join(busy, ".lock"))  # a train.py still running it
     with pytest.raises(RuntimeError, match=r"1 run\(s\) did not finish; the others did:\n.*lr0.003_seed1 is being "
@@ -722,9 +688,8 @@ def test_quick_writes_only_under_the_scratch_folder(one_arm_study, tmp_path, mon
     printed = capsys.readouterr().out
     assert "quick: every run at 0.1 of its steps, in out/quick/tiny/runs (scratch" in printed
     assert f"report: python report.py {study_file} --quick 0.1" in printed
-    assert (sweep.quick_option(None), sweep.quick_option(0.05)) == ("", " --quick")  # the default as typed
+    assert (quick_option(None), quick_option(0.05)) == ("", " --quick")  # the default as typed
     assert "2 run(s) due now (more follow as each arm's search goes on" in printed
-    assert "time: unknown (no finished run of this study to time yet; a run is 2 steps of" in printed
     assert "running (1 of 2 due now): linear lr=0.003 seed=1 -> out/quick/tiny/runs/linear/" in printed
     # each wave (the arms' search decides the next from the finished runs) says where the whole study stands
     assert [line for line in printed.splitlines() if line.startswith("wave ")] == [
@@ -732,31 +697,27 @@ def test_quick_writes_only_under_the_scratch_folder(one_arm_study, tmp_path, mon
         "wave 2: 1 run(s) due now; 2 of the study's 3 runs finished"]
     assert printed.splitlines()[-1] == (f"3 of the study's 3 runs finished; its report: python report.py "
                                         f"{shlex.quote(str(study_file))} --quick 0.1")  # quoted for a shell
-    row = sweep.final_row(os.path.join("out", "quick", "tiny", "runs", "linear", "lr0.01_seed1"))
+    row = final_row(os.path.join("out", "quick", "tiny", "runs", "linear", "lr0.01_seed1"))
     assert (f"finished: linear lr=0.01 seed=1: val loss {row['val_loss']:.4f} in "
             f"{row['elapsed_s'] / 60:.1f} min\n") in printed
     new = {p.relative_to(tmp_path) for p in tmp_path.rglob("*")} - {p.relative_to(tmp_path) for p in before}
     assert new and all(str(p) == "out" or str(p).startswith(os.path.join("out", "quick")) for p in new)
     assert not (tmp_path / "runs").exists()  # the study's own runs_dir
-    quick = sweep.load_study(str(study_file), quick=0.1)
-    cfg = sweep.run_config(quick, "linear", 1e-2, 1)
+    quick = load_study(str(study_file), quick=0.1)
+    cfg = run_config(quick, "linear", 1e-2, 1)
     assert (cfg["max_iters"], cfg["lr_decay_iters"], cfg["warmup_iters"], cfg["eval_interval"]) == (2, 2, 0, 1)
     assert cfg["eval_full_at_end"] is False and cfg["eval_windows"] == 1  # the config's 8, scaled
-    assert sweep.final_row(sweep.run_dir(quick, "linear", 1e-2, 1))["iter"] == 2
-    assert all(sweep.plan(quick, arm)["chosen"] is not None and not sweep.plan(quick, arm)["due"]
+    assert final_row(run_dir(quick, "linear", 1e-2, 1))["iter"] == 2
+    assert all(plan(quick, arm)["chosen"] is not None and not plan(quick, arm)["due"]
                for arm in quick["arms"])
     text = report.main([str(study_file), "--quick", "0.1"])
     assert "A --quick try of this study" in text and os.path.isfile("out/quick/tiny/README.md")
     assert "this try has the last fixed-window val loss (Method)" in text  # the study's own text may say whole
     assert "its last fixed-window val loss (`val_loss`" in text and "`val_loss_full`" not in text
-    # a report (or sweep) at another fraction finds these runs: it names the fraction they were made at
-    with pytest.raises(ValueError, match=r"out/quick/tiny/runs is scratch space for --quick \(nothing committed is "
-                                         r"there\): only their step counts differ, as in runs of --quick 0.1: run "
-                                         r"with that fraction to use them, or delete it and run again"):
+    # a report (or sweep) at another fraction finds these runs: other settings, in scratch space
+    with pytest.raises(ValueError, match=r"out/quick/tiny/runs is scratch space for --quick: delete it and run "
+                                         r"again"):
         report.main([str(study_file), "--quick", "0.2"])
-    again = sweep.load_study(str(study_file), quick=0.1)  # timed now: the next estimate uses these runs
-    assert "ms/step by arm" in sweep.announce(again, [("linear", 1e-2, 5)], 1)
-    assert "once one has finished, python sweep.py STUDY --dry_run estimates the whole study from it)" in printed
 
 
 def test_committed_studies_load_and_a_shared_runs_folder_means_one_experiment_per_arm():
@@ -765,7 +726,7 @@ def test_committed_studies_load_and_a_shared_runs_folder_means_one_experiment_pe
     study is the same experiment in the others."""
     arms_by_folder = {}
     for path in sorted((ROOT / "studies").glob("*.py")):
-        study = sweep.load_study(str(path))
+        study = load_study(str(path))
         assert study["name"] == path.stem
         for arm, settings in study["arms"].items():
             experiment = (study["config"], study["overrides"], settings)
@@ -802,12 +763,12 @@ def test_runs_reporting_from_parallel_threads_print_whole_lines(monkeypatch):
 
 def test_runs_for_a_device_this_machine_lacks_are_not_started(study_file, tmp_path, monkeypatch):
     """A local sweep of runs on device=cuda on a CPU machine started every run, each failing with its reason
-    only in its train.log (an adversarial trial): it stops before any, as the dry run foretells."""
+    only in its train.log (an adversarial trial): it stops before any."""
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # (a GPU machine too)
     study = tmp_path / "cuda.py"
     study.write_text(study_file.read_text().replace("overrides = {}", "overrides = {'device': 'cuda'}"))
     with pytest.raises(ValueError, match=r"the study's runs cannot train on this machine \(arm linear: device=cuda "
-                                         r"but CUDA is not available here.*\); run the sweep where their device is, "
+                                         r"but CUDA is not available here.*\); run the sweep where their device is"
                                          r".*nothing was started"):
         sweep.main([str(study), "--threads", "1"])
     assert not (tmp_path / "runs").exists()

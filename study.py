@@ -1,0 +1,649 @@
+"""
+A study: the arms of one comparison, each given the same learning-rate search, then run on final seeds.
+
+A study file (studies/*.py) is plain Python that sets name (its report goes to results/<name>/), config (a
+train.py config file), overrides (train.py keys for every arm; {} for none), arms (arm name -> train.py keys;
+the sweep sets learning_rate, seed and out_dir, and min_lr = lr / 10 unless the arm sets it), learning_rates
+(the grid, e.g. [4e-3, 8e-3, 1.6e-2], or a dict arm -> grid), selection_seeds (the seeds the rate is chosen
+on; [] with one rate per arm: no search) and seeds (the final seeds: the statistics use these alone). It may
+set seeds_per_arm (arm -> how many of seeds), reference (the arm the others are compared with; "linear"),
+contrasts ([(arm, other, "what the pair isolates")]), max_extensions (2), half_steps (True), precision
+(report.py's target CI half-width, a fraction of the loss), slurm (sweep.py --executor slurm's partition, time,
+gpus_per_run, extra) and runs_dir (results/<name>/runs; studies may share one for arms that are one experiment).
+
+Per arm: (1) the grid on the selection seeds; (2) while the best rate is the smallest or the largest swept, one
+more grid step beyond it (at most max_extensions); (3) half steps x/√2 and x·√2 around the best; (4) the best
+rate on the final seeds, which never took part in choosing it (no winner's curse). A run's final loss is its
+val loss over the whole val split (val_loss_full), else its last fixed-window val loss; a diverged run counts
+as +inf. Each run has a folder <runs_dir>/<arm>/lr<lr>_seed<seed>, and where the search stands is replayed
+from the finished runs there: a study can stop, restart, or finish on another machine.
+"""
+import filecmp
+import json
+import math
+import os
+import re
+
+from checkpoint import read_metrics
+from data import load_meta, open_split
+from model import QUERY_MODE_ALIASES
+from settings import (NOT_EXPERIMENT, check_value, flops_per_token, model_config, param_counts, parse_config,
+                      read_config_file, upgrade)
+
+ROOT = os.path.dirname(os.path.abspath(__file__))  # the repository
+REQUIRED = ("name", "config", "overrides", "arms", "learning_rates", "selection_seeds", "seeds")
+OPTIONAL = dict(seeds_per_arm={}, reference="linear", contrasts=[], max_extensions=2, half_steps=True,
+                precision=None, slurm={}, runs_dir=None)
+SLURM_KEYS = ("partition", "time", "gpus_per_run", "extra")
+# train.py keys the sweep sets for every run, and what sets them instead (an arm may set min_lr)
+PER_RUN = dict(learning_rate="learning_rates", seed="selection_seeds and seeds", out_dir="runs_dir",
+               min_lr="each arm's min_lr (default: lr / 10)")
+EVAL_KEYS = ("block_size", "eval_windows", "eval_interval", "eval_full_at_end")  # the eval set, the same per arm
+PLAIN_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")  # a folder name that needs no care in a shell or a path
+# --quick: any study at a fraction of its steps, in a scratch folder, to try the machinery (not to compare)
+QUICK_DIR = os.path.join("out", "quick")
+QUICK_FRACTION = 0.05
+
+
+# ------------------------------------------------------------------------------------------- the study file
+def load_study(path, quick=None):
+    """Study file -> the study (make_study), its runs_dir's runs checked (check_shared_runs). ValueError or
+    FileNotFoundError naming the file: sweep.py and report.py accept the same studies."""
+    keys = read_config_file(path)  # plain Python, like a config file
+    try:
+        study = make_study(keys, quick)
+        owner = os.path.join(ROOT, "studies", study["name"] + ".py")  # results/<name>/ is that study's
+        if os.path.isfile(owner) and not filecmp.cmp(owner, path, shallow=False):  # itself, or a copy as it is
+            raise ValueError(f"its name {study['name']!r} is the study {os.path.relpath(owner)}'s (taken over by an "
+                             f"import or a copy?): set name = '...' to a name of its own")
+        check_shared_runs(study)  # and every run already in its folder, before anything starts
+    except (ValueError, FileNotFoundError) as e:
+        raise type(e)(f"study file {path}: {e}") from None
+    return study
+
+
+def make_study(keys, quick=None):
+    """A study's keys (a study file's names) -> the checked study, with grids (arm -> its rates, ascending) and
+    runs_dir. quick: a fraction in (0, 1]: the study at that fraction of its steps (quick_keys), its runs in
+    the scratch folder out/quick/<name>/runs (results/ is never touched)."""
+    missing = [k for k in REQUIRED if k not in keys]
+    if missing:
+        raise ValueError(f"it does not set {', '.join(missing)}")
+    unknown = set(keys) - set(REQUIRED) - set(OPTIONAL)
+    if unknown:
+        raise ValueError(f"it sets unknown keys {sorted(unknown)}; the keys: {', '.join([*REQUIRED, *OPTIONAL])}")
+    study = {**OPTIONAL, **keys}
+    require(isinstance(study["name"], str) and PLAIN_NAME.fullmatch(study["name"]), "name",
+            "a plain folder name (letters, digits, _ . -; not starting with . or -)")
+    arms = study["arms"]
+    require(isinstance(arms, dict) and arms and all(isinstance(v, dict) for v in arms.values()), "arms",
+            "a non-empty dict: arm name -> dict of train.py keys")
+    for arm in arms:  # each arm is a folder of runs_dir
+        require(isinstance(arm, str) and PLAIN_NAME.fullmatch(arm), f"arm name {arm!r}",
+                "a plain folder name (letters, digits, _ . -; not starting with . or -)")
+    if not os.path.isfile(study["config"]):  # (the committed studies' paths are relative to the repository)
+        raise FileNotFoundError(f"its config file {study['config']} not found in {os.getcwd()}")
+    place_runs(study, quick)
+    check_options(study)
+    check_grids(study)
+    check_train_keys(study)
+    check_arms(study)
+    return study
+
+
+def require(ok, key, want):
+    if not ok:
+        raise ValueError(f"{key} must be {want}")
+
+
+def place_runs(study, quick):
+    """study["runs_dir"]: its own (results/<name>/runs), the one it names, or --quick's scratch folder."""
+    own = os.path.join("results", study["name"], "runs")
+    study["runs_dir"] = study["runs_dir"] or own
+    if quick is not None:
+        require(0 < quick <= 1, "--quick", "a fraction of the study's steps in (0, 1], e.g. 0.05")
+        study["quick"] = quick
+        study["runs_dir"] = os.path.join(QUICK_DIR, study["name"], "runs")
+    parts = os.path.relpath(os.path.abspath(study["runs_dir"])).split(os.sep)
+    if parts[0] == "results" and (len(parts) == 1 or parts[1] != study["name"] and parts[2:] != ["runs"]):
+        # results/<other>/runs is how studies share runs (check_shared_runs); anything else in results/<other>/
+        # would put runs inside another study's committed report
+        other = parts[1] if len(parts) > 1 else "<name>"
+        raise ValueError(f"runs_dir {study['runs_dir']} is inside results/{other}/, another study's report folder; "
+                         f"leave runs_dir out (the default is {own}) or share its runs: results/{other}/runs")
+
+
+SELECTION_SEEDS = "a non-empty list of ints, each once (empty only with one learning rate per arm)"
+
+
+def check_options(study):
+    """Seeds each once, the final ones never the selection ones; arms named where arms are named."""
+    arms, seeds, sel = study["arms"], study["seeds"], study["selection_seeds"]
+    distinct_ints = lambda xs: isinstance(xs, list) and all(type(x) is int for x in xs) and len({*xs}) == len(xs)
+    require(distinct_ints(seeds) and seeds, "seeds", "a non-empty list of ints, each once")
+    require(distinct_ints(sel), "selection_seeds", SELECTION_SEEDS)
+    overlap = set(sel) & set(seeds)
+    if overlap:
+        raise ValueError(f"seeds {sorted(overlap)} are both selection and final seeds; the final statistics must "
+                         f"not use the seeds the learning rate was chosen on")
+    is_arm = lambda x: isinstance(x, str) and x in arms
+    require(is_arm(study["reference"]), "reference", f"the name of one of the arms ({', '.join(arms)})")
+    require(isinstance(study["seeds_per_arm"], dict) and all(
+        is_arm(a) and type(n) is int and 1 <= n <= len(seeds) for a, n in study["seeds_per_arm"].items()),
+            "seeds_per_arm", f"a dict: arm of this study -> how many of its {len(seeds)} seeds (1 or more)")
+    require(isinstance(study["contrasts"], list) and all(
+        isinstance(c, tuple) and len(c) == 3 and is_arm(c[0]) and is_arm(c[1]) and c[0] != c[1]
+        for c in study["contrasts"]),
+            "contrasts", f'a list of (arm, other arm, "what the pair isolates"), two different arms of '
+                         f'{", ".join(arms)}')
+    require(isinstance(study["slurm"], dict) and set(study["slurm"]) <= set(SLURM_KEYS), "slurm",
+            f"a dict with some of the keys {', '.join(SLURM_KEYS)}")
+
+
+def check_grids(study):
+    """study["grids"]: arm -> its rates, ascending. A search needs two or more (their step is the extensions'
+    step); no search (no selection seeds), one."""
+    lrs, arms = study["learning_rates"], study["arms"]
+    grids = lrs if isinstance(lrs, dict) else {arm: lrs for arm in arms}
+    rate = lambda lr: type(lr) in (int, float) and 0 < lr < math.inf
+    # each rate once, to 6 significant digits: the run folders' names
+    grid = lambda g: isinstance(g, list) and g and all(map(rate, g)) and len({f"{lr:g}" for lr in g}) == len(g)
+    require(set(grids) == set(arms) and all(map(grid, grids.values())), "learning_rates",
+            "a non-empty list of positive numbers, each once (to 6 significant digits), or a dict arm -> such a "
+            "list for every arm")
+    for arm, g in grids.items():
+        if study["selection_seeds"] and len(g) == 1:
+            raise ValueError(f"arm {arm} has one learning rate but selection_seeds are set: a search needs two "
+                             f"or more rates (or selection_seeds = [] to run that rate without a search)")
+        require(study["selection_seeds"] or len(g) == 1, "selection_seeds", SELECTION_SEEDS)
+    study["grids"] = {arm: sorted(g) for arm, g in grids.items()}
+
+
+def check_train_keys(study):
+    """The train.py keys of overrides and arms: known and typed (check_value), none that the sweep sets for each
+    run, and no init_from: a study's runs train from scratch (a GPT-2's would replace its model settings)."""
+    places = [("overrides", study["overrides"])] + [(f"arm {arm}", keys) for arm, keys in study["arms"].items()]
+    for where, keys in places:
+        for key, value in keys.items():
+            if key in PER_RUN and not (key == "min_lr" and where != "overrides"):
+                raise ValueError(f"{where} sets {key}, which sweep.py sets for every run (it would be ignored); "
+                                 f"set it with {PER_RUN[key]}")
+            if key == "init_from" and value != "scratch":
+                raise ValueError(f"{where} sets init_from={value!r}; a study's runs train from scratch (sweep.py "
+                                 f"resumes them itself; fine-tune with train.py --init_from)")
+            try:
+                check_value(key, value)
+            except ValueError as e:
+                raise ValueError(f"{where}: {e}") from None
+
+
+def check_arms(study):
+    """Resolve every arm now (a bad value fails here, not hours into the sweep), and refuse arms that cannot be
+    compared seed by seed: arms on other data, training tokens or eval sets."""
+    shared = {}
+    for arm in study["arms"]:
+        try:
+            cfg = arm_config(study, arm)
+        except ValueError as e:
+            raise ValueError(f"arm {arm} at learning rate {study['grids'][arm][0]:g}: {e}") from None
+        step = cfg["batch_size"] * cfg["gradient_accumulation_steps"] * cfg["block_size"]  # tokens a step
+        shared[arm] = dict(data=os.path.join(cfg["data_dir"], cfg["dataset"]), max_iters=cfg["max_iters"],
+                           tokens_per_step=step, **{k: cfg[k] for k in EVAL_KEYS})
+    first = next(iter(shared.values()))
+    for key in first:
+        if any(s[key] != first[key] for s in shared.values()):
+            raise ValueError(f"its arms differ in {key} (" + ", ".join(f"{a}: {s[key]}" for a, s in shared.items())
+                             + "); the arms of a study get the same data, training tokens and eval set: set it in "
+                               "its config or overrides, not per arm")
+
+
+# -------------------------------------------------------------------------------------------- a study's runs
+def run_dir(study, arm, lr, seed):
+    return os.path.join(study["runs_dir"], arm, f"lr{lr:g}_seed{seed}")
+
+
+def run_args(study, arm, lr, seed):
+    """The train.py arguments of one run: config file, then shared overrides, min_lr = lr / 10, the arm's
+    keys, then lr, seed and out_dir (and, for a --quick study, its shortened schedule: quick_keys)."""
+    min_lr = float(f"{lr / 10:.6g}")  # 0.0003, not 0.00030000000000000003
+    overrides = {**study["overrides"], "min_lr": min_lr, **study["arms"][arm], "learning_rate": lr,
+                 "seed": seed, "out_dir": run_dir(study, arm, lr, seed)}
+    args = [study["config"]] + [f"--{k}={v}" for k, v in overrides.items()]
+    if study.get("quick"):
+        args += [f"--{k}={v}" for k, v in quick_keys(parse_config(args), study["quick"]).items()]
+    return args
+
+
+def run_config(study, arm, lr, seed):
+    return parse_config(run_args(study, arm, lr, seed))
+
+
+def arm_config(study, arm):
+    """An arm's config at its lowest rate and first final seed: what all its runs share."""
+    return run_config(study, arm, study["grids"][arm][0], study["seeds"][0])
+
+
+def final_seeds(study, arm):
+    """The final seeds an arm runs: the first seeds_per_arm[arm] of seeds (all by default)."""
+    return study["seeds"][:study["seeds_per_arm"].get(arm, len(study["seeds"]))]
+
+
+def quick_option(fraction):
+    """The --quick option as a command line gives it: '' (None), ' --quick' (the default) or ' --quick 0.1'."""
+    return "" if not fraction else " --quick" if fraction == QUICK_FRACTION else f" --quick {fraction:g}"
+
+
+def quick_keys(cfg, fraction):
+    """The settings that shorten a run to fraction of its steps, keeping its shape (warmup, decay, evals: fewer
+    windows); no whole-split eval (4 of a quick CPU run's 5 minutes): its final loss is its last val_loss."""
+    scale = lambda n: max(1, round(n * fraction))
+    keys = dict(max_iters=scale(cfg["max_iters"]), warmup_iters=round(cfg["warmup_iters"] * fraction),
+                eval_interval=scale(cfg["eval_interval"]), eval_windows=scale(cfg["eval_windows"]),
+                eval_full_at_end=False)
+    if cfg["lr_decay_iters"] is not None:
+        keys["lr_decay_iters"] = scale(cfg["lr_decay_iters"])
+    return keys
+
+
+def read_saved_config(path):
+    """A run's config.json as this nlq reads it (settings.upgrade), or None if there is none."""
+    if not os.path.exists(path):
+        return None
+    with open(path) as f:
+        try:
+            saved = json.load(f)
+        except ValueError:
+            saved = None
+    if not isinstance(saved, dict):
+        raise ValueError(f"{path} is damaged (not a JSON object of settings); restore it from a copy, or "
+                         f"delete its run folder to run the run again")
+    return upgrade(saved)
+
+
+CODE_CHANGED = "non-embedding parameters"  # settings_diff's key for a model that model.py builds otherwise now
+
+
+def settings_diff(study, arm, lr, seed):
+    """{key: (saved, study)} where the run's saved config differs from what the study asks now (its start,
+    initialised_from, and the model model.py builds, CODE_CHANGED, included); {} if none or no run yet. Not
+    compared: where it ran (out_dir, device, dtype) and how a step splits into micro-batches (processes)."""
+    out_dir = run_dir(study, arm, lr, seed)
+    saved = read_saved_config(os.path.join(out_dir, "config.json"))
+    if saved is None:
+        if read_metrics(out_dir):  # train.py writes config.json before the first metrics row
+            raise ValueError(f"{out_dir} is damaged: it has metrics.jsonl but no config.json, so its settings "
+                             f"cannot be checked; restore config.json, or delete the folder to run it again")
+        return {}
+    wanted = run_config(study, arm, lr, seed)
+    named = lambda k, v: QUERY_MODE_ALIASES.get(v, v) if k == "query_mode" else v  # 'original' is linear
+    diff = {k: (saved[k], v) for k, v in wanted.items()
+            if k not in NOT_EXPERIMENT | {"out_dir"} and named(k, saved[k]) != named(k, v)}
+    step = lambda c: c["batch_size"] * c["gradient_accumulation_steps"]  # sequences a step
+    if step(saved) == step(wanted):
+        diff = {k: v for k, v in diff.items() if k not in ("batch_size", "gradient_accumulation_steps")}
+    origin = saved.get("initialised_from")  # init_from says 'resume' once a run resumed; this keeps the start
+    if origin is not None and origin != wanted["init_from"]:
+        diff["initialised_from"] = (origin, wanted["init_from"])
+    counts = saved.get("param_counts")  # (runs made before nlq saved its counts are not checked)
+    now = param_counts(model_config(wanted))["non_embedding"]
+    if counts is not None and counts["non_embedding"] != now:
+        diff[CODE_CHANGED] = (counts["non_embedding"], now)
+    return diff
+
+
+def check_settings(study, arm, lr, seed):
+    """ValueError if the run dir holds a run of other settings (an edited study): never reuse its results."""
+    diff = settings_diff(study, arm, lr, seed)
+    if diff:
+        raise ValueError(f"{run_dir(study, arm, lr, seed)} holds a run with other settings (saved, study): "
+                         f"{diff}; {clash_fix(study, CODE_CHANGED in diff)}")
+
+
+def clash_fix(study, code_changed=False):
+    """What to do when a study's runs folder holds other experiments: never delete runs someone made."""
+    if code_changed:
+        return ("the settings are the study's, but this clone's model.py builds another model from them (each "
+                "run's config.json names its commit under 'code'): restore that model.py, or give the arm a new name")
+    if study.get("quick"):
+        return f"{study['runs_dir']} is scratch space for --quick: delete it and run again"
+    return ("give this study its own runs folder (runs_dir), shared only with studies whose arms are the same "
+            "experiments; to try it at fewer steps, use sweep.py --quick")
+
+
+RUN_NAME = re.compile(r"lr(.+)_seed(-?\d+)")
+
+
+def existing_runs(study):
+    """[(arm, lr, seed)] of every run folder of the study's arms in its runs_dir (another study's too)."""
+    runs = []
+    for arm in study["arms"]:
+        folder = os.path.join(study["runs_dir"], arm)
+        for name in sorted(os.listdir(folder)) if os.path.isdir(folder) else []:
+            match = RUN_NAME.fullmatch(name)
+            if match and os.path.isdir(os.path.join(folder, name)):
+                runs.append((arm, float(match.group(1)), int(match.group(2))))
+    return runs
+
+
+def data_of_runs(study):
+    """{dataset name: {the bins' sha256: (meta.json as the runs recorded it, [run folders])}} of the runs in
+    the study's runs_dir: two entries under one name are two datasets."""
+    found = {}
+    for run in existing_runs(study):
+        saved = read_saved_config(os.path.join(run_dir(study, *run), "config.json")) or {}
+        meta = saved.get("dataset_meta") or {}
+        if meta.get("sha256"):
+            contents = json.dumps(meta["sha256"], sort_keys=True)
+            found.setdefault(saved["dataset"], {}).setdefault(contents, (meta, []))[1].append(run_dir(study, *run))
+    return found
+
+
+def describe_data(meta, runs=None):
+    """'<n run(s) on >the data prepared from SOURCE (train.bin sha256 abcdef123456…)', for messages."""
+    sha = (meta.get("sha256") or {}).get("train.bin", "?")
+    return (f"{len(runs)} run(s) on " if runs is not None else "") + (
+        f"the data prepared from {meta.get('source', '?')} (train.bin sha256 {sha[:12]}…)")
+
+
+def check_shared_runs(study):
+    """ValueError if a run folder of the study's arms in its runs_dir (any rate and seed, another study's too)
+    holds a run of other settings, or its runs read one dataset name as two datasets: the study would take
+    another experiment's results as its own."""
+    clashes, code_changed = [], False
+    for run in existing_runs(study):
+        diff = settings_diff(study, *run)
+        if diff:
+            code_changed |= CODE_CHANGED in diff
+            clashes.append(f"{run_dir(study, *run)}: " + ", ".join(
+                f"{k} {saved!r} (study: {wanted!r})" for k, (saved, wanted) in diff.items()))
+    for name, contents in data_of_runs(study).items():
+        if len(contents) > 1:
+            clashes.append(f"the runs read {name!r} as different data: " + "; ".join(
+                f"{describe_data(meta, runs)}, e.g. {runs[0]}" for meta, runs in contents.values()))
+    if clashes:
+        more = f"; and {len(clashes) - 3} more" if len(clashes) > 3 else ""
+        raise ValueError(f"{len(clashes)} run folder(s) in {study['runs_dir']} hold runs made with other settings "
+                         f"than this study's, which it would take as its own: {'; '.join(clashes[:3])}{more}. To "
+                         f"fix it, {clash_fix(study, code_changed)}")
+
+
+def check_data(study):
+    """-> the dataset folders the runs read. FileNotFoundError / ValueError if one is missing, damaged or too
+    short for block_size (each run would fail), or is not the data of the runs already in the runs folder."""
+    folders, made_on = set(), data_of_runs(study)
+    for arm in study["arms"]:
+        cfg = arm_config(study, arm)
+        folder = os.path.join(cfg["data_dir"], cfg["dataset"])
+        try:
+            meta = load_meta(folder)
+            for split in ("train", "val"):  # what train.py opens first
+                open_split(folder, split, meta, cfg["block_size"])
+        except (FileNotFoundError, ValueError) as e:
+            raise type(e)(f"the study's runs read the dataset {folder} (arm {arm}): {e}; the study file's or "
+                          f"its config's comment shows the command that prepares it") from None
+        for saved, runs in made_on.get(cfg["dataset"], {}).values():
+            if saved["sha256"] != meta.get("sha256"):  # new runs would be compared with runs on other data
+                raise ValueError(f"the dataset {folder} is {describe_data(meta)}, but {study['runs_dir']} holds "
+                                 f"{describe_data(saved, runs)}, e.g. {runs[0]}: prepare it again as they were "
+                                 f"(their config.json's dataset_meta), or {clash_fix(study)}")
+        folders.add(folder)
+    return sorted(folders)
+
+
+# ------------------------------------------------------------------------------------------ the search
+def final_row(out_dir):
+    """The last row of out_dir/metrics.jsonl, or None."""
+    rows = read_metrics(out_dir)
+    return rows[-1] if rows else None
+
+
+def is_diverged(row):
+    """A metrics row written by a run that train.py stopped because its loss went NaN/inf."""
+    return bool(row and row.get("diverged"))
+
+
+def final_val_loss(row):
+    """The comparison figure of a finished run's last row: val_loss_full (every val token once) where the run
+    has it, else val_loss on the fixed windows; None for a diverged run or a non-finite loss."""
+    if row is None or is_diverged(row):
+        return None
+    loss = row.get("val_loss_full", row.get("val_loss"))
+    return loss if loss is not None and math.isfinite(loss) else None
+
+
+def is_finished(study, arm, lr, seed):
+    """True for a run that reached max_iters, or that diverged (a final state: rerunning gives the same)."""
+    row = final_row(run_dir(study, arm, lr, seed))
+    return row is not None and (is_diverged(row)
+                                or row["iter"] >= run_config(study, arm, lr, seed)["max_iters"])
+
+
+def selection_loss(study, arm, lr):
+    """Mean final loss over the selection seeds; inf if any diverged; None while any is unfinished."""
+    losses = []
+    for seed in study["selection_seeds"]:
+        if not is_finished(study, arm, lr, seed):
+            return None
+        loss = final_val_loss(final_row(run_dir(study, arm, lr, seed)))
+        losses.append(math.inf if loss is None else loss)
+    return sum(losses) / len(losses)
+
+
+def pick_best_lr(losses):
+    """{lr: loss, or None/inf/nan (unfinished or diverged)} -> the lr with the lowest finite loss (the smaller
+    lr on a tie), or None if there is none. The one best-learning-rate rule of sweep.py and report.py."""
+    done = {lr: loss for lr, loss in losses.items() if loss is not None and math.isfinite(loss)}
+    return min(done, key=lambda lr: (done[lr], lr)) if done else None
+
+
+def round_lr(lr):
+    """Learning rates made by extension or half steps, to 3 significant digits (readable run names)."""
+    return float(f"{lr:.3g}")
+
+
+def plan(study, arm):
+    """Where an arm's learning-rate search stands, replayed from the finished runs (deterministic): dict(due=
+    [(arm, lr, seed)] to run next, swept=[lrs], chosen=lr once the search is complete (due then lists the
+    unfinished final runs; None if every swept rate diverged), notes=[str], losses={lr: selection loss})."""
+    sel = study["selection_seeds"]
+    swept, notes = list(study["grids"][arm]), []
+    finals = lambda lr: [(arm, lr, s) for s in final_seeds(study, arm) if not is_finished(study, arm, lr, s)]
+    if not sel:  # one given learning rate, nothing to choose: straight to the final seeds
+        return dict(due=finals(swept[0]), swept=swept, chosen=swept[0], notes=["learning rate given, not searched"],
+                    losses={})
+    runs = lambda lrs: [(arm, lr, s) for lr in lrs for s in sel if not is_finished(study, arm, lr, s)]
+    out = lambda due, chosen=None: dict(due=due, swept=sorted(swept), chosen=chosen, notes=notes,
+                                        losses={lr: selection_loss(study, arm, lr) for lr in sorted(swept)})
+    best = lambda: pick_best_lr({lr: selection_loss(study, arm, lr) for lr in swept})
+    if runs(swept):  # (1) the grid
+        return out(runs(swept))
+    ratio = swept[1] / swept[0]  # the grid's step (a search has two rates or more: check_grids)
+    for extensions in range(study["max_extensions"] + 1):  # (2) extend while the best is at an edge
+        lr, lo, hi = best(), min(swept), max(swept)
+        if lr is None:
+            notes.append("every swept learning rate diverged")
+            return out([])
+        if lr not in (lo, hi):
+            break
+        if extensions == study["max_extensions"]:
+            notes.append(f"best rate {lr:g} is still at the edge after {extensions} extensions")
+            break
+        new = round_lr(lr / ratio if lr == lo else lr * ratio)
+        notes.append(f"best rate {lr:g} was at the {'lower' if lr == lo else 'upper'} edge: added {new:g}")
+        swept.append(new)
+        if runs([new]):
+            return out(runs([new]))
+    if study["half_steps"]:  # (3) half steps around the best
+        lr = best()
+        swept += [h for h in (round_lr(lr / math.sqrt(2)), round_lr(lr * math.sqrt(2))) if h not in swept]
+        if runs(swept):
+            return out(runs(swept))
+    lr = best()
+    return out(finals(lr), chosen=lr)  # (4) the best of all swept rates on the final seeds
+
+
+def due_runs(study):
+    """Every run that is due now, over all arms (arms advance through their phases independently), seed by
+    seed: every arm and rate at one seed before the next seed, so a study stopped half-way has whole curves
+    on its first seeds rather than every seed of its first arms."""
+    due = [run for arm in study["arms"] for run in plan(study, arm)["due"]]
+    seeds = study["selection_seeds"] + study["seeds"]
+    return sorted(due, key=lambda run: seeds.index(run[2]))  # stable: arms and rates keep their order
+
+
+def run_list(study, arm):
+    """Every run of an arm the plan has named so far: its swept rates on the selection seeds, and the chosen
+    rate (once there is one) on its final seeds."""
+    p = plan(study, arm)
+    runs = [(arm, lr, s) for lr in p["swept"] for s in study["selection_seeds"]]
+    return runs + ([(arm, p["chosen"], s) for s in final_seeds(study, arm)] if p["chosen"] is not None else [])
+
+
+def arm_run_counts(study, arm):
+    """-> (first wave, fewest, most): runs of an arm's whole study. The first wave is the base grid on the
+    selection seeds; the fewest adds the half steps and the final seeds (no extension); the most adds
+    max_extensions grid steps. With no selection seeds, all three are the final seeds."""
+    finals, sel = len(final_seeds(study, arm)), len(study["selection_seeds"])
+    if not sel:
+        return finals, finals, finals
+    grid, halves = len(study["grids"][arm]), 2 * study["half_steps"]
+    return grid * sel, (grid + halves) * sel + finals, (grid + study["max_extensions"] + halves) * sel + finals
+
+
+def study_progress(study):
+    """'N of the study's F-M runs finished': F and M are the fewest and the most runs its search can make."""
+    counts = [arm_run_counts(study, arm) for arm in study["arms"]]
+    fewest, most = sum(c[1] for c in counts), sum(c[2] for c in counts)
+    finished = sum(is_finished(study, *run) for arm in study["arms"] for run in run_list(study, arm))
+    return f"{finished} of the study's {fewest if fewest == most else f'{fewest}-{most}'} runs finished"
+
+
+# ------------------------------------------------------------------------- the plan and its cost (--dry_run)
+# bench.py's one-H200 figures at the paper's shapes (bench/RESULTS.md): what --dry_run counts with by default
+DEFAULT_BENCH_JSON = os.path.join(ROOT, "bench", "results", "h200_2026-11-30", "bench_nlq_small.json")
+
+
+def run_tokens(cfg):
+    """Training tokens of one run of a resolved config: max_iters x accumulation x micro-batch x block_size."""
+    return cfg["max_iters"] * cfg["gradient_accumulation_steps"] * cfg["batch_size"] * cfg["block_size"]
+
+
+def run_timing(study):
+    """{arm: (seconds a training step, seconds a run outside its steps (evals, start-up), or None where a run
+    did not log elapsed_s)}, measured on the study's finished runs."""
+    measured = {}
+    for run in existing_runs(study):
+        rows = read_metrics(run_dir(study, *run))
+        if rows and rows[-1]["iter"] > 0 and not is_diverged(rows[-1]):
+            steps = sum((r.get("ms_per_iter") or 0) / 1000 * (r["iter"] - p["iter"]) for p, r in zip(rows, rows[1:]))
+            elapsed = rows[-1].get("elapsed_s")
+            if steps > 0:  # (no step times logged: nothing to time it by)
+                rest = None if elapsed is None else max(0.0, elapsed - steps)
+                measured.setdefault(run[0], []).append((steps, rows[-1]["iter"], rest))
+    return {arm: (sum(s for s, _, _ in m) / sum(n for _, n, _ in m),
+                  None if any(o is None for *_, o in m) else sum(o for *_, o in m) / len(m))
+            for arm, m in measured.items()}
+
+
+def bench_speeds(study, cfgs, path):
+    """{arm: tokens/s} from bench.py's --json figure for its query mode, measured on the study's own model (its
+    config and overrides); for an arm that changes the model's size (wide's MLP, another query_hidden), that
+    figure x the FLOPs per token it measured / the arm's (the same MFU)."""
+    try:
+        with open(path) as f:
+            bench = {r["query_mode"]: float(r["tokens_per_s"]) for r in json.load(f)}
+    except (OSError, ValueError, TypeError, KeyError) as e:
+        raise ValueError(f"--bench_json {path}: not bench.py's JSON (a list of rows with query_mode and "
+                         f"tokens_per_s): {type(e).__name__}: {e}") from e
+    speeds = {}
+    for arm, cfg in cfgs.items():
+        if cfg["query_mode"] not in bench:
+            raise ValueError(f"{path} has no row for query_mode {cfg['query_mode']} (arm {arm}); it has "
+                             f"{', '.join(bench)}: measure it with bench.py, or pass --tokens_per_s")
+        base = parse_config([study["config"]] + [f"--{k}={v}" for k, v in study["overrides"].items()]
+                            + [f"--query_mode={cfg['query_mode']}"])
+        same_mfu = flops_per_token(model_config(base)) / flops_per_token(model_config(cfg))
+        speeds[arm] = bench[cfg["query_mode"]] * same_mfu
+    return speeds
+
+
+def arm_costs(study, tokens_per_s=None, bench_json=None):
+    """-> (unit, where the figures come from, {arm: (tokens/s, hours a run)}; nan where unknown): tokens_per_s
+    for every arm, else bench_json's figures (bench_speeds; by default DEFAULT_BENCH_JSON's), but a study on
+    the CPU given neither is timed on its own finished runs (run_timing): CPU-hours of one process."""
+    cfgs = {arm: arm_config(study, arm) for arm in study["arms"]}
+    on_cpu = next(iter(cfgs.values()))["device"] == "cpu"
+    unit, rest_s = "CPU" if on_cpu else "GPU", dict.fromkeys(cfgs, 0)  # seconds of a run outside its steps
+    if on_cpu and not (tokens_per_s or bench_json):
+        timing = run_timing(study)
+        speeds = {arm: run_tokens(cfg) / cfg["max_iters"] / timing[arm][0] if arm in timing else math.nan
+                  for arm, cfg in cfgs.items()}
+        rest_s.update({arm: rest or 0 for arm, (_, rest) in timing.items()})
+        evals = ("evals and start-up included" if all(rest is not None for _, rest in timing.values()) else
+                 "evals not included where the runs did not log elapsed_s")
+        modes = ",".join(dict.fromkeys(cfg["query_mode"] for cfg in cfgs.values()))
+        source = (f"CPU-hours of one process, timed on the runs in {study['runs_dir']} ({evals}; each arm's speed "
+                  f"as its runs met the machine's load, so tokens/s does not rank the arms: bench.py does)"
+                  if timing else f"CPU-hours: unknown, no finished run of this study to time yet; measure a run's "
+                  f"speed with python bench.py {study['config']} --threads=1 --query_modes={modes} and pass its "
+                  f"tokens/s as --tokens_per_s")
+    else:
+        path = bench_json or DEFAULT_BENCH_JSON
+        speeds = dict.fromkeys(cfgs, tokens_per_s) if tokens_per_s else bench_speeds(study, cfgs, path)
+        source = (f"{unit}-hours = tokens / tokens per second per {'process' if on_cpu else 'GPU'} / 3600, from "
+                  + (f"--tokens_per_s {tokens_per_s:,.0f} for every arm" if tokens_per_s else
+                     f"{os.path.relpath(path)}, each arm at its query mode's tokens/s, scaled by FLOPs per token "
+                     f"where the arm changes the model's size") + "; evals not counted")
+    return unit, source, {arm: (speed, (run_tokens(cfgs[arm]) / speed + rest_s[arm]) / 3600)
+                          for arm, speed in speeds.items()}
+
+
+def dry_run(study, tokens_per_s=None, bench_json=None):
+    """The study's plan and its cost, as text: per arm its runs (finished, due now, the first wave, the fewest
+    and the most the search can make), tokens and hours a run (arm_costs; a run on N GPUs takes 1/N of the time
+    for the same GPU-hours, if it scales perfectly). Runs nothing."""
+    unit, source, costs = arm_costs(study, tokens_per_s, bench_json)
+    due = due_runs(study)
+    lines = [f"plan of study {study['name']} (dry run: nothing is started); runs in {study['runs_dir']}", source,
+             "", f"| arm | query_mode | tokens/s | tokens a run | {unit}-h a run | finished | due now | first wave "
+                 f"| fewest | most | {unit}-h first wave | {unit}-h most |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    total = [0] * 8  # runs finished, due now, first wave, fewest, most; hours first wave, fewest, most
+    for arm in study["arms"]:
+        cfg = arm_config(study, arm)
+        speed, hours = costs[arm]
+        first, fewest, most = arm_run_counts(study, arm)
+        finished = sum(is_finished(study, *run) for run in run_list(study, arm))
+        now = sum(run[0] == arm for run in due)
+        total = [t + n for t, n in zip(total, (finished, now, first, fewest, most,
+                                               first * hours, fewest * hours, most * hours))]
+        lines.append(f"| {arm} | {cfg['query_mode']} | {speed:,.0f} | {run_tokens(cfg):,} | {hours:.2f} | {finished} "
+                     f"| {now} | {first} | {fewest} | {most} | {first * hours:,.1f} | {most * hours:,.1f} |")
+    finished, now, first, fewest, most, h_first, h_fewest, h_most = total
+    lines.append(f"| **all** | | | | | {finished} | {now} | {first} | {fewest} | {most} | {h_first:,.1f} "
+                 f"| {h_most:,.1f} |")
+    span = lambda lo, hi, fmt: f"{lo:{fmt}}" if f"{lo:{fmt}}" == f"{hi:{fmt}}" else f"{lo:{fmt}}-{hi:{fmt}}"
+    untimed = [arm for arm, (speed, _) in costs.items() if math.isnan(speed)]
+    cost = (f"{span(h_fewest, h_most, ',.1f')} {unit}-hours (first wave: {first} runs, {h_first:,.1f} {unit}-hours)"
+            if not untimed else f"{unit}-hours unknown until {' and '.join(untimed)} ha{'ve' if untimed[1:] else 's'} "
+                                f"a finished run to time (first wave: {first} runs)")
+    lines += ["", "finished: runs done; due now: what the sweep would start now; first wave: the base grid on the "
+                  "selection seeds (with no selection seeds: the final runs); fewest / most: the whole study "
+                  "without / with every grid extension the search may add (half steps and final seeds included)",
+              "", f"The study: {span(fewest, most, 'd')} runs, {cost}; {finished} finished, {now} due now."
+              + (" Complete: the sweep has nothing to run; report.py writes its report, and --quick tries the "
+                 "study in the scratch folder." if now == 0 else ""), data_status(study, complete=now == 0)]
+    return re.sub(r"(?<=\| )nan(?= \|)", "?", "\n".join(lines))
+
+
+def data_status(study, complete=False):
+    """One line for --dry_run: the datasets the runs read are prepared, or what check_data would stop on
+    (complete: the study has nothing left to run, so only a --quick try would need them)."""
+    try:
+        folders = check_data(study)
+    except (FileNotFoundError, ValueError) as e:
+        return (f"data: not ready for a sweep (the report does not need it): {e}" if complete else
+                f"data: not ready, so the sweep would stop at once: {e}")
+    trial = [f for f in folders if "tests/data/" in load_meta(f).get("source", "")]  # (README: for --quick)
+    return f"data: {', '.join(folders)} prepared" + (f" ({', '.join(trial)}: from a small file shipped in tests/data: "
+                                                     f"fine for --quick, not for a study's results)" if trial else "")
