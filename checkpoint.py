@@ -353,7 +353,8 @@ def changed_settings(saved, cfg, iter_num):
     set, dtype...; not where it lives or how it logs) -> [{"iter": iter_num, "changed": {key: [before, now]}}]
     or []. Kept in the checkpoint and config.json ("resumes"): report.py shows such a setting as changed."""
     skip = NOT_RESULTS | {"out_dir", "data_dir"}
-    if saved["batch_size"] * saved["gradient_accumulation_steps"] == cfg["batch_size"] * cfg["gradient_accumulation_steps"]:
+    step = lambda c: c["batch_size"] * c["gradient_accumulation_steps"]  # sequences a step
+    if step(saved) == step(cfg):
         skip |= {"batch_size", "gradient_accumulation_steps"}  # the same step split into other micro-batches
     changed = {k: [saved[k], cfg[k]] for k in DEFAULTS if k not in skip and saved[k] != cfg[k]}
     return [dict(iter=iter_num, changed=changed)] if changed else []

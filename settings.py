@@ -37,7 +37,8 @@ SETTINGS = dict(
     always_save_checkpoint=(True, "checkpoint at every eval; False: only when the val loss improves"),
     eval_full_at_end=(True, "after the last step, also the val loss over every val token once (val_loss_full)"),
     init_from=("scratch", "scratch: a new run; resume: continue from out_dir/ckpt.pt; gpt2, gpt2-medium, "
-                          "gpt2-large, gpt2-xl, a local Hugging Face GPT-2 folder or an nlq export: start from its weights"),
+                          "gpt2-large, gpt2-xl, a local Hugging Face GPT-2 folder or an nlq export: start from "
+                          "its weights"),
     wandb_log=(False, "log to Weights & Biases (the wandb package is needed only then)"),
     wandb_project=("nlq", "wandb project name"),
     wandb_run_name=("run", "wandb run name"),

@@ -217,7 +217,8 @@ class Loop:
         ask = lambda: self.stop.asked(self.world_size, self.device)
         try:
             losses = estimate_loss(self.model, self.data.splits, self.ctx, self.rank, self.world_size, self.device,
-                                   self.data.meta["vocab_size"], B, progress=self.rank == 0 and flops > LARGE_EVAL_FLOPS, stop=ask)
+                                   self.data.meta["vocab_size"], B, stop=ask,
+                                   progress=self.rank == 0 and flops > LARGE_EVAL_FLOPS)
             seconds = time.time() - t0
             if cfg["eval_full_at_end"] and state.iter_num == cfg["max_iters"]:  # every val token once
                 n = self.data.tokens["val"]

@@ -95,7 +95,8 @@ def test_without_always_save_checkpoint_the_last_line_names_the_checkpoints_iter
     monkeypatch.setattr(train, "estimate_loss", worse_each_time)
     train.train(tiny_cfg(data_dir, tmp_path, always_save_checkpoint=False, eval_full_at_end=False))
     assert torch.load(tmp_path / "ckpt.pt", map_location="cpu")["iter_num"] == 0 and len(evals) == 3
-    assert f"done: 6 iterations; checkpoint {tmp_path / 'ckpt.pt'} (iter 0, its lowest val loss), metrics" in capsys.readouterr().out
+    assert (f"done: 6 iterations; checkpoint {tmp_path / 'ckpt.pt'} (iter 0, its lowest val loss), metrics"
+            in capsys.readouterr().out)
 
 
 def test_gradient_accumulation_equivalence(data_dir, tmp_path):
@@ -371,7 +372,7 @@ def test_a_resumed_run_logs_the_runs_elapsed_time_not_this_starts(data_dir, tmp_
     capsys.readouterr()
     train.train(tiny_cfg(data_dir, tmp_path, max_iters=4, eval_interval=3, init_from="resume"))
     out = capsys.readouterr().out
-    assert (f"resumed from {tmp_path / 'ckpt.pt'} at iter 3, after 1:00:00 of training\n") in out  # so that an hour in a 10-second start is not a surprise
+    assert f"resumed from {tmp_path / 'ckpt.pt'} at iter 3, after 1:00:00 of training\n" in out
     assert re.search(r"iter 4: loss [^\n]*, elapsed 1:00:0\d,", out)
     assert checkpoint.read_metrics(str(tmp_path))[-1]["elapsed_s"] >= 3600.0
 
