@@ -191,7 +191,8 @@ def bench(cfg, opts):
                          ms_p90=1000 * float(np.percentile(times[mode], 90)),
                          tokens_per_s=cfg["batch_size"] * cfg["block_size"] / dt, mfu=mfu,
                          peak_mem_mb=max(mems[mode]), peak_mem_mb_per_rank=mems[mode],
-                         params=model.param_breakdown()["total"], vocab_size=model.config.vocab_size))
+                         params=model.param_breakdown()["total"], vocab_size=model.config.vocab_size,
+                         flops_per_token=model.flops_per_token()))
     end_distributed()
     return rows, device
 

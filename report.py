@@ -35,7 +35,7 @@ try:  # the report's libraries, beyond the core install
     import matplotlib
     matplotlib.use("Agg")  # files only, no display needed
     import matplotlib.pyplot as plt
-    from scipy import stats
+    import scipy  # noqa: F401  (paired.py's statistics)
 except ImportError as e:
     sys.exit(f"error: report.py needs {e.name}, which is not installed: pip install -r requirements-extra.txt")
 
@@ -44,68 +44,10 @@ import settings
 from checkpoint import check_same_dataset, read_metrics, replace_atomically
 from data import load_meta
 from model import GPTConfig, QUERY_MODE_ALIASES
+from paired import fmt_ci, mean_ci, paired_difference, seeds_needed, summarize, trend, verdict, welch_p
 from settings import HelpFormatter, model_config
 from study import (QUICK_DIR, QUICK_FRACTION, final_seeds, final_val_loss, is_diverged, load_study, pick_best_lr,
-                   plan, quick_option, read_saved_config, run_config, run_dir)
-
-
-# ------------------------------------------------------------------------------------------- the numbers
-def summarize(values):
-    """Final losses -> (mean, sample std with ddof=1, n); std is nan for n < 2, mean nan for n = 0."""
-    n = len(values)
-    mean = sum(values) / n if n else math.nan
-    std = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1)) if n > 1 else math.nan
-    return mean, std, n
-
-
-def paired_difference(arm, ref, confidence=0.95):
-    """arm, ref: {seed: final loss} -> dict(n, seeds both have, diffs arm_i - ref_i, their mean and sd, ci from
-    Student's t with n - 1 df, p of the paired t-test, rel = mean / mean(ref) in %); ci and p None for n < 2."""
-    seeds = sorted(set(arm) & set(ref))
-    d = np.array([arm[s] - ref[s] for s in seeds])
-    n = len(d)
-    out = dict(n=n, seeds=seeds, diffs=d.tolist(), mean=float(d.mean()) if n else math.nan, sd=math.nan,
-               ci=None, p=None, rel=float(d.mean() / np.mean([ref[s] for s in seeds]) * 100) if n else math.nan)
-    if n >= 2:
-        sd = float(d.std(ddof=1))
-        half = stats.t.ppf(0.5 + confidence / 2, n - 1) * sd / math.sqrt(n)
-        out.update(sd=sd, ci=(out["mean"] - half, out["mean"] + half),
-                   p=float(stats.ttest_rel([arm[s] for s in seeds], [ref[s] for s in seeds]).pvalue))
-    return out
-
-
-def welch_p(arm_values, ref_values):
-    """Two-sided p-value of Welch's unpaired t-test; None if either side has n < 2."""
-    if min(len(arm_values), len(ref_values)) < 2:
-        return None
-    return float(stats.ttest_ind(arm_values, ref_values, equal_var=False).pvalue)
-
-
-def mean_ci(values, confidence=0.95):
-    """Values -> (mean, (lo, hi)) with a Student's t CI over n - 1 df; the CI is None for n < 2."""
-    mean, std, n = summarize(values)
-    if n < 2:
-        return mean, None
-    half = stats.t.ppf(0.5 + confidence / 2, n - 1) * std / math.sqrt(n)
-    return mean, (mean - half, mean + half)
-
-
-def seeds_needed(sd, half_width, confidence=0.95, n_max=100_000):
-    """The fewest pairs n ≥ 2 whose CI half-width t(n − 1) · sd / √n is at most half_width; None beyond n_max."""
-    n = np.arange(2, n_max + 1)
-    enough = stats.t.ppf(0.5 + confidence / 2, n - 1) * sd / np.sqrt(n) <= half_width
-    return int(n[enough.argmax()]) if enough.any() else None
-
-
-def verdict(ci, quick=False):
-    """'lower' / 'higher' when the CI of arm - ref excludes 0, else 'no call'; a --quick try never calls."""
-    if ci is None or quick:
-        return "n < 2" if ci is None else "no call (--quick try)"
-    return "lower" if ci[1] < 0 else "higher" if ci[0] > 0 else "no call"
-
-
-def fmt_ci(ci):
-    return "—" if ci is None else f"[{ci[0]:+.4f}, {ci[1]:+.4f}]"
+                   plan, quick_option, read_saved_config, run_config, run_dir, rungs_of)
 
 
 def fmt_loss(x):
@@ -787,6 +729,88 @@ def render(study_path, study, data, out):
     return text, files
 
 
+# ------------------------------------------------------------------------------------------- a ladder
+def ladder_gaps(ladder, datas):
+    """{(arm, other): [(rung, non-embedding params, paired_difference)]}: each arm against the reference, and
+    the study's contrasts, at every rung, smallest first."""
+    gaps = {}
+    for study in rungs_of(ladder):
+        ref, finals = study["reference"], {arm: final_losses(d) for arm, d in datas[study["rung"]].items()}
+        n = settings.param_counts(model_config(run_config(study, ref, study["grids"][ref][0], study["seeds"][0])))
+        pairs = [(arm, ref) for arm in study["arms"] if arm != ref] + [(a, o) for a, o, _ in study["contrasts"]]
+        for arm, other in pairs:
+            gaps.setdefault((arm, other), []).append(
+                (study["rung"], n["non_embedding"], paired_difference(finals[arm], finals[other])))
+    return gaps
+
+
+def ladder_table(gaps, quick):
+    rows = [[f"{arm} − {other}", rung, f"{n:,}", f"{d['mean']:+.4f} (n={d['n']})" if d["n"] else "—",
+             fmt_ci(d["ci"]), verdict(d["ci"], quick) if d["n"] else "—"]
+            for (arm, other), points in gaps.items() for rung, n, d in points]
+    return table(["pair", "rung", "non-embedding params", "Δ (paired, nats)", "95% CI", "call"], rows, "llrrrl")
+
+
+def plot_ladder(gaps):
+    """The paired Δ of each pair against non-embedding parameters (log axis), with its 95% CI."""
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for i, ((arm, other), points) in enumerate(gaps.items()):
+        points = [(n * 1.03 ** i, d) for _, n, d in points if d["n"]]  # pairs side by side at each size
+        ci = [d["ci"] or (d["mean"], d["mean"]) for _, d in points]
+        ax.errorbar([n for n, _ in points], [d["mean"] for _, d in points], marker="o", capsize=3,
+                    yerr=[[d["mean"] - lo for (_, d), (lo, _) in zip(points, ci)],
+                          [hi - d["mean"] for (_, d), (_, hi) in zip(points, ci)]], label=f"{arm} − {other}")
+    ax.axhline(0, color="grey", lw=0.8)
+    ax.set_xscale("log")
+    ax.set_xlabel("non-embedding parameters")
+    ax.set_ylabel("paired Δ final val loss (nats), 95% CI")
+    return png(fig, [ax], empty="no rung has a paired difference yet")
+
+
+def ladder_reading(gaps, quick):
+    """What the data support, pair by pair: the sizes whose CI excludes 0, and the fitted change with size."""
+    lines = []
+    for (arm, other), points in gaps.items():
+        called = [f"{verdict(d['ci'], quick)} at {rung}" for rung, _, d in points
+                  if verdict(d["ci"], quick) in ("lower", "higher")]
+        text = (f"- **{arm} − {other}**: " + (f"{', '.join(called)} (the other sizes: no call)" if called
+                                              else "no size's 95% CI excludes 0"))
+        fit = None if quick else trend([n for _, n, _ in points], [d for _, _, d in points])
+        if fit:
+            b, ci = fit
+            what = ("no change with size is supported (its CI includes 0)" if ci[0] <= 0 <= ci[1] else
+                    f"{arm} gains on {other} as models grow" if b < 0 else f"{arm} loses ground to {other} as "
+                                                                            f"models grow")
+            text += (f"; across sizes Δ changes by {b:+.4f} {fmt_ci(ci)} nats per 10× non-embedding parameters "
+                     f"(rungs weighted by 1/se²): {what}")
+        lines.append(text + ".")
+    return "\n".join(lines)
+
+
+def render_ladder(study_path, ladder, datas, out):
+    """A ladder's report -> (README markdown, {file name: bytes}): the gap against model size, then each rung."""
+    rungs = rungs_of(ladder)
+    tokenizer = next((r["config"]["dataset_meta"].get("tokenizer") for data in datas.values() for r in
+                      all_runs(data) if r["config"] and "dataset_meta" in r["config"]), None)
+    gaps = ladder_gaps(ladder, datas)
+    parts = [header(study_path, {**rungs[0], "name": ladder["name"], "runs_dir": os.path.dirname(rungs[0]["runs_dir"])},
+                    out), "## The gap against model size",
+             f"The same study at {len(rungs)} sizes (rungs), each with its own learning-rate search; every Δ is a "
+             f"paired difference over final seeds (Method, below), a call only where its 95% CI excludes 0. "
+             f"{STALL_TEXT}", ladder_table(gaps, ladder.get("quick")), "![gap against size](gap_vs_size.png)",
+             "**What the data support.**", ladder_reading(gaps, ladder.get("quick")), "## Method",
+             method(rungs[0], tokenizer)]
+    for study in rungs:
+        data, ref = datas[study["rung"]], study["reference"]
+        cfg = run_config(study, ref, study["grids"][ref][0], study["seeds"][0])
+        parts += [f"## Rung {study['rung']}: {cfg['n_layer']} × {cfg['n_embd']}, "
+                  f"{cfg['max_iters'] * cfg['batch_size'] * cfg['gradient_accumulation_steps'] * cfg['block_size']:,} "
+                  f"tokens a run", results_table(study, data, tokenizer), *stall_caution(data),
+                  search_table(study, data)]
+    text = "\n\n".join(parts) + "\n"
+    return text, {"README.md": text.encode(), "gap_vs_size.png": plot_ladder(gaps)}
+
+
 GENERATED = re.compile(r"^Generated .* UTC on .*$", re.MULTILINE)  # the README's date line
 
 
@@ -844,13 +868,15 @@ def main(argv=None):
     again = f"python sweep.py {shlex.quote(args.study[0])}{quick_option(args.quick)}"
     out = args.out or default_out(study)
     check_out(p, out, study["name"])  # now, before the runs are read
-    data = collect(study)
-    runs = all_runs(data)
+    datas = {r.get("rung"): collect(r) for r in rungs_of(study)}
+    runs = [run for data in datas.values() for run in all_runs(data)]
     if all(r["status"] == "missing" for r in runs):  # a report of nothing would only be a folder to delete
+        where = os.path.dirname(rungs_of(study)[0]["runs_dir"]) if "rungs" in study else study["runs_dir"]
         raise ValueError(f"no run of study {study['name']} has started yet (0 of the {len(runs)} runs planned so "
-                         f"far have metrics in {study['runs_dir']}): nothing to report, nothing written; run "
-                         f"{again} first")
-    text, files = render(args.study[0], study, data, out)
+                         f"far have metrics in {where}): nothing to report, nothing written; run {again} first")
+    text, files = (render_ladder(args.study[0], study, datas, out) if "rungs" in study else
+                   render(args.study[0], study, datas[None], out))
+    data = {f"{rung} {arm}" if rung else arm: d for rung, by_arm in datas.items() for arm, d in by_arm.items()}
     written, kept = write_files(out, files)
     print(f"wrote {', '.join(written) or 'nothing'}"
           + (f"; {', '.join(kept)} already up to date (a README's date line aside)" if kept else ""))

@@ -47,16 +47,18 @@ QUICK_FRACTION = 0.05
 
 # ------------------------------------------------------------------------------------------- the study file
 def load_study(path, quick=None):
-    """Study file -> the study (make_study), its runs_dir's runs checked (check_shared_runs). ValueError or
-    FileNotFoundError naming the file: sweep.py and report.py accept the same studies."""
+    """Study file -> the study (make_study; a file that sets rungs: a ladder, make_ladder), its runs_dir's runs
+    checked (check_shared_runs). ValueError or FileNotFoundError naming the file: sweep.py and report.py accept
+    the same studies."""
     keys = read_config_file(path)  # plain Python, like a config file
     try:
-        study = make_study(keys, quick)
+        study = make_ladder(keys, quick) if "rungs" in keys else make_study(keys, quick)
         owner = os.path.join(ROOT, "studies", study["name"] + ".py")  # results/<name>/ is that study's
         if os.path.isfile(owner) and not filecmp.cmp(owner, path, shallow=False):  # itself, or a copy as it is
             raise ValueError(f"its name {study['name']!r} is the study {os.path.relpath(owner)}'s (taken over by an "
                              f"import or a copy?): set name = '...' to a name of its own")
-        check_shared_runs(study)  # and every run already in its folder, before anything starts
+        for rung in rungs_of(study):
+            check_shared_runs(rung)  # and every run already in its folder, before anything starts
     except (ValueError, FileNotFoundError) as e:
         raise type(e)(f"study file {path}: {e}") from None
     return study
@@ -89,6 +91,38 @@ def make_study(keys, quick=None):
     check_train_keys(study)
     check_arms(study)
     return study
+
+
+def make_ladder(keys, quick=None):
+    """A scaling ladder: one study at several model sizes. keys["rungs"]: {rung name: the train.py keys of that
+    size (its shape and token budget) and, optionally, its own learning_rates}. Each rung is a study (make_study)
+    with the ladder's arms, seeds and search, its keys on top of the overrides and its runs in
+    <runs_dir>/<rung>: every size gets the same protocol. -> dict(name, config, rungs={rung: study})."""
+    rungs = keys["rungs"]
+    require(isinstance(rungs, dict) and rungs and all(isinstance(r, str) and PLAIN_NAME.fullmatch(r)
+                                                      and isinstance(k, dict) for r, k in rungs.items()),
+            "rungs", "a non-empty dict: rung name (a plain folder name) -> dict of train.py keys")
+    keys = {k: v for k, v in keys.items() if k != "rungs"}
+    ladder = dict(name=keys.get("name"), config=keys.get("config"), rungs={})
+    for rung, rung_keys in rungs.items():
+        rung_keys = dict(rung_keys)
+        lrs = rung_keys.pop("learning_rates", keys.get("learning_rates"))
+        runs_dir = os.path.join(keys.get("runs_dir") or os.path.join("results", str(keys.get("name")), "runs"), rung)
+        try:
+            study = make_study({**keys, "overrides": {**keys.get("overrides", {}), **rung_keys},
+                                "learning_rates": lrs, "runs_dir": runs_dir}, quick)
+        except ValueError as e:
+            raise ValueError(f"rung {rung}: {e}") from None
+        if quick is not None:  # each rung its own scratch folder
+            study["runs_dir"] = os.path.join(study["runs_dir"], rung)
+        ladder["rungs"][rung] = {**study, "rung": rung}
+    ladder["quick"] = quick
+    return ladder
+
+
+def rungs_of(study):
+    """The studies a study file runs: a ladder's rungs, smallest first as the file lists them, or the study."""
+    return list(study["rungs"].values()) if "rungs" in study else [study]
 
 
 def require(ok, key, want):
@@ -546,24 +580,30 @@ def run_timing(study):
 
 
 def bench_speeds(study, cfgs, path):
-    """{arm: tokens/s} from bench.py's --json figure for its query mode, measured on the study's own model (its
-    config and overrides); for an arm that changes the model's size (wide's MLP, another query_hidden), that
-    figure x the FLOPs per token it measured / the arm's (the same MFU)."""
+    """{arm: tokens/s} from bench.py's --json rows: the row of the arm's query mode measured at the model size
+    closest to the arm's, scaled by its FLOPs per token / the arm's (the same MFU). A row records its model's
+    FLOPs per token; rows written before it did were measured on config/nlq_small.py (DEFAULT_BENCH_JSON) or,
+    for another file, on the study's own model (its config and overrides)."""
     try:
         with open(path) as f:
-            bench = {r["query_mode"]: float(r["tokens_per_s"]) for r in json.load(f)}
+            rows = [(r["query_mode"], float(r["tokens_per_s"]), r.get("flops_per_token")) for r in json.load(f)]
     except (OSError, ValueError, TypeError, KeyError) as e:
         raise ValueError(f"--bench_json {path}: not bench.py's JSON (a list of rows with query_mode and "
                          f"tokens_per_s): {type(e).__name__}: {e}") from e
+    measured_on = ([os.path.join(ROOT, "config", "nlq_small.py")] if path == DEFAULT_BENCH_JSON else
+                   [study["config"]] + [f"--{k}={v}" for k, v in study["overrides"].items()])
+    flops_of = lambda mode, flops: flops or flops_per_token(model_config(parse_config(
+        measured_on + [f"--query_mode={mode}"])))
     speeds = {}
     for arm, cfg in cfgs.items():
-        if cfg["query_mode"] not in bench:
+        found = [(speed, flops_of(mode, flops)) for mode, speed, flops in rows if mode == cfg["query_mode"]]
+        if not found:
             raise ValueError(f"{path} has no row for query_mode {cfg['query_mode']} (arm {arm}); it has "
-                             f"{', '.join(bench)}: measure it with bench.py, or pass --tokens_per_s")
-        base = parse_config([study["config"]] + [f"--{k}={v}" for k, v in study["overrides"].items()]
-                            + [f"--query_mode={cfg['query_mode']}"])
-        same_mfu = flops_per_token(model_config(base)) / flops_per_token(model_config(cfg))
-        speeds[arm] = bench[cfg["query_mode"]] * same_mfu
+                             f"{', '.join(dict.fromkeys(mode for mode, _, _ in rows))}: measure it with bench.py, "
+                             f"or pass --tokens_per_s")
+        arm_flops = flops_per_token(model_config(cfg))
+        speed, flops = min(found, key=lambda sf: abs(math.log(sf[1] / arm_flops)))
+        speeds[arm] = speed * flops / arm_flops
     return speeds
 
 
@@ -598,6 +638,11 @@ def arm_costs(study, tokens_per_s=None, bench_json=None):
                           for arm, speed in speeds.items()}
 
 
+def span(lo, hi, fmt):
+    """'lo-hi' in format fmt, or one number where both read the same."""
+    return f"{lo:{fmt}}" if f"{lo:{fmt}}" == f"{hi:{fmt}}" else f"{lo:{fmt}}-{hi:{fmt}}"
+
+
 def dry_run(study, tokens_per_s=None, bench_json=None):
     """The study's plan and its cost, as text: per arm its runs (finished, due now, the first wave, the fewest
     and the most the search can make), tokens and hours a run (arm_costs; a run on N GPUs takes 1/N of the time
@@ -622,7 +667,6 @@ def dry_run(study, tokens_per_s=None, bench_json=None):
     finished, now, first, fewest, most, h_first, h_fewest, h_most = total
     lines.append(f"| **all** | | | | | {finished} | {now} | {first} | {fewest} | {most} | {h_first:,.1f} "
                  f"| {h_most:,.1f} |")
-    span = lambda lo, hi, fmt: f"{lo:{fmt}}" if f"{lo:{fmt}}" == f"{hi:{fmt}}" else f"{lo:{fmt}}-{hi:{fmt}}"
     untimed = [arm for arm, (speed, _) in costs.items() if math.isnan(speed)]
     cost = (f"{span(h_fewest, h_most, ',.1f')} {unit}-hours (first wave: {first} runs, {h_first:,.1f} {unit}-hours)"
             if not untimed else f"{unit}-hours unknown until {' and '.join(untimed)} ha{'ve' if untimed[1:] else 's'} "
@@ -634,6 +678,28 @@ def dry_run(study, tokens_per_s=None, bench_json=None):
               + (" Complete: the sweep has nothing to run; report.py writes its report, and --quick tries the "
                  "study in the scratch folder." if now == 0 else ""), data_status(study, complete=now == 0)]
     return re.sub(r"(?<=\| )nan(?= \|)", "?", "\n".join(lines))
+
+
+def ladder_dry_run(ladder, tokens_per_s=None, bench_json=None):
+    """A ladder's plan: each rung's dry run, then the cost by model size and in all (dry_run's hours)."""
+    parts, rows, total = [], [], [0, 0, 0.0, 0.0]
+    for study in rungs_of(ladder):
+        parts.append(f"## rung {study['rung']}\n\n" + dry_run(study, tokens_per_s, bench_json))
+        unit, _, costs = arm_costs(study, tokens_per_s, bench_json)
+        counts = {arm: arm_run_counts(study, arm) for arm in study["arms"]}
+        cost = [sum(c[1] for c in counts.values()), sum(c[2] for c in counts.values()),
+                sum(counts[a][1] * costs[a][1] for a in counts), sum(counts[a][2] * costs[a][1] for a in counts)]
+        total = [t + c for t, c in zip(total, cost)]
+        cfg = arm_config(study, study["reference"])
+        n = param_counts(model_config(cfg))["non_embedding"]
+        rows.append(f"| {study['rung']} | {n:,} | {run_tokens(cfg):,} | {run_tokens(cfg) / n:.1f} "
+                    f"| {span(*cost[:2], 'd')} | {span(*cost[2:], ',.1f')} |")
+    return "\n\n".join(parts + [
+        f"## the ladder {ladder['name']}: cost by size", f"| rung | non-embedding params | tokens a run | tokens per "
+        f"parameter | runs | {unit}-hours |\n|---|---:|---:|---:|---:|---:|\n" + "\n".join(rows)
+        + f"\n| **all** | | | | {span(*total[:2], 'd')} | {span(*total[2:], ',.1f')} |",
+        f"The ladder: {span(*total[:2], 'd')} runs, {span(*total[2:], ',.1f')} {unit}-hours (fewest-most: without and "
+        f"with every grid extension the searches may add)."])
 
 
 def data_status(study, complete=False):

@@ -4,11 +4,13 @@ own folder, started here or as SLURM jobs, in waves: the runs due now, then what
 
     python sweep.py studies/enwiki_cpu.py --jobs 2 --threads 1   # here: 2 runs at a time, 1 thread each
     python sweep.py studies/paper_small.py --dry_run             # the plan: runs, tokens, GPU-hours; runs nothing
+    python sweep.py studies/ladder_gpu.py --dry_run              # a scaling ladder: the same by model size
     python sweep.py studies/enwiki_cpu.py --print 8              # the torchrun commands of the runs due now
     python sweep.py studies/enwiki_cpu.py --quick --jobs 2       # try it: 5% of the steps, in out/quick/
     python sweep.py studies/paper_small.py --executor slurm --gpus_per_run 8 --slurm_partition gpu --slurm_time 480
     python report.py studies/enwiki_cpu.py                       # tables, paired statistics, plots
 
+A ladder (a study file with rungs: the same study at several model sizes) runs its rungs one after the other.
 A finished run (its metrics.jsonl reaches max_iters, or records divergence) is never rerun, also when only its
 committed metrics.jsonl and config.json are there; a run with a checkpoint resumes exactly. Stop the sweep at
 any time (its stop signal reaches the runs, which checkpoint) and start it again.
@@ -38,8 +40,8 @@ from distributed import resolve_device
 from preemption import EXIT_DIVERGED, EXIT_INTERRUPTED, EXIT_PREEMPTED
 from settings import HelpFormatter, one_line_errors
 from study import (QUICK_DIR, QUICK_FRACTION, arm_config, check_data, check_settings, due_runs, dry_run, final_row,
-                   final_val_loss, is_diverged, is_finished, load_study, plan, quick_option, run_args, run_config,
-                   run_dir, study_progress)
+                   final_val_loss, is_diverged, is_finished, ladder_dry_run, load_study, plan, quick_option,
+                   run_args, run_config, run_dir, rungs_of, study_progress)
 
 TRAIN_PY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "train.py")
 
@@ -364,7 +366,10 @@ def drive(study, kind, gpus_per_run=1, slurm=None, threads=None, poll_s=30.0):
     them ends, plan again, submit what became due. A due run whose job may still run (job.json) is waited for,
     never submitted twice; one whose job ended unfinished is submitted again (it resumes from its checkpoint),
     at most MAX_ATTEMPTS times in this session. -> {run: why it failed} for the runs given up on."""
-    import submitit
+    try:
+        import submitit
+    except ImportError:
+        raise ValueError("--executor slurm needs submitit: pip install -r requirements-extra.txt") from None
     slurm, failed, attempts, active = slurm or {}, {}, {}, {}
     while True:
         for run in due_runs(study):
@@ -454,12 +459,21 @@ def main(argv=None):
     study = load_study(args.study, args.quick)
     report_cmd = f"python report.py {shlex.quote(args.study)}{quick_option(args.quick)}"  # (a path with spaces)
     if args.quick:
-        print(f"quick: every run at {args.quick:g} of its steps, in {study['runs_dir']} (scratch; results/ "
-              f"is not touched). For trying the machinery, not for comparing arms; report: {report_cmd}",
-              flush=True)
+        where = os.path.join(QUICK_DIR, study["name"]) if "rungs" in study else study["runs_dir"]
+        print(f"quick: every run at {args.quick:g} of its steps, in {where} (scratch; results/ is not touched). "
+              f"For trying the machinery, not for comparing arms; report: {report_cmd}", flush=True)
     if args.dry_run:
-        print(dry_run(study, args.tokens_per_s, args.bench_json))
+        print(ladder_dry_run(study, args.tokens_per_s, args.bench_json) if "rungs" in study else
+              dry_run(study, args.tokens_per_s, args.bench_json))
         return
+    for rung in rungs_of(study):  # a ladder's rungs one after the other, smallest first
+        if "rung" in rung:
+            print(f"rung {rung['rung']}: runs in {rung['runs_dir']}", flush=True)
+        sweep(rung, args, report_cmd)
+
+
+def sweep(study, args, report_cmd):
+    """Run (or print, --print) what is due in one study until it is complete."""
     due = due_runs(study)
     if args.nproc:
         if due:

@@ -21,7 +21,7 @@ import report
 import sweep
 from conftest import ROOT, write_tiny_dataset
 from study import (check_data, check_settings, data_status, due_runs, final_row, is_finished, load_study, plan,
-                   quick_option, run_config, run_dir, selection_loss, settings_diff)
+                   quick_option, run_config, run_dir, rungs_of, selection_loss, settings_diff)
 
 
 def tiny_study(tmp_path, extra=""):
@@ -726,11 +726,12 @@ def test_committed_studies_load_and_a_shared_runs_folder_means_one_experiment_pe
     study is the same experiment in the others."""
     arms_by_folder = {}
     for path in sorted((ROOT / "studies").glob("*.py")):
-        study = load_study(str(path))
-        assert study["name"] == path.stem
-        for arm, settings in study["arms"].items():
-            experiment = (study["config"], study["overrides"], settings)
-            arms_by_folder.setdefault((study["runs_dir"], arm), {})[path.stem] = experiment
+        loaded = load_study(str(path))
+        assert loaded["name"] == path.stem
+        for study in rungs_of(loaded):  # a ladder: each rung is a study
+            for arm, settings in study["arms"].items():
+                experiment = (study["config"], study["overrides"], settings)
+                arms_by_folder.setdefault((study["runs_dir"], arm), {})[path.stem] = experiment
     shared = {key: by_study for key, by_study in arms_by_folder.items() if len(by_study) > 1}
     assert ("results/enwiki_cpu/runs", "nonlinear") in shared  # the CPU studies share their runs
     for (folder, arm), by_study in shared.items():

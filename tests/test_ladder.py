@@ -1,0 +1,101 @@
+"""A scaling ladder: one study at several model sizes (a study file with rungs). On the CPU, a tiny ladder (two
+sizes, two arms, three paired seeds) goes through sweep.py (its dry run, then its runs) and report.py (the gap
+against size: its table, its fit, its plot, a section per rung); the GPU ladder's study file, its dry run and
+its pilot's commands are checked as the real scripts parse them."""
+import sys
+
+import pytest
+
+import bench
+import report
+import settings
+import study as nlq_study
+import sweep
+from conftest import ROOT, write_tiny_dataset
+
+sys.path.insert(0, str(ROOT / "bench"))
+import ladder_pilot  # noqa: E402
+
+LADDER = """# a tiny ladder: two sizes, each arm at one given rate
+name = 'tiny_ladder'
+config = {config!r}
+overrides = {{}}
+runs_dir = {runs!r}
+arms = {{'linear': dict(query_mode='linear'), 'nonlinear': dict(query_mode='nonlinear')}}
+selection_seeds = []
+seeds = [1, 2, 3]
+rungs = {{'1x16': dict(n_layer=1, n_head=2, n_embd=16, learning_rates=[1e-2]),
+          '2x32': dict(n_layer=2, n_head=2, n_embd=32, learning_rates=[1e-2])}}
+"""
+
+
+@pytest.fixture
+def tiny_ladder(tmp_path):
+    write_tiny_dataset(tmp_path / "data" / "tiny")
+    config = tmp_path / "tiny.py"
+    config.write_text(f"data_dir = {str(tmp_path / 'data')!r}\ndataset = 'tiny'\nblock_size = 16\nbatch_size = 4\n"
+                      "gradient_accumulation_steps = 1\nmax_iters = 20\nwarmup_iters = 2\neval_interval = 10\n"
+                      "eval_windows = 8\nlog_interval = 10\ndevice = 'cpu'\ncompile = False\n")
+    path = tmp_path / "ladder.py"
+    path.write_text(LADDER.format(config=str(config), runs=str(tmp_path / "runs")))
+    return path
+
+
+def test_a_tiny_ladder_runs_and_reports_the_gap_against_size(tiny_ladder, tmp_path, capsys):
+    ladder = nlq_study.load_study(str(tiny_ladder))
+    assert list(ladder["rungs"]) == ["1x16", "2x32"]
+    small, large = ladder["rungs"].values()
+    assert small["runs_dir"] == str(tmp_path / "runs" / "1x16")
+    assert (nlq_study.arm_config(small, "nonlinear")["n_embd"], nlq_study.arm_config(large, "linear")["n_layer"]) \
+        == (16, 2)
+    sweep.main([str(tiny_ladder), "--dry_run", "--tokens_per_s", "1000"])
+    dry = capsys.readouterr().out
+    assert "## rung 1x16" in dry and "## rung 2x32" in dry
+    params = {rung: settings.param_counts(settings.model_config(nlq_study.arm_config(s, "linear")))["non_embedding"]
+              for rung, s in ladder["rungs"].items()}
+    assert f"| 1x16 | {params['1x16']:,} | 1,280 | " in dry and f"| 2x32 | {params['2x32']:,} | 1,280 | " in dry
+    assert "| **all** | | | | 12 |" in dry and "The ladder: 12 runs" in dry  # 2 rungs x 2 arms x 3 seeds
+    sweep.main([str(tiny_ladder), "--jobs", "2", "--threads", "1"])
+    assert all(nlq_study.is_finished(s, arm, 1e-2, seed) for s in (small, large) for arm in s["arms"]
+               for seed in (1, 2, 3))
+    text = report.main([str(tiny_ladder), "--out", str(tmp_path / "report")])
+    assert "## The gap against model size" in text and "![gap against size](gap_vs_size.png)" in text
+    for rung in ("1x16", "2x32"):
+        assert f"| nonlinear − linear | {rung} | {params[rung]:,} | " in text
+    assert "- **nonlinear − linear**: " in text and "nats per 10× non-embedding parameters" in text
+    assert "## Rung 1x16: 1 × 16, 1,280 tokens a run" in text and "## Rung 2x32: 2 × 32" in text
+    assert (tmp_path / "report" / "gap_vs_size.png").read_bytes().startswith(b"\x89PNG")
+    capsys.readouterr()
+    sweep.main([str(tiny_ladder)])  # nothing is due any more, rung by rung
+    assert capsys.readouterr().out.count("nothing to run") == 2
+
+
+def test_the_gpu_ladder_its_dry_run_and_its_pilot(capsys):
+    """studies/ladder_gpu.py: 4 sizes spanning more than 10x in non-embedding parameters, each on 20 tokens per
+    non-embedding parameter, three arms each; the dry run gives runs and GPU-hours by size and in all; the
+    pilot's commands are ones bench.py and train.py accept, its runs the study's smallest rung."""
+    ladder = nlq_study.load_study(str(ROOT / "studies" / "ladder_gpu.py"))
+    counts = {}
+    for rung, s in ladder["rungs"].items():
+        assert list(s["arms"]) == ["linear", "linear_qknorm", "nonlinear"] and len(s["seeds"]) >= 3
+        cfg = nlq_study.arm_config(s, "linear")
+        counts[rung] = settings.param_counts(settings.model_config(cfg))["non_embedding"]
+        assert nlq_study.run_tokens(cfg) / counts[rung] == pytest.approx(20, rel=0.01)
+        assert cfg["n_embd"] // cfg["n_head"] == 64 and cfg["eval_full_at_end"]
+    assert len(counts) >= 4 and max(counts.values()) / min(counts.values()) > 10
+    sweep.main([str(ROOT / "studies" / "ladder_gpu.py"), "--dry_run"])
+    dry = capsys.readouterr().out
+    assert all(f"## rung {rung}" in dry for rung in counts) and "GPU-hours" in dry and "The ladder: " in dry
+    steps = ladder_pilot.commands("OUT", "data", "enwiki_gpt2")
+    benches = [argv for name, _, argv in steps if name.startswith("bench")]
+    trains = [argv for name, _, argv in steps if name.startswith("train")]
+    assert len(benches) == len(counts) and len(trains) == 4
+    for argv in benches:
+        opts, rest = bench.split_args(argv[2:])
+        assert settings.parse_config(rest)["compile"] is True and opts["query_modes"] == "linear,nonlinear"
+    smallest = next(iter(ladder["rungs"].values()))
+    for argv in trains:
+        cfg = settings.parse_config(argv[2:])
+        study_cfg = nlq_study.run_config(smallest, cfg["query_mode"], cfg["learning_rate"], cfg["seed"])
+        same = lambda c: {k: v for k, v in c.items() if k not in ("out_dir", "data_dir", "dataset", "compile")}
+        assert same(cfg) == same(study_cfg) and cfg["dataset"] == "enwiki_gpt2"
