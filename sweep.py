@@ -5,6 +5,7 @@ own folder, started here or as SLURM jobs, in waves: the runs due now, then what
     python sweep.py studies/enwiki_cpu.py --jobs 2 --threads 1   # here: 2 runs at a time, 1 thread each
     python sweep.py studies/paper_small.py --dry_run             # the plan: runs, tokens, GPU-hours; runs nothing
     python sweep.py studies/ladder_gpu.py --dry_run              # a scaling ladder: the same by model size
+    python sweep.py studies/ladder_gpu.py --rung 4x256           # its first rung only
     python sweep.py studies/enwiki_cpu.py --print 8              # the torchrun commands of the runs due now
     python sweep.py studies/enwiki_cpu.py --quick --jobs 2       # try it: 5% of the steps, in out/quick/
     python sweep.py studies/paper_small.py --executor slurm --gpus_per_run 8 --slurm_partition gpu --slurm_time 480
@@ -428,6 +429,7 @@ def parse_args(argv):
     arg("--quick", type=float, nargs="?", const=QUICK_FRACTION, metavar="FRACTION",
         help=f"try the machinery: every run at this fraction of its steps (alone: {QUICK_FRACTION}), in "
              f"{QUICK_DIR}/<name>/runs; results/ is never touched")
+    arg("--rung", default=None, help="a ladder (a study file with rungs): only this rung")
     arg("--dry_run", action="store_true", help="print the plan (runs, tokens, GPU-hours; a study on the CPU: "
                                                "CPU-hours timed on its finished runs) and run nothing")
     arg("--tokens_per_s", type=float, default=None, help="--dry_run: measured training tokens/s per GPU (per "
@@ -466,7 +468,11 @@ def main(argv=None):
         print(ladder_dry_run(study, args.tokens_per_s, args.bench_json) if "rungs" in study else
               dry_run(study, args.tokens_per_s, args.bench_json))
         return
+    if args.rung is not None and args.rung not in study.get("rungs", {}):
+        raise ValueError(f"--rung {args.rung}: the study's rungs are {', '.join(study.get('rungs', {})) or 'none'}")
     for rung in rungs_of(study):  # a ladder's rungs one after the other, smallest first
+        if args.rung not in (None, rung.get("rung")):
+            continue
         if "rung" in rung:
             print(f"rung {rung['rung']}: runs in {rung['runs_dir']}", flush=True)
         sweep(rung, args, report_cmd)

@@ -68,6 +68,10 @@ def test_a_tiny_ladder_runs_and_reports_the_gap_against_size(tiny_ladder, tmp_pa
     capsys.readouterr()
     sweep.main([str(tiny_ladder)])  # nothing is due any more, rung by rung
     assert capsys.readouterr().out.count("nothing to run") == 2
+    sweep.main([str(tiny_ladder), "--rung", "2x32"])
+    assert capsys.readouterr().out.count("nothing to run") == 1
+    with pytest.raises(ValueError, match="--rung 3x64: the study's rungs are 1x16, 2x32"):
+        sweep.main([str(tiny_ladder), "--rung", "3x64"])
 
 
 def test_the_gpu_ladder_its_dry_run_and_its_pilot(capsys):
