@@ -798,8 +798,10 @@ def render_ladder(study_path, ladder, datas, out):
              f"The same study at {len(rungs)} sizes (rungs), each with its own learning-rate search; every Δ is a "
              f"paired difference over final seeds (Method, below), a call only where its 95% CI excludes 0. "
              f"{STALL_TEXT}", ladder_table(gaps, ladder.get("quick")), "![gap against size](gap_vs_size.png)",
-             "**What the data support.**", ladder_reading(gaps, ladder.get("quick")), "## Method",
-             method(rungs[0], tokenizer)]
+             "**What the data support.**", ladder_reading(gaps, ladder.get("quick"))]
+    reading = pathlib.Path(out, "reading.md")  # a person's reading of the numbers, kept across rebuilds
+    parts += [*(["## Reading", reading.read_text().strip()] if reading.exists() else []), "## Method",
+              method(rungs[0], tokenizer)]
     for study in rungs:
         data, ref = datas[study["rung"]], study["reference"]
         cfg = run_config(study, ref, study["grids"][ref][0], study["seeds"][0])
