@@ -246,6 +246,8 @@ class RunFolder:
         """Lock the folder for this run (rank 0) and return the checkpoint to resume, or None for a new run.
         ValueError if the folder cannot be written, another train.py holds it, a new run would overwrite a
         checkpoint, or a resume asks for other data or RESUME_FIXED settings than its checkpoint's."""
+        if self.cfg["init_from"] == "resume" and not os.path.isfile(self.ckpt_path):
+            raise FileNotFoundError(f"init_from=resume but {self.ckpt_path} does not exist")
         try:  # a folder that cannot be written fails now, not at the first checkpoint
             os.makedirs(self.dir, exist_ok=True)
             with tempfile.TemporaryFile(dir=self.dir):
@@ -261,8 +263,6 @@ class RunFolder:
                 raise ValueError(f"{self.ckpt_path} exists; continue it with --init_from=resume, or start the "
                                  f"new run in another out_dir")
             return None
-        if not os.path.isfile(self.ckpt_path):
-            raise FileNotFoundError(f"init_from=resume but {self.ckpt_path} does not exist")
         ckpt = load_checkpoint(self.ckpt_path)
         if "dataset_meta" in ckpt and self.cfg["dataset"] == ckpt["config"]["dataset"]:
             check_same_dataset(ckpt["dataset_meta"], meta, data_folder)

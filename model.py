@@ -155,7 +155,9 @@ class NonlinearQuery(QueryMode):
         self.fused = cfg.fused_f
 
     def f(self, x):
-        """The residual f as the paper defines it: (B, T, C) -> (B, T, C)."""
+        """The residual f as the paper defines it: (B, T, C) -> (B, T, C). Only fused_f=False runs it: FusedF
+        computes the same f on its own, so an edit here needs fused_f=False (or a new mode class), or the same
+        edit in FusedF (tests/test_fused_query.py checks the two agree)."""
         return self.norm_out(self.w2(F.gelu(self.w1(self.norm_in(x)))))
 
     def input_weight(self):
