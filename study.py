@@ -136,7 +136,7 @@ def place_runs(study, quick):
     study["runs_dir"] = study["runs_dir"] or own
     if quick is not None:
         require(0 < quick <= 1, "--quick", "a fraction of the study's steps in (0, 1], e.g. 0.05")
-        study["quick"] = quick
+        study["quick"], study["study_runs_dir"] = quick, study["runs_dir"]
         study["runs_dir"] = os.path.join(QUICK_DIR, study["name"], "runs")
     parts = os.path.relpath(os.path.abspath(study["runs_dir"])).split(os.sep)
     if parts[0] == "results" and (len(parts) == 1 or parts[1] != study["name"] and parts[2:] != ["runs"]):
@@ -616,10 +616,14 @@ def arm_costs(study, tokens_per_s=None, bench_json=None):
     unit, rest_s = "CPU" if on_cpu else "GPU", dict.fromkeys(cfgs, 0)  # seconds of a run outside its steps
     if on_cpu and not (tokens_per_s or bench_json):
         timing = run_timing(study)
+        if not timing and study.get("quick"):  # a --quick try's steps run at the speed of the study's own runs
+            study = {**study, "runs_dir": study["study_runs_dir"]}
+            timing = {arm: (step_s, None) for arm, (step_s, _) in run_timing(study).items()}
         speeds = {arm: run_tokens(cfg) / cfg["max_iters"] / timing[arm][0] if arm in timing else math.nan
                   for arm, cfg in cfgs.items()}
         rest_s.update({arm: rest or 0 for arm, (_, rest) in timing.items()})
         evals = ("evals and start-up included" if all(rest is not None for _, rest in timing.values()) else
+                 "the steps alone: evals and start-up not counted" if study.get("quick") else
                  "evals not included where the runs did not log elapsed_s")
         modes = ",".join(dict.fromkeys(cfg["query_mode"] for cfg in cfgs.values()))
         source = (f"CPU-hours of one process, timed on the runs in {study['runs_dir']} ({evals}; each arm's speed "
@@ -643,14 +647,21 @@ def span(lo, hi, fmt):
     return f"{lo:{fmt}}" if f"{lo:{fmt}}" == f"{hi:{fmt}}" else f"{lo:{fmt}}-{hi:{fmt}}"
 
 
-def dry_run(study, tokens_per_s=None, bench_json=None):
+LEGEND = ("finished: runs done; due now: what the sweep would start now; first wave: the base grid on the selection "
+          "seeds (with no selection seeds: the final runs); fewest / most: the whole study without / with every grid "
+          "extension the search may add (half steps and final seeds included)")
+
+
+def dry_run(study, tokens_per_s=None, bench_json=None, rung=False):
     """The study's plan and its cost, as text: per arm its runs (finished, due now, the first wave, the fewest
     and the most the search can make), tokens and hours a run (arm_costs; a run on N GPUs takes 1/N of the time
-    for the same GPU-hours, if it scales perfectly). Runs nothing."""
+    for the same GPU-hours, if it scales perfectly). Runs nothing. rung: one rung of a ladder, whose dry run
+    gives the cost's source, the legend and the data's state once."""
     unit, source, costs = arm_costs(study, tokens_per_s, bench_json)
     due = due_runs(study)
-    lines = [f"plan of study {study['name']} (dry run: nothing is started); runs in {study['runs_dir']}", source,
-             "", f"| arm | query_mode | tokens/s | tokens a run | {unit}-h a run | finished | due now | first wave "
+    lines = [f"plan of study {study['name']} (dry run: nothing is started); runs in {study['runs_dir']}"]
+    lines += [] if rung else [source]
+    lines += ["", f"| arm | query_mode | tokens/s | tokens a run | {unit}-h a run | finished | due now | first wave "
                  f"| fewest | most | {unit}-h first wave | {unit}-h most |",
              "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     total = [0] * 8  # runs finished, due now, first wave, fewest, most; hours first wave, fewest, most
@@ -671,21 +682,22 @@ def dry_run(study, tokens_per_s=None, bench_json=None):
     cost = (f"{span(h_fewest, h_most, ',.1f')} {unit}-hours (first wave: {first} runs, {h_first:,.1f} {unit}-hours)"
             if not untimed else f"{unit}-hours unknown until {' and '.join(untimed)} ha{'ve' if untimed[1:] else 's'} "
                                 f"a finished run to time (first wave: {first} runs)")
-    lines += ["", "finished: runs done; due now: what the sweep would start now; first wave: the base grid on the "
-                  "selection seeds (with no selection seeds: the final runs); fewest / most: the whole study "
-                  "without / with every grid extension the search may add (half steps and final seeds included)",
-              "", f"The study: {span(fewest, most, 'd')} runs, {cost}; {finished} finished, {now} due now."
-              + (" Complete: the sweep has nothing to run; report.py writes its report, and --quick tries the "
-                 "study in the scratch folder." if now == 0 else ""), data_status(study, complete=now == 0)]
+    lines += [] if rung else ["", LEGEND]
+    lines += ["", f"The {'rung' if rung else 'study'}: {span(fewest, most, 'd')} runs, {cost}; {finished} finished, "
+                  f"{now} due now." + (" Complete: the sweep has nothing to run; report.py writes its report, and "
+                                      "--quick tries the study in the scratch folder." if now == 0 else "")]
+    lines += [] if rung else [data_status(study, complete=now == 0)]
     return re.sub(r"(?<=\| )nan(?= \|)", "?", "\n".join(lines))
 
 
 def ladder_dry_run(ladder, tokens_per_s=None, bench_json=None):
     """A ladder's plan: each rung's dry run, then the cost by model size and in all (dry_run's hours)."""
-    parts, rows, total = [], [], [0, 0, 0.0, 0.0]
+    parts, rows, total, data = [], [], [0, 0, 0.0, 0.0], []
     for study in rungs_of(ladder):
-        parts.append(f"## rung {study['rung']}\n\n" + dry_run(study, tokens_per_s, bench_json))
-        unit, _, costs = arm_costs(study, tokens_per_s, bench_json)
+        parts.append(f"## rung {study['rung']}\n\n" + dry_run(study, tokens_per_s, bench_json, rung=True))
+        unit, source, costs = arm_costs(study, tokens_per_s, bench_json)
+        status = data_status(study, complete=not due_runs(study))
+        data += [] if status in data else [status]
         counts = {arm: arm_run_counts(study, arm) for arm in study["arms"]}
         cost = [sum(c[1] for c in counts.values()), sum(c[2] for c in counts.values()),
                 sum(counts[a][1] * costs[a][1] for a in counts), sum(counts[a][2] * costs[a][1] for a in counts)]
@@ -694,12 +706,12 @@ def ladder_dry_run(ladder, tokens_per_s=None, bench_json=None):
         n = param_counts(model_config(cfg))["non_embedding"]
         rows.append(f"| {study['rung']} | {n:,} | {run_tokens(cfg):,} | {run_tokens(cfg) / n:.1f} "
                     f"| {span(*cost[:2], 'd')} | {span(*cost[2:], ',.1f')} |")
-    return "\n\n".join(parts + [
+    return "\n\n".join([source, LEGEND] + parts + [
         f"## the ladder {ladder['name']}: cost by size", f"| rung | non-embedding params | tokens a run | tokens per "
         f"parameter | runs | {unit}-hours |\n|---|---:|---:|---:|---:|---:|\n" + "\n".join(rows)
         + f"\n| **all** | | | | {span(*total[:2], 'd')} | {span(*total[2:], ',.1f')} |",
         f"The ladder: {span(*total[:2], 'd')} runs, {span(*total[2:], ',.1f')} {unit}-hours (fewest-most: without and "
-        f"with every grid extension the searches may add)."])
+        f"with every grid extension the searches may add).", *data])
 
 
 def data_status(study, complete=False):

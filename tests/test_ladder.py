@@ -51,6 +51,7 @@ def test_a_tiny_ladder_runs_and_reports_the_gap_against_size(tiny_ladder, tmp_pa
     sweep.main([str(tiny_ladder), "--dry_run", "--tokens_per_s", "1000"])
     dry = capsys.readouterr().out
     assert "## rung 1x16" in dry and "## rung 2x32" in dry
+    assert dry.count("data: ") == dry.count("finished: runs done") == dry.count("per second per") == 1  # once
     params = {rung: settings.param_counts(settings.model_config(nlq_study.arm_config(s, "linear")))["non_embedding"]
               for rung, s in ladder["rungs"].items()}
     assert f"| 1x16 | {params['1x16']:,} | 1,280 | " in dry and f"| 2x32 | {params['2x32']:,} | 1,280 | " in dry

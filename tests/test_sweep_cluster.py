@@ -111,6 +111,9 @@ def test_dry_run_of_a_cpu_study_is_timed_on_its_own_finished_runs(tmp_path, caps
     assert ("(evals and start-up included; each arm's speed as its runs met the machine's load, so tokens/s does "
             "not rank the arms: bench.py does)") in out
     assert study_progress(study) == "2 of the study's 10-12 runs finished"  # sweep.py's line at each wave
+    sweep.main([str(study_file), "--quick", "--dry_run"])  # a --quick try: 1 step, at the study's runs' speed
+    out = capsys.readouterr().out
+    assert "| linear | linear | 4 | 64 | 0.01 | 0 |" in out and "(the steps alone: evals and start-up not" in out
     # a run without step times cannot time its arm
     write_run(study, "nonlinear", 1e-2, 1, [dict(iter=0, val_loss=4.0), dict(iter=20, val_loss=2.0)])
     sweep.main([str(study_file), "--dry_run"])
