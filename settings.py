@@ -109,7 +109,11 @@ GPT2_HUB = ("gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl")  # init_from names o
 
 
 class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefaultsHelpFormatter):
-    """argparse help that keeps a script's docstring as written and shows each option's default."""
+    """argparse help that keeps a script's docstring as written and shows each option's default (unless its
+    help says what the default means)."""
+
+    def _get_help_string(self, action):
+        return action.help if "(default" in (action.help or "") else super()._get_help_string(action)
 
 
 def settings_help():

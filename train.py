@@ -157,6 +157,7 @@ class Loop:
         """Train from state.iter_num to max_iters -> the last eval's losses."""
         cfg, state, losses, nonfinite_steps = self.cfg, self.state, {}, 0
         while True:
+            # a resumed run skips the eval its checkpoint was written at, unless a stop signal came before it ran
             if self.is_eval_iter(state.iter_num) and (state.iter_num != state.resumed_at or state.eval_pending):
                 losses = self.evaluate()
             if state.iter_num >= cfg["max_iters"]:
@@ -213,6 +214,7 @@ class Loop:
         val split), its metrics row, and a checkpoint -> the losses. A stop signal or Ctrl-C during it raises
         StopAtBoundary: the boundary is checkpointed with its eval still to come."""
         cfg, state, B, t0 = self.cfg, self.state, self.cfg["batch_size"], time.time()
+        # forward FLOPs ~ 2 x parameters a token, for the train and the val windows: is a progress bar worth it?
         flops = 4 * sum(p.numel() for p in self.raw_model.parameters()) * cfg["eval_windows"] * cfg["block_size"]
         ask = lambda: self.stop.asked(self.world_size, self.device)
         try:
