@@ -67,7 +67,7 @@ def train(cfg):
             check_fsdp_support(device_type, ptdtype)
         run = RunFolder(cfg, master)  # never another program's folder
         cleanup.callback(run.close)
-        cfg.update(run.kept_settings())
+        cfg.update(run.kept_settings())  # resuming a run started from GPT-2: its shape comes from the checkpoint
 
         # -- data: memory-mapped token bins, the eval windows drawn from the seed ------------------------------
         data_folder = os.path.join(cfg["data_dir"], cfg["dataset"])
