@@ -5,6 +5,7 @@ A training run's folder (out_dir) and its files:
                    run is (TrainState), its settings and its dataset's meta.json; written atomically
     config.json    the settings of this start, the model built and the code that built it
     metrics.jsonl  one JSON row per eval: iter, tokens, lr, train/val loss, ms/iter, tokens/s, MFU, elapsed_s
+                   (also sent to Weights & Biases with wandb_log=True)
 
 RunFolder is what train.py calls: it refuses a folder that holds another program's files, locks it for one
 train.py, finds the checkpoint to resume (checked against the run's settings and data), and writes the three
