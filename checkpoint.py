@@ -22,9 +22,9 @@ from typing import Optional
 
 import torch
 
-from data import BIN_FILES
 from distributed import full_state_dicts, gather_rng_states, load_full_state_dicts, restore_rng
 from model import GPT, GPTConfig
+from prepare_data import BIN_FILES
 from settings import DEFAULTS, MODEL_KEYS, NOT_RESULTS, code_version, param_counts, upgrade
 
 # Settings a resumed run must share with its checkpoint, besides the model's: they define the experiment (the
@@ -112,6 +112,21 @@ def read_metrics(out_dir):
     return rows
 
 
+def read_saved_config(path):
+    """A run's config.json as this nlq reads it (settings.upgrade), or None if there is none."""
+    if not os.path.exists(path):
+        return None
+    with open(path) as f:
+        try:
+            saved = json.load(f)
+        except ValueError:
+            saved = None
+    if not isinstance(saved, dict):
+        raise ValueError(f"{path} is damaged (not a JSON object of settings); restore it from a copy, or "
+                         f"delete its run folder to run the run again")
+    return upgrade(saved)
+
+
 # ------------------------------------------------------------------------------------------ checkpoints
 def load_checkpoint(path, mmap=False):
     """A train.py checkpoint, on the CPU (weights_only=True), its config as this nlq reads it (upgrade).
@@ -127,6 +142,8 @@ def load_checkpoint(path, mmap=False):
             " (it is the paper's official format: convert it with python convert.py official)" if official else ""))
     ckpt["config"] = upgrade(ckpt["config"])
     ckpt["model"] = {_upgrade_name(k): v for k, v in ckpt["model"].items()}
+    first = ckpt["config"]["init_from"]  # where the weights started, for checkpoints that predate recording it
+    ckpt.setdefault("initialised_from", None if first == "resume" else first)
     return ckpt
 
 
@@ -151,12 +168,17 @@ def check_same_dataset(trained, meta, folder):
                          f"pass --data_dir with the data it was trained on")
 
 
+def check_finite(weights, path):
+    """ValueError if a state dict holds NaN or inf: a run that diverged wrote it."""
+    bad = [k for k, v in weights.items() if v.is_floating_point() and not torch.isfinite(v).all()]
+    if bad:
+        raise ValueError(f"{path}: the weights are not finite (training diverged), e.g. {bad[0]}")
+
+
 def model_from_checkpoint(ckpt, path):
     """The GPT of a loaded checkpoint (CPU, eval mode). ValueError if its weights are not finite (the run
     diverged) or do not fit its settings."""
-    bad = [k for k, v in ckpt["model"].items() if v.is_floating_point() and not torch.isfinite(v).all()]
-    if bad:
-        raise ValueError(f"{path}: the weights are not finite (training diverged), e.g. {bad[0]}")
+    check_finite(ckpt["model"], path)
     model = GPT(GPTConfig(**ckpt["model_args"]))
     try:
         model.load_state_dict(ckpt["model"])
@@ -186,7 +208,7 @@ class TrainState:
     elapsed_s: float = 0.0          # seconds of training before this start
     eval_pending: bool = False      # a stop signal came before iter_num's eval ran
     lr_decay_iters: Optional[int] = None
-    initialised_from: str = "scratch"
+    initialised_from: Optional[str] = "scratch"  # None: a checkpoint older than this record, resumed
     resumes: list = field(default_factory=list)  # [{iter, changed: {key: [before, after]}}]: see changed_settings
     resumed_at: Optional[int] = None  # (not saved) the iter this start resumed at
     last_saved: Optional[int] = None  # (not saved) the iter of the last checkpoint
@@ -200,7 +222,7 @@ class RunFolder:
         self.ckpt_path = os.path.join(self.dir, "ckpt.pt")
         self.lock = None
         found = [f for f in ("model.safetensors", *BIN_FILES) if os.path.lexists(os.path.join(self.dir, f))]
-        saved = self.saved_config()
+        saved = read_saved_config(os.path.join(self.dir, "config.json"))
         if found or (saved is not None and "model_args" not in saved):
             raise ValueError(f"out_dir {self.dir} holds another program's files (a Hugging Face export or a "
                              f"dataset): give the run a new out_dir")
@@ -222,14 +244,6 @@ class RunFolder:
         if self.lock is not None:
             self.lock.close()
 
-    def saved_config(self):
-        """This folder's config.json as a dict, or None."""
-        path = os.path.join(self.dir, "config.json")
-        if not os.path.exists(path):
-            return None
-        with open(path) as f:
-            return json.load(f)
-
     def kept_settings(self):
         """Settings a resume takes from its checkpoint rather than its config: a run started from GPT-2's
         weights got its shape from the GPT-2 (hf.gpt2_settings) and keeps it, needing no more flags than the
@@ -237,7 +251,7 @@ class RunFolder:
         if self.cfg["init_from"] != "resume" or not os.path.isfile(self.ckpt_path):
             return {}
         ckpt = load_checkpoint(self.ckpt_path, mmap=True)
-        if ckpt.get("initialised_from", "scratch") == "scratch" or "convert.py" in ckpt["initialised_from"]:
+        if ckpt["initialised_from"] in (None, "scratch") or ckpt["initialised_from"].startswith("convert.py"):
             return {}
         import hf
         keys = hf.GPT2_SHAPE_KEYS + (("attn_scale",) if self.cfg["attn_scale"] is None else ())
@@ -296,7 +310,7 @@ class RunFolder:
             tokens=ckpt.get("tokens", it * c["gradient_accumulation_steps"] * c["batch_size"] * c["block_size"]),
             eval_pending=ckpt.get("eval_pending", False),
             lr_decay_iters=ckpt.get("lr_decay_iters") or c["lr_decay_iters"] or c["max_iters"],
-            initialised_from=ckpt.get("initialised_from", c["init_from"]),
+            initialised_from=ckpt["initialised_from"],
             resumes=ckpt.get("resumes", []) + changed_settings(c, self.cfg, it), resumed_at=it, last_saved=it)
 
     def start(self, config, state):

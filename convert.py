@@ -51,11 +51,11 @@ from datetime import datetime, timezone
 
 import torch
 
-from checkpoint import atomic_write_text, load_run, replace_atomically
+from checkpoint import atomic_write_text, check_finite, load_run, replace_atomically
 from data import load_meta
 from model import GPT
 from prepare_data import GPT2_EOT, GPT2_VOCAB, DataError
-from settings import DEFAULTS, MODEL_KEYS, HelpFormatter, check_value, model_config, validate
+from settings import DEFAULTS, HelpFormatter, check_value, model_config, validate
 
 # ------------------------------------------------------------------------------------- the official format
 OFFICIAL_KEYS = ("model", "optimizer", "model_args", "iter_num", "best_val_loss", "config")
@@ -138,7 +138,7 @@ def nlq_model_config(model_args, data_vocab_size):
         raise ValueError(f"unknown official query_mode {mode!r}; known: {', '.join(MODES)}")
     args = {nlq: check_value(nlq, model_args[official]) for official, nlq in MODEL_FIELDS.items()}
     args.update(query_mode=MODES[mode], query_hidden=args["n_embd"] // 2,  # the official f is d -> d/2 -> d
-                query_norm_in=True, query_norm_out=True, fused_f=True, qk_norm=False, flash=True, activation="gelu")
+                query_norm_in=True, query_norm_out=True, qk_norm=False, flash=True, activation="gelu")
     if data_vocab_size > args["vocab_size"]:
         raise ValueError(f"the vocabulary ({data_vocab_size} tokens) does not fit the checkpoint's "
                          f"embedding ({args['vocab_size']} rows): it is not the tokenizer the model was "
@@ -239,7 +239,7 @@ def convert(official, meta, dataset, data_dir, out_dir, source="?"):
     """
     margs = nlq_model_config(official["model_args"], meta["vocab_size"])
     cfg = dict(DEFAULTS, out_dir=out_dir, dataset=dataset, data_dir=data_dir, init_from="resume",
-               **{k: margs[k] for k in MODEL_KEYS})
+               **margs)
     settings = official["config"]
     defaulted = [k for k in CARRIED_SETTINGS if k not in settings]
     for k in CARRIED_SETTINGS:
@@ -260,9 +260,7 @@ def convert(official, meta, dataset, data_dir, out_dir, source="?"):
     # the official model without flash attention keeps its causal mask as a buffer, attn.bias: not a weight
     weights = {k: v for k, v in official["model"].items() if not k.endswith(".attn.bias")}
     state_dict = map_tensors(weights, {k: v.shape for k, v in model.state_dict().items()}, mode, C)
-    bad = [k for k, v in weights.items() if v.is_floating_point() and not torch.isfinite(v).all()]
-    if bad:  # a diverged run: sample.py and eval.py would refuse it
-        raise ValueError(f"{source}: the weights are not finite (training diverged), e.g. {bad[0]}")
+    check_finite(weights, source)  # a diverged run: sample.py and eval.py would refuse it
     wte, head = weights["transformer.wte.weight"], weights["lm_head.weight"]
     if model_cfg.tie_weights and not torch.equal(wte, head):
         raise ValueError("tie_weights is True but transformer.wte.weight and lm_head.weight differ")

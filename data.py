@@ -14,7 +14,6 @@ import os
 import numpy as np
 import torch
 
-from prepare_data import BIN_FILES  # noqa: F401  (the files of a dataset folder)
 
 PREPARE_AGAIN = "prepare the dataset again (python prepare_data.py DATASET --overwrite)"
 
@@ -100,7 +99,7 @@ class TrainData:
     """
 
     def __init__(self, folder, block_size, n_eval_windows, seed):
-        self.folder, self.block_size = folder, block_size
+        self.block_size = block_size
         self.meta = load_meta(folder)
         self.tokens = {s: len(open_split(folder, s, self.meta, block_size)) for s in ("train", "val")}
         self.files = {s: open(os.path.join(folder, f"{s}.bin"), "rb") for s in self.tokens}

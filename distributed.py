@@ -103,7 +103,7 @@ def all_reduce_sum(t):
     return t
 
 
-def wrap_model(model, cfg, device_type, ptdtype, local_rank, world_size):
+def wrap_model(model, cfg, device_type, local_rank, world_size):
     """The model as the training step calls it: compiled (use_compile), then under DDP on several processes
     without FSDP (a sharded model is its own wrapper: shard_model)."""
     if use_compile(cfg, device_type):

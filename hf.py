@@ -135,9 +135,8 @@ class NlqAttention(GPT2Attention):
 
     def __init__(self, config, layer_idx=None):
         super().__init__(config, layer_idx=layer_idx)
-        keys = ("query_mode", "query_hidden", "query_norm_in", "query_norm_out", "attn_scale", "qk_norm", "bias")
         cfg = GPTConfig(n_embd=config.n_embd, n_head=config.n_head, fused_f=False,
-                        **{k: getattr(config, k) for k in keys})
+                        **{k: getattr(config, k) for k in NlqConfig.__annotations__})  # the query's settings
         self.query = QUERY_MODES[cfg.query_mode](cfg)
         C = self.embed_dim
         self.c_attn = Conv1D((C if self.query.fuse_w_q else 0) + 2 * C, C)
@@ -235,7 +234,7 @@ def tokenizer_for(meta, bpe_dir=None):
 
 # ------------------------------------------------------------------------------------------- the folder
 def check_new_folder(hf_dir):
-    """ValueError, naming the fix, unless hf_dir (convert.py hf's --out) is absent and can be made."""
+    """ValueError, naming the fix, unless hf_dir (convert.py hf's --out) is absent."""
     if os.path.lexists(hf_dir):
         raise ValueError(f"{hf_dir} exists; choose a new --out folder (or delete the old one)")
 
@@ -503,13 +502,13 @@ def gpt2_settings(config, cfg, meta=None):
                     activation=act)
     notes = [f"GPT-2 weights: {config.n_layer} layers x {C}, {H} heads, vocab {config.vocab_size}, "
              f"bias=True, activation={act}, tie_weights={config.tie_word_embeddings}"]
-    mode = nlq_model.QUERY_MODE_ALIASES.get(cfg["query_mode"], cfg["query_mode"])
-    standard = 1 / math.sqrt(C // H)
     if config.model_type == "nlq":  # an nlq export: its own query, as it was trained
         settings.update({k: check_value(k, getattr(config, k)) for k in QUERY_KEYS})
         notes.append(f"query_mode {settings['query_mode']}: the nlq export's own query and its settings; the "
                      f"model computes the export's function exactly")
     else:
+        mode = nlq_model.QUERY_MODE_ALIASES.get(cfg["query_mode"], cfg["query_mode"])
+        standard = 1 / math.sqrt(C // H)
         if mode == "residual" and cfg["attn_scale"] is None:
             settings["attn_scale"] = standard
         scale = settings.get("attn_scale", cfg["attn_scale"])

@@ -20,7 +20,7 @@ import subprocess
 
 import torch
 
-from model import GPT, QUERY_MODE_ALIASES, QUERY_MODES, GPTConfig
+from model import GELU_APPROXIMATE, GPT, QUERY_MODE_ALIASES, QUERY_MODES, GPTConfig
 
 # The model's keys: GPTConfig's fields but data_vocab_size, which the dataset sets
 MODEL_KEYS = tuple(f.name for f in dataclasses.fields(GPTConfig) if f.name != "data_vocab_size")
@@ -99,7 +99,7 @@ NOT_EXPERIMENT = NOT_RESULTS | {"device", "dtype", "compile", "fsdp"}
 # The type of each key whose default is None
 OPTIONAL_TYPES = dict(mlp_hidden=int, query_hidden=int, attn_scale=float, vocab_size=int, lr_decay_iters=int,
                       compile=bool)
-CHOICES = dict(lr_schedule=("cosine", "linear"), activation=("gelu", "gelu_tanh"))
+CHOICES = dict(lr_schedule=("cosine", "linear"), activation=tuple(GELU_APPROXIMATE))
 POSITIVE = ("batch_size", "block_size", "gradient_accumulation_steps", "eval_windows", "eval_interval",
             "log_interval", "learning_rate", "lr_decay_iters", "max_nonfinite_steps", "vocab_size", "n_layer",
             "n_head", "n_embd", "mlp_hidden", "query_hidden")
@@ -281,14 +281,3 @@ def code_version():
     if commit.returncode or edited.returncode:
         return None
     return dict(commit=commit.stdout.strip(), edited=bool(edited.stdout.strip()))
-
-
-def one_line_errors(main, *errors):
-    """Run a script's main(); an error of the given types (its message says what to do) ends the script with
-    'error: <message>' and status 1 instead of a traceback, Ctrl-C with status 130."""
-    try:
-        return main()
-    except errors as e:
-        raise SystemExit(f"error: {e}") from None
-    except KeyboardInterrupt:
-        raise SystemExit(130) from None

@@ -24,7 +24,7 @@ import math
 import os
 import re
 
-from checkpoint import read_metrics
+from checkpoint import read_metrics, read_saved_config
 from data import load_meta, open_split
 from model import QUERY_MODE_ALIASES
 from settings import (NOT_EXPERIMENT, check_value, flops_per_token, model_config, param_counts, parse_config,
@@ -277,21 +277,6 @@ def quick_keys(cfg, fraction):
     if cfg["lr_decay_iters"] is not None:
         keys["lr_decay_iters"] = scale(cfg["lr_decay_iters"])
     return keys
-
-
-def read_saved_config(path):
-    """A run's config.json as this nlq reads it (settings.upgrade), or None if there is none."""
-    if not os.path.exists(path):
-        return None
-    with open(path) as f:
-        try:
-            saved = json.load(f)
-        except ValueError:
-            saved = None
-    if not isinstance(saved, dict):
-        raise ValueError(f"{path} is damaged (not a JSON object of settings); restore it from a copy, or "
-                         f"delete its run folder to run the run again")
-    return upgrade(saved)
 
 
 CODE_CHANGED = "non-embedding parameters"  # settings_diff's key for a model that model.py builds otherwise now

@@ -39,7 +39,7 @@ from concurrent.futures import ThreadPoolExecutor
 from checkpoint import atomic_write_text, is_locked, lock_file
 from distributed import resolve_device
 from preemption import EXIT_DIVERGED, EXIT_INTERRUPTED, EXIT_PREEMPTED
-from settings import HelpFormatter, one_line_errors
+from settings import HelpFormatter
 from study import (QUICK_DIR, QUICK_FRACTION, arm_config, check_data, check_settings, due_runs, dry_run, final_row,
                    final_val_loss, is_diverged, is_finished, ladder_dry_run, load_study, plan, quick_option,
                    run_args, run_config, run_dir, rungs_of, study_progress)
@@ -506,4 +506,9 @@ def sweep(study, args, report_cmd):
 
 
 if __name__ == "__main__":
-    one_line_errors(main, ValueError, OSError, RuntimeError)  # OSError: a runs_dir that cannot be written
+    try:
+        main()
+    except (ValueError, OSError, RuntimeError) as e:  # OSError: a runs_dir that cannot be written
+        sys.exit(f"error: {e}")
+    except KeyboardInterrupt:
+        sys.exit(130)

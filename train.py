@@ -117,7 +117,7 @@ def train(cfg):
         log(f"tokens per iteration: {tokens_per_iter:,} ({accum} micro-batches of {cfg['batch_size']} x "
             f"{cfg['block_size']}, {world_size} process(es){', FSDP' if cfg['fsdp'] else ''}); eval set: "
             f"{cfg['eval_windows']:,} fixed windows per split")
-        model = wrap_model(raw_model, cfg, device_type, ptdtype, local_rank, world_size)
+        model = wrap_model(raw_model, cfg, device_type, local_rank, world_size)
 
         # -- train until max_iters, or until a stop -------------------------------------------------------------
         loop = Loop(cfg, model, raw_model, optimizer, scaler, train_gen, data, run, state, stop,
@@ -301,7 +301,7 @@ def main():
     resume = f" (the last checkpoint in {cfg['out_dir']} is intact: continue with --init_from=resume)"
     try:
         train(cfg)
-    except (ValueError, FileNotFoundError, CheckpointNotWritten, OSError) as e:  # the message says what to do
+    except (ValueError, CheckpointNotWritten, OSError) as e:  # the message says what to do
         sys.exit(f"error: {e}")
     except TrainingDiverged as e:
         print(f"error: {e}", file=sys.stderr)

@@ -40,13 +40,7 @@ def parse_args(argv=None):
     p.add_argument("--tokenizer", default="byte", choices=("byte", "gpt2"),
                    help="byte: vocab 256; gpt2: GPT-2 BPE, vocab 50304 (its 50257 tokens, padded)")
     p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
-    args = p.parse_args(argv)
-    if args.prompt < 1 or args.prompt + args.new_tokens > args.block_size:
-        p.error(f"--prompt={args.prompt} + --new_tokens={args.new_tokens} must fit in --block_size="
-                f"{args.block_size}, with a prompt of at least 1 token")
-    if min(args.rounds, args.new_tokens, args.threads or 1) < 1:
-        p.error("--rounds, --new_tokens and --threads must be >= 1")
-    return args
+    return p.parse_args(argv)
 
 
 def nlq_model(query_mode, args):

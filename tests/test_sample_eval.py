@@ -234,8 +234,7 @@ def test_eval_full_predicts_every_val_token_once(run):
 
 def test_eval_on_another_dataset_of_the_same_tokenizer(run, tmp_path):
     """--dataset NAME: the checkpoint's loss on other prepared data, when it is tokenised the same way: the
-    same numbers as the checkpoint's own dataset holding that data; another tokenizer is refused before the
-    weights are read."""
+    same numbers as the checkpoint's own dataset holding that data; another tokenizer is refused."""
     root, out = run
     other = tmp_path / "data" / "other"
     other.mkdir(parents=True)
