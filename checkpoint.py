@@ -367,7 +367,7 @@ def changed_settings(saved, cfg, iter_num):
     """What a resume at iter_num changes that can change the run's numbers (tokens per step, max_iters, the eval
     set, dtype...; not where it lives or how it logs) -> [{"iter": iter_num, "changed": {key: [before, now]}}]
     or []. Kept in the checkpoint and config.json ("resumes"): report.py shows such a setting as changed."""
-    skip = NOT_RESULTS | {"out_dir", "data_dir"}
+    skip = NOT_RESULTS | {"data_dir"}
     step = lambda c: c["batch_size"] * c["gradient_accumulation_steps"]  # sequences a step
     if step(saved) == step(cfg):
         skip |= {"batch_size", "gradient_accumulation_steps"}  # the same step split into other micro-batches

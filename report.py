@@ -46,8 +46,9 @@ from data import load_meta
 from model import GPTConfig, QUERY_MODE_ALIASES
 from paired import fmt_ci, mean_ci, paired_difference, seeds_needed, summarize, trend, verdict, welch_p
 from settings import HelpFormatter, model_config
-from study import (QUICK_DIR, QUICK_FRACTION, final_seeds, final_val_loss, is_diverged, load_study, pick_best_lr,
-                   plan, quick_option, read_saved_config, run_config, run_dir, rungs_of)
+from study import (QUICK_DIR, QUICK_FRACTION, arm_config, final_seeds, final_val_loss, is_diverged, is_final,
+                   load_study, pick_best_lr, plan, quick_option, read_saved_config, run_config, run_dir, run_tokens,
+                   rungs_of)
 
 
 def fmt_loss(x):
@@ -126,7 +127,6 @@ def png(fig, axes=(), empty=None):
 
 
 # ---------------------------------------------------------------------------------- plain runs compared
-NOT_COMPARED = settings.NOT_EXPERIMENT | {"out_dir"}  # where a run lives and how it ran, not what it is
 
 
 def tokens_per_byte(config, cache, bpe_dir=None):
@@ -153,8 +153,7 @@ def compare_table(runs, bpe_dir=None):
     rows, notes, cache = [], [], {}
     for run in runs:
         last, cfg = run["rows"][-1], run["config"]
-        status = ("" if last["iter"] >= cfg["max_iters"] or is_diverged(last)
-                  else f" (unfinished: max_iters {cfg['max_iters']})")
+        status = "" if is_final(last, cfg["max_iters"]) else f" (unfinished: max_iters {cfg['max_iters']})"
         full, bpb = last.get("val_loss_full"), "—"
         if full is not None:
             per_byte = tokens_per_byte(cfg, cache, bpe_dir)
@@ -204,7 +203,8 @@ def setting_over_time(config, key):
 
 def config_differences(runs):
     """{key: [value per run]} for the settings (and the dataset's contents) that differ between the runs."""
-    keys = sorted({k for run in runs for k in run["config"] if k in settings.DEFAULTS and k not in NOT_COMPARED})
+    keys = sorted({k for run in runs for k in run["config"]
+                   if k in settings.DEFAULTS and k not in settings.NOT_EXPERIMENT})
     diffs = {k: [setting_over_time(run["config"], k) for run in runs] for k in keys}
     diffs = {k: v for k, v in diffs.items() if any(x != v[0] for x in v)}
     # where the weights started; a run saved before train.py recorded it: its init_from, unless that says resume
@@ -248,7 +248,7 @@ def compare(paths, out, bpe_dir=None):
     show = lambda k, values: ", ".join(f"{run['name']}: {v if k == 'dataset contents' else repr(v)}"
                                        for run, v in zip(runs, values))
     if not diffs:
-        differ = "Their settings are the same (" + ", ".join(sorted(NOT_COMPARED)) + " not compared)."
+        differ = "Their settings are the same (" + ", ".join(sorted(settings.NOT_EXPERIMENT)) + " not compared)."
     elif len(diffs) == 1:
         (key, values), = diffs.items()
         differ = f"They differ only in {key}: {show(key, values)}."
@@ -259,7 +259,7 @@ def compare(paths, out, bpe_dir=None):
         notes.append(f"Their data differ ({show('dataset contents', diffs['dataset contents'])}: other text, or the "
                      f"same split otherwise): their val losses are not over the same tokens.")
     changed = [run["name"] for run in runs
-               if any(r["changed"].keys() - NOT_COMPARED for r in run["config"].get("resumes") or [])]
+               if any(r["changed"].keys() - settings.NOT_EXPERIMENT for r in run["config"].get("resumes") or [])]
     if changed:
         notes.append(f"{', '.join(changed)} changed settings when resumed (shown as 'A, then B from iter N'): not "
                      f"the curves of straight runs at their final settings.")
@@ -309,7 +309,7 @@ def method(study, tokenizer):
     ref = study["reference"]
     bpb = " Bits per byte = loss / ln 2 (byte-level data: one token per byte)." if tokenizer == "byte" else ""
     first = next(iter(study["arms"]))
-    if run_config(study, first, study["grids"][first][0], study["seeds"][0])["eval_full_at_end"]:
+    if arm_config(study, first)["eval_full_at_end"]:
         final, key = "its val loss over the whole val split, every val token once", "`val_loss_full`"
     else:
         final, key = ("its last fixed-window val loss", "`val_loss`: these runs skip the whole-split eval "
@@ -344,7 +344,7 @@ def results_table(study, data, tokenizer):
     ref_losses = final_losses(data[ref])
     rows = []
     for arm, d in data.items():
-        cfg = run_config(study, arm, study["grids"][arm][0], study["seeds"][0])
+        cfg = arm_config(study, arm)
         counts = settings.param_counts(model_config(cfg))  # as this clone's model.py builds it
         losses = final_losses(d)
         mean, std, n = summarize(list(losses.values()))
@@ -453,7 +453,7 @@ def stall_caution(data):
 def selection_losses(study, d, lr):
     """{selection seed: final loss} of an arm's finished selection runs at one rate."""
     return {s: d["search"][(lr, s)]["final"] for s in study["selection_seeds"]
-            if (lr, s) in d["search"] and d["search"][(lr, s)]["final"] is not None}
+            if d["search"][(lr, s)]["final"] is not None}
 
 
 def curve_points(study, d):
@@ -468,13 +468,13 @@ def curve_points(study, d):
     return points
 
 
-def band(losses, within=0.01):
-    """{lr: mean selection loss, or None/inf} -> (best lr, [rates within `within` (a fraction) of its mean])."""
+def band(losses):
+    """{lr: mean selection loss, or None/inf} -> (best lr, [rates within 1% of its mean])."""
     best = pick_best_lr(losses)
     if best is None:
         return None, []
     return best, sorted(lr for lr, v in losses.items()
-                        if v is not None and math.isfinite(v) and v <= (1 + within) * losses[best])
+                        if v is not None and math.isfinite(v) and v <= 1.01 * losses[best])
 
 
 def rate_table(data, columns, cell, names=None):
@@ -512,12 +512,12 @@ def curve_gap_table(study, data):
     return rate_table(data, others, cell, [f"{arm} − {ref}" for arm in others])
 
 
-def band_table(study, data, within=0.01):
+def band_table(study, data):
     """Per arm: the best rate (a diverged seed counts +inf), its mean, the rates within 1% of it, and the stalled
     and diverged runs of the curve and of the finals."""
     rows = []
     for arm, d in data.items():
-        best, rates = band(d["plan"]["losses"], within)
+        best, rates = band(d["plan"]["losses"])
         points = curve_points(study, d).values()
         curve_runs = sum(len(p["losses"]) + p["diverged"] for p in points)
         finals = list(d["finals"].values())
@@ -528,7 +528,7 @@ def band_table(study, data, within=0.01):
                      f"{sum(p['stalled'] for p in points)} / {sum(p['diverged'] for p in points)} of {curve_runs}",
                      f"{stalled_count(finals)} / {sum(r['status'] == 'diverged' for r in finals)} of "
                      f"{sum(r['status'] in ('done', 'diverged') for r in finals)}"])
-    cols = ["arm", "best lr", "mean at best", f"rates within {within:.0%} of best", "band width",
+    cols = ["arm", "best lr", "mean at best", "rates within 1% of best", "band width",
             "curve runs stalled / diverged", "final runs stalled / diverged"]
     return table(cols, rows)
 
@@ -693,13 +693,22 @@ def plot_forest(study, data):
 
 
 # ------------------------------------------------------------------------------------------- the files
+def tokenizer_of(runs):
+    """The tokenizer the runs trained with (their config.json's dataset_meta), or None."""
+    return next((r["config"]["dataset_meta"].get("tokenizer") for r in runs
+                 if r["config"] and "dataset_meta" in r["config"]), None)
+
+
+def reading_section(out):
+    """A person's reading of the numbers (out/reading.md, kept across rebuilds) as report parts, or []."""
+    reading = pathlib.Path(out, "reading.md")
+    return ["## Reading", reading.read_text().strip()] if reading.exists() else []
+
+
 def render(study_path, study, data, out):
     """The report of study -> (README markdown, {file name: bytes})."""
-    tokenizer = next((r["config"]["dataset_meta"].get("tokenizer") for r in all_runs(data)
-                      if r["config"] and "dataset_meta" in r["config"]), None)
+    tokenizer = tokenizer_of(all_runs(data))
     files = {"val_loss.png": plot_curves(data), "forest.png": plot_forest(study, data)}
-    reading = pathlib.Path(out, "reading.md")  # a person's reading of the numbers, kept across rebuilds
-    reading = ["## Reading", reading.read_text().strip()] if reading.exists() else []
     contrasts = (["## Contrasts between arms (paired by seed, final seeds both finished, 95% CI)",
                   contrasts_table(study, data)] if study["contrasts"] else [])
     precision = ([f"**Precision.** The study aims for a 95% CI half-width of {study['precision'] * 100:g}% of "
@@ -719,7 +728,7 @@ def render(study_path, study, data, out):
     text = "\n\n".join([
         header(study_path, study, out), "## Results", method(study, tokenizer),
         results_table(study, data, tokenizer), *stall_caution(data), *precision, "![forest plot](forest.png)",
-        *contrasts, "![val loss](val_loss.png)", CURVES_CAPTION, *curves, *reading,
+        *contrasts, "![val loss](val_loss.png)", CURVES_CAPTION, *curves, *reading_section(out),
         (f"## Learning-rate search (mean final loss over selection seeds {study['selection_seeds']})"
          if study["selection_seeds"] else "## Learning rates (one per arm, given by the study: no search)"),
         search_table(study, data),
@@ -736,7 +745,7 @@ def ladder_gaps(ladder, datas):
     gaps = {}
     for study in rungs_of(ladder):
         ref, finals = study["reference"], {arm: final_losses(d) for arm, d in datas[study["rung"]].items()}
-        n = settings.param_counts(model_config(run_config(study, ref, study["grids"][ref][0], study["seeds"][0])))
+        n = settings.param_counts(model_config(arm_config(study, ref)))
         pairs = [(arm, ref) for arm in study["arms"] if arm != ref] + [(a, o) for a, o, _ in study["contrasts"]]
         for arm, other in pairs:
             gaps.setdefault((arm, other), []).append(
@@ -790,25 +799,20 @@ def ladder_reading(gaps, quick):
 def render_ladder(study_path, ladder, datas, out):
     """A ladder's report -> (README markdown, {file name: bytes}): the gap against model size, then each rung."""
     rungs = rungs_of(ladder)
-    tokenizer = next((r["config"]["dataset_meta"].get("tokenizer") for data in datas.values() for r in
-                      all_runs(data) if r["config"] and "dataset_meta" in r["config"]), None)
+    tokenizer = tokenizer_of(run for data in datas.values() for run in all_runs(data))
     gaps = ladder_gaps(ladder, datas)
-    parts = [header(study_path, {**rungs[0], "name": ladder["name"], "runs_dir": os.path.dirname(rungs[0]["runs_dir"])},
-                    out), "## The gap against model size",
+    parts = [header(study_path, {**rungs[0], "name": ladder["name"], "runs_dir": ladder["runs_dir"]}, out),
+             "## The gap against model size",
              f"The same study at {len(rungs)} sizes (rungs), each with its own learning-rate search; every Δ is a "
              f"paired difference over final seeds (Method, below), a call only where its 95% CI excludes 0. "
-             f"{STALL_TEXT}", ladder_table(gaps, ladder.get("quick")), "![gap against size](gap_vs_size.png)",
-             "**What the data support.**", ladder_reading(gaps, ladder.get("quick"))]
-    reading = pathlib.Path(out, "reading.md")  # a person's reading of the numbers, kept across rebuilds
-    parts += [*(["## Reading", reading.read_text().strip()] if reading.exists() else []), "## Method",
-              method(rungs[0], tokenizer)]
+             f"{STALL_TEXT}", ladder_table(gaps, ladder["quick"]), "![gap against size](gap_vs_size.png)",
+             "**What the data support.**", ladder_reading(gaps, ladder["quick"])]
+    parts += [*reading_section(out), "## Method", method(rungs[0], tokenizer)]
     for study in rungs:
         data, ref = datas[study["rung"]], study["reference"]
-        cfg = run_config(study, ref, study["grids"][ref][0], study["seeds"][0])
-        parts += [f"## Rung {study['rung']}: {cfg['n_layer']} × {cfg['n_embd']}, "
-                  f"{cfg['max_iters'] * cfg['batch_size'] * cfg['gradient_accumulation_steps'] * cfg['block_size']:,} "
-                  f"tokens a run", results_table(study, data, tokenizer), *stall_caution(data),
-                  search_table(study, data)]
+        cfg = arm_config(study, ref)
+        parts += [f"## Rung {study['rung']}: {cfg['n_layer']} × {cfg['n_embd']}, {run_tokens(cfg):,} tokens a run",
+                  results_table(study, data, tokenizer), *stall_caution(data), search_table(study, data)]
     text = "\n\n".join(parts) + "\n"
     return text, {"README.md": text.encode(), "gap_vs_size.png": plot_ladder(gaps)}
 
@@ -873,17 +877,16 @@ def main(argv=None):
     datas = {r.get("rung"): collect(r) for r in rungs_of(study)}
     runs = [run for data in datas.values() for run in all_runs(data)]
     if all(r["status"] == "missing" for r in runs):  # a report of nothing would only be a folder to delete
-        where = os.path.dirname(rungs_of(study)[0]["runs_dir"]) if "rungs" in study else study["runs_dir"]
         raise ValueError(f"no run of study {study['name']} has started yet (0 of the {len(runs)} runs planned so "
-                         f"far have metrics in {where}): nothing to report, nothing written; run {again} first")
+                         f"far have metrics in {study['runs_dir']}): nothing to report, nothing written; run {again} "
+                         f"first")
     text, files = (render_ladder(args.study[0], study, datas, out) if "rungs" in study else
                    render(args.study[0], study, datas[None], out))
-    data = {f"{rung} {arm}" if rung else arm: d for rung, by_arm in datas.items() for arm, d in by_arm.items()}
     written, kept = write_files(out, files)
     print(f"wrote {', '.join(written) or 'nothing'}"
           + (f"; {', '.join(kept)} already up to date (a README's date line aside)" if kept else ""))
-    left_out = [f"{r['arm']} seed {r['seed']} ({fmt_run(r)})" for d in data.values() for r in d["finals"].values()
-                if r["status"] in ("missing", "unfinished")]
+    left_out = [f"{r['arm']} seed {r['seed']} ({fmt_run(r)})" for by_arm in datas.values() for d in by_arm.values()
+                for r in d["finals"].values() if r["status"] in ("missing", "unfinished")]
     if left_out:  # the statistics stand on fewer seeds than planned: say so where it is seen
         print(f"note: {len(left_out)} final run(s) not finished, left out of the statistics: "
               f"{'; '.join(left_out)}; finish them with {again}")

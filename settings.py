@@ -93,7 +93,7 @@ SETTINGS = dict(
 )
 DEFAULTS = {key: default for key, (default, _) in SETTINGS.items()}
 # Keys that do not change a run's results; any other difference means another experiment (sweep.py, report.py)
-NOT_RESULTS = {"init_from", "log_interval", "wandb_log", "wandb_project", "wandb_run_name"}
+NOT_RESULTS = {"out_dir", "init_from", "log_interval", "wandb_log", "wandb_project", "wandb_run_name"}
 # ... and keys a run may change between starts (a resume on other hardware): the same run, made otherwise
 NOT_EXPERIMENT = NOT_RESULTS | {"device", "dtype", "compile", "fsdp"}
 # The type of each key whose default is None

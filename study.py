@@ -28,7 +28,7 @@ from checkpoint import read_metrics, read_saved_config
 from data import load_meta, open_split
 from model import QUERY_MODE_ALIASES
 from settings import (NOT_EXPERIMENT, check_value, flops_per_token, model_config, param_counts, parse_config,
-                      read_config_file, upgrade)
+                      read_config_file)
 
 ROOT = os.path.dirname(os.path.abspath(__file__))  # the repository
 REQUIRED = ("name", "config", "overrides", "arms", "learning_rates", "selection_seeds", "seeds")
@@ -97,13 +97,13 @@ def make_ladder(keys, quick=None):
     """A scaling ladder: one study at several model sizes. keys["rungs"]: {rung name: the train.py keys of that
     size (its shape and token budget) and, optionally, its own learning_rates}. Each rung is a study (make_study)
     with the ladder's arms, seeds and search, its keys on top of the overrides and its runs in
-    <runs_dir>/<rung>: every size gets the same protocol. -> dict(name, config, rungs={rung: study})."""
+    <runs_dir>/<rung>: every size gets the same protocol. -> dict(name, runs_dir, quick, rungs={rung: study})."""
     rungs = keys["rungs"]
     require(isinstance(rungs, dict) and rungs and all(isinstance(r, str) and PLAIN_NAME.fullmatch(r)
                                                       and isinstance(k, dict) for r, k in rungs.items()),
             "rungs", "a non-empty dict: rung name (a plain folder name) -> dict of train.py keys")
     keys = {k: v for k, v in keys.items() if k != "rungs"}
-    ladder = dict(name=keys.get("name"), config=keys.get("config"), rungs={})
+    ladder = dict(name=keys.get("name"), quick=quick, rungs={})
     for rung, rung_keys in rungs.items():
         rung_keys = dict(rung_keys)
         lrs = rung_keys.pop("learning_rates", keys.get("learning_rates"))
@@ -116,7 +116,7 @@ def make_ladder(keys, quick=None):
         if quick is not None:  # each rung its own scratch folder
             study["runs_dir"] = os.path.join(study["runs_dir"], rung)
         ladder["rungs"][rung] = {**study, "rung": rung}
-    ladder["quick"] = quick
+    ladder["runs_dir"] = os.path.dirname(study["runs_dir"])  # the rungs' parent folder
     return ladder
 
 
@@ -296,7 +296,7 @@ def settings_diff(study, arm, lr, seed):
     wanted = run_config(study, arm, lr, seed)
     named = lambda k, v: QUERY_MODE_ALIASES.get(v, v) if k == "query_mode" else v  # 'original' is linear
     diff = {k: (saved[k], v) for k, v in wanted.items()
-            if k not in NOT_EXPERIMENT | {"out_dir"} and named(k, saved[k]) != named(k, v)}
+            if k not in NOT_EXPERIMENT and named(k, saved[k]) != named(k, v)}
     step = lambda c: c["batch_size"] * c["gradient_accumulation_steps"]  # sequences a step
     if step(saved) == step(wanted):
         diff = {k: v for k, v in diff.items() if k not in ("batch_size", "gradient_accumulation_steps")}
@@ -430,20 +430,24 @@ def final_val_loss(row):
     return loss if loss is not None and math.isfinite(loss) else None
 
 
+def is_final(row, max_iters):
+    """Whether a run's last metrics row ends it: it reached max_iters, or it diverged (rerunning gives the same)."""
+    return row is not None and (is_diverged(row) or row["iter"] >= max_iters)
+
+
 def is_finished(study, arm, lr, seed):
-    """True for a run that reached max_iters, or that diverged (a final state: rerunning gives the same)."""
-    row = final_row(run_dir(study, arm, lr, seed))
-    return row is not None and (is_diverged(row)
-                                or row["iter"] >= run_config(study, arm, lr, seed)["max_iters"])
+    """True for a run that reached max_iters, or that diverged."""
+    return is_final(final_row(run_dir(study, arm, lr, seed)), run_config(study, arm, lr, seed)["max_iters"])
 
 
 def selection_loss(study, arm, lr):
     """Mean final loss over the selection seeds; inf if any diverged; None while any is unfinished."""
     losses = []
     for seed in study["selection_seeds"]:
-        if not is_finished(study, arm, lr, seed):
+        row = final_row(run_dir(study, arm, lr, seed))
+        if not is_final(row, run_config(study, arm, lr, seed)["max_iters"]):
             return None
-        loss = final_val_loss(final_row(run_dir(study, arm, lr, seed)))
+        loss = final_val_loss(row)
         losses.append(math.inf if loss is None else loss)
     return sum(losses) / len(losses)
 
@@ -637,17 +641,13 @@ LEGEND = ("finished: runs done; due now: what the sweep would start now; first w
           "extension the search may add (half steps and final seeds included)")
 
 
-def dry_run(study, tokens_per_s=None, bench_json=None, rung=False):
-    """The study's plan and its cost, as text: per arm its runs (finished, due now, the first wave, the fewest
-    and the most the search can make), tokens and hours a run (arm_costs; a run on N GPUs takes 1/N of the time
-    for the same GPU-hours, if it scales perfectly). Runs nothing. rung: one rung of a ladder, whose dry run
-    gives the cost's source, the legend and the data's state once."""
-    unit, source, costs = arm_costs(study, tokens_per_s, bench_json)
+def plan_table(study, unit, costs):
+    """One study's (or rung's) plan by arm as markdown lines, its summary line, and its totals (runs due now,
+    fewest, most; hours fewest, most): runs finished, due now, in the first wave, the fewest and the most the
+    search can make, with tokens and hours a run (arm_costs)."""
     due = due_runs(study)
-    lines = [f"plan of study {study['name']} (dry run: nothing is started); runs in {study['runs_dir']}"]
-    lines += [] if rung else [source]
-    lines += ["", f"| arm | query_mode | tokens/s | tokens a run | {unit}-h a run | finished | due now | first wave "
-                 f"| fewest | most | {unit}-h first wave | {unit}-h most |",
+    lines = [f"| arm | query_mode | tokens/s | tokens a run | {unit}-h a run | finished | due now | first wave "
+             f"| fewest | most | {unit}-h first wave | {unit}-h most |",
              "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     total = [0] * 8  # runs finished, due now, first wave, fewest, most; hours first wave, fewest, most
     for arm in study["arms"]:
@@ -667,31 +667,38 @@ def dry_run(study, tokens_per_s=None, bench_json=None, rung=False):
     cost = (f"{span(h_fewest, h_most, ',.1f')} {unit}-hours (first wave: {first} runs, {h_first:,.1f} {unit}-hours)"
             if not untimed else f"{unit}-hours unknown until {' and '.join(untimed)} ha{'ve' if untimed[1:] else 's'} "
                                 f"a finished run to time (first wave: {first} runs)")
-    lines += [] if rung else ["", LEGEND]
-    lines += ["", f"The {'rung' if rung else 'study'}: {span(fewest, most, 'd')} runs, {cost}; {finished} finished, "
-                  f"{now} due now." + (" Complete: the sweep has nothing to run; report.py writes its report, and "
-                                      "--quick tries the study in the scratch folder." if now == 0 else "")]
-    lines += [] if rung else [data_status(study, complete=now == 0)]
-    return re.sub(r"(?<=\| )nan(?= \|)", "?", "\n".join(lines))
+    summary = (f"{span(fewest, most, 'd')} runs, {cost}; {finished} finished, {now} due now."
+               + (" Complete: the sweep has nothing to run; report.py writes its report, and --quick tries the "
+                  "study in the scratch folder." if now == 0 else ""))
+    table = re.sub(r"(?<=\| )nan(?= \|)", "?", "\n".join(lines))
+    return table, summary, (now, fewest, most, h_fewest, h_most)
+
+
+def dry_run(study, tokens_per_s=None, bench_json=None):
+    """The study's plan and its cost, as text (plan_table; a run on N GPUs takes 1/N of the time for the same
+    GPU-hours, if it scales perfectly). Runs nothing."""
+    unit, source, costs = arm_costs(study, tokens_per_s, bench_json)
+    table, summary, (now, *_) = plan_table(study, unit, costs)
+    return "\n".join([f"plan of study {study['name']} (dry run: nothing is started); runs in {study['runs_dir']}",
+                      source, "", table, "", LEGEND, "", f"The study: {summary}",
+                      data_status(study, complete=now == 0)])
 
 
 def ladder_dry_run(ladder, tokens_per_s=None, bench_json=None):
-    """A ladder's plan: each rung's dry run, then the cost by model size and in all (dry_run's hours)."""
+    """A ladder's plan: each rung's table (plan_table), then the cost by model size and in all."""
     parts, rows, total, data = [], [], [0, 0, 0.0, 0.0], []
     for study in rungs_of(ladder):
-        parts.append(f"## rung {study['rung']}\n\n" + dry_run(study, tokens_per_s, bench_json, rung=True))
         unit, source, costs = arm_costs(study, tokens_per_s, bench_json)
-        status = data_status(study, complete=not due_runs(study))
+        table, summary, (now, *cost) = plan_table(study, unit, costs)
+        parts.append(f"## rung {study['rung']}\n\nruns in {study['runs_dir']}\n\n{table}\n\nThe rung: {summary}")
+        status = data_status(study, complete=now == 0)
         data += [] if status in data else [status]
-        counts = {arm: arm_run_counts(study, arm) for arm in study["arms"]}
-        cost = [sum(c[1] for c in counts.values()), sum(c[2] for c in counts.values()),
-                sum(counts[a][1] * costs[a][1] for a in counts), sum(counts[a][2] * costs[a][1] for a in counts)]
         total = [t + c for t, c in zip(total, cost)]
         cfg = arm_config(study, study["reference"])
         n = param_counts(model_config(cfg))["non_embedding"]
         rows.append(f"| {study['rung']} | {n:,} | {run_tokens(cfg):,} | {run_tokens(cfg) / n:.1f} "
                     f"| {span(*cost[:2], 'd')} | {span(*cost[2:], ',.1f')} |")
-    return "\n\n".join([source, LEGEND] + parts + [
+    return "\n\n".join([f"plan of ladder {ladder['name']} (dry run: nothing is started)", source, LEGEND] + parts + [
         f"## the ladder {ladder['name']}: cost by size", f"| rung | non-embedding params | tokens a run | tokens per "
         f"parameter | runs | {unit}-hours |\n|---|---:|---:|---:|---:|---:|\n" + "\n".join(rows)
         + f"\n| **all** | | | | {span(*total[:2], 'd')} | {span(*total[2:], ',.1f')} |",
