@@ -22,16 +22,11 @@ def paired_difference(arm, ref, confidence=0.95):
     """arm, ref: {seed: final loss} -> dict(n, seeds both have, diffs arm_i - ref_i, their mean and sd, ci from
     Student's t with n - 1 df, p of the paired t-test, rel = mean / mean(ref) in %); ci and p None for n < 2."""
     seeds = sorted(set(arm) & set(ref))
-    d = np.array([arm[s] - ref[s] for s in seeds])
-    n = len(d)
-    out = dict(n=n, seeds=seeds, diffs=d.tolist(), mean=float(d.mean()) if n else math.nan, sd=math.nan,
-               ci=None, p=None, rel=float(d.mean() / np.mean([ref[s] for s in seeds]) * 100) if n else math.nan)
-    if n >= 2:
-        sd = float(d.std(ddof=1))
-        half = stats.t.ppf(0.5 + confidence / 2, n - 1) * sd / math.sqrt(n)
-        out.update(sd=sd, ci=(out["mean"] - half, out["mean"] + half),
-                   p=float(stats.ttest_rel([arm[s] for s in seeds], [ref[s] for s in seeds]).pvalue))
-    return out
+    d = [arm[s] - ref[s] for s in seeds]
+    n, (mean, ci) = len(d), mean_ci(d, confidence)
+    p = float(stats.ttest_rel([arm[s] for s in seeds], [ref[s] for s in seeds]).pvalue) if n >= 2 else None
+    rel = float(mean / np.mean([ref[s] for s in seeds]) * 100) if n else math.nan
+    return dict(n=n, seeds=seeds, diffs=d, mean=mean, sd=summarize(d)[1], ci=ci, p=p, rel=rel)
 
 
 def welch_p(arm_values, ref_values):
