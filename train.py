@@ -263,7 +263,7 @@ class Loop:
         last = self.state.last_saved
         raise TrainingDiverged(f"training diverged at iter {row['iter']}: {reason}; " + (
             f"the last finite checkpoint is {self.run_folder.ckpt_path} (iter {last})" if last is not None else
-            "no checkpoint was written") + f". Try a lower learning_rate, a longer warmup_iters or grad_clip > 0")
+            "no checkpoint was written") + ". Try a lower learning_rate, a longer warmup_iters or grad_clip > 0")
 
     def stop_at_boundary(self, s):
         """Checkpoint this step boundary and end the run: TrainingPreempted after a stop signal, Ctrl-C

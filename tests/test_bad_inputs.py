@@ -2,7 +2,6 @@
 checkpoints and logs, odd study files, wrong arguments, interruptions."""
 import json
 import os
-import re
 import shutil
 import signal
 import subprocess

@@ -10,9 +10,8 @@ import torch
 import checkpoint
 import eval as nlq_eval
 import prepare_data
-import sample
 import train
-from test_sample_eval import TEXT, small_cfg
+from test_sample_eval import small_cfg, write_tiny_dataset
 
 EXAMPLES = [  # byte-level: short ones fit block_size 32, the long ones lose context (and ending) tokens
     dict(activity_label="Fox", ctx_a="the quick", ctx_b="brown", endings=["fox", "dog", "jugs", "box"], label=0),
@@ -36,12 +35,7 @@ ENDINGS_CLEAN[1] = ["five dozen", "liquor. jugs", "lazy dog", "q"]
 def ckpt(tmp_path_factory):
     """A byte-level model (block_size 32) trained 6 steps on a pangram, and a HellaSwag-format file."""
     root = tmp_path_factory.mktemp("hs")
-    (root / "tiny").mkdir()
-    data = np.frombuffer(TEXT * 50, np.uint8).astype(np.uint16)
-    data[:3000].tofile(root / "tiny" / "train.bin")
-    data[3000:3700].tofile(root / "tiny" / "val.bin")
-    (root / "tiny" / "meta.json").write_text(json.dumps(
-        dict(name="tiny", tokenizer="byte", vocab_size=256, dtype="uint16", eot_token=None)))
+    write_tiny_dataset(root)
     train.train(small_cfg(root, root / "out", block_size=32))
     path = root / "hellaswag_val.jsonl"
     path.write_text("".join(json.dumps(ex) + "\n" for ex in EXAMPLES) + "\n")  # a blank last line is fine

@@ -16,7 +16,6 @@ import checkpoint
 import convert
 import hf
 import prepare_data
-import sample
 import settings
 import train
 from conftest import ROOT
@@ -466,8 +465,8 @@ def test_a_hub_name_that_cannot_be_fetched_says_how_to_work_offline(monkeypatch)
     cache switch that fails at once and what a local folder must hold (the tests have no network: the error is
     transformers' own, raised here as its AutoConfig raises it)."""
     def offline(name, **kwargs):
-        raise OSError(f"We couldn't connect to 'https://huggingface.co' to load the files, and couldn't find them "
-                      f"in the cached files.\nCheck your internet connection.")
+        raise OSError("We couldn't connect to 'https://huggingface.co' to load the files, and couldn't find them "
+                      "in the cached files.\nCheck your internet connection.")
     monkeypatch.setattr(hf._transformers().AutoConfig, "from_pretrained", offline)
     with pytest.raises(ValueError) as e:
         hf.load_gpt2_config("gpt2")

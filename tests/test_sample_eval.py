@@ -34,16 +34,21 @@ def small_cfg(data_dir, out_dir, **kw):
     return cfg
 
 
-@pytest.fixture(scope="module")
-def run(tmp_path_factory):
-    """A tiny byte-level dataset (val: 700 tokens, not a multiple of block_size) and a 6-step checkpoint."""
-    root = tmp_path_factory.mktemp("tiny")
+def write_tiny_dataset(root):
+    """root/tiny: the pangram as bytes, train 3000 tokens, val 700 (not a multiple of block_size)."""
     (root / "tiny").mkdir()
     data = np.frombuffer(TEXT * 50, np.uint8).astype(np.uint16)
     data[:3000].tofile(root / "tiny" / "train.bin")
     data[3000:3700].tofile(root / "tiny" / "val.bin")
     (root / "tiny" / "meta.json").write_text(json.dumps(
         dict(name="tiny", tokenizer="byte", vocab_size=256, dtype="uint16", eot_token=None)))
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    """A tiny byte-level dataset (val: 700 tokens, not a multiple of block_size) and a 6-step checkpoint."""
+    root = tmp_path_factory.mktemp("tiny")
+    write_tiny_dataset(root)
     out = root / "out"
     train.train(small_cfg(root, out))
     return root, out
