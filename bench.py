@@ -37,12 +37,12 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from checkpoint import atomic_write_text
-from data import get_batch, load_meta, open_split, window_starts
-from distributed import (autocast, check_fsdp_support, end_distributed, resolve_device, setup_distributed,
-                         shard_model, use_compile)
-from settings import model_config, parse_config, settings_help
 from model import GPT, QUERY_MODE_ALIASES, QUERY_MODES
+from nlq.checkpoint import atomic_write_text
+from nlq.data import get_batch, load_meta, open_split, window_starts
+from nlq.distributed import (autocast, check_fsdp_support, end_distributed, resolve_device, setup_distributed,
+                             shard_model, use_compile)
+from nlq.settings import model_config, parse_config, settings_help
 
 BENCH_DEFAULTS = dict(query_modes="linear,identity,nonlinear", warmup=10, steps=50, rounds=5,
                       data="synthetic", threads=None, json=None)

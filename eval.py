@@ -28,28 +28,15 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
-from checkpoint import atomic_write_text, check_same_dataset, load_run
-from data import eval_windows, get_batch, load_meta, open_split
-from distributed import autocast, resolve_device
-from losses import estimate_loss, full_split_loss, safe_exp
-from prepare_data import GPT2_EOT, get_codec, gpt2_encoding
-from settings import HelpFormatter
+from nlq.checkpoint import atomic_write_text, check_same_dataset, load_run
+from nlq.data import eval_windows, get_batch, load_meta, open_split
+from nlq.distributed import autocast, resolve_device
+from nlq.losses import estimate_loss, full_split_loss, safe_exp
+from nlq.settings import HelpFormatter
+from nlq.tokenizers import get_codec, token_bytes
 
 HELLASWAG_URL = "https://raw.githubusercontent.com/rowanz/hellaswag/master/data/hellaswag_val.jsonl"
 
-
-def token_bytes(meta, bpe_dir=None):
-    """UTF-8 byte length of each token id's text, an int64 array indexed by id: byte 1 each; char the
-    character's length; gpt2 the token's bytes, 0 for end-of-text (a document boundary, not text). Summed over
-    target ids it gives the bytes of their text exactly, also where a window cuts a character in two."""
-    kind = meta["tokenizer"]
-    if kind == "byte":
-        return np.ones(256, np.int64)
-    if kind == "char":
-        get_codec(meta)  # a clear error if meta.json lacks the characters
-        return np.array([len(c.encode("utf-8")) for c in meta["chars"]], np.int64)
-    enc = gpt2_encoding(bpe_dir)
-    return np.array([len(enc.decode_single_token_bytes(i)) for i in range(GPT2_EOT)] + [0], np.int64)
 
 
 def metrics(nats, tokens, n_bytes):

@@ -11,13 +11,13 @@ expressivity. The paper spends the freed d² parameters on a nonlinear residual 
 The halving is folded into the attention scale, 1/(2·sqrt(head_dim)). Keys and values stay linear.
 `GPTConfig.query_mode` picks the arm from QUERY_MODES, one small class per mode:
 
-    linear     q = x W_Q                 (standard GPT; scale 1/sqrt(hd))
-    identity   q = x                     (no W_Q; scale 1/(2 sqrt(hd)))
-    residual   q = x + x W_Q             (ablation in the official code; scale 1/(2 sqrt(hd)))
-    nonlinear  q = x + f(x)              (the paper's method; scale 1/(2 sqrt(hd)))
+    linear           q = x W_Q           (standard GPT; scale 1/sqrt(hd))
+    identity         q = x               (no W_Q; scale 1/(2 sqrt(hd)))
+    linear_residual  q = x + x W_Q       (the official code's "residual" ablation; scale 1/(2 sqrt(hd)))
+    nonlinear        q = x + f(x)        (the paper's method; scale 1/(2 sqrt(hd)))
 
 Read in order: GPTConfig, the query modes, attention, the GPT. The last section, FusedF, is an optimisation
-only: the same f at linear's memory (GPTConfig.fused_f; fused_f=False runs f as written above).
+only: the same f at linear's memory, which runs on CUDA (GPTConfig.fused_f); elsewhere f runs as written.
 
 Shapes: B batch, T time (≤ block_size), C = n_embd, nh = n_head, hd = C // nh.
 """
@@ -50,7 +50,7 @@ class GPTConfig:
     query_hidden: Optional[int] = None  # width r of f's hidden layer; None -> n_embd // 2 (f: d² + 2d params)
     query_norm_in: bool = True        # nonlinear: f's input RMSNorm (False: f(x) = LN(W2 GELU(W1 x)))
     query_norm_out: bool = True       # nonlinear: f's output LayerNorm (False: f(x) = W2 GELU(W1 RMSNorm(x)))
-    fused_f: bool = True              # nonlinear: f through FusedF (saves 3 floats a token); False: as written
+    fused_f: Optional[bool] = None    # nonlinear: True FusedF (linear's memory), False f as written; None: on CUDA
     attn_scale: Optional[float] = None  # None -> the query mode's default: scale_factor / sqrt(head_dim)
     qk_norm: bool = False             # RMS-normalise per-head q and k before the dot product
     dropout: float = 0.0
@@ -120,8 +120,8 @@ class IdentityQuery(QueryMode):
         return x
 
 
-class ResidualQuery(QueryMode):
-    """q = x + x·W_Q, a linear residual query (an ablation in the official code). C² (+ C) parameters."""
+class LinearResidualQuery(QueryMode):
+    """q = x + x·W_Q, a linear residual query (the official code's "residual" ablation). C² (+ C) parameters."""
     scale_factor = 0.5
 
     def __init__(self, cfg: GPTConfig):
@@ -139,10 +139,12 @@ class NonlinearQuery(QueryMode):
     W1: C -> r, W2: r -> C with r = query_hidden (C/2 in the paper): 2·C·r + 2·C parameters with bias=False,
     d² + 2d for r = d/2, what W_Q has. query_norm_in / query_norm_out = False drop a norm (ablations).
 
-    fused_f=False computes f as written (f below). fused_f=True (the default) computes the same numbers at
-    linear's memory: RMSNorm(x)·W1ᵀ = rstd(x) ⊙ (x·(W1·diag γ)ᵀ), rstd(x) = 1/sqrt(mean(x²) + eps), so W1
-    (its gain γ folded in) joins the keys' and values' matmul (input_weight) and the rest of f runs in FusedF
-    (the end of this file), which keeps three floats per token for the backward pass.
+    f below is the paper's f as written, and what runs on a CPU (fused_f=None, the default) or with
+    fused_f=False. On CUDA (or with fused_f=True) FusedF computes the same numbers at linear's memory:
+    RMSNorm(x)·W1ᵀ = rstd(x) ⊙ (x·(W1·diag γ)ᵀ), rstd(x) = 1/sqrt(mean(x²) + eps), so W1 (its gain γ folded
+    in) joins the keys' and values' matmul (input_weight) and the rest of f runs in FusedF (the end of this
+    file), which keeps three floats per token for the backward pass. An edit to f needs the same edit in
+    FusedF to run on a GPU (tests/test_fused_query.py checks that the two agree).
     """
     scale_factor = 0.5
 
@@ -152,13 +154,16 @@ class NonlinearQuery(QueryMode):
         self.w1 = nn.Linear(cfg.n_embd, cfg.query_hidden, bias=cfg.bias)
         self.w2 = nn.Linear(cfg.query_hidden, cfg.n_embd, bias=cfg.bias)
         self.norm_out = nn.LayerNorm(cfg.n_embd, eps=1e-5, bias=cfg.bias) if cfg.query_norm_out else nn.Identity()
-        self.fused = cfg.fused_f
+        self.fused_f = cfg.fused_f
 
     def f(self, x):
-        """The residual f as the paper defines it: (B, T, C) -> (B, T, C). Only fused_f=False runs it: FusedF
-        computes the same f on its own, so an edit here needs fused_f=False (or a new mode class), or the same
-        edit in FusedF (tests/test_fused_query.py checks the two agree)."""
+        """The residual f as the paper defines it: (B, T, C) -> (B, T, C)."""
         return self.norm_out(self.w2(F.gelu(self.w1(self.norm_in(x)))))
+
+    @property
+    def fused(self):
+        """Whether FusedF computes f: fused_f, or where it is None, on CUDA only (where its memory pays)."""
+        return self.fused_f if self.fused_f is not None else self.w1.weight.is_cuda
 
     def input_weight(self):
         """W1·diag γ, (r, C): W1 with the input RMSNorm's gain folded in (W1 alone without the norm)."""
@@ -173,9 +178,10 @@ class NonlinearQuery(QueryMode):
         return fused_query(self, x, xw)
 
 
-QUERY_MODES = {"linear": LinearQuery, "identity": IdentityQuery, "residual": ResidualQuery,
+QUERY_MODES = {"linear": LinearQuery, "identity": IdentityQuery, "linear_residual": LinearResidualQuery,
                "nonlinear": NonlinearQuery}
-QUERY_MODE_ALIASES = {"original": "linear", "residual_gelu": "nonlinear"}  # names used by the official code
+# the official code's names for them
+QUERY_MODE_ALIASES = {"original": "linear", "residual": "linear_residual", "residual_gelu": "nonlinear"}
 
 
 # ------------------------------------------------------------------------------------------------ attention
@@ -475,8 +481,8 @@ def peak_flops(device):
 
 
 # ---------------------------------------------------------------------- f's fused forward and backward
-# An optimisation of NonlinearQuery (fused_f=True): the maths of f written out once, so that autograd keeps
-# three floats per token instead of f's intermediates. A reader who wants the model can stop above.
+# An optimisation of NonlinearQuery (on CUDA, or fused_f=True): the maths of f written out once, so that autograd
+# keeps three floats per token instead of f's intermediates. A reader who wants the model can stop above.
 
 def fused_query(query, x, xw):
     """q = x + f(x) for a NonlinearQuery, from xw = x·query.input_weight()ᵀ (or None: computed here)."""

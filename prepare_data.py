@@ -21,7 +21,6 @@ import argparse
 import codecs
 import collections
 import contextlib
-import functools
 import hashlib
 import itertools
 import json
@@ -38,18 +37,19 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
+from nlq.data import BIN_FILES
+from nlq.tokenizers import DOC_SEPARATOR, GPT2_EOT, GPT2_VOCAB, DataError, encode_docs, gpt2_encoding
+
 SHAKESPEARE_URL = "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt"
 # Data shipped with nlq (provenance and licences: tests/data/PROVENANCE.md), so that the tests and the quick
 # start need no download. Tiny Shakespeare is the file at SHAKESPEARE_URL.
 REPO = Path(__file__).resolve().parent
 SHIPPED_DATA = REPO / "tests" / "data"
-GPT2_BPE_DIR = SHIPPED_DATA / "gpt2"  # encoder.json + vocab.bpe: the GPT-2 tokenizer unless --bpe_dir is given
 SHAKESPEARE_TXT = SHIPPED_DATA / "tinyshakespeare" / "input.txt"
 OPENWEBTEXT = "Skylion007/openwebtext"
 FINEWEB_EDU = "HuggingFaceFW/fineweb-edu"
 FINEWEB_EDU_SUBSETS = ("sample-10BT", "sample-100BT", "sample-350BT")  # configs of ~10B, 100B, 350B tokens
 DATASETS = ("openwebtext", "fineweb_edu", "hf", "shakespeare", "shakespeare_char", "local")
-SHIPPED_DATASETS = ("shakespeare_char", "shakespeare")  # their text ships with nlq: train.py prepares them
 STREAMED = ("fineweb_edu", "hf")  # read through datasets' streaming, record by record
 STREAM_BATCH = 1024  # documents tokenised at a time when streaming
 OPTIONS_OF = dict(subset=("fineweb_edu",), hf_dataset=("hf",), hf_config=("hf",), hf_split=("hf",),
@@ -57,100 +57,10 @@ OPTIONS_OF = dict(subset=("fineweb_edu",), hf_dataset=("hf",), hf_config=("hf",)
                   download=("shakespeare", "shakespeare_char"))  # options that only some datasets take
 # the tokenizers of the datasets that are read record by record (a character vocabulary needs the whole corpus)
 TOKENIZERS_OF = dict(openwebtext=("gpt2",), fineweb_edu=("gpt2", "byte"), hf=("gpt2", "byte"))
-GPT2_EOT, GPT2_VOCAB = 50256, 50257
-DOC_SEPARATOR = "\n\n"  # char/byte corpora: written after every document, like gpt2's end-of-text token
 MIN_VAL_TOKENS = 1024  # a typical block size: a shorter split cannot fill one evaluation window
 TEXT_SUFFIXES = (".txt", ".jsonl", ".parquet")
-BIN_FILES = ("train.bin", "val.bin", "meta.json")  # a dataset folder (data.py reads it)
-# sha256 of OpenAI's GPT-2 files, as pinned by tiktoken; a wrong file then fails loudly
-BPE_SHA256 = {"encoder.json": "196139668be63f3b5d6574427317ae82f612a97c5d1cdaf36ed2256dbf636783",
-              "vocab.bpe": "1ce1664773c50f3e0cc8842619a93edc4624525b728b188a9e0be33b7726adc5"}
 # WikiExtractor output: <doc id=.. title=..>text</doc>; a last article cut short (no </doc>) runs to the end
 WIKI_DOC = re.compile(r"<doc [^>]*>(.*?)(?:</doc>|\Z)", re.S)
-
-
-class DataError(ValueError):
-    """Bad input or environment; the message names the file and the fix."""
-
-
-# ---------------------------------------------------------------- tokenizers
-
-def gpt2_encoding(bpe_dir=None):
-    """GPT-2's BPE as a tiktoken Encoding (50257 ids, end-of-text 50256), built from OpenAI's encoder.json and
-    vocab.bpe in bpe_dir (None: the copy shipped in tests/data/gpt2), each checked by its sha256. Never
-    downloads and never touches tiktoken's cache."""
-    return _encoding_from_files(str(GPT2_BPE_DIR if bpe_dir is None else bpe_dir))
-
-
-@functools.lru_cache(maxsize=None)  # ~0.5 s to build; datasets.map calls this once per batch
-def _encoding_from_files(bpe_dir):
-    """gpt2_encoding's work: the ranks from vocab.bpe (merge order), checked against encoder.json."""
-    import tiktoken  # imported only where a GPT-2 tokenizer is used
-    from tiktoken_ext.openai_public import r50k_pat_str  # GPT-2's pre-tokenizing split, as tiktoken writes it
-    files = {}
-    for name, sha in BPE_SHA256.items():
-        path = Path(bpe_dir) / name
-        files[name] = path.read_bytes() if path.is_file() else b""
-        if hashlib.sha256(files[name]).hexdigest() != sha:
-            raise DataError(f"{path} is missing or not OpenAI's GPT-2 {name}; pass --bpe_dir with OpenAI's files "
-                            "or restore the shipped ones (git checkout -- tests/data/gpt2)")
-    encoder = json.loads(files["encoder.json"])
-    merges = files["vocab.bpe"].decode("utf-8").split("\n")[1:-1]  # the lines after "#version: 0.2"
-    # GPT-2's alphabet spells bytes as characters: the printable ones as themselves, the others (space,
-    # control bytes, ...) as chr(256), chr(257), ... in byte order
-    printable = [b for b in range(256) if chr(b).isprintable() and b != ord(" ")]
-    others = [b for b in range(256) if b not in printable]
-    to_byte = {**{chr(b): b for b in printable}, **{chr(256 + i): b for i, b in enumerate(others)}}
-
-    def spelled(token):
-        return bytes(to_byte[c] for c in token)
-    # rank = merge priority: the 256 single bytes in alphabet order, then each merge in file order
-    ranks = {bytes([b]): n for n, b in enumerate(to_byte.values())}
-    for merge in merges:
-        left, right = merge.split(" ")
-        ranks[spelled(left) + spelled(right)] = len(ranks)
-    # encoder.json must give the same ranks (as tiktoken checks too); with OpenAI's files this checks the code
-    assert ranks == {spelled(t): n for t, n in encoder.items() if t != "<|endoftext|>"}
-    return tiktoken.Encoding(name="gpt2", pat_str=r50k_pat_str, mergeable_ranks=ranks,
-                             special_tokens={"<|endoftext|>": GPT2_EOT}, explicit_n_vocab=GPT2_VOCAB)
-
-
-def get_codec(meta, bpe_dir=None):
-    """(encode: str -> list[int], decode: ids -> str) for a dataset's meta.json dict."""
-    kind = meta.get("tokenizer")
-    if kind == "gpt2":
-        enc = gpt2_encoding(bpe_dir)
-        return enc.encode_ordinary, lambda ids: enc.decode(np.asarray(ids).tolist())
-    if kind == "byte":  # invalid UTF-8 (a sample cut mid-character) decodes to U+FFFD
-        return (lambda s: list(s.encode("utf-8")),
-                lambda ids: np.asarray(ids, dtype=np.uint8).tobytes().decode("utf-8", errors="replace"))
-    if kind == "char":
-        chars = meta.get("chars")
-        if not isinstance(chars, list):
-            raise ValueError("meta.json has tokenizer char but no list of chars; prepare the dataset again")
-        stoi = {c: i for i, c in enumerate(chars)}
-
-        def encode(s):
-            unknown = sorted(set(s) - stoi.keys())
-            if unknown:
-                raise ValueError(f"characters {unknown[:10]} are not in the vocabulary of dataset "
-                                 f"{meta.get('name')}")
-            return [stoi[c] for c in s]
-        return encode, lambda ids: "".join(chars[i] for i in ids)
-    raise ValueError(f"unknown tokenizer {kind!r} in meta.json (gpt2, char or byte); prepare the dataset again")
-
-
-def encode_docs(texts, tokenizer, *, enc=None, chars=None, end=True, num_threads=1):
-    """Token ids of each text as an array; end=True adds eot (gpt2) or DOC_SEPARATOR (char/byte)."""
-    if tokenizer == "gpt2":
-        batch = enc.encode_ordinary_batch(texts, num_threads=num_threads)
-        return [np.array(ids + [GPT2_EOT] if end else ids, np.uint16) for ids in batch]
-    sep = DOC_SEPARATOR if end else ""
-    if tokenizer == "byte":
-        return [np.frombuffer((t + sep).encode("utf-8"), np.uint8) for t in texts]
-    codepoints = np.array([ord(c) for c in chars], np.uint32)  # sorted, so id = position of the code point
-    return [np.searchsorted(codepoints, np.frombuffer((t + sep).encode("utf-32-le"), np.uint32))
-            for t in texts]
 
 
 # ---------------------------------------------------------------- reading inputs
@@ -538,7 +448,7 @@ def load_hf_stream(name, config=None, split="train"):
 # ---------------------------------------------------------------- command line
 
 def parse_args(argv=None):
-    from settings import HelpFormatter  # here: the tokenizing workers import this module and need no torch
+    from nlq.settings import HelpFormatter  # here: the tokenizing workers import this module and need no torch
     p = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
     p.add_argument("dataset", choices=DATASETS)
     p.add_argument("--data_dir", type=os.path.expanduser, default="data", help="output goes to DATA_DIR/NAME/")
@@ -621,15 +531,6 @@ def _prepare(args, out_dir, verbose):
                   f"{source}")
         docs, kw = [text], dict(positional=True, source=source)
     return prepare_texts(docs, out_dir, tokenizer=args.tokenizer, progress=verbose, **kw, **common)
-
-
-def prepare_if_missing(data_dir, name):
-    """train.py's first use: prepare data_dir/name as `python prepare_data.py NAME` does if it is a shipped
-    dataset (Tiny Shakespeare, char or GPT-2 BPE) whose folder holds none of its files yet. Returns the meta
-    dict, or None if nothing was prepared."""
-    if name not in SHIPPED_DATASETS or any((Path(data_dir) / name / f).exists() for f in BIN_FILES):
-        return None
-    return run(parse_args([name, "--data_dir", str(data_dir)]), verbose=False)
 
 
 def main(argv=None):

@@ -16,10 +16,10 @@ import sys
 import torch
 from tqdm import tqdm
 
-from checkpoint import load_run
-from distributed import resolve_device
-from prepare_data import get_codec
-from settings import HelpFormatter
+from nlq.checkpoint import load_run
+from nlq.distributed import resolve_device
+from nlq.settings import HelpFormatter
+from nlq.tokenizers import get_codec
 
 PROGRESS_DELAY_S = 2  # a sample that takes longer shows a progress bar (10 ms a token: the demo on a CPU)
 

@@ -5,10 +5,16 @@ Train a GPT (model.py) whose attention query is linear, the identity, or the pap
     torchrun --standalone --nproc_per_node=8 train.py config/nlq_small.py   # DDP on 8 GPUs
     torchrun --standalone --nproc_per_node=8 train.py config/nlq_large.py   # FSDP (fsdp=True) on 8 GPUs
 
-Settings: the defaults (settings.py), then a config file (plain Python), then --key=value overrides;
-python train.py --help lists every key. gradient_accumulation_steps counts the micro-batches of one optimizer
-step over all processes: every rank draws the step's windows from the same stream and takes its share, so the
-data order, like the eval windows, depends on the seed alone.
+Settings: the defaults (nlq/settings.py), then a config file (plain Python; nanoGPT's config files work as
+they are), then --key=value overrides; python train.py --help lists every key. gradient_accumulation_steps
+counts the micro-batches of one optimizer step over all processes: every rank draws the step's windows from
+the same stream and takes its share, so the data order, like the eval windows, depends on the seed alone.
+
+One training step (Loop.step) reads in three files: this one (the learning rate, the micro-batches, backward,
+clipping, the optimizer), model.py (the forward pass and the loss) and nlq/data.py (the windows). The rest of
+nlq/ is machinery called here once per concern: the run folder and its checkpoint, devices and processes
+(DDP, FSDP), the log line's clock, stop signals. A run can start from pretrained weights (init_from: GPT-2, an
+nlq export, a nanoGPT ckpt.pt; interop/).
 
 The run's folder, out_dir, holds ckpt.pt (written atomically at every eval), config.json and metrics.jsonl (a
 row per eval); the same command with --init_from=resume continues the run bit for bit. How a run ends:
@@ -27,19 +33,20 @@ import warnings
 from contextlib import ExitStack
 
 import torch
+from torch.nn.parallel import DistributedDataParallel as DDP
 
-import prepare_data
-from checkpoint import CheckpointNotWritten, RunFolder
-from data import TrainData
-from distributed import (all_reduce_sum, autocast, check_fsdp_support, check_model_fits, end_distributed,
-                         gradient_sync, all_finite, resolve_device, setup_distributed, shard_model, wrap_model)
-from losses import EvalStopped, estimate_loss, full_split_loss, safe_exp
 from model import GPT
-from preemption import (EXIT_DIVERGED, EXIT_INTERRUPTED, EXIT_PREEMPTED, StopAtBoundary, StopSignals,
-                        TrainingPreempted)
-from progress import Progress, clock
-from schedule import decay_iters_for, get_lr
-from settings import format_config, model_config, param_counts, parse_config, settings_help, validate
+from nlq.checkpoint import CheckpointNotWritten, RunFolder
+from nlq.data import TrainData, prepare_if_missing
+from nlq.distributed import (all_finite, all_reduce_sum, autocast, check_fsdp_support, check_model_fits,
+                             check_world_size, end_distributed, gradient_sync, resolve_device, setup_distributed,
+                             shard_model, use_compile)
+from nlq.losses import EvalStopped, estimate_loss, full_split_loss, safe_exp
+from nlq.preemption import (EXIT_DIVERGED, EXIT_INTERRUPTED, EXIT_PREEMPTED, StopAtBoundary, StopSignals,
+                            TrainingPreempted)
+from nlq.progress import Progress
+from nlq.schedule import decay_iters_for
+from nlq.settings import format_config, model_config, param_counts, parse_config, settings_help, validate
 
 LARGE_EVAL_FLOPS = 1e13  # a progress bar for fixed-window evals above this many forward FLOPs (minutes on a CPU)
 
@@ -48,50 +55,63 @@ class TrainingDiverged(RuntimeError):
     """The loss or the weights became NaN/inf; the last finite checkpoint stays."""
 
 
+def get_lr(it, cfg, decay_iters=None):
+    """The learning rate of step it (0-based; iteration k of the log runs at get_lr(k - 1)): linear warmup
+    (lr(0) > 0), then a cosine or linear decay (lr_schedule) to min_lr at decay_iters (default lr_decay_iters,
+    else max_iters), then flat at min_lr."""
+    if not cfg["decay_lr"]:
+        return cfg["learning_rate"]
+    decay_iters = decay_iters or cfg["lr_decay_iters"] or cfg["max_iters"]
+    if it < cfg["warmup_iters"]:
+        return cfg["learning_rate"] * (it + 1) / (cfg["warmup_iters"] + 1)
+    if it >= decay_iters:
+        return cfg["min_lr"]
+    progress = (it - cfg["warmup_iters"]) / max(1, decay_iters - cfg["warmup_iters"])  # 0 -> 1
+    weight = 1 - progress if cfg["lr_schedule"] == "linear" else 0.5 * (1 + math.cos(math.pi * progress))
+    return cfg["min_lr"] + weight * (cfg["learning_rate"] - cfg["min_lr"])
+
+
 def train(cfg):
     """Run one training job from a config dict (settings.parse_config). Returns the last eval's losses."""
     validate(cfg)
     with StopSignals() as stop, ExitStack() as cleanup:
         # -- processes and devices ----------------------------------------------------------------------------
+        check_world_size(cfg)  # before the process group: the step's micro-batches must split over the ranks
         with stop.paused():  # a rendezvous that hangs can still be stopped
             rank, local_rank, world_size = setup_distributed(cfg)
         master = rank == 0
         log = print if master else lambda *a, **k: None
         if not master:  # every rank resolves the same settings: rank 0 warns about them once
             warnings.filterwarnings("ignore")
-        accum = cfg["gradient_accumulation_steps"]
-        if accum % world_size:
-            raise ValueError(f"gradient_accumulation_steps={accum} is not divisible by the {world_size} processes")
         device, device_type, ptdtype = resolve_device(cfg, local_rank, world_size)
         if cfg["fsdp"]:
             check_fsdp_support(device_type, ptdtype)
         run = RunFolder(cfg, master)  # never another program's folder
         cleanup.callback(run.close)
-        cfg.update(run.kept_settings())  # resuming a run started from GPT-2: its shape comes from the checkpoint
+        cfg.update(run.kept_settings())  # a resumed run keeps the shape its pretrained weights gave it
 
         # -- data: memory-mapped token bins, the eval windows drawn from the seed ------------------------------
         data_folder = os.path.join(cfg["data_dir"], cfg["dataset"])
-        made = prepare_data.prepare_if_missing(cfg["data_dir"], cfg["dataset"]) if master else None
-        if made:  # Tiny Shakespeare ships with nlq: the quick start needs no prepare_data.py
-            log(f"{data_folder} was missing: prepared it from {made['source']}: {made['train_tokens']:,} train + "
-                f"{made['val_tokens']:,} val tokens ({made['tokenizer']})")
+        if master:  # Tiny Shakespeare ships with nlq: the quick start needs no prepare_data.py
+            prepare_if_missing(cfg["data_dir"], cfg["dataset"], log)
         if world_size > 1:
             torch.distributed.barrier()  # rank 0 prepares the shipped data while the others wait
         data = TrainData(data_folder, cfg["block_size"], cfg["eval_windows"], cfg["seed"])
         cleanup.callback(data.close)
 
-        # -- the model and its optimizer, from scratch, GPT-2's weights or the checkpoint to resume ------------
-        gpt2_weights = None
+        # -- the model and its optimizer: from scratch, pretrained weights, or the checkpoint to resume --------
+        pretrained = None
         if cfg["init_from"] not in ("scratch", "resume"):
-            import hf  # GPT-2's shape sets the model keys; its tokenizer must be the data's
-            gpt2_weights = hf.start_from_gpt2(cfg, data.meta, log)
+            from interop.pretrained import Pretrained  # its shape sets the model keys; its vocabulary the data's
+            pretrained = Pretrained(cfg, data.meta, log)
+            cfg.update(pretrained.settings)
         model_cfg = model_config(cfg, data.meta["vocab_size"])
         check_model_fits(param_counts(model_cfg)["total"], device, world_size if cfg["fsdp"] else 1)
         ckpt = run.open(model_cfg, data.meta, data_folder)  # None for a new run; locks out_dir
         torch.manual_seed(cfg["seed"])  # the same initial weights on every rank and in every run of this seed
         raw_model = GPT(model_cfg)
-        if gpt2_weights is not None:
-            hf.load_gpt2_weights(raw_model, gpt2_weights)
+        if pretrained is not None:
+            pretrained.load_into(raw_model)
         log(raw_model.param_table())
         if cfg["fsdp"]:
             shard_model(raw_model, device_type, ptdtype)  # in place, each block's shard on its device
@@ -102,26 +122,34 @@ def train(cfg):
         scaler = torch.amp.GradScaler(device_type, enabled=(ptdtype == torch.float16))
         train_gen = torch.Generator().manual_seed(cfg["seed"] + 1)  # the training stream of windows
         torch.manual_seed(cfg["seed"] + rank)  # dropout differs per rank
-        state = run.resume(ckpt, raw_model, optimizer, scaler, train_gen, rank, device)
-        state.lr_decay_iters = decay_iters_for(cfg, state.lr_decay_iters, state.iter_num, log)
+        state = run.resume(ckpt, raw_model, optimizer, scaler, train_gen, rank, device, log,
+                           pretrained.settings if pretrained else {})  # a new run: a fresh TrainState
+        state.lr_decay_iters = decay_iters_for(cfg, state.lr_decay_iters, state.iter_num, log, get_lr)
         del ckpt
-        if state.resumed_at is not None:
-            log(f"resumed from {run.ckpt_path} at iter {state.iter_num}, after {clock(state.elapsed_s)} of training"
-                + (f"; max_iters={cfg['max_iters']} is reached already, nothing to train"
-                   if state.iter_num >= cfg["max_iters"] else ""))
-        tokens_per_iter = accum * cfg["batch_size"] * cfg["block_size"]
+        model = raw_model
+        if use_compile(cfg, device_type):  # one compiled graph for the forward and backward passes
+            model = torch.compile(model)
+        if world_size > 1 and not cfg["fsdp"]:  # DDP: a whole copy per rank, gradients all-reduced in backward
+            model = DDP(model, device_ids=[local_rank] if device_type == "cuda" else None)
+        loop = Loop(cfg, model, raw_model, optimizer, scaler, train_gen, data, run, state, stop,
+                    rank, world_size, device, autocast(device_type, ptdtype), log)
+        if cfg["eval_only"]:  # nanoGPT's eval_only: the losses on the fixed eval windows; nothing is written
+            losses = loop.estimate()
+            log(f"eval_only at iter {state.iter_num}: train loss {losses['train']:.4f}, val loss {losses['val']:.4f}")
+            end_distributed()
+            return losses
+
+        # -- train until max_iters, or until a stop -------------------------------------------------------------
+        tokens_per_iter = cfg["gradient_accumulation_steps"] * cfg["batch_size"] * cfg["block_size"]
         run.start(dict(model_args=vars(model_cfg), world_size=world_size, resolved_device=device,
                        resolved_dtype=str(ptdtype), tokens_per_iter=tokens_per_iter,
                        lr_decay_iters_resolved=state.lr_decay_iters, dataset_meta=data.meta), state)
         log("config:\n" + format_config(cfg))
-        log(f"tokens per iteration: {tokens_per_iter:,} ({accum} micro-batches of {cfg['batch_size']} x "
-            f"{cfg['block_size']}, {world_size} process(es){', FSDP' if cfg['fsdp'] else ''}); eval set: "
-            f"{cfg['eval_windows']:,} fixed windows per split")
-        model = wrap_model(raw_model, cfg, device_type, local_rank, world_size)
-
-        # -- train until max_iters, or until a stop -------------------------------------------------------------
-        loop = Loop(cfg, model, raw_model, optimizer, scaler, train_gen, data, run, state, stop,
-                    rank, world_size, device, autocast(device_type, ptdtype), log)
+        log(f"tokens per iteration: {tokens_per_iter:,} ({cfg['gradient_accumulation_steps']} micro-batches of "
+            f"{cfg['batch_size']} x {cfg['block_size']}, {world_size} process(es){', FSDP' if cfg['fsdp'] else ''})"
+            f"; eval set: {cfg['eval_windows']:,} fixed windows per split"
+            + (f" (eval_iters={cfg['eval_iters']} x batch_size={cfg['batch_size']}, nanoGPT's eval_iters as fixed "
+               f"windows)" if cfg["eval_iters"] is not None else ""))
         try:
             losses = loop.run()
         except StopAtBoundary as s:
@@ -132,7 +160,7 @@ def train(cfg):
         out = shlex.quote(cfg["out_dir"])
         log(f"done: {state.iter_num} iterations; {kept}, metrics {cfg['out_dir']}/metrics.jsonl\n"
             f"next: text: python sample.py --out_dir={out}; loss: python eval.py --out_dir={out} --full; "
-            f"compare: python report.py {out} OTHER_RUN")
+            f"compare: python -m research.report {out} OTHER_RUN")
         end_distributed()
         return losses
 
@@ -148,10 +176,9 @@ class Loop:
         self.train_gen, self.data, self.run_folder, self.state, self.stop = train_gen, data, run, state, stop
         self.rank, self.world_size, self.device, self.ctx, self.log = rank, world_size, device, ctx, log
         self.local_accum = cfg["gradient_accumulation_steps"] // world_size  # micro-batches per rank per step
-        tokens_per_iter = cfg["gradient_accumulation_steps"] * cfg["batch_size"] * cfg["block_size"]
-        self.progress = Progress(cfg, raw_model, tokens_per_iter, cfg["batch_size"] * self.local_accum,
+        self.tokens_per_iter = cfg["gradient_accumulation_steps"] * cfg["batch_size"] * cfg["block_size"]
+        self.progress = Progress(cfg, raw_model, self.tokens_per_iter, cfg["batch_size"] * self.local_accum,
                                  state.elapsed_s, state.resumed_at or 0)
-        self.tokens_per_iter = tokens_per_iter
 
     def run(self):
         """Train from state.iter_num to max_iters -> the last eval's losses."""
@@ -191,10 +218,10 @@ class Loop:
         loss_sum = torch.zeros((), device=self.device)
         for micro in range(self.local_accum):
             x, y = self.data.batch(starts[micro], self.device)  # (B, T) each
-            sync = self.world_size == 1 or micro == self.local_accum - 1  # reduce gradients at the last one
-            with gradient_sync(self.model, self.raw_model, sync), self.ctx:
+            # several processes reduce the gradients over the ranks in backward: after the last micro-batch only
+            with gradient_sync(self.model, self.raw_model, micro == self.local_accum - 1), self.ctx:
                 _, loss = self.model(x, y)
-                loss = loss / self.local_accum
+                loss = loss / self.local_accum  # the step's gradient is the mean over its micro-batches
             self.scaler.scale(loss).backward()
             loss_sum += loss.detach()
         if self.cfg["grad_clip"] > 0:
@@ -209,27 +236,36 @@ class Loop:
         """Every eval_interval steps, and at max_iters."""
         return iter_num % self.cfg["eval_interval"] == 0 or iter_num == self.cfg["max_iters"]
 
+    def estimate(self):
+        """The mean loss on each split's fixed eval windows -> {"train": float, "val": float}. EvalStopped if a
+        stop signal reaches a rank during it."""
+        # forward FLOPs ~ 2 x parameters a token, for the train and the val windows: is a progress bar worth it?
+        flops = (4 * sum(p.numel() for p in self.raw_model.parameters()) * self.cfg["eval_windows"]
+                 * self.cfg["block_size"])
+        return estimate_loss(self.model, self.data.splits, self.ctx, self.rank, self.world_size, self.device,
+                             self.data.meta["vocab_size"], self.cfg["batch_size"], stop=self.stop_asked,
+                             progress=self.rank == 0 and flops > LARGE_EVAL_FLOPS)
+
+    def stop_asked(self):
+        return self.stop.asked(self.world_size, self.device)
+
     def evaluate(self):
         """The eval at this step boundary: the loss on the fixed eval windows (and, at the end, over the whole
         val split), its metrics row, and a checkpoint -> the losses. A stop signal or Ctrl-C during it raises
         StopAtBoundary: the boundary is checkpointed with its eval still to come."""
-        cfg, state, B, t0 = self.cfg, self.state, self.cfg["batch_size"], time.time()
-        # forward FLOPs ~ 2 x parameters a token, for the train and the val windows: is a progress bar worth it?
-        flops = 4 * sum(p.numel() for p in self.raw_model.parameters()) * cfg["eval_windows"] * cfg["block_size"]
-        ask = lambda: self.stop.asked(self.world_size, self.device)
+        cfg, state, t0 = self.cfg, self.state, time.time()
         try:
-            losses = estimate_loss(self.model, self.data.splits, self.ctx, self.rank, self.world_size, self.device,
-                                   self.data.meta["vocab_size"], B, stop=ask,
-                                   progress=self.rank == 0 and flops > LARGE_EVAL_FLOPS)
+            losses = self.estimate()
             seconds = time.time() - t0
             if cfg["eval_full_at_end"] and state.iter_num == cfg["max_iters"]:  # every val token once
                 n = self.data.tokens["val"]
                 self.log(f"whole-split eval: val loss over all {n - 1:,} next-token predictions of the {n:,} val "
                          f"tokens; turn it off with --eval_full_at_end=False")
                 nats, tokens, _ = full_split_loss(self.raw_model, self.ctx, self.data.files["val"],
-                                                  self.data.meta["dtype"], cfg["block_size"], 4 * B, self.device,
-                                                  self.rank, self.world_size, vocab_size=self.data.meta["vocab_size"],
-                                                  progress=self.rank == 0, stop=ask)
+                                                  self.data.meta["dtype"], cfg["block_size"], 4 * cfg["batch_size"],
+                                                  self.device, self.rank, self.world_size,
+                                                  vocab_size=self.data.meta["vocab_size"], progress=self.rank == 0,
+                                                  stop=self.stop_asked)
                 losses["val_full"] = nats / tokens
         except (EvalStopped, KeyboardInterrupt) as e:
             raise StopAtBoundary(True, f"during the eval of iter {state.iter_num}",
@@ -253,6 +289,7 @@ class Loop:
         return losses
 
     def save(self):
+        self.state.elapsed_s = self.progress.elapsed()  # seconds of training over every start of the run
         self.run_folder.save(self.raw_model, self.optimizer, self.scaler, self.train_gen, self.state,
                              self.world_size, self.device, self.log)
 
@@ -294,18 +331,23 @@ def main():
     if {"-h", "--help"} & set(sys.argv[1:]):
         sys.exit(print(usage()))
     warnings.formatwarning = lambda message, *a, **k: f"warning: {message}\n"
+    # under torchrun every rank reads the same settings and meets the same error: rank 0 says it, once
+    def fail(message, status=1):
+        if os.environ.get("RANK", "0") == "0":
+            print(message, file=sys.stderr)
+        sys.exit(status)
+
     try:
         cfg = parse_config(sys.argv[1:])
     except (ValueError, FileNotFoundError) as e:
-        sys.exit(f"config error: {e}")
+        fail(f"config error: {e}")
     resume = f" (the last checkpoint in {cfg['out_dir']} is intact: continue with --init_from=resume)"
     try:
         train(cfg)
     except (ValueError, CheckpointNotWritten, OSError) as e:  # the message says what to do
-        sys.exit(f"error: {e}")
+        fail(f"error: {e}")
     except TrainingDiverged as e:
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(EXIT_DIVERGED)
+        fail(f"error: {e}", EXIT_DIVERGED)
     except TrainingPreempted:  # logged already; the status tells a scheduler to requeue it
         sys.exit(EXIT_PREEMPTED)
     except KeyboardInterrupt:

@@ -5,7 +5,7 @@
 #   python prepare_data.py local --input ../shared/data/enwiki2015/AA --name enwiki_gpt2 --tokenizer gpt2
 # (on a device machine: carry data/enwiki_gpt2). Run from the repository root; every output lands in $OUT:
 #   OUT=bench/results/h200_ladder_pilot bash bench/gpu_ladder_pilot.sh
-# then: python sweep.py studies/ladder_gpu.py --dry_run --bench_json $OUT/bench_rungs.json
+# then: python -m research.sweep studies/ladder_gpu.py --dry_run --bench_json $OUT/bench_rungs.json
 set -uo pipefail
 OUT=${OUT:-bench/results/ladder_pilot_$(date +%F)}
 python3 -c "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 3)" || {

@@ -15,7 +15,7 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from model import GPT, GPTConfig, QUERY_MODES  # noqa: E402
+from model import GPT, QUERY_MODES, GPTConfig  # noqa: E402
 
 TOLERANCE = {torch.float32: 1e-4, torch.bfloat16: 5e-2}
 

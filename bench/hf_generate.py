@@ -26,9 +26,9 @@ import time
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-import hf  # noqa: E402
-from model import GPT, GPTConfig, QUERY_MODES  # noqa: E402
-from prepare_data import GPT2_VOCAB  # noqa: E402
+from interop import hf  # noqa: E402
+from model import GPT, QUERY_MODES, GPTConfig  # noqa: E402
+from nlq.tokenizers import GPT2_VOCAB  # noqa: E402
 
 
 def parse_args(argv=None):

@@ -21,7 +21,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from study import arm_config, load_study, run_args  # noqa: E402
+from research.study import arm_config, load_study, run_args  # noqa: E402
 
 STUDY = "studies/ladder_gpu.py"
 

@@ -9,7 +9,8 @@ Every mode below has the nonlinear query's parameters and its W1 inside the atte
     f_gelu       q = x + W2·GELU(x W1ᵀ)                 ... and the GELU
     f_autograd   q = x + LayerNorm(W2·GELU(rstd·x W1ᵀ))  the whole f, autograd saving every intermediate
     f_checkpoint the same under torch.utils.checkpoint  model.py's path before FusedF (2026-12-01)
-    nonlinear    model.py's FusedF                       the whole f, its intermediates recomputed
+    nonlinear    model.py's FusedF                       the whole f, its intermediates recomputed (fused_f=True,
+                                                         which this script sets unless given)
 f_matmuls and f_gelu are not the paper's f (diagnostics, never for training). The default --query_modes is
 linear,f_matmuls,f_gelu,f_autograd,f_checkpoint,nonlinear; every bench.py option works. --rounds equal to
 --steps interleaves the modes step by step, so a machine whose speed drifts within seconds (a shared VM)
@@ -26,17 +27,21 @@ import bench  # noqa: E402
 import model  # noqa: E402
 
 
-class FMatmuls(model.NonlinearQuery):
+class Fused(model.NonlinearQuery):
+    fused = True  # W1 inside the attention's input matmul on every device
+
+
+class FMatmuls(Fused):
     def forward(self, x, xw):
         return x + self.w2(xw)
 
 
-class FGelu(model.NonlinearQuery):
+class FGelu(Fused):
     def forward(self, x, xw):
         return x + self.w2(F.gelu(xw))
 
 
-class FAutograd(model.NonlinearQuery):
+class FAutograd(Fused):
     def rest_of_f(self, xw, r):
         return self.norm_out(self.w2(F.gelu(xw * r)))
 
@@ -57,7 +62,8 @@ if __name__ == "__main__":
         sys.exit(print(__doc__))
     model.QUERY_MODES.update(VARIANTS)
     bench.BENCH_DEFAULTS["query_modes"] = "linear," + ",".join(VARIANTS) + ",nonlinear"
+    argv = sys.argv[1:] + ([] if any(a.startswith("--fused_f=") for a in sys.argv) else ["--fused_f=True"])
     try:
-        bench.main(sys.argv[1:])
+        bench.main(argv)
     except (ValueError, OSError) as e:
         sys.exit(f"bench error: {e}")

@@ -33,8 +33,8 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from distributed import resolve_device  # noqa: E402
 from model import GPT, GPTConfig  # noqa: E402
+from nlq.distributed import resolve_device  # noqa: E402
 
 
 def saved_bytes(cfg, n_sequences, dtype=None, device="cpu", seed=0):
@@ -91,8 +91,9 @@ def saved_bytes_per_layer_token(query_mode, dtype=None, n_embd=768, n_head=12, b
                                 device="cpu", compiled=False, **keys):
     """Bytes saved for the backward pass per layer and per token of one query mode (float): the double
     difference of saved_bytes (compiled_saved_bytes if compiled) over n_layer (n_layer, 2·n_layer) and
-    sequences (1, 2). keys: more GPTConfig fields (qk_norm, query_hidden, ...). The vocabulary is small (256):
-    the LM head is outside the difference anyway."""
+    sequences (1, 2). keys: more GPTConfig fields (qk_norm, query_hidden, ...; nonlinear: FusedF, as on CUDA,
+    unless fused_f=False). The vocabulary is small (256): the LM head is outside the difference anyway."""
+    keys.setdefault("fused_f", True)
     count_bytes = compiled_saved_bytes if compiled else saved_bytes
     def count(layers, sequences):
         cfg = GPTConfig(n_layer=layers, n_head=n_head, n_embd=n_embd, block_size=block_size, vocab_size=256,
@@ -105,7 +106,7 @@ def saved_bytes_per_layer_token(query_mode, dtype=None, n_embd=768, n_head=12, b
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--query_modes", default="linear,identity,residual,nonlinear")
+    parser.add_argument("--query_modes", default="linear,identity,linear_residual,nonlinear")
     parser.add_argument("--n_embd", type=int, default=768)
     parser.add_argument("--n_head", type=int, default=12)
     parser.add_argument("--block_size", type=int, default=256, help="tokens per sequence (any: per token)")

@@ -8,8 +8,8 @@
 # against linear (the results table) and against the arm it differs from in one part (contrasts).
 # Its runs were made two at a time on a shared 2-core machine: judge speed by bench.py (bench/RESULTS.md),
 # not by the seconds axis of val_loss.png.
-#   python sweep.py studies/controls_cpu.py --jobs 2 --threads 1
-#   python report.py studies/controls_cpu.py
+#   python -m research.sweep studies/controls_cpu.py --jobs 2 --threads 1
+#   python -m research.report studies/controls_cpu.py
 name = "controls_cpu"
 config = "config/enwiki_bytes.py"
 runs_dir = "results/enwiki_cpu/runs"
@@ -19,7 +19,7 @@ arms = {
     "linear": dict(query_mode="linear"),  # the reference: x W_Q, scale 1/sqrt(hd)
     "nonlinear": dict(query_mode="nonlinear"),  # the paper: x + f(x), scale 1/(2 sqrt(hd))
     "identity": dict(query_mode="identity"),  # q = x at the halved scale (W_Q fixed to I)
-    "residual": dict(query_mode="residual"),  # the official linear residual control: x + x W_Q, halved scale
+    "residual": dict(query_mode="linear_residual"),  # the official "residual" control: x + x W_Q, halved scale
     "identity_std_scale": dict(query_mode="identity", attn_scale=1 / _hd ** 0.5),  # q = x, scale not halved
     "linear_half_scale": dict(query_mode="linear", attn_scale=0.5 / _hd ** 0.5),  # x W_Q at the halved scale
     "nonlinear_no_norm_in": dict(query_mode="nonlinear", query_norm_in=False),  # f without its input RMSNorm

@@ -7,8 +7,8 @@
 # The final seeds are the CPU study's first three, so each pair of runs sees the same data order.
 # Its runs were made two at a time on a shared 2-core machine: judge speed by bench.py (bench/RESULTS.md),
 # not by the seconds axis of val_loss.png.
-#   python sweep.py studies/controls_cpu_long.py --jobs 2 --threads 1
-#   python report.py studies/controls_cpu_long.py
+#   python -m research.sweep studies/controls_cpu_long.py --jobs 2 --threads 1
+#   python -m research.report studies/controls_cpu_long.py
 name = "controls_cpu_long"
 config = "config/enwiki_bytes.py"
 overrides = dict(max_iters=4800, lr_decay_iters=4800, warmup_iters=240, eval_interval=1200)

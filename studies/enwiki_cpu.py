@@ -8,8 +8,8 @@
 # Its runs were made two at a time on a shared 2-core machine: judge speed by bench.py (bench/RESULTS.md),
 # not by the seconds axis of val_loss.png.
 #   python prepare_data.py local --input ../shared/data/enwiki2015/AA --name enwiki_bytes --tokenizer byte --val_fraction 0.03
-#   python sweep.py studies/enwiki_cpu.py --jobs 2 --threads 1
-#   python report.py studies/enwiki_cpu.py
+#   python -m research.sweep studies/enwiki_cpu.py --jobs 2 --threads 1
+#   python -m research.report studies/enwiki_cpu.py
 name = "enwiki_cpu"
 config = "config/enwiki_bytes.py"
 overrides = {}

@@ -3,8 +3,8 @@
 # (grid 1e-3, 2e-3, 4e-3, extended at an edge, then half steps), then the chosen rate on final
 # seeds 2001-2003.
 #   python prepare_data.py local --input ../shared/data/enwiki2015/AA --name enwiki_gpt2 --tokenizer gpt2
-#   python sweep.py studies/enwiki_gpu.py --jobs 4
-#   python report.py studies/enwiki_gpu.py
+#   python -m research.sweep studies/enwiki_gpu.py --jobs 4
+#   python -m research.report studies/enwiki_gpu.py
 name = "enwiki_gpu"
 config = "config/enwiki_gpu.py"
 overrides = {}

@@ -10,9 +10,9 @@
 # 2001-2003, paired by seed. report.py fits the gap against log10(non-embedding parameters).
 #   python prepare_data.py openwebtext --num_proc 16
 #   bash bench/gpu_ladder_pilot.sh                 # on one GPU first: every rung's tokens/s, the smallest rung
-#   python sweep.py studies/ladder_gpu.py --dry_run --bench_json bench/results/ladder_pilot/bench_rungs.json
-#   python sweep.py studies/ladder_gpu.py          # one GPU: the rungs in turn, smallest first
-#   python report.py studies/ladder_gpu.py
+#   python -m research.sweep studies/ladder_gpu.py --dry_run --bench_json bench/results/ladder_pilot/bench_rungs.json
+#   python -m research.sweep studies/ladder_gpu.py          # one GPU: the rungs in turn, smallest first
+#   python -m research.report studies/ladder_gpu.py
 name = "ladder_gpu"
 config = "config/ladder_gpu.py"
 overrides = {}

@@ -16,8 +16,8 @@
 # Runs are made two at a time on a shared 2-core machine, 1 thread each (~9 min a run); the study spans
 # several sessions, its raw runs committed as they finish. Judge speed by bench.py, not by the seconds axis.
 #   python prepare_data.py local --input ../shared/data/enwiki2015/AA --name enwiki_bytes --tokenizer byte --val_fraction 0.03
-#   python sweep.py studies/lr_sensitivity_cpu.py --jobs 2 --threads 1
-#   python report.py studies/lr_sensitivity_cpu.py
+#   python -m research.sweep studies/lr_sensitivity_cpu.py --jobs 2 --threads 1
+#   python -m research.report studies/lr_sensitivity_cpu.py
 name = "lr_sensitivity_cpu"
 config = "config/enwiki_bytes.py"
 runs_dir = "results/enwiki_cpu/runs"

@@ -20,11 +20,11 @@
 # (model.py: W1 joins the keys' and values' matmul, f is recomputed in the backward pass), which aims at
 # linear's speed; its GPU figure is not measured yet. At linear's speed the study would cost 971-1187
 # GPU-hours. `sweep.py --dry_run` recomputes all of this from any bench.py JSON or --tokens_per_s.
-#   python sweep.py studies/paper_small.py --dry_run --bench_json bench/results/h200_2026-11-30/bench_nlq_small.json
+#   python -m research.sweep studies/paper_small.py --dry_run --bench_json bench/results/h200_2026-11-30/bench_nlq_small.json
 #   python prepare_data.py openwebtext
-#   python sweep.py studies/paper_small.py --print 8   # the torchrun lines of the runs due now
-#   python sweep.py studies/paper_small.py --executor slurm --gpus_per_run 8 --slurm_partition PART --slurm_time 480
-#   python report.py studies/paper_small.py
+#   python -m research.sweep studies/paper_small.py --print 8   # the torchrun lines of the runs due now
+#   python -m research.sweep studies/paper_small.py --executor slurm --gpus_per_run 8 --slurm_partition PART --slurm_time 480
+#   python -m research.report studies/paper_small.py
 name = "paper_small"
 config = "config/baseline_small.py"
 overrides = {}

@@ -13,8 +13,8 @@
 # Runs are made two at a time on a shared 2-core machine, 1 thread each (~6-9 min a run); judge speed by
 # bench.py, not by the seconds axis of val_loss.png.
 #   python prepare_data.py local --input ../shared/data/enwiki2015/AA --name enwiki_bytes --tokenizer byte --val_fraction 0.03
-#   python sweep.py studies/shared_rate_cpu.py --jobs 2 --threads 1
-#   python report.py studies/shared_rate_cpu.py
+#   python -m research.sweep studies/shared_rate_cpu.py --jobs 2 --threads 1
+#   python -m research.report studies/shared_rate_cpu.py
 name = "shared_rate_cpu"
 config = "config/enwiki_bytes.py"
 runs_dir = "results/enwiki_cpu/runs"

@@ -74,6 +74,7 @@ def write_tiny_dataset(folder, train_repeats=60, val_repeats=8):
     """A tiny prepared dataset in folder (created): a fixed random pattern of 97 token ids (vocab 64, uint16)
     repeated, so a small model learns it quickly; meta.json as prepare_data.py writes it for char data."""
     import json
+
     import numpy as np
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)

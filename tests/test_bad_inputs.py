@@ -11,13 +11,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-
-import checkpoint
-import distributed
-import preemption
-import settings
-import train
 from conftest import ROOT
+
+import train
+from nlq import checkpoint, distributed, preemption, settings
 
 PATTERN = np.random.default_rng(0).integers(0, 64, 97)
 
@@ -319,14 +316,14 @@ def study(tmp_path):
     ("contrasts = [(['linear'], 'linear', 'a list')]", r"contrasts must be a list of \(arm"),  # was TypeError
 ])
 def test_odd_study_files_are_refused_before_any_run(study, edit, message):
-    from study import load_study
+    from research.study import load_study
     study.write_text(study.read_text() + edit + "\n")
     with pytest.raises(ValueError, match=message):
         load_study(str(study))
 
 
 def test_bad_counts_are_refused(study, capsys):
-    import sweep
+    from research import sweep
     for option in ("--print", "--threads", "--slurm_time"):  # --print 0 used to run the whole sweep
         with pytest.raises(SystemExit) as e:
             sweep.main([str(study), option, "0"])
@@ -347,8 +344,8 @@ def test_a_damaged_metrics_line_is_named_with_the_fix(tmp_path):
 
 
 def test_report_names_a_damaged_config_json(study):
-    import report
-    from study import load_study, run_dir
+    from research import report
+    from research.study import load_study, run_dir
     loaded = load_study(str(study))
     out = run_dir(loaded, "linear", 1e-2, 1)
     os.makedirs(out)
@@ -385,9 +382,9 @@ def test_bench_says_when_its_timings_are_unreliable(monkeypatch):
 def test_a_tilde_after_the_equals_sign_means_the_home_folder(tmp_path, monkeypatch):
     """The shell expands ~ only at the start of a word, so --out_dir=~/runs reached the scripts as it is and
     train.py wrote into a folder named ~ in the current one."""
-    import convert
     import prepare_data
     import sample
+    from interop import convert
     monkeypatch.setenv("HOME", str(tmp_path))
     cfg = settings.parse_config(["--out_dir=~/runs", "--data_dir=~/data"])
     assert (cfg["out_dir"], cfg["data_dir"]) == (str(tmp_path / "runs"), str(tmp_path / "data"))
@@ -419,7 +416,7 @@ def test_ctrl_c_during_an_evaluation_is_one_line_and_writes_nothing(tmp_path):
 def test_a_run_that_ends_without_an_error_but_unfinished_is_not_launched_forever(study, monkeypatch):
     """A run whose checkpoint is at max_iters but whose metrics.jsonl lost its rows exits 0 without training;
     sweep.py used to launch it again and again."""
-    import sweep
+    from research import sweep
     calls = []
 
     class TrainExits0:

@@ -5,12 +5,11 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
+from test_train import data_dir, tiny_cfg  # noqa: F401  (data_dir is a fixture)
 
-import checkpoint
-import settings
 import train
 from model import GPT, GPTConfig
-from test_train import data_dir, tiny_cfg  # noqa: F401  (data_dir is a fixture)
+from nlq import checkpoint, settings
 
 SMALL = dict(block_size=16, vocab_size=64, n_layer=1, n_head=2, n_embd=32, query_mode="nonlinear")
 

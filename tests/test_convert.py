@@ -12,19 +12,19 @@ import warnings
 import numpy as np
 import pytest
 import torch
+from conftest import ROOT
 
-import checkpoint
-import settings
-import convert
 import eval as nlq_eval
 import prepare_data
 import sample
 import train
-from conftest import ROOT
+from interop import convert
+from nlq import checkpoint, settings
+from nlq import tokenizers
 
 pytestmark = pytest.mark.xdist_group("convert")  # one worker makes the module's shared runs once
 
-MODES = {"original": "linear", "identity": "identity", "residual": "residual", "residual_gelu": "nonlinear"}
+MODES = {"original": "linear", "identity": "identity", "residual": "linear_residual", "residual_gelu": "nonlinear"}
 
 
 @pytest.fixture(scope="module")
@@ -179,7 +179,7 @@ def test_converted_run_resumes_samples_and_evaluates(mode, converted, tmp_path):
 def test_the_readme_command(official, data_dir, tmp_path):
     out = tmp_path / "paper_nlq"
     src = official / "residual_gelu" / "ckpt.pt"
-    res = subprocess.run([sys.executable, "convert.py", "official", str(src), f"--out_dir={out}",
+    res = subprocess.run([sys.executable, "-m", "interop.convert", "official", str(src), f"--out_dir={out}",
                           "--dataset=shakespeare_char", f"--data_dir={data_dir}"],
                          cwd=ROOT, capture_output=True, text=True)
     assert res.returncode == 0, res.stderr
@@ -190,7 +190,7 @@ def test_the_readme_command(official, data_dir, tmp_path):
 
 
 def test_the_scripts_point_official_files_to_convert(official, tmp_path):
-    hint = r"official format: convert it with python convert.py official"
+    hint = r"official format: convert it with python -m interop.convert official"
     with pytest.raises(ValueError, match=hint):  # what train.py --init_from=resume reads a checkpoint with
         checkpoint.load_checkpoint(str(official / "residual" / "ckpt.pt"))
     shutil.copy(official / "residual" / "ckpt.pt", tmp_path / "ckpt.pt")
@@ -398,7 +398,7 @@ def test_a_gpt2_vocabulary_checkpoint_converts_without_a_dataset(official, shipp
     bpe = str(shipped_data / "gpt2")
     texts = sample.main(["--out_dir", str(out), "--start", "Hello world", "--max_new_tokens", "8",
                          "--temperature", "0", "--bpe_dir", bpe])
-    enc = prepare_data.gpt2_encoding(bpe)
+    enc = tokenizers.gpt2_encoding(bpe)
     model = checkpoint.model_from_checkpoint(ckpt, "")
     ids = model.generate(torch.tensor([enc.encode_ordinary("Hello world")]), 8, temperature=0)[0].tolist()
     assert max(ids) < 50257 and texts == [enc.decode(ids)] and texts[0].startswith("Hello world")

@@ -7,17 +7,17 @@ tested.
 import re
 
 import pytest
-import torch
-import torch.nn as nn
-
-import bench
-import settings
-import model
 import test_kv_cache
 import test_model
 import test_train
+import torch
+import torch.nn as nn
 from conftest import ROOT
 from test_train import data_dir  # noqa: F401  (a fixture used by test_train.test_exact_resume)
+
+import bench
+import model
+from nlq import settings
 
 MODE = "lowrank"
 
@@ -99,7 +99,7 @@ def test_the_readme_study_file_runs_the_fair_study(tmp_path):
     """The README's studies/lowrank_cpu.py loads with its own runs folder, its linear and nonlinear arms are
     the CPU study's experiments (so sharing that study's committed runs, opt-in, is accepted), and its sweep
     starts with the same learning-rate search for every arm."""
-    from study import final_seeds, load_study, run_args
+    from research.study import final_seeds, load_study, run_args
     study_text = readme_blocks()[1]
     assert study_text.startswith("# studies/lowrank_cpu.py\n")
     path = tmp_path / "lowrank_cpu.py"

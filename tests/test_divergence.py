@@ -13,17 +13,14 @@ import time
 import numpy as np
 import pytest
 import torch
+from conftest import ROOT
 
-import checkpoint
-import losses
-import preemption
-import settings
 import eval as nlq_eval
 import sample
 import train
-from conftest import ROOT
-from model import GPT, GPTConfig, QUERY_MODES
-from study import final_row, final_val_loss, is_diverged, is_finished, load_study, plan, run_dir
+from model import GPT, QUERY_MODES, GPTConfig
+from nlq import checkpoint, losses, preemption, settings
+from research.study import final_row, final_val_loss, is_diverged, is_finished, load_study, plan, run_dir
 
 # The tiny settings "T", on a char dataset like shakespeare_char (vocab 65 -> embedding 128).
 T_SETTINGS = dict(n_layer=2, n_head=2, n_embd=32, block_size=32, batch_size=4, gradient_accumulation_steps=1,
@@ -287,14 +284,14 @@ def test_sweep_with_a_diverging_learning_rate_finishes_the_rest(tmp_path):
                      f"runs_dir = {str(tmp_path / 'runs')!r}\n"
                      "arms = {'linear': {}}\nlearning_rates = [1e-2, 1e6]\nselection_seeds = [1]\n"
                      "seeds = [2]\nhalf_steps = False\n")
-    result = subprocess.run([sys.executable, str(ROOT / "sweep.py"), str(study)], capture_output=True,
+    result = subprocess.run([sys.executable, "-m", "research.sweep", str(study)], capture_output=True,
                             text=True, cwd=ROOT, env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert result.returncode == 0, result.stdout + result.stderr
     assert "diverged: linear lr=1e+06 seed=1 (recorded; the sweep goes on)" in result.stdout
     s = load_study(str(study))
     assert is_diverged(final_row(run_dir(s, "linear", 1e6, 1)))
     assert plan(s, "linear")["chosen"] == 1e-2 and is_finished(s, "linear", 1e-2, 2)
-    import report
+    from research import report
     text = report.main([str(study), "--out", str(tmp_path / "report")])
     assert "| 1e+06 | diverged (iter " in text and "| 0.01 | **" in text and "| linear | " in text
 
@@ -327,4 +324,4 @@ def test_compile_ddp_bf16_together_match_eager_fp32(char_data, tmp_path):
 
 
 def test_every_query_mode_is_registered_for_the_generic_tests():
-    assert set(QUERY_MODES) >= {"linear", "identity", "residual", "nonlinear"}
+    assert set(QUERY_MODES) >= {"linear", "identity", "linear_residual", "nonlinear"}

@@ -16,16 +16,13 @@ import numpy as np
 import pytest
 import torch
 import torch.distributed as dist
+from conftest import ROOT
 
-import checkpoint
-import distributed
-import losses
-import settings
 import eval as nlq_eval
 import sample
 import train
-from conftest import ROOT
 from model import GPT, GPTConfig
+from nlq import checkpoint, distributed, losses, settings
 
 pytestmark = pytest.mark.xdist_group("fsdp")  # one worker makes the module's shared runs once
 

@@ -9,9 +9,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import settings
 import model as nlq
 from model import GPT, GPTConfig
+from nlq import settings
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 from saved_activations import compiled_saved_bytes, saved_bytes_per_layer_token  # noqa: E402
@@ -54,7 +54,7 @@ def pair(**keys):
     gains (not the init's zeros and ones, which would hide a misplaced bias or gain)."""
     cfg = dict(n_layer=2, n_head=NH, n_embd=C, block_size=16, vocab_size=50, **keys)
     torch.manual_seed(0)
-    fused = GPT(GPTConfig(query_mode="nonlinear", **cfg))
+    fused = GPT(GPTConfig(query_mode="nonlinear", fused_f=True, **cfg))
     with torch.no_grad():
         for name, p in fused.named_parameters():
             if p.dim() == 1:
@@ -192,15 +192,16 @@ def test_saved_activation_bytes_per_layer(dtype, size):
     for hidden in (r // 2, r, 2 * r):
         nonlinear = saved_bytes_per_layer_token("nonlinear", dtype, query_hidden=hidden, **SHAPE)
         assert nonlinear == linear + size * hidden + 3 * 4
-    assert saved_bytes_per_layer_token("residual", dtype, **SHAPE) == linear
+    assert saved_bytes_per_layer_token("linear_residual", dtype, **SHAPE) == linear
     assert saved_bytes_per_layer_token("nonlinear", dtype, **SHAPE) <= 1.05 * linear
 
 
 def test_query_cost_variants_compute_what_they_say(monkeypatch):
     """bench/query_cost.py's diagnostic modes: f_autograd and f_checkpoint compute the whole f (the nonlinear
     query's logits and gradients), f_matmuls and f_gelu do not (they drop f's pieces); bench.py runs each."""
-    import bench
     import query_cost
+
+    import bench
     for name, cls in query_cost.VARIANTS.items():
         monkeypatch.setitem(nlq.QUERY_MODES, name, cls)
     cfg = dict(n_layer=2, n_head=NH, n_embd=C, block_size=16, vocab_size=50)
@@ -255,7 +256,7 @@ def test_saved_activation_bytes_under_torch_compile(dtype, size):
     (half the compiles)."""
     r = SHAPE["n_embd"] // 2
     def count(mode):  # bytes per token of a one-layer model: its layer plus the embeddings and the LM head
-        cfg = GPTConfig(n_layer=1, vocab_size=256, query_mode=mode, **SHAPE)
+        cfg = GPTConfig(n_layer=1, vocab_size=256, query_mode=mode, fused_f=True, **SHAPE)  # FusedF, as on CUDA
         return (compiled_saved_bytes(cfg, 2, dtype) - compiled_saved_bytes(cfg, 1, dtype)) / SHAPE["block_size"]
     linear = count("linear")
     assert count("nonlinear") == linear + size * r

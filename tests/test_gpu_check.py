@@ -11,10 +11,10 @@ import time
 from pathlib import Path
 
 import pytest
+from test_sweep import command_lines
 
 import bench
-import settings
-from test_sweep import command_lines
+from nlq import settings
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))

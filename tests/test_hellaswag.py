@@ -6,19 +6,20 @@ import math
 import numpy as np
 import pytest
 import torch
-
-import checkpoint
-import eval as nlq_eval
-import prepare_data
-import train
 from test_sample_eval import small_cfg, write_tiny_dataset
+
+import eval as nlq_eval
+import train
+from nlq import checkpoint
+from nlq import tokenizers
 
 EXAMPLES = [  # byte-level: short ones fit block_size 32, the long ones lose context (and ending) tokens
     dict(activity_label="Fox", ctx_a="the quick", ctx_b="brown", endings=["fox", "dog", "jugs", "box"], label=0),
     dict(activity_label="Box", ctx_a="pack", ctx_b="box [step] with",  # WikiHow markers, cleaned
          endings=["five dozen", "liquor [title] jugs", "lazy dog", "q"], label=0),
     dict(activity_label="Pangram", ctx_a="the quick brown fox jumps over the lazy dog;",
-         ctx_b="pack my box with five", endings=["dozen liquor jugs.", "foxes", "brown", "the quick brown fox jumps over"], label=0),
+         ctx_b="pack my box with five",
+         endings=["dozen liquor jugs.", "foxes", "brown", "the quick brown fox jumps over"], label=0),
     dict(activity_label="Dog", ctx_a="jumps over", ctx_b="the", endings=["lazy dog", "quick fox", "box", "five"],
          label=2, ind=7),
     dict(activity_label="A", ctx_a="", ctx_b="a", endings=["b", "c", "d", "e"], label="3"),  # label: a string
@@ -64,7 +65,7 @@ def test_scores_match_a_hand_computation(ckpt):
     model, _ = checkpoint.load_run(str(out))
     examples = nlq_eval.read_hellaswag(str(path))
     assert [ex[1] for ex in examples] == CONTEXTS and [ex[2] for ex in examples] == ENDINGS_CLEAN
-    encode, _ = prepare_data.get_codec(dict(tokenizer="byte"))
+    encode, _ = tokenizers.get_codec(dict(tokenizer="byte"))
     rows, cropped = nlq_eval.hellaswag_rows(examples, encode, 32)
     hand = [[by_hand(model, c, e) for e in endings] for c, endings in zip(CONTEXTS, ENDINGS_CLEAN)]
     assert [[n for _, n in ex] for ex in rows] == [[n for _, n in ex] for ex in hand]
@@ -104,7 +105,7 @@ def test_metrics_by_hand():
 
 
 def test_gpt2_endings_are_joined_with_a_space(shipped_data):
-    enc = prepare_data.gpt2_encoding()  # the shipped tests/data/gpt2
+    enc = tokenizers.gpt2_encoding()  # the shipped tests/data/gpt2
     ex = [(1, "A man is sitting on a roof.", ["he starts pulling up roofing.", "is using wrap.", "x", "y"],
            0)]
     rows, _ = nlq_eval.hellaswag_rows(ex, enc.encode_ordinary, 1024)
@@ -153,7 +154,7 @@ def test_missing_file_and_char_vocabulary(ckpt, tmp_path):
                                                 "rowanz/hellaswag/master/data/hellaswag_val.jsonl"):
         nlq_eval.main(["--out_dir", str(ckpt[0]), "--hellaswag", str(tmp_path / "nope.jsonl")])
     meta = dict(tokenizer="char", chars=list("abc "), name="abc")
-    encode, _ = prepare_data.get_codec(meta)
+    encode, _ = tokenizers.get_codec(meta)
     with pytest.raises(ValueError, match=r"hs.jsonl:9: characters \['x'\] are not in the vocabulary.*gpt2 "
                                          r"or byte"):
         nlq_eval.hellaswag_rows([(9, "abc", ["a", "b", "x", "c"], 0)], encode, 32, "hs.jsonl")

@@ -6,15 +6,14 @@ import re
 import pytest
 
 import bench
-import settings
-import convert
 import eval as nlq_eval
 import prepare_data
-import report
 import sample
-import sweep
 import train
+from interop import convert
 from model import QUERY_MODE_ALIASES, QUERY_MODES, GPTConfig
+from nlq import settings
+from research import report, sweep
 
 
 def test_train_help_gives_every_key_a_meaning():

@@ -5,23 +5,19 @@ exactly; the exported tokenizers encode as nlq's do. Tiny random models, saved l
 import json
 import os
 import re
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 import torch
-
-import checkpoint
-import convert
-import hf
-import prepare_data
-import settings
-import train
 from conftest import ROOT
-import model as nlq_model
-from model import GPT, GPTConfig, QUERY_MODES
 from test_sample_eval import TEXT, small_cfg
+
+import model as nlq_model
+import train
+from interop import convert, hf, pretrained
+from model import GPT, QUERY_MODES, GPTConfig
+from nlq import checkpoint, settings
+from nlq import tokenizers
 
 
 def random_gpt(seed=0, **kw):
@@ -121,7 +117,7 @@ def test_the_text_generation_pipeline_on_a_batch_of_prompts(mode, shipped_data, 
                                  device="cpu")
     prompts = ["Hello", "The quick brown fox jumps", "A cat"]
     batched = pipe(prompts, batch_size=3, max_new_tokens=6, do_sample=False)
-    encode, decode = prepare_data.get_codec(meta, str(shipped_data / "gpt2"))
+    encode, decode = tokenizers.get_codec(meta, str(shipped_data / "gpt2"))
     for prompt, out in zip(prompts, batched):
         assert out == pipe(prompt, max_new_tokens=6, do_sample=False)
         want = model.generate(torch.tensor([encode(prompt)]), 6, temperature=0)[0].tolist()
@@ -191,7 +187,7 @@ def test_the_exported_tokenizers_encode_as_nlq_does(shipped_data, tmp_path):
         folder = tmp_path / meta["tokenizer"]
         hf.tokenizer_for(meta, bpe).save_pretrained(str(folder))
         tok = transformers.AutoTokenizer.from_pretrained(str(folder))
-        encode, decode = prepare_data.get_codec(meta, bpe)
+        encode, decode = tokenizers.get_codec(meta, bpe)
         assert tok.encode(text) == encode(text), meta["tokenizer"]
         assert tok.decode(encode(text)) == decode(encode(text)) == text
 
@@ -265,7 +261,7 @@ def tiny_gpt2(folder, seed=0, **kw):
 
 @pytest.mark.parametrize("mode", QUERY_MODES)
 def test_gpt2_weights_load_exactly(mode, tmp_path):
-    """linear and residual (w_q = W_Q - I at 1/sqrt(hd)) compute GPT-2's logits; identity and nonlinear keep
+    """linear and linear_residual (w_q = W_Q - I at 1/sqrt(hd)) compute GPT-2's logits; identity and nonlinear keep
     everything but W_Q (f: its random init)."""
     for tie in (True, False):
         ref = tiny_gpt2(tmp_path / f"gpt2{tie}", tie_word_embeddings=tie)
@@ -273,12 +269,12 @@ def test_gpt2_weights_load_exactly(mode, tmp_path):
         cfg = dict(settings.DEFAULTS, query_mode=mode, block_size=32)
         shape, notes = hf.gpt2_settings(config, cfg, dict(tokenizer="byte", vocab_size=256))
         model = GPT(settings.model_config({**cfg, **shape}, 256)).eval()
-        fresh = hf.load_gpt2_weights(model, sd)
+        fresh = pretrained.load_weights(model, sd)
         x = torch.randint(0, 256, (2, 32))
         with torch.no_grad():
             want = ref(x).logits
         diff = (nlq_logits(model, x) - want).abs().max().item()
-        if mode in ("linear", "residual"):
+        if mode in ("linear", "linear_residual"):
             assert diff <= 1e-5 and fresh == [] and "computes GPT-2's function exactly" in notes[1]
             assert model.generate(x[:, :5], 12, temperature=0).tolist() == \
                 ref.generate(x[:, :5], max_new_tokens=12, do_sample=False).tolist()
@@ -292,6 +288,7 @@ def test_a_custom_code_export_says_to_trust_it_for_the_tokenizer_too(shipped_dat
     """AutoTokenizer reads config.json, whose model_type only modeling_nlq.py knows: without trust_remote_code it
     asked 'Do you wish to run the custom code? [y/N]' (a new user's trial). The load line says so for both."""
     import builtins
+
     import transformers
     write_byte_dataset(tmp_path / "tiny")
     train.train(small_cfg(tmp_path, tmp_path / "out", max_iters=1, eval_interval=1, query_mode="nonlinear"))
@@ -327,9 +324,8 @@ def test_train_init_from_a_gpt2_folder_then_resume(tmp_path, capsys):
     resumed = settings.parse_config([f"--{k}={v}" for k, v in cfg.items() if k != "init_from"]
                                   + ["--init_from=resume"])
     assert np.isfinite(train.train(resumed)["val"])
-    assert set(hf.gpt2_settings(hf.load_gpt2_config(str(tmp_path / "gpt2")), cfg)[0]) < set(hf.GPT2_SHAPE_KEYS)
-    # residual: the GPT-2 also set attn_scale (1/sqrt(head_dim), not the mode's 1/(2 sqrt(head_dim)))
-    first = {**cfg, "out_dir": str(tmp_path / "res"), "query_mode": "residual", "max_iters": 0}
+    # linear_residual: the GPT-2 also set attn_scale (1/sqrt(head_dim), not the mode's 1/(2 sqrt(head_dim)))
+    first = {**cfg, "out_dir": str(tmp_path / "res"), "query_mode": "linear_residual", "max_iters": 0}
     train.train(settings.parse_config([f"--{k}={v}" for k, v in first.items() if k != "init_from"]
                                     + [f"--init_from={tmp_path / 'gpt2'}"]))
     again = settings.parse_config([f"--{k}={v}" for k, v in {**first, "max_iters": 1}.items() if k != "init_from"]
@@ -421,8 +417,6 @@ def test_init_from_an_nlq_export_loads_it_exactly_without_running_its_code(tmp_p
     assert np.isfinite(train.train(dict(cfg, init_from="resume", max_iters=1))["val"])
     args = torch.load(tmp_path / "out" / "ckpt.pt", weights_only=True)["model_args"]
     assert {k: args[k] for k in hf.QUERY_KEYS} == {k: getattr(model.config, k) for k in hf.QUERY_KEYS}
-    assert set(hf.gpt2_settings(hf.load_gpt2_config(str(tmp_path / "nl")), cfg)[0]) == {*hf.GPT2_SHAPE_KEYS,
-                                                                                       "attn_scale"}
 
 
 def test_init_from_refuses_other_folders_before_transformers_reads_them(tmp_path):
@@ -535,21 +529,9 @@ def test_an_export_gets_the_permissions_of_a_plain_folder(umask, tmp_path):
         assert "model.safetensors" in modes and set(modes.values()) == {oct(0o666 & ~umask)}, modes
 
 
-def test_hf_py_help_points_at_the_commands_that_use_it(capsys):
-    """`python hf.py --help` printed nothing; its docstring cited a config file that does not exist."""
-    res = subprocess.run([sys.executable, "hf.py", "--help"], cwd=ROOT, capture_output=True, text=True,
-                         timeout=120)
-    assert res.returncode == 0 and res.stdout == hf.USAGE + "\n"
-    for args in ([], ["--help"]):
-        hf.main(args)
-        out = capsys.readouterr().out
-        assert out.startswith("usage: hf.py is a library, not a command")
-        assert "python convert.py hf RUN_FOLDER --out=NEW_FOLDER" in out
-        assert "python train.py --init_from=gpt2 --dataset=shakespeare" in out
-    with pytest.raises(SystemExit) as e:
-        hf.main(["out/run"])
-    assert str(e.value).endswith("error: hf.py takes no arguments (got out/run)")
-    commands = re.findall(r"python ([\w/]+\.py)", hf.__doc__)  # and the files in folders it cites
-    cited = commands + re.findall(r"\b\w+/[\w/.]+\.(?:py|md)\b", hf.__doc__)
-    assert commands == ["convert.py", "train.py", "hf.py"] and "docs/huggingface.md" in cited
+def test_hf_docstring_cites_real_commands_and_files():
+    """hf.py's docstring names the commands that use it and files that exist."""
+    commands = re.findall(r"python (?:-m )?([\w/.]+)", hf.__doc__)
+    cited = re.findall(r"\b\w+/[\w/.]+\.(?:py|md)\b", hf.__doc__)
+    assert commands == ["interop.convert", "train.py"] and "docs/huggingface.md" in cited
     assert [p for p in cited if not (ROOT / p).is_file()] == []

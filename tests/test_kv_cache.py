@@ -2,7 +2,7 @@
 import pytest
 import torch
 
-from model import GPT, GPTConfig, QUERY_MODES, KVCache
+from model import GPT, QUERY_MODES, GPTConfig, KVCache
 
 SMALL = dict(block_size=32, vocab_size=96, n_layer=2, n_head=4, n_embd=64)
 

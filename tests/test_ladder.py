@@ -5,13 +5,12 @@ its pilot's commands are checked as the real scripts parse them."""
 import sys
 
 import pytest
+from conftest import ROOT, write_tiny_dataset
 
 import bench
-import report
-import settings
-import study as nlq_study
-import sweep
-from conftest import ROOT, write_tiny_dataset
+from nlq import settings
+from research import report, sweep
+from research import study as nlq_study
 
 sys.path.insert(0, str(ROOT / "bench"))
 import ladder_pilot  # noqa: E402

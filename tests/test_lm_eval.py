@@ -7,15 +7,13 @@ import json
 import numpy as np
 import pytest
 import torch
-
-import checkpoint
-import settings
-import convert
-import eval as nlq_eval
-import hf
-import prepare_data
-from model import GPT, GPTConfig
 from test_hf import BYTE_META, random_gpt
+
+import eval as nlq_eval
+from interop import convert, hf
+from model import GPT, GPTConfig
+from nlq import checkpoint, settings
+from nlq import tokenizers
 
 pytestmark = pytest.mark.xdist_group("lm_eval")  # one worker imports lm-evaluation-harness (4 s) once
 
@@ -133,7 +131,7 @@ def test_lm_eval_equals_eval_py_at_batch_sizes_1_and_4(exported, shipped_data):
     np.testing.assert_allclose(lls[4], lls[1], rtol=0, atol=1e-4)  # the harness's per-ending log-likelihoods
     # the generation task: each prompt's greedy text is nlq's own, alone or in a left-padded batch of 4
     model, _ = checkpoint.load_run(str(run))
-    encode, decode = prepare_data.get_codec(dict(tokenizer="gpt2"), str(shipped_data / "gpt2"))
+    encode, decode = tokenizers.get_codec(dict(tokenizer="gpt2"), str(shipped_data / "gpt2"))
     want = [decode(model.generate(torch.tensor([encode(p)]), 8, temperature=0)[0, len(encode(p)):].tolist())
             .split("\n\n")[0] for p in PROMPTS]
     assert texts[1] == texts[4] == want and len(set(want)) == len(PROMPTS)

@@ -4,7 +4,7 @@ import math
 import pytest
 import torch
 
-from model import GPT, GPTConfig, QUERY_MODES, CausalSelfAttention, peak_flops
+from model import GPT, QUERY_MODES, CausalSelfAttention, GPTConfig, peak_flops
 
 SMALL = dict(block_size=32, vocab_size=96, n_layer=2, n_head=4, n_embd=64)
 
@@ -45,9 +45,9 @@ def test_identity_equals_linear_with_identity_wq():
     assert diff < 1e-5
 
 
-@pytest.mark.parametrize("mode,zeroed", [("nonlinear", "query.w2.weight"), ("residual", "query.w_q.weight")])
+@pytest.mark.parametrize("mode,zeroed", [("nonlinear", "query.w2.weight"), ("linear_residual", "query.w_q.weight")])
 def test_zeroed_query_residual_equals_identity(mode, zeroed):
-    """nonlinear with W2 = 0: f(x) = LayerNorm(0) = 0; residual with W_Q = 0: x + 0. Both leave q = x."""
+    """nonlinear with W2 = 0: f(x) = LayerNorm(0) = 0; linear_residual with W_Q = 0: x + 0. Both leave q = x."""
     model = build(query_mode=mode)
     with torch.no_grad():
         for block in model.transformer.h:
@@ -87,7 +87,7 @@ def test_sdpa_matches_plain_attention(mode, qk_norm, scale):
 def test_default_attention_scales():
     hd = SMALL["n_embd"] // SMALL["n_head"]
     assert GPTConfig(**SMALL, query_mode="linear").attn_scale == pytest.approx(1 / math.sqrt(hd))
-    for mode in ("identity", "residual", "nonlinear"):
+    for mode in ("identity", "linear_residual", "nonlinear"):
         assert GPTConfig(**SMALL, query_mode=mode).attn_scale == pytest.approx(1 / (2 * math.sqrt(hd)))
 
 
@@ -170,7 +170,7 @@ def test_each_mode_overfits_a_batch(mode):
 
 def test_bad_config_and_input_errors():
     with pytest.raises(ValueError,
-                       match="unknown query_mode 'quadratic'.*linear, identity, residual, nonlinear"):
+                       match="unknown query_mode 'quadratic'.*linear, identity, linear_residual, nonlinear"):
         GPTConfig(query_mode="quadratic")
     with pytest.raises(ValueError, match="n_embd=100 is not divisible by n_head=12"):
         GPTConfig(n_embd=100, n_head=12)

@@ -13,13 +13,11 @@ import time
 
 import pytest
 import torch
-
-import data
-import preemption
-import settings
-import train
 from conftest import ROOT
 from test_layouts import args as layout_args, data_dir  # noqa: F401  (data_dir: the tiny dataset fixture)
+
+import train
+from nlq import data, preemption, settings
 
 
 def args(data_dir, out, **kw):

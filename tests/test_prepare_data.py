@@ -13,10 +13,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import run_offline
 
 import prepare_data as P
-from data import load_meta
-from conftest import run_offline
+from nlq import tokenizers
+from nlq.data import load_meta
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -37,7 +38,7 @@ def fails(data_dir, *args):
 
 def decoded(dataset_dir, meta, bpe_dir=None):
     """decode(train.bin) + decode(val.bin), after checking each bin's sha256 and length against meta."""
-    _, decode = P.get_codec(meta, bpe_dir)
+    _, decode = tokenizers.get_codec(meta, bpe_dir)
     text = ""
     for split in ("train", "val"):
         path = Path(dataset_dir) / f"{split}.bin"
@@ -61,7 +62,7 @@ def wiki_articles(folder):
 
 @pytest.fixture(scope="module")
 def enc(shipped_data):
-    return P.gpt2_encoding()  # the shipped tests/data/gpt2
+    return tokenizers.gpt2_encoding()  # the shipped tests/data/gpt2
 
 
 # ---------------------------------------------------------------- 1, 2: Tiny Shakespeare round trips
@@ -127,12 +128,12 @@ def test_enwiki_byte_counts_and_no_tags(shipped_data, tmp_path):
     bodies = wiki_articles(wiki)
     assert (meta["train_docs"], meta["val_docs"]) == (34, 4) and len(bodies) == 38
     assert (meta["train_tokens"], meta["val_tokens"]) == (931_261, 99_966)
-    assert meta["train_tokens"] + meta["val_tokens"] == sum(len(b.encode()) + len(P.DOC_SEPARATOR)
+    assert meta["train_tokens"] + meta["val_tokens"] == sum(len(b.encode()) + len(tokenizers.DOC_SEPARATOR)
                                                             for b in bodies)
     text = decoded(tmp_path / "wiki", meta)
     assert "<doc" not in text and "</doc>" not in text
-    assert sorted(text.split(P.DOC_SEPARATOR)[:-1]) == sorted(p for b in bodies
-                                                              for p in b.split(P.DOC_SEPARATOR))
+    assert sorted(text.split(tokenizers.DOC_SEPARATOR)[:-1]) == sorted(p for b in bodies
+                                                              for p in b.split(tokenizers.DOC_SEPARATOR))
 
 
 def test_enwiki_gpt2_counts_and_no_tags(shipped_data, enc, tmp_path):
@@ -204,7 +205,7 @@ def test_local_formats_keep_every_document(speeches, fmt, tmp_path):
     meta = prepare(tmp_path / "out", "local", "--input", str(src), "--name", "c", "--tokenizer", "char")
     assert (meta["train_docs"], meta["val_docs"]) == (1800, 200)
     text = decoded(tmp_path / "out" / "c", meta)
-    assert sorted(text.split(P.DOC_SEPARATOR)[:-1]) == sorted(docs)
+    assert sorted(text.split(tokenizers.DOC_SEPARATOR)[:-1]) == sorted(docs)
 
 
 def test_val_fraction_counts_documents_and_a_csv_is_read_as_text(tmp_path):
@@ -271,7 +272,7 @@ def test_codecs_round_trip(shipped_data):
     text = "Hello, wörld — 日本\n"
     for meta in ({"tokenizer": "gpt2"}, {"tokenizer": "byte"},
                  {"tokenizer": "char", "chars": sorted(set(text)), "name": "t"}):
-        encode, decode = P.get_codec(meta)
+        encode, decode = tokenizers.get_codec(meta)
         assert decode(encode(text)) == text and decode(np.array(encode(text), np.uint16)) == text
     with pytest.raises(ValueError, match="not in the vocabulary"):
         encode("xyz")
@@ -465,7 +466,8 @@ BAD_INPUTS = {  # case: (files to create {name: bytes}, --input, extra args, exp
                       ["val split has", "shorter than one block of 1024", "raise --val_fraction"]),
     "train too short": ({"s.jsonl": b"".join(b'{"text": "short doc %d"}\n' % i for i in range(200))},
                         "s.jsonl", ["--tokenizer", "byte", "--val_fraction", "0.99"],
-                        ["train split has", "shorter than one block", "lower --val_fraction (now 0.99; 0.356 to 0.644 fits"]),
+                        ["train split has", "shorter than one block",
+                         "lower --val_fraction (now 0.99; 0.356 to 0.644 fits"]),
     "bpe_dir incomplete": ({"bpe/encoder.json": b"{}", "c.txt": b"text"}, "c.txt", ["--bpe_dir", "bpe"],
                            ["bpe/encoder.json is missing or not OpenAI's GPT-2 encoder.json", "--bpe_dir"]),
 }
@@ -512,6 +514,7 @@ def test_refuses_to_overwrite(shipped_data, existing):
 def cut_network(monkeypatch):
     """Make any download fail the test: tiktoken's loaders (its download and cache path) and every socket."""
     import socket
+
     import tiktoken
     import tiktoken.load
 
@@ -528,12 +531,12 @@ def test_gpt2_from_shipped_files_without_network_or_cache(shipped_data, tmp_path
     cache.mkdir()
     monkeypatch.setenv("TIKTOKEN_CACHE_DIR", str(cache))
     cut_network(monkeypatch)
-    P._encoding_from_files.cache_clear()  # build it now, under these conditions
-    enc = P.gpt2_encoding()
+    tokenizers._encoding_from_files.cache_clear()  # build it now, under these conditions
+    enc = tokenizers.gpt2_encoding()
     assert enc.encode("Hello world") == [15496, 995] and enc.decode([15496, 995]) == "Hello world"
     assert (enc.n_vocab, enc.eot_token, enc.encode("<|endoftext|>", allowed_special="all")) == (50257, 50256,
                                                                                                  [50256])
-    assert P.gpt2_encoding(shipped_data / "gpt2").encode("Hello world") == [15496, 995]  # --bpe_dir: the same
+    assert tokenizers.gpt2_encoding(shipped_data / "gpt2").encode("Hello world") == [15496, 995]  # --bpe_dir: the same
     assert list(cache.iterdir()) == []  # nothing written to tiktoken's cache either
 
 
@@ -543,7 +546,7 @@ def test_gpt2_ranks_equal_tiktokens_own(shipped_data, monkeypatch):
     monkeypatch.setenv("TIKTOKEN_CACHE_DIR", "")  # tiktoken: no cache, read the local files
     theirs = data_gym_to_mergeable_bpe_ranks(vocab_bpe_file=str(shipped_data / "gpt2" / "vocab.bpe"),
                                              encoder_json_file=str(shipped_data / "gpt2" / "encoder.json"))
-    enc = P.gpt2_encoding()
+    enc = tokenizers.gpt2_encoding()
     assert len(theirs) == 50256 and {enc.decode_single_token_bytes(i): i for i in range(50256)} == theirs
 
 
@@ -560,13 +563,13 @@ def test_bad_bpe_dir_is_a_named_error(case, shipped_data, tmp_path):
             (bpe / "vocab.bpe").write_bytes((shipped_data / "gpt2" / "vocab.bpe").read_bytes()[:-20] + b"\n")
     name = "encoder.json" if case in ("missing", "a file") else "vocab.bpe"
     with pytest.raises(P.DataError) as e:
-        P.gpt2_encoding(bpe)
+        tokenizers.gpt2_encoding(bpe)
     assert str(e.value) == (f"{bpe / name} is missing or not OpenAI's GPT-2 {name}; pass --bpe_dir with OpenAI's "
                             "files or restore the shipped ones (git checkout -- tests/data/gpt2)")
 
 
 def test_missing_shipped_bpe_says_how_to_fix(tmp_path, monkeypatch):
-    monkeypatch.setattr(P, "GPT2_BPE_DIR", tmp_path / "gpt2")
+    monkeypatch.setattr(tokenizers, "GPT2_BPE_DIR", tmp_path / "gpt2")
     (tmp_path / "gpt2").mkdir()
     message = fails(tmp_path, "shakespeare", "--name", "x")
     assert message == (f"error: {tmp_path / 'gpt2' / 'encoder.json'} is missing or not OpenAI's GPT-2 encoder.json; "
@@ -579,7 +582,7 @@ def test_missing_shipped_bpe_says_how_to_fix(tmp_path, monkeypatch):
                                            ("e.txt", "no text found")])
 def test_input_checked_before_bpe(src, expected, existing, monkeypatch):
     """With the default gpt2 tokenizer and its files missing, a bad input is reported, not the (later) BPE."""
-    monkeypatch.setattr(P, "GPT2_BPE_DIR", existing / "no_gpt2_here")
+    monkeypatch.setattr(tokenizers, "GPT2_BPE_DIR", existing / "no_gpt2_here")
     (existing / "e.txt").write_text("")
     monkeypatch.chdir(existing)
     message = fails("data", "local", "--input", src, "--name", "x", "--overwrite")

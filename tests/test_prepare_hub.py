@@ -5,15 +5,16 @@ import datasets
 import numpy as np
 import pyarrow as pa
 import pytest
-
-import prepare_data as P
 from conftest import ROOT
 from test_prepare_data import decoded, fails, prepare
+
+import prepare_data as P
+from nlq import tokenizers
 
 
 @pytest.fixture(scope="module")
 def enc(shipped_data):
-    return P.gpt2_encoding()  # the shipped tests/data/gpt2
+    return tokenizers.gpt2_encoding()  # the shipped tests/data/gpt2
 
 
 @pytest.fixture(scope="module")
@@ -31,7 +32,7 @@ def records(docs):
 
 def split_docs(folder, meta, sep="<|endoftext|>"):
     """The documents of train.bin and val.bin, decoded (after decoded()'s sha256 and length checks)."""
-    _, decode = P.get_codec(meta)
+    _, decode = tokenizers.get_codec(meta)
     text = decoded(folder, meta)  # checks both bins against meta
     train = decode(np.fromfile(folder / "train.bin", dtype=meta["dtype"]))
     assert text.startswith(train)
@@ -131,7 +132,7 @@ def test_any_hub_dataset_cli(speeches, tmp_path, monkeypatch):
     docs = [d for d in speeches if d][:1000]
     assert meta["train_docs"] + meta["val_docs"] == 1000 and meta["val_fraction"] == 0.01
     assert meta["train_tokens"] + meta["val_tokens"] == sum(len(d.encode()) + 2 for d in docs)
-    train, val = split_docs(tmp_path / "stories", meta, sep=P.DOC_SEPARATOR)
+    train, val = split_docs(tmp_path / "stories", meta, sep=tokenizers.DOC_SEPARATOR)
     assert sorted(train + val) == sorted(docs)
 
 

@@ -1,18 +1,17 @@
 """report.py: paired statistics checked by hand on made-up run files, the learning-rate search table,
 plots."""
+import importlib
 import json
 import math
-import importlib
 import os
 import sys
 
 import numpy as np
 import pytest
 
-import settings
-import report
-import study as nlq_study  # study.py (a study's runs and its search)
-import sweep
+from nlq import settings
+from research import report, sweep
+from research import study as nlq_study  # study.py (a study's runs and its search)
 
 # Two made-up comparisons with the reference arm "linear", final seeds 11, 12, 13 (final losses, nats/token).
 LINEAR = {11: 2.00, 12: 2.10, 13: 2.20}
@@ -130,7 +129,7 @@ def test_final_runs_left_out_are_named_on_the_console(tmp_path, capsys):
     assert "| 0.002 | 2.1000 ± 0.1414 (2) |" in text
     out = capsys.readouterr().out
     assert ("note: 1 final run(s) not finished, left out of the statistics: linear seed 12 (missing); finish "
-            f"them with python sweep.py {path}") in out
+            f"them with python -m research.sweep {path}") in out
 
 
 def test_reading_is_kept_across_rebuilds(tmp_path):
@@ -254,7 +253,7 @@ def test_report_with_no_runs(tmp_path):
                     f"selection_seeds = [1]\nseeds = [2]\nruns_dir = {str(tmp_path / 'runs')!r}\n")
     with pytest.raises(ValueError, match=r"no run of study empty has started yet \(0 of the 4 runs planned so far "
                                          r"have metrics in .*\): nothing to report, nothing written; run "
-                                         r"python sweep.py .*s.py first"):
+                                         r"python -m research.sweep .*s.py first"):
         report.main([str(path), "--out", str(tmp_path / "r")])
     assert not (tmp_path / "r").exists()
     study = nlq_study.load_study(str(path))
@@ -322,7 +321,7 @@ def test_stalled_final_runs_are_said_in_words():
     caution = ("**Every final run stalled: nonlinear (0.004).** None of these arms' final runs left the early "
                "plateau by half-way, so their results say little about the query, and the chosen rate (in "
                "brackets) may be far from the arm's best, often a lower one. Give such an arm lower rates "
-               "(learning_rates as a dict arm -> grid: python sweep.py --help) or more steps (the full study, "
+               "(learning_rates as a dict arm -> grid: python -m research.sweep --help) or more steps (the full study, "
                "if this is a --quick try).")
     assert report.stall_caution(data)[1] == caution
     data["nonlinear"]["finals"][3] = dict(run(2.59), status="running")
@@ -483,7 +482,7 @@ def test_compare_plain_runs(tmp_path, capsys, monkeypatch):
             "  dataset     out/a: 'enwiki_bytes', out/b: 'enwiki_bytes', out/c: 'chars'\n"
             "  max_iters   out/a: 100, out/b: 100, out/c: 80\n"
             "  query_mode  out/a: 'nonlinear', out/b: 'linear', out/c: 'linear'\n\n") in text  # not out_dir
-    assert "supports no call" in text and "python sweep.py STUDY" in text
+    assert "supports no call" in text and "python -m research.sweep STUDY" in text
     assert os.path.getsize("out/compare/val_loss.png") > 0
     assert text.endswith("val-loss curves: out/compare/val_loss.png")
 
@@ -555,8 +554,8 @@ def test_seeds_needed_and_the_precision_table_by_hand():
 def test_without_its_libraries_report_names_the_install_command(library, monkeypatch):
     """matplotlib and scipy are extras (requirements-extra.txt): without one, report.py ends with one line."""
     monkeypatch.setitem(sys.modules, library, None)  # an import of it now fails, as where it is not installed
-    monkeypatch.delitem(sys.modules, "report")
+    monkeypatch.delitem(sys.modules, "research.report")
     with pytest.raises(SystemExit) as e:
-        importlib.import_module("report")
+        importlib.import_module("research.report")
     assert e.value.code == (f"error: report.py needs {library}, which is not installed: "
                             "pip install -r requirements-extra.txt")

@@ -11,15 +11,14 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import ROOT
 
-import checkpoint
-import data
 import eval as nlq_eval  # eval.py: the module name shadows the builtin only inside this namespace
 import prepare_data
-import settings
 import sample
 import train
-from conftest import ROOT
+from nlq import checkpoint, data, settings
+from nlq import tokenizers
 
 TEXT = b"the quick brown fox jumps over the lazy dog; pack my box with five dozen liquor jugs.\n"  # 86 bytes
 
@@ -151,13 +150,13 @@ def test_a_progress_bar_on_a_terminal_only_and_the_same_texts(run, monkeypatch):
 
 def test_prompt_ids(tmp_path):
     byte = dict(tokenizer="byte", vocab_size=256, eot_token=None)
-    encode, _ = prepare_data.get_codec(byte)
+    encode, _ = tokenizers.get_codec(byte)
     assert sample.prompt_ids("", byte, encode) == [10]  # a newline
     assert sample.prompt_ids("", dict(tokenizer="gpt2", eot_token=50256), None) == [50256]
     (tmp_path / "p.txt").write_text("héllo", encoding="utf-8")
     assert sample.prompt_ids(f"FILE:{tmp_path / 'p.txt'}", byte, encode) == list("héllo".encode())
     char = dict(tokenizer="char", vocab_size=3, chars=[" ", "a", "b"], name="one_line")  # a text without "\n"
-    encode, _ = prepare_data.get_codec(char)
+    encode, _ = tokenizers.get_codec(char)
     assert sample.prompt_ids("ab", char, encode) == [1, 2]
     with pytest.raises(ValueError, match=r"characters \['c', 'é'\] are not in the vocabulary of dataset one_line"):
         sample.prompt_ids("abcé", char, encode)
@@ -166,7 +165,7 @@ def test_prompt_ids(tmp_path):
 def test_start_file_errors(tmp_path):
     byte = dict(tokenizer="byte", vocab_size=256, eot_token=None)
     with pytest.raises(FileNotFoundError, match="binary.dat"):
-        sample.prompt_ids(f"FILE:{tmp_path / 'binary.dat'}", byte, prepare_data.get_codec(byte)[0])
+        sample.prompt_ids(f"FILE:{tmp_path / 'binary.dat'}", byte, tokenizers.get_codec(byte)[0])
 
 
 @pytest.mark.parametrize("extra, expected", [([], "no checkpoint at {ckpt}"),
@@ -282,14 +281,14 @@ def test_another_dataset_must_be_tokenized_alike(tmp_path):
 
 def test_token_bytes_char():
     meta = dict(tokenizer="char", chars=["\n", "a", "é", "€"])
-    assert nlq_eval.token_bytes(meta).tolist() == [1, 1, 2, 3]
+    assert tokenizers.token_bytes(meta).tolist() == [1, 1, 2, 3]
 
 
 def test_token_bytes_gpt2(shipped_data):
-    table = nlq_eval.token_bytes(dict(tokenizer="gpt2"))  # the shipped tests/data/gpt2
-    enc = prepare_data.gpt2_encoding()
+    table = tokenizers.token_bytes(dict(tokenizer="gpt2"))  # the shipped tests/data/gpt2
+    enc = tokenizers.gpt2_encoding()
     text = "Héllo wörld – 10 € each"
-    assert table[prepare_data.GPT2_EOT] == 0 and len(table) == 50257
+    assert table[tokenizers.GPT2_EOT] == 0 and len(table) == 50257
     assert table[enc.encode_ordinary(text)].sum() == len(text.encode("utf-8"))
 
 

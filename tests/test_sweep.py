@@ -12,16 +12,12 @@ import time
 
 import pytest
 import torch
-
-import checkpoint
-import preemption
-import settings
-import model
-import report
-import sweep
 from conftest import ROOT, write_tiny_dataset
-from study import (check_data, check_settings, data_status, due_runs, final_row, is_finished, load_study, plan,
-                   quick_option, run_config, run_dir, rungs_of, selection_loss, settings_diff)
+
+from nlq import checkpoint, preemption, settings
+from research import report, sweep
+from research.study import (check_data, check_settings, data_status, due_runs, final_row, is_finished, load_study, plan,
+                            quick_option, run_config, run_dir, rungs_of, selection_loss, settings_diff)
 
 
 def tiny_study(tmp_path, extra=""):
@@ -82,8 +78,8 @@ def test_killed_sweep_restarts_without_rerunning_finished_runs(one_arm_study):
     study = load_study(str(study_file))
     first = run_dir(study, "linear", 3e-3, 1)  # the search runs its grid in ascending order
     second = run_dir(study, "linear", 1e-2, 1)
-    proc = subprocess.Popen([sys.executable, str(ROOT / "sweep.py"), str(study_file)], start_new_session=True,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen([sys.executable, "-m", "research.sweep", str(study_file)], start_new_session=True,
+                            cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.time() + 120
     try:  # kill once the first run is done and the second has a checkpoint but has not finished
         while time.time() < deadline:
@@ -149,17 +145,17 @@ def test_chosen_lr_and_print_mode(study_file, capsys):
             finished_run(study, arm, lr, seed)
     sweep.main([str(study_file), "--print", "2"])
     assert capsys.readouterr().out == (f"# nothing due: every run of the study has finished; its report: "
-                                       f"python report.py {study_file}\n")
+                                       f"python -m research.report {study_file}\n")
     spaced = study_file.parent / "my studies" / "tiny study.py"  # the command is quoted for a shell
     spaced.parent.mkdir()
     shutil.copy(study_file, spaced)
     sweep.main([str(spaced), "--print", "2"])
-    assert capsys.readouterr().out.endswith(f"its report: python report.py '{spaced}'\n")
+    assert capsys.readouterr().out.endswith(f"its report: python -m research.report '{spaced}'\n")
     # a finished study needs no data: a clone without it (or with other data) hears that nothing is left to run
     shutil.rmtree(study_file.parent / "data")
     sweep.main([str(study_file)])
     assert capsys.readouterr().out == (f"nothing to run: every run of the study has finished "
-                                       f"({study['runs_dir']}); its report: python report.py {study_file}\n")
+                                       f"({study['runs_dir']}); its report: python -m research.report {study_file}\n")
 
 
 def test_printed_commands_paste_into_a_shell(tmp_path, capsys):
@@ -403,8 +399,9 @@ def sweep_of_one_long_run(tmp_path):
     study_file = tiny_study(tmp_path, ONE_ARM + "learning_rates = [3e-3]\nselection_seeds = []\n"
                                       "overrides = {'max_iters': 100000, 'lr_decay_iters': 100000}\n")
     out = run_dir(load_study(str(study_file)), "linear", 3e-3, 2)
-    proc = subprocess.Popen([sys.executable, str(ROOT / "sweep.py"), str(study_file), "--threads", "1"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    proc = subprocess.Popen([sys.executable, "-m", "research.sweep", str(study_file), "--threads", "1"],
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
     deadline = time.time() + 120
     while not os.path.exists(os.path.join(out, "ckpt.pt")) and time.time() < deadline:
         time.sleep(0.05)
@@ -687,7 +684,7 @@ def test_quick_writes_only_under_the_scratch_folder(one_arm_study, tmp_path, mon
     sweep.main([str(study_file), "--quick", "0.1", "--threads", "1"])
     printed = capsys.readouterr().out
     assert "quick: every run at 0.1 of its steps, in out/quick/tiny/runs (scratch" in printed
-    assert f"report: python report.py {study_file} --quick 0.1" in printed
+    assert f"report: python -m research.report {study_file} --quick 0.1" in printed
     assert (quick_option(None), quick_option(0.05)) == ("", " --quick")  # the default as typed
     assert "2 run(s) due now (more follow as each arm's search goes on" in printed
     assert "running (1 of 2 due now): linear lr=0.003 seed=1 -> out/quick/tiny/runs/linear/" in printed
@@ -695,7 +692,7 @@ def test_quick_writes_only_under_the_scratch_folder(one_arm_study, tmp_path, mon
     assert [line for line in printed.splitlines() if line.startswith("wave ")] == [
         "wave 1: 2 run(s) due now; 0 of the study's 3 runs finished",
         "wave 2: 1 run(s) due now; 2 of the study's 3 runs finished"]
-    assert printed.splitlines()[-1] == (f"3 of the study's 3 runs finished; its report: python report.py "
+    assert printed.splitlines()[-1] == (f"3 of the study's 3 runs finished; its report: python -m research.report "
                                         f"{shlex.quote(str(study_file))} --quick 0.1")  # quoted for a shell
     row = final_row(os.path.join("out", "quick", "tiny", "runs", "linear", "lr0.01_seed1"))
     assert (f"finished: linear lr=0.01 seed=1: val loss {row['val_loss']:.4f} in "
@@ -729,8 +726,8 @@ def test_committed_studies_load_and_a_shared_runs_folder_means_one_experiment_pe
         loaded = load_study(str(path))
         assert loaded["name"] == path.stem
         for study in rungs_of(loaded):  # a ladder: each rung is a study
-            for arm, settings in study["arms"].items():
-                experiment = (study["config"], study["overrides"], settings)
+            for arm, arm_settings in study["arms"].items():
+                experiment = (study["config"], study["overrides"], arm_settings)
                 arms_by_folder.setdefault((study["runs_dir"], arm), {})[path.stem] = experiment
     shared = {key: by_study for key, by_study in arms_by_folder.items() if len(by_study) > 1}
     assert ("results/enwiki_cpu/runs", "nonlinear") in shared  # the CPU studies share their runs

@@ -8,20 +8,19 @@ import sys
 import time
 
 import pytest
-import torch
-
-import checkpoint
-import sweep
 from conftest import ROOT
-from study import (final_row, is_finished, load_study, plan, read_saved_config, run_dir, run_list, settings_diff,
-                   study_progress)
 from test_sweep import ONE_ARM, command_lines, tiny_study, write_run
+
+from nlq import checkpoint
+from research import sweep
+from research.study import (final_row, is_finished, load_study, plan, read_saved_config, run_dir, run_list,
+                            settings_diff, study_progress)
 
 
 def test_dry_run_of_the_paper_study_prints_its_runs_and_gpu_hours():
     """The command the README gives, with no data anywhere: 6 arms x (4 rates + 0-2 extensions + 2 half steps
     + 3 final seeds) = 54-66 runs of 60,000 x 491,520 tokens, at bench/RESULTS.md's H200 tokens/s."""
-    result = subprocess.run([sys.executable, "sweep.py", "studies/paper_small.py", "--dry_run"], cwd=ROOT,
+    result = subprocess.run([sys.executable, "-m", "research.sweep", "studies/paper_small.py", "--dry_run"], cwd=ROOT,
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     out = result.stdout
@@ -47,8 +46,8 @@ def test_dry_run_of_the_paper_study_prints_its_runs_and_gpu_hours():
         assert "data: not ready, so the sweep would stop at once: the study's runs read the dataset " \
                "data/openwebtext" in out
     assert not os.path.exists(ROOT / "results" / "paper_small")  # nothing started, no folder made
-    short = subprocess.run([sys.executable, "sweep.py", "studies/paper_short.py", "--dry_run", "--tokens_per_s",
-                            "1e6"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    short = subprocess.run([sys.executable, "-m", "research.sweep", "studies/paper_short.py", "--dry_run",
+                            "--tokens_per_s", "1e6"], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert "| linear | linear | 1,000,000 | 2,949,120,000 | 0.82 |" in short.stdout  # a tenth of the steps
 
 
@@ -151,10 +150,10 @@ def test_study_through_submitit_jobs_survives_a_killed_job_and_a_restarted_drive
     study_file.with_name("tiny_config.py").write_text(
         study_file.with_name("tiny_config.py").read_text().replace(*config_edit))
     study = load_study(str(study_file))
-    driver = subprocess.Popen([sys.executable, str(ROOT / "sweep.py"), str(study_file), "--executor",
+    driver = subprocess.Popen([sys.executable, "-m", "research.sweep", str(study_file), "--executor",
                                "local_submitit", "--threads", "1", "--poll_s", "0.2"], cwd=tmp_path,
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                              env={**os.environ, "OMP_NUM_THREADS": "1"})
+                              env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)})
     killed = None
     try:
         deadline = time.time() + 300

@@ -11,16 +11,12 @@ import sys
 import numpy as np
 import pytest
 import torch
-
-import checkpoint
-import data
-import losses
-import settings
-import prepare_data
-import progress
-import train
 from conftest import ROOT, run_offline
+
+import prepare_data
+import train
 from model import GPT, QUERY_MODES
+from nlq import checkpoint, data, losses, progress, settings
 
 
 @pytest.fixture(scope="module")
@@ -144,7 +140,10 @@ def test_ddp_rejects_indivisible_accumulation(data_dir, tmp_path):
                            "--device=cpu", "--gradient_accumulation_steps=3", "--n_layer=1", "--n_embd=32",
                            "--n_head=2"])
     assert result.returncode != 0
-    assert "gradient_accumulation_steps=3 is not divisible by the 2 processes" in result.stderr
+    message = ("error: gradient_accumulation_steps=3 does not split over the 2 processes (each runs an equal share "
+               "of every step's micro-batches): use --gradient_accumulation_steps=4 --batch_size=9 (the same 36 "
+               "windows a step)")
+    assert result.stderr.count(message) == 1 and "Traceback" not in result.stderr.split("error:")[0]
 
 
 def test_config_layers_and_errors(tmp_path):
@@ -325,7 +324,7 @@ def test_what_a_resume_changes_is_recorded_and_compared_as_such(data_dir, tmp_pa
     checkpoint and config.json ("resumes") across later resumes. A step split into other micro-batches (the
     same sequences a step) and the eval set kept are no change; a step of another size, a longer run and a
     dtype are; report.py shows such a setting with its values in order."""
-    import report
+    from research import report
     cfg = lambda out, **kw: tiny_cfg(data_dir, tmp_path / out, **{"max_iters": 3, "eval_interval": 3, **kw})
     train.train(cfg("split"))  # 4 x 2 sequences a step, then 2 x 4: the same run
     train.train(cfg("split", max_iters=6, init_from="resume", batch_size=2, gradient_accumulation_steps=4))
@@ -509,7 +508,7 @@ def test_config_file_must_come_first_and_must_parse(tmp_path):
         settings.parse_config([str(tmp_path / "broken.py")])
 
 
-@pytest.mark.parametrize("mode", ["nonlinear", "residual"])
+@pytest.mark.parametrize("mode", ["nonlinear", "residual"])  # residual: linear_residual's name then
 def test_checkpoint_from_before_the_query_module_refactor_loads_and_resumes(mode, tmp_path):
     """tests/fixtures/legacy_*_ckpt.pt were written by nlq at commit 3d8c1eb (f in attn.q_proj); they load
     with the same val loss and resume."""
@@ -551,11 +550,11 @@ def prepared_line(data_dir, dataset):
 
 def assert_same_dataset(folder, reference):
     """folder holds exactly the files of reference (train.bin, val.bin, meta.json), byte for byte."""
-    assert sorted(p.name for p in folder.iterdir()) == sorted(prepare_data.BIN_FILES)  # no temp files left
-    assert all((folder / f).read_bytes() == (reference / f).read_bytes() for f in prepare_data.BIN_FILES)
+    assert sorted(p.name for p in folder.iterdir()) == sorted(data.BIN_FILES)  # no temp files left
+    assert all((folder / f).read_bytes() == (reference / f).read_bytes() for f in data.BIN_FILES)
 
 
-@pytest.mark.parametrize("dataset", prepare_data.SHIPPED_DATASETS)
+@pytest.mark.parametrize("dataset", data.SHIPPED_DATASETS)
 def test_shipped_dataset_is_prepared_on_first_use(dataset, shipped_data, tmp_path, capsys):
     """train.py on a data_dir without the dataset prepares it (one log line), as prepare_data.py DATASET does;
     the next run finds it and says nothing."""

@@ -18,7 +18,7 @@ import torch.distributed as dist
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import bench  # noqa: E402
 import train  # noqa: E402
-from settings import parse_config  # noqa: E402
+from nlq.settings import parse_config  # noqa: E402
 
 dist.init_process_group(backend="gloo")
 destroy_process_group, dist.destroy_process_group = dist.destroy_process_group, lambda *args, **kwargs: None

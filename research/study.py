@@ -24,13 +24,13 @@ import math
 import os
 import re
 
-from checkpoint import read_metrics, read_saved_config
-from data import load_meta, open_split
 from model import QUERY_MODE_ALIASES
-from settings import (NOT_EXPERIMENT, check_value, flops_per_token, model_config, param_counts, parse_config,
-                      read_config_file)
+from nlq.checkpoint import read_metrics, read_saved_config
+from nlq.data import load_meta, open_split
+from nlq.settings import (NOT_EXPERIMENT, check_value, flops_per_token, model_config, param_counts, parse_config,
+                          read_config_file)
 
-ROOT = os.path.dirname(os.path.abspath(__file__))  # the repository
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository
 REQUIRED = ("name", "config", "overrides", "arms", "learning_rates", "selection_seeds", "seeds")
 OPTIONAL = dict(seeds_per_arm={}, reference="linear", contrasts=[], max_extensions=2, half_steps=True,
                 precision=None, slurm={}, runs_dir=None)

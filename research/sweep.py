@@ -2,14 +2,15 @@
 Run a study (study.py: what a study file sets, and each arm's learning-rate search): each run is train.py in its
 own folder, started here or as SLURM jobs, in waves: the runs due now, then what their results make due.
 
-    python sweep.py studies/enwiki_cpu.py --jobs 2 --threads 1   # here: 2 runs at a time, 1 thread each
-    python sweep.py studies/paper_small.py --dry_run             # the plan: runs, tokens, GPU-hours; runs nothing
-    python sweep.py studies/ladder_gpu.py --dry_run              # a scaling ladder: the same by model size
-    python sweep.py studies/ladder_gpu.py --rung 4x256           # its first rung only
-    python sweep.py studies/enwiki_cpu.py --print 8              # the torchrun commands of the runs due now
-    python sweep.py studies/enwiki_cpu.py --quick --jobs 2       # try it: 5% of the steps, in out/quick/
-    python sweep.py studies/paper_small.py --executor slurm --gpus_per_run 8 --slurm_partition gpu --slurm_time 480
-    python report.py studies/enwiki_cpu.py                       # tables, paired statistics, plots
+    python -m research.sweep studies/enwiki_cpu.py --jobs 2 --threads 1  # here: 2 runs at a time, 1 thread each
+    python -m research.sweep studies/paper_small.py --dry_run            # the plan: runs, tokens, GPU-hours
+    python -m research.sweep studies/ladder_gpu.py --dry_run             # a scaling ladder: the same by size
+    python -m research.sweep studies/ladder_gpu.py --rung 4x256          # its first rung only
+    python -m research.sweep studies/enwiki_cpu.py --print 8             # the torchrun commands of the runs due now
+    python -m research.sweep studies/enwiki_cpu.py --quick --jobs 2      # try it: 5% of the steps, in out/quick/
+    python -m research.sweep studies/paper_small.py --executor slurm --gpus_per_run 8 --slurm_partition gpu \
+        --slurm_time 480                                                 # SLURM jobs through submitit
+    python -m research.report studies/enwiki_cpu.py                      # tables, paired statistics, plots
 
 A ladder (a study file with rungs: the same study at several model sizes) runs its rungs one after the other.
 A finished run (its metrics.jsonl reaches max_iters, or records divergence) is never rerun, also when only its
@@ -36,15 +37,15 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from checkpoint import atomic_write_text, is_locked, lock_file
-from distributed import resolve_device
-from preemption import EXIT_DIVERGED, EXIT_INTERRUPTED, EXIT_PREEMPTED
-from settings import HelpFormatter
-from study import (QUICK_DIR, QUICK_FRACTION, arm_config, check_data, check_settings, due_runs, dry_run, final_row,
-                   final_val_loss, is_diverged, is_finished, ladder_dry_run, load_study, plan, quick_option,
-                   run_args, run_config, run_dir, rungs_of, study_progress)
+from nlq.checkpoint import atomic_write_text, is_locked, lock_file
+from nlq.distributed import resolve_device
+from nlq.preemption import EXIT_DIVERGED, EXIT_INTERRUPTED, EXIT_PREEMPTED
+from nlq.settings import HelpFormatter
+from research.study import (QUICK_DIR, QUICK_FRACTION, ROOT, arm_config, check_data, check_settings, dry_run, due_runs,
+                            final_row, final_val_loss, is_diverged, is_finished, ladder_dry_run, load_study, plan,
+                            quick_option, run_args, run_config, run_dir, rungs_of, study_progress)
 
-TRAIN_PY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "train.py")
+TRAIN_PY = os.path.join(ROOT, "train.py")
 
 
 # ------------------------------------------------------------------------------------------------ one run
@@ -419,7 +420,8 @@ def slurm_settings(study, args):
 
 # ------------------------------------------------------------------------------------------ the command line
 def parse_args(argv):
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
+    parser = argparse.ArgumentParser(prog="python -m research.sweep", description=__doc__,
+                                     formatter_class=HelpFormatter)
     arg = parser.add_argument
     arg("study", help="study file, e.g. studies/enwiki_cpu.py")
     arg("--jobs", type=int, default=1, help="runs at a time on this machine")
@@ -459,7 +461,7 @@ def parse_args(argv):
 def main(argv=None):
     args = parse_args(argv)
     study = load_study(args.study, args.quick)
-    report_cmd = f"python report.py {shlex.quote(args.study)}{quick_option(args.quick)}"  # (a path with spaces)
+    report_cmd = f"python -m research.report {shlex.quote(args.study)}{quick_option(args.quick)}"  # (spaces in a path)
     if args.quick:
         where = os.path.join(QUICK_DIR, study["name"]) if "rungs" in study else study["runs_dir"]
         print(f"quick: every run at {args.quick:g} of its steps, in {where} (scratch; results/ is not touched). "

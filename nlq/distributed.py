@@ -70,9 +70,24 @@ def check_model_fits(n_params, device, shards=1):
 
 
 # ---------------------------------------------------------------------------------------------- processes
+def check_world_size(cfg):
+    """ValueError, before any process group starts, if a step's gradient_accumulation_steps micro-batches do
+    not split evenly over torchrun's processes (WORLD_SIZE); the message gives settings that do."""
+    world, accum, batch = int(os.environ.get("WORLD_SIZE", "1")), cfg["gradient_accumulation_steps"], cfg["batch_size"]
+    if accum % world == 0:
+        return
+    windows = accum * batch  # the step's windows; another split of them into micro-batches is the same step
+    more = -(-accum // world) * world  # the next multiple of world
+    split = next((a for a in range(more, windows + 1, world) if windows % a == 0), None)
+    fix = (f"--gradient_accumulation_steps={split} --batch_size={windows // split} (the same {windows} windows a "
+           f"step)" if split else f"--gradient_accumulation_steps={more}")
+    raise ValueError(f"gradient_accumulation_steps={accum} does not split over the {world} processes (each runs "
+                     f"an equal share of every step's micro-batches): use {fix}")
+
+
 def setup_distributed(cfg):
-    """-> (rank, local_rank, world_size); starts the process group under torchrun (RANK set): NCCL on CUDA,
-    gloo on the CPU."""
+    """-> (rank, local_rank, world_size); starts the process group under torchrun (RANK set): backend, or by
+    default NCCL on CUDA and gloo on the CPU."""
     if "RANK" not in os.environ:
         if cfg["fsdp"]:
             raise ValueError("fsdp=True shards over the processes that torchrun starts; launch with torchrun")
@@ -82,7 +97,7 @@ def setup_distributed(cfg):
     if use_cuda:
         torch.cuda.set_device(local_rank)
     if not dist.is_initialized():  # (tests/torchrun_many.py starts one group for several runs)
-        dist.init_process_group(backend="nccl" if use_cuda else "gloo")
+        dist.init_process_group(backend=cfg["backend"] or ("nccl" if use_cuda else "gloo"))
     return rank, local_rank, world
 
 
@@ -101,16 +116,6 @@ def all_reduce_sum(t):
     if dist.is_initialized() and dist.get_world_size() > 1:
         dist.all_reduce(t)
     return t
-
-
-def wrap_model(model, cfg, device_type, local_rank, world_size):
-    """The model as the training step calls it: compiled (use_compile), then under DDP on several processes
-    without FSDP (a sharded model is its own wrapper: shard_model)."""
-    if use_compile(cfg, device_type):
-        model = torch.compile(model)
-    if world_size > 1 and not cfg["fsdp"]:
-        model = DDP(model, device_ids=[local_rank] if device_type == "cuda" else None)
-    return model
 
 
 def gradient_sync(model, raw_model, sync):

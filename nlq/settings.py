@@ -34,11 +34,13 @@ SETTINGS = dict(
     log_interval=(10, "print the training loss, ms/iter, elapsed time and ETA every N steps"),
     eval_windows=(2400, "fixed eval windows per split, drawn from the seed alone: the same eval set for every "
                         "query mode, micro-batch and number of processes"),
+    eval_iters=(None, "nanoGPT's eval set: eval_iters x batch_size fixed windows per split (sets eval_windows)"),
+    eval_only=(False, "evaluate on the fixed eval windows, print the losses and exit; writes nothing (nanoGPT's)"),
     always_save_checkpoint=(True, "checkpoint at every eval; False: only when the val loss improves"),
     eval_full_at_end=(True, "after the last step, also the val loss over every val token once (val_loss_full)"),
     init_from=("scratch", "scratch: a new run; resume: continue from out_dir/ckpt.pt; gpt2, gpt2-medium, "
-                          "gpt2-large, gpt2-xl, a local Hugging Face GPT-2 folder or an nlq export: start from "
-                          "its weights"),
+                          "gpt2-large, gpt2-xl, a local Hugging Face GPT-2 folder, an nlq export or a nanoGPT "
+                          "ckpt.pt: start from its weights"),
     wandb_log=(False, "log to Weights & Biases (the wandb package is needed only then)"),
     wandb_project=("nlq", "wandb project name"),
     wandb_run_name=("run", "wandb run name"),
@@ -60,7 +62,7 @@ SETTINGS = dict(
         query_hidden="width of f's hidden layer (nonlinear); None = n_embd // 2",
         query_norm_in="nonlinear: f's input RMSNorm (False: an ablation)",
         query_norm_out="nonlinear: f's output LayerNorm (False: an ablation)",
-        fused_f="nonlinear: f through its fused engine (FusedF, linear's memory); False: f as written",
+        fused_f="nonlinear: True runs f through FusedF (linear's memory), False as written; None = FusedF on CUDA",
         attn_scale="attention scale; None = the mode's default, 1/sqrt(head_dim) (linear) or half that",
         qk_norm="RMS-normalise each head's q and k before their dot product",
         dropout="dropout probability",
@@ -89,18 +91,21 @@ SETTINGS = dict(
                    "bfloat16 | float16"),
     compile=(None, "torch.compile the model; None = on for CUDA, off elsewhere"),
     fsdp=(False, "under torchrun: shard weights, gradients and AdamW states over the processes (FSDP2)"),
+    backend=(None, "torchrun's process-group backend: nccl | gloo; None = nccl on CUDA, gloo on the CPU"),
     seed=(1337, "the initial weights, the training stream of windows and the eval windows"),
 )
 DEFAULTS = {key: default for key, (default, _) in SETTINGS.items()}
 # Keys that do not change a run's results; any other difference means another experiment (sweep.py, report.py)
-NOT_RESULTS = {"out_dir", "init_from", "log_interval", "wandb_log", "wandb_project", "wandb_run_name"}
+# (eval_iters is only another way to give eval_windows, which is compared)
+NOT_RESULTS = {"out_dir", "init_from", "log_interval", "wandb_log", "wandb_project", "wandb_run_name", "eval_iters",
+               "eval_only"}
 # ... and keys a run may change between starts (a resume on other hardware): the same run, made otherwise
-NOT_EXPERIMENT = NOT_RESULTS | {"device", "dtype", "compile", "fsdp"}
+NOT_EXPERIMENT = NOT_RESULTS | {"device", "dtype", "compile", "fsdp", "backend", "fused_f"}
 # The type of each key whose default is None
 OPTIONAL_TYPES = dict(mlp_hidden=int, query_hidden=int, attn_scale=float, vocab_size=int, lr_decay_iters=int,
-                      compile=bool)
-CHOICES = dict(lr_schedule=("cosine", "linear"), activation=tuple(GELU_APPROXIMATE))
-POSITIVE = ("batch_size", "block_size", "gradient_accumulation_steps", "eval_windows", "eval_interval",
+                      compile=bool, eval_iters=int, backend=str, fused_f=bool)
+CHOICES = dict(lr_schedule=("cosine", "linear"), activation=tuple(GELU_APPROXIMATE), backend=("nccl", "gloo", None))
+POSITIVE = ("batch_size", "block_size", "gradient_accumulation_steps", "eval_windows", "eval_iters", "eval_interval",
             "log_interval", "learning_rate", "lr_decay_iters", "max_nonfinite_steps", "vocab_size", "n_layer",
             "n_head", "n_embd", "mlp_hidden", "query_hidden")
 NON_NEGATIVE = ("max_iters", "warmup_iters", "min_lr", "weight_decay", "grad_clip", "beta1", "beta2", "dropout")
@@ -135,7 +140,7 @@ def format_config(cfg, width=110):
 def check_value(key, value):
     """value if it fits key's type (an int is accepted for a float); ValueError naming the key otherwise."""
     if key not in DEFAULTS:
-        match = difflib.get_close_matches(key, DEFAULTS, n=1)
+        match = difflib.get_close_matches(key, DEFAULTS, n=1, cutoff=0.8)  # a typo, not another key
         raise ValueError(f"unknown config key {key!r}" + (f", did you mean {match[0]!r}?" if match else ""))
     want = OPTIONAL_TYPES.get(key, type(DEFAULTS[key]))
     if value is None and key in OPTIONAL_TYPES:
@@ -181,7 +186,7 @@ def read_config_file(path):
 def parse_config(argv):
     """DEFAULTS, then an optional config file (the first argument, ending in .py), then --key=value overrides.
     Returns the checked config dict; ValueError for an unknown key, a wrong type or a value out of range."""
-    cfg = dict(DEFAULTS)
+    cfg, eval_set = dict(DEFAULTS), None
     for i, arg in enumerate(argv):
         if arg.endswith(".py") and not arg.startswith("--"):
             if i > 0:
@@ -191,6 +196,11 @@ def parse_config(argv):
             updates = dict([parse_override(arg)])
         for key, value in updates.items():
             cfg[key] = check_value(key, value)
+            eval_set = key if key in ("eval_windows", "eval_iters") else eval_set  # the one given last wins
+    if eval_set == "eval_windows":
+        cfg["eval_iters"] = None
+    elif cfg["eval_iters"] is not None:  # nanoGPT's eval_iters batches, as fixed windows
+        cfg["eval_windows"] = cfg["eval_iters"] * cfg["batch_size"]
     for key in ("out_dir", "data_dir"):  # --out_dir=~/runs: the shell leaves a ~ after = as it is
         cfg[key] = os.path.expanduser(cfg[key])
     validate(cfg)
@@ -211,18 +221,21 @@ def validate(cfg):
                          f"would rise instead of decay")
     for key, choices in CHOICES.items():
         if cfg[key] not in choices:
-            raise ValueError(f"{key}={cfg[key]!r}; use {' or '.join(choices)}")
-    if cfg["init_from"] not in ("scratch", "resume") and not is_gpt2_source(cfg["init_from"]):
+            raise ValueError(f"{key}={cfg[key]!r}; use {' or '.join(map(str, choices))}")
+    if cfg["init_from"] not in ("scratch", "resume") and not is_weights_source(cfg["init_from"]):
         raise ValueError(f"init_from={cfg['init_from']!r}; use scratch, resume, a GPT-2 name "
-                         f"({', '.join(GPT2_HUB)}), a local transformers GPT-2 folder or an nlq export")
+                         f"({', '.join(GPT2_HUB)}), a local transformers GPT-2 folder, an nlq export or a "
+                         f"nanoGPT ckpt.pt")
     if not DEVICE_NAME.fullmatch(cfg["device"]):
         raise ValueError(f"device={cfg['device']!r}; use auto, cpu, cuda, cuda:N or mps")
     model_config(cfg, data_vocab_size=cfg["vocab_size"] or 1)
 
 
-def is_gpt2_source(init_from):
-    """Whether init_from names GPT-2 weights: a GPT2_HUB name or a folder with a transformers config.json."""
-    return init_from in GPT2_HUB or os.path.isfile(os.path.join(init_from, "config.json"))
+def is_weights_source(init_from):
+    """Whether init_from names pretrained weights (interop/pretrained.py): a GPT2_HUB name, a folder with a
+    transformers config.json, or a checkpoint file (a nanoGPT ckpt.pt) or a folder holding one."""
+    return (init_from in GPT2_HUB or os.path.isfile(init_from)
+            or any(os.path.isfile(os.path.join(init_from, f)) for f in ("config.json", "ckpt.pt")))
 
 
 def model_config(cfg, data_vocab_size=None):
@@ -245,9 +258,8 @@ def upgrade(saved):
     since take their defaults, and eval_iters x batch_size (the eval set before eval_windows) becomes
     eval_windows."""
     saved = dict(saved)
-    eval_iters = saved.pop("eval_iters", None)
-    if saved.get("eval_windows") is None and eval_iters is not None:
-        saved["eval_windows"] = eval_iters * saved["batch_size"]
+    if saved.get("eval_windows") is None and saved.get("eval_iters") is not None:
+        saved["eval_windows"] = saved["eval_iters"] * saved["batch_size"]
     return {**DEFAULTS, **saved}
 
 
@@ -272,7 +284,7 @@ def _meta_model(items):
 def code_version():
     """The git commit of this code -> dict(commit, edited: whether tracked .py files differ from it), or None
     outside a git checkout. Saved in each run's config.json: runs made with other code can be told apart."""
-    root = os.path.dirname(os.path.abspath(__file__))
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     try:
         git = lambda *a: subprocess.run(["git", "-C", root, *a], capture_output=True, text=True, timeout=10)
         commit, edited = git("rev-parse", "HEAD"), git("status", "--porcelain", "--untracked-files=no", "--", "*.py")

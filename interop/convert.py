@@ -3,10 +3,10 @@ Turn a checkpoint of the paper's official code (MarkoKarbevski/beyond_query_line
 train.py) into an nlq run folder, which sample.py, eval.py and train.py then use like one of nlq's own runs;
 and turn an nlq run folder into a Hugging Face transformers folder (hf.py).
 
-    python convert.py official PATH/ckpt.pt --out_dir=out/paper_nlq             # GPT-2 BPE, no dataset needed
+    python -m interop.convert official PATH/ckpt.pt --out_dir=out/paper_nlq             # GPT-2 BPE, no dataset needed
     python sample.py --out_dir=out/paper_nlq
     python train.py out/paper_nlq/train_config.py --max_iters=70000     # goes on training (needs the dataset)
-    python convert.py hf out/paper_nlq --out=hf/paper_nlq
+    python -m interop.convert hf out/paper_nlq --out=hf/paper_nlq
 
 official: the run needs a tokenizer, not a dataset. --tokenizer gpt2 (the default for a checkpoint trained on
 openwebtext) records GPT-2's BPE in the checkpoint, so sample.py and eval.py --hellaswag work at once; a prepared
@@ -19,11 +19,11 @@ The folder gets ckpt.pt (train.py's format) and train_config.py (every setting, 
 model computes the same function: on the test checkpoints shipped in tests/data/official_ckpt the logits
 agree within 1e-6 (tests/test_convert.py).
 
-    query_mode   original -> linear, identity -> identity, residual -> residual, residual_gelu -> nonlinear
+    query_mode   original -> linear, identity -> identity, residual -> linear_residual, residual_gelu -> nonlinear
     model_args   num_heads -> n_head, mlp_hidden_size -> mlp_hidden, scale -> attn_scale; block_size,
                  vocab_size, n_layer, n_embd, bias, tie_weights, dropout as they are. head_size is unused: the
                  official model splits heads as n_embd // num_heads; head_size only fed its default scale.
-    weights      the "_orig_mod." prefix of torch.compile is dropped. residual mode: rows [0, C) of the
+    weights      the "_orig_mod." prefix of torch.compile is dropped. linear_residual: rows [0, C) of the
                  official c_attn (its W_Q) become attn.query.w_q, rows [C, 3C) stay c_attn (K, V).
                  residual_gelu: attn.residual_rmsnorm_input / residual_in / residual_out /
                  residual_layernorm_output become attn.query.norm_in / w1 / w2 / norm_out.
@@ -51,15 +51,15 @@ from datetime import datetime, timezone
 
 import torch
 
-from checkpoint import atomic_write_text, check_finite, load_run, replace_atomically
-from data import load_meta
 from model import GPT
-from prepare_data import GPT2_EOT, GPT2_VOCAB, DataError
-from settings import DEFAULTS, HelpFormatter, check_value, model_config, validate
+from nlq.checkpoint import atomic_write_text, check_finite, load_run, replace_atomically
+from nlq.data import load_meta
+from nlq.settings import DEFAULTS, HelpFormatter, check_value, model_config, validate
+from nlq.tokenizers import GPT2_EOT, GPT2_VOCAB, DataError
 
 # ------------------------------------------------------------------------------------- the official format
 OFFICIAL_KEYS = ("model", "optimizer", "model_args", "iter_num", "best_val_loss", "config")
-MODES = {"original": "linear", "identity": "identity", "residual": "residual", "residual_gelu": "nonlinear"}
+MODES = {"original": "linear", "identity": "identity", "residual": "linear_residual", "residual_gelu": "nonlinear"}
 # model_args fields that define the network, and the nlq GPTConfig field each becomes
 MODEL_FIELDS = dict(block_size="block_size", vocab_size="vocab_size", n_layer="n_layer", num_heads="n_head",
                     n_embd="n_embd", mlp_hidden_size="mlp_hidden", scale="attn_scale", bias="bias",
@@ -150,10 +150,10 @@ def nlq_model_config(model_args, data_vocab_size):
 # ------------------------------------------------------------------------------------------ the parameters
 def official_source(name, query_mode, C):
     """Where the nlq tensor `name` comes from -> (official name, rows): rows is None (the whole tensor) or a
-    slice of its first dimension (the residual mode's W_Q, split out of the official c_attn)."""
-    if query_mode == "residual" and ".attn.query.w_q." in name:
+    slice of its first dimension (linear_residual's W_Q, split out of the official c_attn)."""
+    if query_mode == "linear_residual" and ".attn.query.w_q." in name:
         return name.replace(".attn.query.w_q.", ".attn.c_attn."), slice(0, C)
-    if query_mode == "residual" and ".attn.c_attn." in name:
+    if query_mode == "linear_residual" and ".attn.c_attn." in name:
         return name, slice(C, 3 * C)
     for official, ours in F_NAMES.items():
         name = name.replace(ours, official)
@@ -314,7 +314,7 @@ def tokenizer_meta(tokenizer, dataset):
 
 def export_hf(args):
     """convert.py hf: an nlq run folder -> a transformers folder (hf.export); returns its notes."""
-    import hf  # imports transformers
+    from interop import hf  # imports transformers
     hf.check_new_folder(args.out)  # before the checkpoint is read
     if os.path.isfile(args.run):  # e.g. out/run/ckpt.pt
         raise FileNotFoundError(f"{args.run} is a file; give the nlq run folder that holds ckpt.pt (train.py's "
@@ -336,7 +336,7 @@ def main(argv=None):
     FileNotFoundError / ValueError (nothing written) for a bad input, a missing dataset or an output that
     exists already.
     """
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
+    p = argparse.ArgumentParser(prog="python -m interop.convert", description=__doc__, formatter_class=HelpFormatter)
     sub = p.add_subparsers(dest="format", required=True)
     o = sub.add_parser("official", help="the paper's train.py checkpoint -> an nlq run folder",
                        formatter_class=HelpFormatter)

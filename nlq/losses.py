@@ -13,7 +13,7 @@ import torch
 import torch.distributed as dist
 from tqdm import tqdm
 
-from data import full_split_windows, get_batch
+from nlq.data import full_split_windows, get_batch
 
 
 class EvalStopped(Exception):

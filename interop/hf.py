@@ -1,10 +1,10 @@
 """
 nlq and the Hugging Face ecosystem: export a run to a `transformers` folder, import GPT-2's weights.
 
-    python convert.py hf out/owt --out=hf/owt                                # export (convert.py calls export)
+    python -m interop.convert hf out/owt --out=hf/owt                                # export (convert.py calls export)
     python train.py --init_from=gpt2 --dataset=shakespeare --out_dir=out/gpt2_shakespeare   # import (train.py)
 
-hf.py itself is a library: `python hf.py` only prints these commands (docs/huggingface.md has the details).
+hf.py is a library for those two commands; docs/huggingface.md has the details.
 
 Export. Every model becomes transformers' GPT-2: nn.Linear weights are transposed into GPT-2's Conv1D layout
 (c_attn's [W_Q; W_K; W_V] rows become its columns), missing biases of GPT-2's layers (bias=False) are saved as
@@ -18,7 +18,7 @@ GPT-2's own: KV cache, padding and causal masks, SDPA or eager attention, genera
 
 Import. GPT-2's weights (a Hub name, through the normal Hugging Face cache, or a local folder) load into nlq
 exactly in `linear` mode, with bias=True and activation="gelu_tanh" (GPT-2's tanh approximation). In the other
-query modes K, V and the rest are GPT-2's; W_Q becomes: `residual`: w_q = W_Q - I at the standard scale
+query modes K, V and the rest are GPT-2's; W_Q becomes: `linear_residual`: w_q = W_Q - I at the standard scale
 1/sqrt(head_dim), which is exact (q = x + x(W_Q - I) = x W_Q); `identity`: dropped (q = x); `nonlinear`:
 dropped, and f starts from its random initialisation (the run's seed). f's own GELU stays the exact one.
 An nlq export loads exactly in its own query mode and settings (read as JSON and safetensors: none of its code
@@ -29,15 +29,14 @@ import json
 import math
 import os
 import shutil
-import sys
 import tempfile
 
 import torch
 
 import model as nlq_model
-from settings import DEFAULTS, check_value
 from model import GPTConfig
-from prepare_data import GPT2_BPE_DIR, GPT2_EOT, GPT2_VOCAB, gpt2_encoding
+from nlq.settings import DEFAULTS, check_value
+from nlq.tokenizers import GPT2_BPE_DIR, GPT2_EOT, GPT2_VOCAB, gpt2_encoding
 
 # GPT-2's activation_function -> GPTConfig.activation (GPT-2 itself uses gelu_new, the tanh approximation)
 HF_ACTIVATIONS = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh"}
@@ -45,10 +44,6 @@ EXPORT_ACTIVATIONS = {"gelu": "gelu", "gelu_tanh": "gelu_pytorch_tanh"}
 MODELING_FILE = "modeling_nlq.py"
 # nlq's query settings in an export's config.json (NlqConfig, with bias); init_from an export takes them
 QUERY_KEYS = ("query_mode", "query_hidden", "query_norm_in", "query_norm_out", "attn_scale", "qk_norm")
-# The model keys init_from's weights fix (gpt2_settings) and a resume keeps: a GPT-2's shape, and the query
-# settings (an nlq export's; a GPT-2 start's are the run's own). attn_scale too where the run leaves it unset.
-GPT2_SHAPE_KEYS = ("n_layer", "n_head", "n_embd", "mlp_hidden", "vocab_size", "bias", "tie_weights", "activation",
-                   "query_mode", "query_hidden", "query_norm_in", "query_norm_out", "qk_norm")
 CONV1D = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight")  # (in, out) in GPT-2
 GPT2_BIASED = ("ln_1", "ln_2", "ln_f", "attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj")  # GPT-2 has biases
 
@@ -368,7 +363,7 @@ def read_folder_config(folder):
     if model_type is None and "model_args" in config and "out_dir" in config:
         raise ValueError(f"{folder} is an nlq run folder (train.py's config.json), not a transformers folder: "
                          f"continue that run with --init_from=resume --out_dir={folder} (or export it for "
-                         f"init_from: python convert.py hf {folder} --out=NEW_FOLDER)")
+                         f"init_from: python -m interop.convert hf {folder} --out=NEW_FOLDER)")
     if model_type not in ("gpt2", "nlq"):
         raise ValueError(f"{folder} holds a {model_type!r} model (config.json's model_type); init_from loads "
                          f"GPT-2 (model_type gpt2) and nlq's exports (nlq) only: {FROM_GPT2}")
@@ -475,10 +470,11 @@ def check_tokenizer(config, cfg, meta):
                          f"data prepared with the gpt2 tokenizer ({PREPARE_FOR['gpt2']})")
 
 
-def gpt2_settings(config, cfg, meta=None):
+def gpt2_settings(config, cfg, meta=None, bias=True, source="GPT-2"):
     """The nlq model keys a GPT-2 config fixes -> (dict of them, notes for the log). cfg: the run's config dict
     (query_mode, attn_scale, qk_norm, block_size are the run's, an nlq export's query settings its own;
-    block_size may not exceed n_positions); meta: the dataset's meta.json dict, or None.
+    block_size may not exceed n_positions); meta: the dataset's meta.json dict, or None. bias and source: a
+    GPT-2-shaped model of another kind (a nanoGPT checkpoint, without biases where it was trained so).
 
     ValueError for a GPT-2 variant nlq cannot compute (another activation, layer-norm epsilon or attention
     scaling), or a dataset whose tokens are not the model's (check_tokenizer)."""
@@ -498,10 +494,10 @@ def gpt2_settings(config, cfg, meta=None):
                          f"set block_size <= {config.n_positions}")
     C, H = config.n_embd, config.n_head
     settings = dict(n_layer=config.n_layer, n_head=H, n_embd=C, mlp_hidden=config.n_inner or 4 * C,
-                    vocab_size=config.vocab_size, bias=True, tie_weights=config.tie_word_embeddings,
+                    vocab_size=config.vocab_size, bias=bias, tie_weights=config.tie_word_embeddings,
                     activation=act)
-    notes = [f"GPT-2 weights: {config.n_layer} layers x {C}, {H} heads, vocab {config.vocab_size}, "
-             f"bias=True, activation={act}, tie_weights={config.tie_word_embeddings}"]
+    notes = [f"{source} weights: {config.n_layer} layers x {C}, {H} heads, vocab {config.vocab_size}, "
+             f"bias={bias}, activation={act}, tie_weights={config.tie_word_embeddings}"]
     if config.model_type == "nlq":  # an nlq export: its own query, as it was trained
         settings.update({k: check_value(k, getattr(config, k)) for k in QUERY_KEYS})
         notes.append(f"query_mode {settings['query_mode']}: the nlq export's own query and its settings; the "
@@ -509,88 +505,22 @@ def gpt2_settings(config, cfg, meta=None):
     else:
         mode = nlq_model.QUERY_MODE_ALIASES.get(cfg["query_mode"], cfg["query_mode"])
         standard = 1 / math.sqrt(C // H)
-        if mode == "residual" and cfg["attn_scale"] is None:
+        if mode == "linear_residual" and cfg["attn_scale"] is None:
             settings["attn_scale"] = standard
         scale = settings.get("attn_scale", cfg["attn_scale"])
-        exact = mode in ("linear", "residual") and not cfg["qk_norm"] and (
+        exact = mode in ("linear", "linear_residual") and not cfg["qk_norm"] and (
             scale is None if mode == "linear" else math.isclose(scale, standard))
-        what = {"linear": "W_Q as it is", "residual": "w_q = W_Q - I at attn_scale 1/sqrt(head_dim)",
+        what = {"linear": "W_Q as it is", "linear_residual": "w_q = W_Q - I at attn_scale 1/sqrt(head_dim)",
                 "identity": "W_Q dropped (q = x)", "nonlinear": "W_Q dropped; f starts from its random init"}
         notes.append(f"query_mode {mode}: {what.get(mode, 'W_Q dropped')}; the model "
-                     + ("computes GPT-2's function exactly" if exact else "does NOT compute GPT-2's function"
+                     + (f"computes {source}'s function exactly" if exact else f"does NOT compute {source}'s function"
                         + (" (qk_norm)" if cfg["qk_norm"] else "")
-                        + (" (attn_scale differs from 1/sqrt(head_dim))" if mode in ("linear", "residual")
+                        + (" (attn_scale differs from 1/sqrt(head_dim))" if mode in ("linear", "linear_residual")
                            and not cfg["qk_norm"] else "")))
     replaced = [f"{k}={cfg[k]!r} (now {v!r})" for k, v in settings.items()
                 if cfg.get(k, DEFAULTS[k]) not in (DEFAULTS[k], v)]
     if replaced:  # set by the config file or the command line, but the weights fix them
-        notes.append(f"note: the GPT-2's shape replaces what the config set: {', '.join(replaced)}")
+        notes.append(f"note: the {source}'s shape replaces what the config set: {', '.join(replaced)}")
     if cfg["block_size"] < config.n_positions:
         notes.append(f"position embeddings cropped to block_size {cfg['block_size']} of {config.n_positions}")
     return settings, notes
-
-
-def start_from_gpt2(cfg, meta, log):
-    """train.py's init_from=GPT-2: its settings and tokenizer are checked against the run's before its weights
-    are read; cfg takes the GPT-2's shape (gpt2_settings) -> the GPT-2's state dict (for load_gpt2_weights)."""
-    config = load_gpt2_config(cfg["init_from"])
-    settings, notes = gpt2_settings(config, cfg, meta)
-    weights, _ = load_gpt2(cfg["init_from"], config)
-    cfg.update(settings)
-    log("\n".join(notes))
-    return weights
-
-
-def load_gpt2_weights(model, gpt2_sd):
-    """Copy a GPT2LMHeadModel's (or an nlq export's) state dict into an nlq GPT built from gpt2_settings (in
-    place, no grad); returns the names of the nlq parameters it did not set.
-
-    Conv1D weights are transposed; a GPT-2's c_attn gives K and V to c_attn and W_Q by query mode (see the
-    module docstring); an export's query parameters keep their names; wpe is cropped to block_size. A
-    bias=False export has no query biases: theirs stay zero, as initialised. ValueError if a shape does not fit.
-    """
-    cfg, C = model.config, model.config.n_embd
-    mine = model.state_dict()
-    out = {}
-    for name, t in gpt2_sd.items():
-        if name == "lm_head.weight" and cfg.tie_weights:
-            continue
-        t = t.t() if name.endswith(CONV1D) else t
-        if name == "transformer.wpe.weight":
-            t = t[:cfg.block_size]
-        if ".attn.c_attn." in name and cfg.query_mode != "linear" and t.size(0) == 3 * C:  # a GPT-2's W_Q
-            w_q, t = t[:C], t[C:]
-            if cfg.query_mode == "residual":
-                w_q = w_q - torch.eye(C, dtype=t.dtype) if name.endswith("weight") else w_q
-                out[name.replace(".c_attn.", ".query.w_q.")] = w_q
-        out[name] = t
-    for name, t in out.items():
-        if name not in mine or mine[name].shape != t.shape:
-            raise ValueError(f"GPT-2's {name} {tuple(t.shape)} does not fit the nlq model "
-                             f"({tuple(mine[name].shape) if name in mine else 'no such parameter'})")
-    with torch.no_grad():
-        for name, t in out.items():
-            mine[name].copy_(t)
-    return sorted(set(mine) - set(out) - ({"lm_head.weight"} if cfg.tie_weights else set()))
-
-
-# ------------------------------------------------------------------------------------------------ usage
-USAGE = """usage: hf.py is a library, not a command; these commands use it:
-  python convert.py hf RUN_FOLDER --out=NEW_FOLDER       export an nlq run as a transformers folder
-                                                         (python convert.py hf --help: its options)
-  python train.py --init_from=gpt2 --dataset=shakespeare --out_dir=out/gpt2_shakespeare
-                                                         fine-tune GPT-2's weights (gpt2, gpt2-medium, gpt2-large,
-                                                         gpt2-xl, a local GPT-2 folder or an nlq export)
-docs/huggingface.md has the details."""
-
-
-def main(argv=None):
-    """`python hf.py [--help]`: print USAGE; any other argument: USAGE and an error (exit status 1)."""
-    argv = sys.argv[1:] if argv is None else argv
-    if argv not in ([], ["-h"], ["--help"]):
-        sys.exit(f"{USAGE}\nerror: hf.py takes no arguments (got {' '.join(argv)})")
-    print(USAGE)
-
-
-if __name__ == "__main__":
-    main()

@@ -2,9 +2,9 @@
 The report of a sweep.py study: paired statistics over seeds, the learning-rate search, plots. Or, given run
 folders instead of a study file, a side-by-side look at plain train.py runs (no statistics).
 
-    python report.py studies/enwiki_cpu.py                   # -> results/enwiki_cpu/README.md and plots
-    python report.py studies/enwiki_cpu.py --out /tmp/rep    # elsewhere
-    python report.py out/a out/b                             # a table and out/compare/val_loss.png
+    python -m research.report studies/enwiki_cpu.py                   # -> results/enwiki_cpu/README.md and plots
+    python -m research.report studies/enwiki_cpu.py --out /tmp/rep    # elsewhere
+    python -m research.report out/a out/b                             # a table and out/compare/val_loss.png
 
 Everything is rebuilt from the runs' metrics.jsonl and config.json alone (results/<study>/runs/ is committed),
 so anyone can recompute the tables. Run it from the repository root: the study's paths are relative.
@@ -39,16 +39,16 @@ try:  # the report's libraries, beyond the core install
 except ImportError as e:
     sys.exit(f"error: report.py needs {e.name}, which is not installed: pip install -r requirements-extra.txt")
 
-import eval as nlq_eval  # eval.py (the name shadows the builtin only in this module)
-import settings
-from checkpoint import check_same_dataset, read_metrics, replace_atomically
-from data import load_meta
-from model import GPTConfig, QUERY_MODE_ALIASES
-from paired import fmt_ci, mean_ci, paired_difference, seeds_needed, summarize, trend, verdict, welch_p
-from settings import HelpFormatter, model_config
-from study import (QUICK_DIR, QUICK_FRACTION, arm_config, final_seeds, final_val_loss, is_diverged, is_final,
-                   load_study, pick_best_lr, plan, quick_option, read_saved_config, run_config, run_dir, run_tokens,
-                   rungs_of)
+from model import QUERY_MODE_ALIASES, GPTConfig
+from nlq import settings
+from nlq.checkpoint import check_same_dataset, read_metrics, replace_atomically
+from nlq.data import load_meta
+from nlq.settings import HelpFormatter, model_config
+from nlq.tokenizers import token_bytes
+from research.paired import fmt_ci, mean_ci, paired_difference, seeds_needed, summarize, trend, verdict, welch_p
+from research.study import (QUICK_DIR, QUICK_FRACTION, arm_config, final_seeds, final_val_loss, is_diverged, is_final,
+                            load_study, pick_best_lr, plan, quick_option, read_saved_config, run_config, run_dir,
+                            run_tokens, rungs_of)
 
 
 def fmt_loss(x):
@@ -142,7 +142,7 @@ def tokens_per_byte(config, cache, bpe_dir=None):
             check_same_dataset(meta, found, folder)
             ids = np.memmap(os.path.join(folder, "val.bin"), dtype=found["dtype"], mode="r")[1:]
             counts = np.bincount(ids, minlength=found["vocab_size"])
-            cache[folder] = 1 / (int(counts @ nlq_eval.token_bytes(found, bpe_dir)) / len(ids))
+            cache[folder] = 1 / (int(counts @ token_bytes(found, bpe_dir)) / len(ids))
         except (OSError, ValueError, RuntimeError) as e:  # RuntimeError: DataError (no GPT-2 BPE files)
             cache[folder] = f"{folder}: {e}"
     return cache[folder]
@@ -269,7 +269,8 @@ def compare(paths, out, bpe_dir=None):
                      f"of each run's own tokenizer, so only bits/byte compares them.")
     seeds = ", ".join(map(str, sorted({run["config"]["seed"] for run in runs})))
     caveat = (f"One seed per run (seeds {seeds}): a gap can be seed noise, so this comparison supports no call; "
-              f"for one, write a study (studies/*.py) and run python sweep.py STUDY, then python report.py STUDY. "
+              f"for one, write a study (studies/*.py) and run python -m research.sweep STUDY, then "
+              f"python -m research.report STUDY. "
               f"Wall time is the machine's during each run; bench.py compares speed.")
     write_files(out, {"val_loss.png": plot_runs(runs)})
     plot = os.path.join(out, "val_loss.png")
@@ -284,14 +285,14 @@ def header(study_path, study, out):
     """Title, the study file's comment, the commands that produce the report, date and machine."""
     with open(study_path) as f:
         comment = [line[1:].strip() for line in f.read().splitlines() if line.startswith("#")]
-    cmds = [c for c in comment if c.startswith("python ")] or [f"python sweep.py {shlex.quote(study_path)}"]
-    if not any(c.startswith("python report.py") for c in cmds):
-        cmds.append(f"python report.py {shlex.quote(study_path)}"
+    cmds = [c for c in comment if c.startswith("python ")] or [f"python -m research.sweep {shlex.quote(study_path)}"]
+    if not any(c.startswith("python -m research.report") for c in cmds):
+        cmds.append(f"python -m research.report {shlex.quote(study_path)}"
                     + ("" if out == default_out(study) else f" --out {shlex.quote(out)}"))
     about = " ".join(c for c in comment if not c.startswith("python "))
     if study.get("quick"):  # the study at a fraction of its steps: say so first
         q = study["quick"]
-        cmds = [f"python {script} {study_path}{quick_option(q)}" for script in ("sweep.py", "report.py")]
+        cmds = [f"python -m research.{script} {study_path}{quick_option(q)}" for script in ("sweep", "report")]
         about = (f"**A --quick try of this study: every run at {q:g} of its steps. For trying the machinery, "
                  f"not for comparing arms: no difference is called, and a run this short may count as "
                  f"stalled. Its runs skip the whole-split eval, so where the study's text below speaks of "
@@ -445,8 +446,8 @@ def stall_caution(data):
         out.append(f"**Every final run stalled: {', '.join(blind)}.** None of these arms' final runs left the "
                    f"early plateau by half-way, so their results say little about the query, and the chosen "
                    f"rate (in brackets) may be far from the arm's best, often a lower one. Give such an arm lower "
-                   f"rates (learning_rates as a dict arm -> grid: python sweep.py --help) or more steps (the full "
-                   f"study, if this is a --quick try).")
+                   f"rates (learning_rates as a dict arm -> grid: python -m research.sweep --help) or more steps "
+                   f"(the full study, if this is a --quick try).")
     return out
 
 
@@ -854,12 +855,12 @@ def check_out(p, out, study_name):
 
 def main(argv=None):
     """A study file: write its report, return its markdown. Run folders: compare them, return the text."""
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
+    p = argparse.ArgumentParser(prog="python -m research.report", description=__doc__, formatter_class=HelpFormatter)
     p.add_argument("study", nargs="+", help="a study file, or train.py run folders to compare")
     p.add_argument("--out", type=os.path.expanduser, default=None,
                    help="output folder (default: results/<study name>; for run folders: out/compare)")
     p.add_argument("--quick", type=float, nargs="?", const=QUICK_FRACTION, metavar="FRACTION",
-                   help="the runs of python sweep.py STUDY --quick (the report in out/quick/<name>)")
+                   help="the runs of python -m research.sweep STUDY --quick (the report in out/quick/<name>)")
     p.add_argument("--bpe_dir", type=os.path.expanduser, default=None,
                    help="run folders: GPT-2's BPE files, for bits/byte of gpt2 runs (default: tests/data/gpt2)")
     args = p.parse_args(argv)
@@ -871,7 +872,7 @@ def main(argv=None):
         p.error(f"give one study file, or run folders to compare; not a folder: "
                 f"{', '.join(x for x in args.study if not os.path.isdir(x))}")
     study = load_study(args.study[0], args.quick)
-    again = f"python sweep.py {shlex.quote(args.study[0])}{quick_option(args.quick)}"
+    again = f"python -m research.sweep {shlex.quote(args.study[0])}{quick_option(args.quick)}"
     out = args.out or default_out(study)
     check_out(p, out, study["name"])  # now, before the runs are read
     datas = {r.get("rung"): collect(r) for r in rungs_of(study)}

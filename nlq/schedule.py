@@ -1,28 +1,12 @@
 """
-The learning-rate schedule: linear warmup to learning_rate, then a cosine (or linear) decay to min_lr at
-lr_decay_iters, then flat at min_lr. Iteration k of the log (the k-th optimizer step, 1..max_iters) runs at
-get_lr(k - 1). Fork here for another schedule.
+What the learning-rate schedule (train.get_lr: linear warmup, then a cosine or linear decay to min_lr at
+lr_decay_iters, then flat) does over a run: where its decay ends when a run resumes, and notes on what a reader
+may not expect. lr is the schedule itself, lr(it, cfg, decay_iters), passed in by train.py.
 """
-import math
 import warnings
 
 
-def get_lr(it, cfg, decay_iters=None):
-    """Learning rate at iteration it: linear warmup (lr(0) > 0), then cosine or linear decay (lr_schedule) to
-    min_lr at decay_iters (default: lr_decay_iters, else max_iters), then flat at min_lr."""
-    if not cfg["decay_lr"]:
-        return cfg["learning_rate"]
-    decay_iters = decay_iters or cfg["lr_decay_iters"] or cfg["max_iters"]
-    if it < cfg["warmup_iters"]:
-        return cfg["learning_rate"] * (it + 1) / (cfg["warmup_iters"] + 1)
-    if it >= decay_iters:
-        return cfg["min_lr"]
-    progress = (it - cfg["warmup_iters"]) / max(1, decay_iters - cfg["warmup_iters"])  # 0 -> 1
-    weight = 1 - progress if cfg["lr_schedule"] == "linear" else 0.5 * (1 + math.cos(math.pi * progress))
-    return cfg["min_lr"] + weight * (cfg["learning_rate"] - cfg["min_lr"])
-
-
-def decay_iters_for(cfg, trained, iter_num, log):
+def decay_iters_for(cfg, trained, iter_num, log, lr):
     """The iteration at which the rate reaches min_lr. A new run (trained None): lr_decay_iters, else max_iters.
     A resumed run keeps its checkpoint's (trained), so raising max_iters trains on at min_lr; an explicit
     lr_decay_iters that differs wins, with a warning naming the jump. Notes on what the schedule does that a
@@ -35,31 +19,31 @@ def decay_iters_for(cfg, trained, iter_num, log):
                 f"{trained}), not max_iters={cfg['max_iters']}; pass --lr_decay_iters=N to change it")
         elif cfg["lr_decay_iters"] not in (None, trained):
             warnings.warn(f"lr_decay_iters={cfg['lr_decay_iters']} differs from the checkpoint's {trained}: the "
-                          f"learning rate at iter {iter_num} changes from {get_lr(iter_num, cfg, trained):.3e} to "
-                          f"{get_lr(iter_num, cfg, decay_iters):.3e}")
+                          f"learning rate at iter {iter_num} changes from {lr(iter_num, cfg, trained):.3e} to "
+                          f"{lr(iter_num, cfg, decay_iters):.3e}")
     if trained is not None and cfg["lr_decay_iters"] is None:
         decay_iters = trained
     if to_train:
-        for kind, text in schedule_notes(cfg, decay_iters):
+        for kind, text in schedule_notes(cfg, decay_iters, lr):
             warnings.warn(text) if kind == "warning" else log(f"note: {text}")
     return decay_iters
 
 
-def schedule_notes(cfg, decay_iters):
+def schedule_notes(cfg, decay_iters, lr):
     """What the schedule does that a reader may not expect, as [(kind 'note' | 'warning', text)]: the whole
     run is warmup, or the warmup outlasts the decay (warnings); the last steps run flat at min_lr, or the run
     stops before the decay ends (notes)."""
     warmup, steps, peak = cfg["warmup_iters"], cfg["max_iters"], cfg["learning_rate"]
     if 0 < steps <= warmup:
         return [("warning", f"the whole run is warmup (warmup_iters={warmup} >= max_iters={steps}): the learning "
-                            f"rate rises from {get_lr(0, cfg, decay_iters):.2e} to "
-                            f"{get_lr(steps - 1, cfg, decay_iters):.2e} and never reaches learning_rate={peak:g}; "
+                            f"rate rises from {lr(0, cfg, decay_iters):.2e} to "
+                            f"{lr(steps - 1, cfg, decay_iters):.2e} and never reaches learning_rate={peak:g}; "
                             f"lower warmup_iters")]
     out = []
     if warmup >= decay_iters:
         out.append(("warning", f"the warmup (warmup_iters={warmup}) does not end before the decay does "
                                f"(lr_decay_iters={decay_iters}): the learning rate rises to "
-                               f"{get_lr(warmup - 1, cfg, decay_iters):.2e} until iteration {warmup}, then drops "
+                               f"{lr(warmup - 1, cfg, decay_iters):.2e} until iteration {warmup}, then drops "
                                f"straight to min_lr={cfg['min_lr']:g}, with no decay; set lr_decay_iters above "
                                f"warmup_iters"))
     flat_from = max(decay_iters, warmup)  # the first step (0-based) that runs at min_lr
@@ -70,6 +54,6 @@ def schedule_notes(cfg, decay_iters):
     elif steps < decay_iters:
         out.append(("note", f"the run stops at max_iters={steps}, before the learning rate has decayed to min_lr "
                             f"(at lr_decay_iters={decay_iters}); its last step runs at "
-                            f"{get_lr(steps - 1, cfg, decay_iters):.2e} (--lr_decay_iters={steps} decays to "
+                            f"{lr(steps - 1, cfg, decay_iters):.2e} (--lr_decay_iters={steps} decays to "
                             f"min_lr by the last step)"))
     return out

@@ -10,12 +10,32 @@ the same windows.
 """
 import json
 import os
+import subprocess
+import sys
 
 import numpy as np
 import torch
 
-
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BIN_FILES = ("train.bin", "val.bin", "meta.json")  # a dataset folder, as prepare_data.py writes it
+SHIPPED_DATASETS = ("shakespeare_char", "shakespeare")  # Tiny Shakespeare ships in tests/data: train.py prepares it
 PREPARE_AGAIN = "prepare the dataset again (python prepare_data.py DATASET --overwrite)"
+
+
+def prepare_if_missing(data_dir, name, log):
+    """train.py's first use of a shipped dataset whose folder holds none of its files: run python
+    prepare_data.py NAME --data_dir DATA_DIR and log one line. ValueError with prepare_data.py's message if it
+    fails."""
+    folder = os.path.join(data_dir, name)
+    if name not in SHIPPED_DATASETS or any(os.path.exists(os.path.join(folder, f)) for f in BIN_FILES):
+        return
+    done = subprocess.run([sys.executable, os.path.join(REPO, "prepare_data.py"), name, "--data_dir", data_dir],
+                          capture_output=True, text=True)
+    if done.returncode:
+        raise ValueError((done.stderr.strip().splitlines() or ["prepare_data.py failed"])[-1].removeprefix("error: "))
+    meta = load_meta(folder)
+    log(f"{folder} was missing: prepared it from {meta['source']}: {meta['train_tokens']:,} train + "
+        f"{meta['val_tokens']:,} val tokens ({meta['tokenizer']})")
 
 
 def load_meta(folder):

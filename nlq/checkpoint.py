@@ -22,16 +22,19 @@ from typing import Optional
 
 import torch
 
-from distributed import full_state_dicts, gather_rng_states, load_full_state_dicts, restore_rng
 from model import GPT, GPTConfig
-from prepare_data import BIN_FILES
-from settings import DEFAULTS, MODEL_KEYS, NOT_RESULTS, code_version, param_counts, upgrade
+from nlq.data import BIN_FILES
+from nlq.distributed import full_state_dicts, gather_rng_states, load_full_state_dicts, restore_rng
+from nlq.progress import clock
+from nlq.settings import DEFAULTS, MODEL_KEYS, NOT_RESULTS, code_version, param_counts, upgrade
 
 # Settings a resumed run must share with its checkpoint, besides the model's: they define the experiment (the
 # optimizer's state would silently keep the old betas; a new seed would redraw the eval windows). What may
-# change: the run's length, its batch layout, the processes, device, dtype, compile, evals and logging.
-RESUME_FIXED = MODEL_KEYS + ("dataset", "lr_schedule", "decay_lr", "learning_rate", "min_lr", "warmup_iters",
-                             "beta1", "beta2", "weight_decay", "grad_clip", "seed")
+# change: the run's length, its batch layout, the processes, device, dtype, compile, evals, logging and how f
+# is computed (fused_f: the same numbers).
+RESUME_FIXED = tuple(k for k in MODEL_KEYS if k != "fused_f") + (
+    "dataset", "lr_schedule", "decay_lr", "learning_rate", "min_lr", "warmup_iters", "beta1", "beta2",
+    "weight_decay", "grad_clip", "seed")
 LARGE_CHECKPOINT_BYTES = 100e6  # a line before and after each write of a larger checkpoint
 
 
@@ -139,7 +142,8 @@ def load_checkpoint(path, mmap=False):
     official = isinstance(ckpt, dict) and "num_heads" in (ckpt.get("model_args") or {})
     if official or not isinstance(ckpt, dict) or not {"model", "config", "model_args", "iter_num"} <= set(ckpt):
         raise ValueError(f"{path} is not a train.py checkpoint" + (
-            " (it is the paper's official format: convert it with python convert.py official)" if official else ""))
+            " (it is the paper's official format: convert it with python -m interop.convert official)"
+            if official else ""))
     ckpt["config"] = upgrade(ckpt["config"])
     ckpt["model"] = {_upgrade_name(k): v for k, v in ckpt["model"].items()}
     first = ckpt["config"]["init_from"]  # where the weights started, for checkpoints that predate recording it
@@ -210,6 +214,7 @@ class TrainState:
     lr_decay_iters: Optional[int] = None
     initialised_from: Optional[str] = "scratch"  # None: a checkpoint older than this record, resumed
     resumes: list = field(default_factory=list)  # [{iter, changed: {key: [before, after]}}]: see changed_settings
+    init_settings: dict = field(default_factory=dict)  # the model keys init_from's weights fixed (a resume keeps)
     resumed_at: Optional[int] = None  # (not saved) the iter this start resumed at
     last_saved: Optional[int] = None  # (not saved) the iter of the last checkpoint
 
@@ -226,7 +231,7 @@ class RunFolder:
         if found or (saved is not None and "model_args" not in saved):
             raise ValueError(f"out_dir {self.dir} holds another program's files (a Hugging Face export or a "
                              f"dataset): give the run a new out_dir")
-        rows = read_metrics(self.dir) if cfg["init_from"] != "resume" else []
+        rows = read_metrics(self.dir) if cfg["init_from"] != "resume" and not cfg["eval_only"] else []
         if rows and not os.path.exists(self.ckpt_path) and (
                 rows[-1].get("diverged") or rows[-1]["iter"] >= (saved or {}).get("max_iters", math.inf)):
             raise ValueError(f"out_dir {self.dir} holds a finished run (metrics up to iter {rows[-1]['iter']}, no "
@@ -245,36 +250,25 @@ class RunFolder:
             self.lock.close()
 
     def kept_settings(self):
-        """Settings a resume takes from its checkpoint rather than its config: a run started from GPT-2's
-        weights got its shape from the GPT-2 (hf.gpt2_settings) and keeps it, needing no more flags than the
-        first start did."""
+        """Settings a resume takes from its checkpoint rather than its config: a run started from pretrained
+        weights (GPT-2, a nanoGPT checkpoint) got its shape from them, recorded as init_settings, and keeps
+        it, needing no more flags than the first start did."""
         if self.cfg["init_from"] != "resume" or not os.path.isfile(self.ckpt_path):
             return {}
-        ckpt = load_checkpoint(self.ckpt_path, mmap=True)
-        if ckpt["initialised_from"] in (None, "scratch") or ckpt["initialised_from"].startswith("convert.py"):
-            return {}
-        import hf
-        keys = hf.GPT2_SHAPE_KEYS + (("attn_scale",) if self.cfg["attn_scale"] is None else ())
-        return {k: ckpt["model_args"][k] for k in keys}
+        return load_checkpoint(self.ckpt_path, mmap=True).get("init_settings", {})
 
     def open(self, model_cfg, meta, data_folder):
         """Lock the folder for this run (rank 0) and return the checkpoint to resume, or None for a new run.
         ValueError if the folder cannot be written, another train.py holds it, a new run would overwrite a
-        checkpoint, or a resume asks for other data or RESUME_FIXED settings than its checkpoint's."""
+        checkpoint, or a resume asks for other data or RESUME_FIXED settings than its checkpoint's. eval_only:
+        the folder is only read."""
         if self.cfg["init_from"] == "resume" and not os.path.isfile(self.ckpt_path):
             raise FileNotFoundError(f"init_from=resume but {self.ckpt_path} does not exist")
-        try:  # a folder that cannot be written fails now, not at the first checkpoint
-            os.makedirs(self.dir, exist_ok=True)
-            with tempfile.TemporaryFile(dir=self.dir):
-                pass
-            self.lock = lock_file(os.path.join(self.dir, ".lock")) if self.master else None
-        except BlockingIOError:
-            raise ValueError(f"out_dir {self.dir} is in use by another train.py (it holds {self.dir}/.lock)") from None
-        except OSError as e:
-            raise ValueError(f"cannot write to out_dir {self.dir} ({e.strerror or e}); choose another") from e
+        if not self.cfg["eval_only"]:
+            self.lock_folder()
         self.dataset_meta = meta
         if self.cfg["init_from"] != "resume":
-            if os.path.exists(self.ckpt_path):  # never overwrite a trained model by accident
+            if os.path.exists(self.ckpt_path) and not self.cfg["eval_only"]:  # never overwrite a trained model
                 raise ValueError(f"{self.ckpt_path} exists; continue it with --init_from=resume, or start the "
                                  f"new run in another out_dir")
             return None
@@ -292,10 +286,24 @@ class RunFolder:
                              f"the checkpoint's settings ({flags}) or start a new out_dir")
         return ckpt
 
-    def resume(self, ckpt, model, optimizer, scaler, train_gen, rank, device):
-        """Load a checkpoint into the model, optimizer, scaler and RNGs -> its TrainState (None: a new run)."""
+    def lock_folder(self):
+        """Make the folder and lock it for this train.py (rank 0); a folder that cannot be written fails now,
+        not at the first checkpoint."""
+        try:
+            os.makedirs(self.dir, exist_ok=True)
+            with tempfile.TemporaryFile(dir=self.dir):
+                pass
+            self.lock = lock_file(os.path.join(self.dir, ".lock")) if self.master else None
+        except BlockingIOError:
+            raise ValueError(f"out_dir {self.dir} is in use by another train.py (it holds {self.dir}/.lock)") from None
+        except OSError as e:
+            raise ValueError(f"cannot write to out_dir {self.dir} ({e.strerror or e}); choose another") from e
+
+    def resume(self, ckpt, model, optimizer, scaler, train_gen, rank, device, log, init_settings):
+        """Load a checkpoint into the model, optimizer, scaler and RNGs -> its TrainState; a new run (ckpt None)
+        gets a fresh one, which records init_settings (the model keys init_from's weights fixed)."""
         if ckpt is None:
-            return TrainState(initialised_from=self.cfg["init_from"])
+            return TrainState(initialised_from=self.cfg["init_from"], init_settings=init_settings)
         try:
             load_full_state_dicts(model, optimizer, ckpt["model"], ckpt["optimizer"])
         except (RuntimeError, ValueError, KeyError) as e:
@@ -305,13 +313,17 @@ class RunFolder:
         restore_rng(ckpt["rng"], rank, train_gen, device, self.cfg["seed"], ckpt["iter_num"])
         c = ckpt["config"]
         it = ckpt["iter_num"]
-        return TrainState(
+        state = TrainState(
             iter_num=it, best_val_loss=ckpt["best_val_loss"], elapsed_s=ckpt.get("elapsed_s", 0.0),
             tokens=ckpt.get("tokens", it * c["gradient_accumulation_steps"] * c["batch_size"] * c["block_size"]),
             eval_pending=ckpt.get("eval_pending", False),
             lr_decay_iters=ckpt.get("lr_decay_iters") or c["lr_decay_iters"] or c["max_iters"],
-            initialised_from=ckpt["initialised_from"],
+            initialised_from=ckpt["initialised_from"], init_settings=ckpt.get("init_settings", {}),
             resumes=ckpt.get("resumes", []) + changed_settings(c, self.cfg, it), resumed_at=it, last_saved=it)
+        log(f"resumed from {self.ckpt_path} at iter {it}, after {clock(state.elapsed_s)} of training"
+            + (f"; max_iters={self.cfg['max_iters']} is reached already, nothing to train"
+               if it >= self.cfg["max_iters"] else ""))
+        return state
 
     def start(self, config, state):
         """Write config.json (the settings of this start, config: what else to record) and start the metrics
