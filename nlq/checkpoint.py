@@ -139,11 +139,13 @@ def load_checkpoint(path, mmap=False):
         ckpt = torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
     except Exception as e:
         raise ValueError(f"{path} is corrupt or not a train.py checkpoint ({type(e).__name__})") from e
-    official = isinstance(ckpt, dict) and "num_heads" in (ckpt.get("model_args") or {})
-    if official or not isinstance(ckpt, dict) or not {"model", "config", "model_args", "iter_num"} <= set(ckpt):
+    args = ckpt.get("model_args") if isinstance(ckpt, dict) else None
+    if (not isinstance(args, dict) or not {"model", "config", "iter_num"} <= set(ckpt) or "n_head" not in args
+            or "query_mode" not in args):  # (the official format has num_heads, nanoGPT's no query_mode)
         raise ValueError(f"{path} is not a train.py checkpoint" + (
             " (it is the paper's official format: convert it with python -m interop.convert official)"
-            if official else ""))
+            if "num_heads" in (args or {}) else f" (it is nanoGPT's: start an nlq run from its weights with "
+            f"--init_from={path} and a new out_dir)" if "n_head" in (args or {}) else ""))
     ckpt["config"] = upgrade(ckpt["config"])
     ckpt["model"] = {_upgrade_name(k): v for k, v in ckpt["model"].items()}
     first = ckpt["config"]["init_from"]  # where the weights started, for checkpoints that predate recording it

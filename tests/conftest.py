@@ -31,7 +31,11 @@ SHIPPED_DATA = ROOT / "tests" / "data"
 OFFICIAL_MODES = ("original", "identity", "residual", "residual_gelu")
 # every file in tests/data besides PROVENANCE.md (tests/test_shipped_data.py checks their hashes there)
 SHIPPED_FILES = ("tinyshakespeare/input.txt", "gpt2/encoder.json", "gpt2/vocab.bpe", "enwiki2015/AA/wiki_00",
-                 "official_ckpt/expected.pt", *(f"official_ckpt/{m}/ckpt.pt" for m in OFFICIAL_MODES))
+                 "official_ckpt/expected.pt", *(f"official_ckpt/{m}/ckpt.pt" for m in OFFICIAL_MODES),
+                 "nanogpt/reference_logits.pt", "nanogpt/data/shakespeare_char/meta.pkl", "nanogpt/out-tiny/ckpt.pt",
+                 "nanogpt/out-tiny-nobias/ckpt.pt",
+                 *(f"nanogpt/config/{c}.py" for c in ("eval_gpt2", "finetune_shakespeare", "train_gpt2",
+                                                       "train_shakespeare_char")))
 
 
 # The README's command runs the suite on 2 workers, `pytest -n 2 --dist loadgroup`: tests that share a costly
