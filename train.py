@@ -11,10 +11,8 @@ counts the micro-batches of one optimizer step over all processes: every rank dr
 the same stream and takes its share, so the data order, like the eval windows, depends on the seed alone.
 
 One training step (Loop.step) reads in three files: this one (the learning rate, the micro-batches, backward,
-clipping, the optimizer), model.py (the forward pass and the loss) and nlq/data.py (the windows). The rest of
-nlq/ is machinery called here once per concern: the run folder and its checkpoint, devices and processes
-(DDP, FSDP), the log line's clock, stop signals. A run can start from pretrained weights (init_from: GPT-2, an
-nlq export, a nanoGPT ckpt.pt; interop/).
+clipping, the optimizer), model.py (the forward pass, the loss) and nlq/data.py (the windows). The rest of nlq/
+is machinery called once per concern: the run folder, devices and processes, the clock, stop signals.
 
 The run's folder, out_dir, holds ckpt.pt (written atomically at every eval), config.json and metrics.jsonl (a
 row per eval); the same command with --init_from=resume continues the run bit for bit. How a run ends:
@@ -26,7 +24,6 @@ row per eval); the same command with --init_from=resume continues the run bit fo
 """
 import math
 import os
-import shlex
 import sys
 import time
 import warnings
@@ -43,10 +40,10 @@ from nlq.distributed import (all_finite, all_reduce_sum, autocast, check_fsdp_su
                              shard_model, use_compile)
 from nlq.losses import EvalStopped, estimate_loss, full_split_loss, safe_exp
 from nlq.preemption import (EXIT_DIVERGED, EXIT_INTERRUPTED, EXIT_PREEMPTED, StopAtBoundary, StopSignals,
-                            TrainingPreempted)
+                            TrainingPreempted, stop_at_boundary)
 from nlq.progress import Progress
 from nlq.schedule import decay_iters_for
-from nlq.settings import format_config, model_config, param_counts, parse_config, settings_help, validate
+from nlq.settings import describe, model_config, param_counts, parse_config, settings_help, validate
 
 LARGE_EVAL_FLOPS = 1e13  # a progress bar for fixed-window evals above this many forward FLOPs (minutes on a CPU)
 
@@ -140,27 +137,15 @@ def train(cfg):
             return losses
 
         # -- train until max_iters, or until a stop -------------------------------------------------------------
-        tokens_per_iter = cfg["gradient_accumulation_steps"] * cfg["batch_size"] * cfg["block_size"]
         run.start(dict(model_args=vars(model_cfg), world_size=world_size, resolved_device=device,
-                       resolved_dtype=str(ptdtype), tokens_per_iter=tokens_per_iter,
+                       resolved_dtype=str(ptdtype), tokens_per_iter=loop.tokens_per_iter,
                        lr_decay_iters_resolved=state.lr_decay_iters, dataset_meta=data.meta), state)
-        log("config:\n" + format_config(cfg))
-        log(f"tokens per iteration: {tokens_per_iter:,} ({cfg['gradient_accumulation_steps']} micro-batches of "
-            f"{cfg['batch_size']} x {cfg['block_size']}, {world_size} process(es){', FSDP' if cfg['fsdp'] else ''})"
-            f"; eval set: {cfg['eval_windows']:,} fixed windows per split"
-            + (f" (eval_iters={cfg['eval_iters']} x batch_size={cfg['batch_size']}, nanoGPT's eval_iters as fixed "
-               f"windows)" if cfg["eval_iters"] is not None else ""))
+        log(describe(cfg, world_size))  # every setting, the tokens of a step, the eval set
         try:
             losses = loop.run()
-        except StopAtBoundary as s:
-            loop.stop_at_boundary(s)
-        kept = "no checkpoint" if state.last_saved is None else f"checkpoint {run.ckpt_path}"
-        if state.last_saved not in (None, state.iter_num):  # always_save_checkpoint=False keeps the best
-            kept += f" (iter {state.last_saved}, its lowest val loss)"
-        out = shlex.quote(cfg["out_dir"])
-        log(f"done: {state.iter_num} iterations; {kept}, metrics {cfg['out_dir']}/metrics.jsonl\n"
-            f"next: text: python sample.py --out_dir={out}; loss: python eval.py --out_dir={out} --full; "
-            f"compare: python -m research.report {out} OTHER_RUN")
+        except StopAtBoundary as s:  # checkpoint this step boundary, then end the run as the stop asks
+            stop_at_boundary(loop, s)
+        log(run.summary(state))  # where the checkpoint and metrics are, and what reads them
         end_distributed()
         return losses
 
@@ -301,25 +286,6 @@ class Loop:
         raise TrainingDiverged(f"training diverged at iter {row['iter']}: {reason}; " + (
             f"the last finite checkpoint is {self.run_folder.ckpt_path} (iter {last})" if last is not None else
             "no checkpoint was written") + ". Try a lower learning_rate, a longer warmup_iters or grad_clip > 0")
-
-    def stop_at_boundary(self, s):
-        """Checkpoint this step boundary and end the run: TrainingPreempted after a stop signal, Ctrl-C
-        (KeyboardInterrupt) again after Ctrl-C during an eval, unsaved where nothing was trained since the
-        last checkpoint or the ranks may sit in different collectives."""
-        state = self.state
-        if s.ctrl_c and (self.world_size > 1 or state.iter_num == (state.last_saved or 0)):
-            raise KeyboardInterrupt
-        state.eval_pending = s.eval_pending
-        self.save()
-        if s.ctrl_c:
-            self.log(f"interrupted during the eval of iter {state.iter_num}: checkpoint {self.run_folder.ckpt_path} "
-                     f"at iter {state.iter_num}, its eval still to come", flush=True)
-            raise KeyboardInterrupt
-        message = (f"stopped by {self.stop.received or 'a stop signal to another rank'} {s.when}: checkpoint "
-                   f"{self.run_folder.ckpt_path} at iter {state.iter_num}; continue with --init_from=resume")
-        self.log(message, flush=True)
-        end_distributed()  # its barrier: no rank exits before rank 0 has written the checkpoint
-        raise TrainingPreempted(message)
 
 
 def usage():

@@ -9,6 +9,7 @@ Every mode below has the nonlinear query's parameters and its W1 inside the atte
     f_gelu       q = x + W2·GELU(x W1ᵀ)                 ... and the GELU
     f_autograd   q = x + LayerNorm(W2·GELU(rstd·x W1ᵀ))  the whole f, autograd saving every intermediate
     f_checkpoint the same under torch.utils.checkpoint  model.py's path before FusedF (2026-12-01)
+    f_as_written NonlinearQuery.f, module by module     what a CPU runs by default (fused_f=None)
     nonlinear    model.py's FusedF                       the whole f, its intermediates recomputed (fused_f=True,
                                                          which this script sets unless given)
 f_matmuls and f_gelu are not the paper's f (diagnostics, never for training). The default --query_modes is
@@ -49,13 +50,18 @@ class FAutograd(Fused):
         return x + self.rest_of_f(xw, model.FusedF.rstd(x, self.norm_in.eps))
 
 
+class FAsWritten(model.NonlinearQuery):
+    fused = False  # NonlinearQuery.f module by module, what runs on a CPU by default
+
+
 class FCheckpoint(FAutograd):
     def forward(self, x, xw):
         r = model.FusedF.rstd(x, self.norm_in.eps)
         return x + checkpoint(self.rest_of_f, xw, r, use_reentrant=False, preserve_rng_state=False)
 
 
-VARIANTS = dict(f_matmuls=FMatmuls, f_gelu=FGelu, f_autograd=FAutograd, f_checkpoint=FCheckpoint)
+VARIANTS = dict(f_matmuls=FMatmuls, f_gelu=FGelu, f_autograd=FAutograd, f_checkpoint=FCheckpoint,
+                f_as_written=FAsWritten)
 
 if __name__ == "__main__":
     if {"-h", "--help"} & set(sys.argv[1:]):

@@ -14,6 +14,7 @@ files. load_checkpoint and model_from_checkpoint serve sample.py, eval.py and co
 import json
 import math
 import os
+import shlex
 import tempfile
 import time
 import uuid
@@ -341,6 +342,16 @@ class RunFolder:
         atomic_write_text(os.path.join(self.dir, "metrics.jsonl"), "".join(json.dumps(r) + "\n" for r in rows))
         if self.wandb is not None:
             self.wandb.init(project=self.cfg["wandb_project"], name=self.cfg["wandb_run_name"], config=self.cfg)
+
+    def summary(self, state):
+        """A finished run's last log lines: its checkpoint and metrics, and the commands that read them."""
+        kept = "no checkpoint" if state.last_saved is None else f"checkpoint {self.ckpt_path}"
+        if state.last_saved not in (None, state.iter_num):  # always_save_checkpoint=False keeps the best
+            kept += f" (iter {state.last_saved}, its lowest val loss)"
+        out = shlex.quote(self.dir)
+        return (f"done: {state.iter_num} iterations; {kept}, metrics {self.dir}/metrics.jsonl\n"
+                f"next: text: python sample.py --out_dir={out}; loss: python eval.py --out_dir={out} --full; "
+                f"compare: python -m research.report {out} OTHER_RUN")
 
     def log_metrics(self, row):
         """Append one eval's row to metrics.jsonl (NaN/inf written as null: JSON has no NaN), and to wandb."""

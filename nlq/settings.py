@@ -137,6 +137,17 @@ def format_config(cfg, width=110):
     return "\n".join("  " + "".join(c.ljust(cell) for c in row).rstrip() for row in rows)
 
 
+def describe(cfg, world_size):
+    """train.py's start-up block: every setting, then the tokens of one step and the eval set."""
+    accum, batch, block = cfg["gradient_accumulation_steps"], cfg["batch_size"], cfg["block_size"]
+    eval_iters = cfg["eval_iters"]
+    return (f"config:\n{format_config(cfg)}\ntokens per iteration: {accum * batch * block:,} ({accum} micro-batches "
+            f"of {batch} x {block}, {world_size} process(es){', FSDP' if cfg['fsdp'] else ''}); eval set: "
+            f"{cfg['eval_windows']:,} fixed windows per split" + (
+                f" (eval_iters={eval_iters} x batch_size={batch}, nanoGPT's eval_iters as fixed windows)"
+                if eval_iters is not None else ""))
+
+
 def check_value(key, value):
     """value if it fits key's type (an int is accepted for a float); ValueError naming the key otherwise."""
     if key not in DEFAULTS:

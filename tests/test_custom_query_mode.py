@@ -22,15 +22,15 @@ from nlq import settings
 MODE = "lowrank"
 
 
-def readme_blocks():
-    """The python blocks of the README's 'Add your own query mode' section: the class, then the study file."""
-    text = (ROOT / "README.md").read_text()
-    section = text.split("## Add your own query mode", 1)[1].split("\n## ", 1)[0]
-    return re.findall(r"```python\n(.*?)```", section, re.S)
+def readme_block(heading):
+    """The first python block of the README's section under heading."""
+    section = (ROOT / "README.md").read_text().split(f"\n## {heading}", 1)[1].split("\n## ", 1)[0]
+    return re.findall(r"```python\n(.*?)```", section, re.S)[0]
 
 
 def readme_example():
-    return readme_blocks()[0]
+    """The class of the README's 'Add your own query mode'."""
+    return readme_block("Add your own query mode")
 
 
 @pytest.fixture(autouse=True)
@@ -100,7 +100,7 @@ def test_the_readme_study_file_runs_the_fair_study(tmp_path):
     the CPU study's experiments (so sharing that study's committed runs, opt-in, is accepted), and its sweep
     starts with the same learning-rate search for every arm."""
     from research.study import final_seeds, load_study, run_args
-    study_text = readme_blocks()[1]
+    study_text = readme_block("One study")
     assert study_text.startswith("# studies/lowrank_cpu.py\n")
     path = tmp_path / "lowrank_cpu.py"
     path.write_text(study_text)

@@ -210,7 +210,8 @@ def test_query_cost_variants_compute_what_they_say(monkeypatch):
     idx = torch.randint(0, 50, (2, 16))
     logits, loss = ref(idx, idx)
     loss.backward()
-    for name, whole_f in (("f_autograd", True), ("f_checkpoint", True), ("f_matmuls", False), ("f_gelu", False)):
+    for name, whole_f in (("f_autograd", True), ("f_checkpoint", True), ("f_as_written", True), ("f_matmuls", False),
+                          ("f_gelu", False)):
         m = GPT(GPTConfig(query_mode=name, **cfg))
         m.load_state_dict(ref.state_dict())
         out, loss = m(idx, idx)
