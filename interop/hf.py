@@ -391,6 +391,25 @@ def load_gpt2_config(name_or_path):
     return config
 
 
+def export_weights(folder):
+    """An nlq export's state dict, read with safetensors alone (none of the folder's code runs): its
+    model.safetensors, or else the shards its model.safetensors.index.json maps the weights to (what
+    save_pretrained(max_shard_size=...) writes, as the HF Trainer re-saves a model)."""
+    from safetensors.torch import load_file
+    single, index = os.path.join(folder, "model.safetensors"), os.path.join(folder, "model.safetensors.index.json")
+    if os.path.isfile(single) or not os.path.isfile(index):  # transformers' order: the single file first
+        return load_file(single)
+    with open(index, encoding="utf-8") as f:
+        weight_map = json.load(f)["weight_map"]  # {weight name: shard file}
+    sd = {}
+    for shard in sorted(set(weight_map.values())):
+        sd.update(load_file(os.path.join(folder, shard)))
+    missing = sorted(weight_map.keys() - sd.keys())
+    if missing:
+        raise ValueError(f"{weight_map[missing[0]]} lacks {missing[0]}, which the shard index names")
+    return sd
+
+
 def load_gpt2(name_or_path, config=None):
     """A transformers GPT-2 (GPT2LMHeadModel) or nlq export -> (its state dict, its GPT2Config), on the CPU.
 
@@ -403,8 +422,7 @@ def load_gpt2(name_or_path, config=None):
     config = config or load_gpt2_config(name_or_path)
     try:
         if config.model_type == "nlq":  # what GPT2Config.from_dict keeps of the folder's config.json
-            from safetensors.torch import load_file
-            return load_file(os.path.join(name_or_path, "model.safetensors")), config
+            return export_weights(name_or_path), config
         hf = t.GPT2LMHeadModel.from_pretrained(name_or_path, config=config, dtype=torch.float32,
                                                trust_remote_code=False)
     except Exception as e:  # OSError (no weights), safetensors' SafetensorError (truncated), ...

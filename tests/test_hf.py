@@ -419,6 +419,26 @@ def test_init_from_an_nlq_export_loads_it_exactly_without_running_its_code(tmp_p
     assert {k: args[k] for k in hf.QUERY_KEYS} == {k: getattr(model.config, k) for k in hf.QUERY_KEYS}
 
 
+def test_init_from_an_export_that_transformers_resaved_in_shards(tmp_path):
+    """save_pretrained(max_shard_size=...), as the HF Trainer re-saves a model, writes model.safetensors.index.json
+    and shards instead of model.safetensors: init_from merges the shards and starts from the export's logits,
+    exactly those of the unsharded export (it read only model.safetensors: "truncated or damaged")."""
+    import transformers
+    model = random_gpt(query_mode="nonlinear", vocab_size=256, data_vocab_size=256)
+    hf.export(model, BYTE_META, str(tmp_path / "export"))
+    load_hf(tmp_path / "export").save_pretrained(str(tmp_path / "sharded"), max_shard_size="20KB")
+    transformers.AutoTokenizer.from_pretrained(str(tmp_path / "export")).save_pretrained(str(tmp_path / "sharded"))
+    shards = [f for f in os.listdir(tmp_path / "sharded") if re.fullmatch(r"model-\d+-of-\d+\.safetensors", f)]
+    assert len(shards) >= 2 and not (tmp_path / "sharded" / "model.safetensors").exists()
+    write_byte_dataset(tmp_path / "tiny")
+    x, logits = torch.randint(0, 256, (2, 16)), {}
+    for folder in ("export", "sharded"):
+        train.train(small_cfg(tmp_path, tmp_path / f"run_{folder}", init_from=str(tmp_path / folder), max_iters=0))
+        logits[folder] = nlq_logits(checkpoint.load_run(str(tmp_path / f"run_{folder}"))[0], x)
+    assert torch.equal(logits["sharded"], logits["export"])
+    assert (logits["export"] - nlq_logits(model, x)).abs().max().item() <= 1e-5
+
+
 def test_init_from_refuses_other_folders_before_transformers_reads_them(tmp_path):
     """An nlq run folder, another model type or a damaged config.json: one line naming the fix, from
     config.json read as JSON."""
