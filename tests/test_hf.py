@@ -180,16 +180,21 @@ def test_a_full_disk_is_one_error_and_leaves_no_folder(error, tmp_path, monkeypa
 def test_the_exported_tokenizers_encode_as_nlq_does(shipped_data, tmp_path):
     import transformers
     bpe = str(shipped_data / "gpt2")
-    text = "Hello world! It's 2026 -- naïve café,\n\n  spaces   and\ttabs. Ünïcödé 😀"
-    chars = sorted(set(text))
-    for meta in (dict(tokenizer="gpt2", vocab_size=50257), dict(tokenizer="byte", vocab_size=256),
-                 dict(tokenizer="char", vocab_size=len(chars), chars=chars)):
+    text = "Hello world! It's 2026 -- naïve café,\n\n  spaces   and\ttabs. Ünïcödé 😀 ÿ"
+    literal = "a <|endoftext|> b"  # GPT-2's tokenizer makes it one token, as in transformers; byte and char do not
+    chars = sorted(set(text + literal))
+    for meta, eos in ((dict(tokenizer="gpt2", vocab_size=50257), 50256), (dict(tokenizer="byte", vocab_size=256), 255),
+                      (dict(tokenizer="char", vocab_size=len(chars), chars=chars), len(chars))):
         folder = tmp_path / meta["tokenizer"]
         hf.tokenizer_for(meta, bpe).save_pretrained(str(folder))
         tok = transformers.AutoTokenizer.from_pretrained(str(folder))
         encode, decode = tokenizers.get_codec(meta, bpe)
         assert tok.encode(text) == encode(text), meta["tokenizer"]
         assert tok.decode(encode(text)) == decode(encode(text)) == text
+        assert meta["tokenizer"] == "gpt2" or tok.encode(literal) == encode(literal)
+        # the end-of-text token pads batches (masked) and ends generation; no text encodes to it
+        assert tok.eos_token_id == tok.pad_token_id == eos and eos not in encode(text)
+        assert tok.decode([*encode("ab"), eos], skip_special_tokens=True) == "ab"
 
 
 
@@ -207,6 +212,20 @@ def test_a_char_export_says_which_text_it_cannot_encode(tmp_path):
     assert tok.encode("hello") == [chars.index(c) for c in "hello"]
     with pytest.raises(Exception, match="Missing \\[UNK\\] token"):
         tok.encode("hello!")
+    assert tok.eos_token_id == len(chars) < 64  # a padding row of the embedding
+
+
+def test_a_char_export_without_a_row_to_spare_says_it_cannot_run_generation_tasks(tmp_path):
+    """The end-of-text token of a char export takes the id after its characters, which a model whose embedding
+    has no padding rows lacks: then there is none, and the note says what that costs in the harness."""
+    import transformers
+    chars = sorted(set("hello world\n"))
+    meta = dict(tokenizer="char", vocab_size=len(chars), chars=chars)
+    notes = hf.export(random_gpt(vocab_size=len(chars), data_vocab_size=len(chars)), meta, str(tmp_path / "hf"))
+    assert ("the tokenizer has no end-of-text token (the embedding has no row to spare for one: export a model with "
+            "vocab_size > 9), so lm-evaluation-harness cannot run generation tasks (generate_until) and needs "
+            "prefix_token_id=0 (a newline) in --model_args to start a text") in notes
+    assert transformers.AutoTokenizer.from_pretrained(str(tmp_path / "hf")).eos_token_id is None
 
 
 def write_byte_dataset(folder):
