@@ -32,7 +32,7 @@ from nlq.checkpoint import atomic_write_text, check_same_dataset, load_run
 from nlq.data import eval_windows, get_batch, load_meta, open_split
 from nlq.distributed import autocast, resolve_device
 from nlq.losses import estimate_loss, full_split_loss, safe_exp
-from nlq.settings import HelpFormatter
+from nlq.settings import HelpFormatter, at_least
 from nlq.tokenizers import get_codec, token_bytes
 
 HELLASWAG_URL = "https://raw.githubusercontent.com/rowanz/hellaswag/master/data/hellaswag_val.jsonl"
@@ -235,11 +235,11 @@ def main(argv=None):
     p.add_argument("--out_dir", type=os.path.expanduser, default="out", help="a train.py out_dir, with ckpt.pt")
     p.add_argument("--split", choices=("train", "val"), default="val", help="the split to evaluate")
     p.add_argument("--full", action="store_true", help="the whole split in consecutive windows of block_size")
-    p.add_argument("--batch_size", type=int, default=None, help="windows per forward pass with --full "
+    p.add_argument("--batch_size", type=at_least(1), default=None, help="windows per forward pass with --full "
                    "(default: the checkpoint's batch_size); HellaSwag examples per forward pass (default 8)")
     p.add_argument("--hellaswag", type=os.path.expanduser, metavar="PATH", help="HellaSwag accuracy on this "
                    "hellaswag_val.jsonl instead of the loss")
-    p.add_argument("--limit", type=int, default=None, help="HellaSwag: only the first N examples")
+    p.add_argument("--limit", type=at_least(1), default=None, help="HellaSwag: only the first N examples")
     p.add_argument("--device", default="cpu", help="cpu | cuda | cuda:N | mps")
     p.add_argument("--dtype", default=None, help="float32 | bfloat16 | float16 | auto (default: the checkpoint's)")
     p.add_argument("--data_dir", type=os.path.expanduser, default=None, help="the parent of the dataset, if it "
@@ -250,10 +250,11 @@ def main(argv=None):
                    "(default: the copy shipped in tests/data/gpt2)")
     p.add_argument("--json", type=os.path.expanduser, metavar="PATH", help="also write the numbers to this file")
     args = p.parse_args(argv)
-    if args.hellaswag and (args.full or args.split != "val" or args.dataset) or args.limit and not args.hellaswag:
+    if args.hellaswag and (args.full or args.split != "val" or args.dataset) or args.limit is not None \
+            and not args.hellaswag:
         p.error("--hellaswag (with --limit) scores HellaSwag instead of the loss: --full, --split and --dataset "
                 "are the loss's")
-    if args.batch_size and not (args.full or args.hellaswag):
+    if args.batch_size is not None and not (args.full or args.hellaswag):
         p.error("--batch_size sets the batches of --full or --hellaswag; the fixed windows use the checkpoint's")
     if args.hellaswag:
         r = hellaswag(args.out_dir, args.hellaswag, args.device, args.dtype, args.batch_size or 8,

@@ -307,6 +307,17 @@ class Block(nn.Module):
         return h + self.mlp(self.ln_2(h))
 
 
+def check_sampling(max_new_tokens, temperature, top_k):
+    """ValueError, one line, for GPT.generate's arguments that torch would fail on or misread (a negative
+    temperature would sample greedily, a negative top_k fail in torch.topk)."""
+    if not (isinstance(max_new_tokens, int) and max_new_tokens >= 0):
+        raise ValueError(f"max_new_tokens must be an integer >= 0, got {max_new_tokens!r}")
+    if not 0 <= temperature < math.inf:  # (also refuses nan)
+        raise ValueError(f"temperature must be a finite number >= 0 (0: greedy), got {temperature!r}")
+    if not (top_k is None or isinstance(top_k, int) and top_k >= 0):
+        raise ValueError(f"top_k must be an integer >= 0 (0: no top-k filter), got {top_k!r}")
+
+
 class GPT(nn.Module):
     """Token + position embeddings, n_layer Blocks, a final LayerNorm and the LM head (tied to wte by default)."""
 
@@ -369,13 +380,15 @@ class GPT(nn.Module):
         """Autoregressive sampling. idx: (B, T) prompt ids -> (B, T + max_new_tokens) ids.
 
         Each token is predicted from the last block_size tokens before it. temperature 0 is greedy decoding;
-        top_k keeps only the k most likely tokens. Only ids < vocab_size are sampled (default: the tokenizer's
-        vocabulary, config.data_vocab_size, so the padding rows of the embedding are never returned).
+        top_k keeps only the k most likely tokens (0 or None: all of them, as in transformers). Only ids <
+        vocab_size are sampled (default: the tokenizer's vocabulary, config.data_vocab_size, so the padding rows
+        of the embedding are never returned). check_sampling refuses other arguments.
         use_cache: keep the keys and values of past tokens (KVCache), so that each step runs the model on the
         new token only. Once the context fills block_size the window slides and every position changes, so
         each such step fills a new cache with the last block_size tokens (what use_cache=False costs).
         on_token: called with each new token's ids, (B, 1), as it is drawn (sample.py's progress bar).
         """
+        check_sampling(max_new_tokens, temperature, top_k)
         vocab_size = vocab_size or self.config.data_vocab_size
         block_size, cache = self.config.block_size, None
         for _ in range(max_new_tokens):
@@ -396,7 +409,7 @@ class GPT(nn.Module):
                 # them to -inf (greedy) instead of overflowing to inf - inf = NaN
                 tiny = torch.finfo(logits.dtype).tiny
                 logits = (logits - logits.amax(dim=-1, keepdim=True)) / max(temperature, tiny)
-                if top_k is not None and top_k < logits.size(-1):
+                if top_k and top_k < logits.size(-1):
                     kth = torch.topk(logits, top_k).values[:, [-1]]
                     logits = logits.masked_fill(logits < kth, float("-inf"))
                 next_id = torch.multinomial(logits.softmax(dim=-1), num_samples=1)

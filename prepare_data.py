@@ -27,6 +27,7 @@ import json
 import math
 import os
 import re
+import reprlib
 import shutil
 import signal
 import sys
@@ -82,6 +83,14 @@ def read_text(path):
     return text
 
 
+def checked_text(value, where):
+    """A record's text: value if it is a string or None (no text, skipped); DataError naming where and the type
+    found for anything else (a number, a list), on which the tokenizers would fail naming no record."""
+    if value is None or isinstance(value, str):
+        return value
+    raise DataError(f"{where} must be a string, found {type(value).__name__} {reprlib.repr(value)}")
+
+
 def read_file_docs(path):
     """Documents in one file: .parquet/.jsonl records (their 'text'), WikiExtractor articles, else the file."""
     path, suffix = Path(path), Path(path).suffix.lower()
@@ -92,15 +101,18 @@ def read_file_docs(path):
             texts = pq.read_table(path, columns=["text"]).column("text").to_pylist()
         except pa.ArrowException as e:  # not parquet, cut short, or no text column
             raise DataError(f"{path}: cannot read a 'text' column ({e})") from e
-        return [t for t in texts if t]
+        return [t for n, t in enumerate(texts, 1) if checked_text(t, f"{path}: record {n}: column 'text'")]
     text = read_text(path)
     if suffix == ".jsonl":
         docs = []
         for n, line in enumerate(text.splitlines(), 1):
+            if not line.strip():
+                continue
             try:
-                docs.append(json.loads(line)["text"] if line.strip() else "")
+                value = json.loads(line)["text"]
             except (ValueError, KeyError, TypeError) as e:
                 raise DataError(f"{path}:{n}: expected a JSON object with a 'text' field ({e!r})") from e
+            docs.append(checked_text(value, f"{path}:{n}: field 'text'"))
         return [d for d in docs if d]
     if text.startswith("<doc "):
         if text.rfind("<doc ") > text.rfind("</doc>"):  # extraction killed: the last article's text so far
@@ -376,16 +388,17 @@ def load_openwebtext(num_proc):
 
 def stream_texts(ds, text_column, source, stats):
     """The non-empty strings in the text_column of ds's records (any iterable of dicts), in order;
-    stats["skipped_docs"] counts the empty and null ones. DataError for a record without the column, or for
-    any error of the stream itself (a lost connection, a damaged shard)."""
+    stats["skipped_docs"] counts the empty and null ones. DataError for a record without the column or whose
+    column is not text, or for any error of the stream itself (a lost connection, a damaged shard)."""
     n = 0
     try:
         for n, record in enumerate(ds, 1):
             if text_column not in record:
                 raise DataError(f"{source}: record {n} has no column {text_column!r} (it has "
                                 f"{', '.join(record)}); pass --text_column")
-            if record[text_column]:
-                yield record[text_column]
+            text = checked_text(record[text_column], f"{source}: record {n}: column {text_column!r}")
+            if text:
+                yield text
             else:
                 stats["skipped_docs"] += 1
     except DataError:
@@ -448,7 +461,7 @@ def load_hf_stream(name, config=None, split="train"):
 # ---------------------------------------------------------------- command line
 
 def parse_args(argv=None):
-    from nlq.settings import HelpFormatter  # here: the tokenizing workers import this module and need no torch
+    from nlq.settings import HelpFormatter, at_least  # here: the tokenizing workers need no torch
     p = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
     p.add_argument("dataset", choices=DATASETS)
     p.add_argument("--data_dir", type=os.path.expanduser, default="data", help="output goes to DATA_DIR/NAME/")
@@ -468,10 +481,10 @@ def parse_args(argv=None):
     hub.add_argument("--hf_config", help="hf: its config (subset), if it has several")
     hub.add_argument("--hf_split", help="hf: the split to read (default train)")
     hub.add_argument("--text_column", help="hf: the column holding the text (default text)")
-    hub.add_argument("--max_docs", type=int, help="take only the first N documents of the stream")
-    hub.add_argument("--max_tokens", type=int, help="take documents while their tokens total at most N")
+    hub.add_argument("--max_docs", type=at_least(1), help="take only the first N documents of the stream")
+    hub.add_argument("--max_tokens", type=at_least(1), help="take documents while their tokens total at most N")
     p.add_argument("--seed", type=int, default=1234, help="seed of the train/val document draw")
-    p.add_argument("--num_proc", type=int, default=os.cpu_count() or 1, help="tokenising processes/threads")
+    p.add_argument("--num_proc", type=at_least(1), default=os.cpu_count() or 1, help="tokenising processes/threads")
     p.add_argument("--bpe_dir", type=os.path.expanduser, help="folder with GPT-2's encoder.json + vocab.bpe "
                    "(default: the copy shipped in tests/data/gpt2)")
     p.add_argument("--overwrite", action="store_true", help="replace an existing DATA_DIR/NAME dataset")
@@ -499,15 +512,17 @@ def parse_args(argv=None):
 
 def run(args, verbose=True):
     """Prepare the dataset args (parse_args) describes; returns its meta dict. verbose=False: no progress bars
-    and no note on where Tiny Shakespeare came from. On any failure a data folder this run made is removed."""
+    and no note on where Tiny Shakespeare came from. On any failure the folders this run made (the dataset's,
+    and --data_dir's where it was new) are removed again."""
     out_dir = Path(args.data_dir) / args.name
-    fresh = not os.path.lexists(out_dir)
+    made = [d for d in (out_dir, *out_dir.parents) if not os.path.lexists(d)]  # deepest first
     try:
         check_target(out_dir, args.overwrite)  # before reading or downloading anything
         return _prepare(args, out_dir, verbose)
     except BaseException:
-        if fresh and os.path.isdir(out_dir) and not any(out_dir.iterdir()):
-            out_dir.rmdir()
+        for folder in made:  # (staging has removed the partial files)
+            if os.path.isdir(folder) and not any(folder.iterdir()):
+                folder.rmdir()
         raise
 
 

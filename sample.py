@@ -16,9 +16,10 @@ import sys
 import torch
 from tqdm import tqdm
 
+from model import check_sampling
 from nlq.checkpoint import load_run
 from nlq.distributed import resolve_device
-from nlq.settings import HelpFormatter
+from nlq.settings import HelpFormatter, at_least
 from nlq.tokenizers import get_codec
 
 PROGRESS_DELAY_S = 2  # a sample that takes longer shows a progress bar (10 ms a token: the demo on a CPU)
@@ -61,17 +62,23 @@ def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
     p.add_argument("--out_dir", type=os.path.expanduser, default="out", help="folder with ckpt.pt (train.py's)")
     p.add_argument("--start", default="", help="prompt text, or FILE:path to read it from a file")
-    p.add_argument("--num_samples", type=int, default=1, help="texts to generate")
+    p.add_argument("--num_samples", type=at_least(1), default=1, help="texts to generate")
     p.add_argument("--max_new_tokens", type=int, default=200, help="tokens generated after the prompt")
     p.add_argument("--temperature", type=float, default=0.8, help="0 = greedy (argmax) decoding")
-    p.add_argument("--top_k", type=int, default=None, help="sample from the k most likely tokens only")
+    p.add_argument("--top_k", type=int, default=None, help="sample from the k most likely tokens only (0: no "
+                   "top-k filter, as in transformers)")
     p.add_argument("--seed", type=int, default=1337, help="seed of the sampling RNG (same seed, same texts)")
     p.add_argument("--no_cache", action="store_true", help="run the model on the whole context for every "
                    "token instead of keeping past keys and values (same text, slower)")
     p.add_argument("--device", default="cpu", help="cpu | cuda | cuda:N | mps | auto")
     p.add_argument("--bpe_dir", type=os.path.expanduser, default=None, help="GPT-2 encoder.json + vocab.bpe "
                    "(default: the copy shipped in tests/data/gpt2)")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    try:  # GPT.generate's own check, before the checkpoint is read
+        check_sampling(args.max_new_tokens, args.temperature, args.top_k)
+    except ValueError as e:
+        p.error(f"--{e}")
+    return args
 
 
 def main(argv=None):

@@ -28,6 +28,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from interop import hf  # noqa: E402
 from model import GPT, QUERY_MODES, GPTConfig  # noqa: E402
+from nlq.settings import at_least  # noqa: E402
 from nlq.tokenizers import GPT2_VOCAB  # noqa: E402
 
 
@@ -35,11 +36,11 @@ def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     for name, default in (("n_layer", 4), ("n_head", 4), ("n_embd", 128), ("block_size", 512), ("prompt", 32),
                           ("new_tokens", 256), ("rounds", 3)):
-        p.add_argument(f"--{name}", type=int, default=default)
+        p.add_argument(f"--{name}", type=at_least(1), default=default)
     p.add_argument("--query_mode", default="nonlinear", choices=[m for m in QUERY_MODES if m != "linear"])
     p.add_argument("--tokenizer", default="byte", choices=("byte", "gpt2"),
                    help="byte: vocab 256; gpt2: GPT-2 BPE, vocab 50304 (its 50257 tokens, padded)")
-    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
+    p.add_argument("--threads", type=at_least(1), default=None, help="torch CPU threads (default: torch's choice)")
     return p.parse_args(argv)
 
 

@@ -26,6 +26,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from model import GPT, GPTConfig  # noqa: E402
+from nlq.settings import at_least  # noqa: E402
 
 
 def parse_args(argv=None):
@@ -33,9 +34,9 @@ def parse_args(argv=None):
     for name, default in (("n_layer", 4), ("n_head", 4), ("n_embd", 128), ("block_size", 512),
                           ("vocab_size", 50304), ("prompt", 32), ("new_tokens", 480), ("past_tokens", 32),
                           ("batch_size", 1), ("rounds", 3)):
-        p.add_argument(f"--{name}", type=int, default=default)
+        p.add_argument(f"--{name}", type=at_least(1), default=default)
     p.add_argument("--query_modes", default="linear,nonlinear")
-    p.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's choice)")
+    p.add_argument("--threads", type=at_least(1), default=None, help="torch CPU threads (default: torch's choice)")
     p.add_argument("--device", default="cpu")
     p.add_argument("--dtype", default="float32", choices=("float32", "bfloat16"), help="bfloat16: autocast")
     args = p.parse_args(argv)

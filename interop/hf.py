@@ -42,6 +42,7 @@ from nlq.tokenizers import GPT2_BPE_DIR, GPT2_EOT, GPT2_VOCAB, gpt2_encoding
 HF_ACTIVATIONS = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh"}
 EXPORT_ACTIVATIONS = {"gelu": "gelu", "gelu_tanh": "gelu_pytorch_tanh"}
 MODELING_FILE = "modeling_nlq.py"
+END_OF_TEXT = "<|endoftext|>"  # byte and char exports' end-of-text token (vocab_tokenizer), named as GPT-2's
 # nlq's query settings in an export's config.json (NlqConfig, with bias); init_from an export takes them
 QUERY_KEYS = ("query_mode", "query_hidden", "query_norm_in", "query_norm_out", "attn_scale", "qk_norm")
 CONV1D = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight")  # (in, out) in GPT-2
@@ -196,35 +197,45 @@ def gpt2_tokenizer(bpe_dir=None):
         vocab = json.load(f)
     with open(os.path.join(bpe_dir, "vocab.bpe"), encoding="utf-8") as f:
         merges = [tuple(line.split()) for line in f.read().split("\n")[1:] if line]
-    return t.GPT2Tokenizer(vocab=vocab, merges=merges)
+    return t.GPT2Tokenizer(vocab=vocab, merges=merges, pad_token=END_OF_TEXT)  # pads as GPT-2's users do (masked)
 
 
-def vocab_tokenizer(meta):
+def vocab_tokenizer(meta, rows=None):
     """A byte or char vocabulary (meta.json's tokenizer and chars) as a transformers tokenizer whose ids are
-    nlq's: byte = the UTF-8 bytes, char = the index in meta["chars"]. No special tokens."""
+    nlq's: byte = the UTF-8 bytes, char = the index in meta["chars"].
+
+    Its end-of-text token, END_OF_TEXT, is an id no text encodes to, so that lm-evaluation-harness can stop
+    generation tasks and pad their batches with it (it fails without one): byte 0xFF, which UTF-8 never uses,
+    or, for char, the id after the characters where the model has that row (rows: its embedding's rows; None:
+    no model to fit). split_special_tokens: a text's literal "<|endoftext|>" still encodes as its characters.
+    """
     t = _transformers()
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
     if meta["tokenizer"] == "byte":
         from transformers.convert_slow_tokenizer import bytes_to_unicode
         table = bytes_to_unicode()  # byte -> the printable character byte-level BPE stands it for
-        tok = Tokenizer(models.BPE(vocab={table[b]: b for b in range(256)}, merges=[]))
+        vocab = {table[b]: b for b in range(255)} | {END_OF_TEXT: 255}
+        tok = Tokenizer(models.BPE(vocab=vocab, merges=[]))
         tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
         tok.decoder = decoders.ByteLevel()
     elif meta["tokenizer"] == "char":
-        chars = meta["chars"]
-        tok = Tokenizer(models.WordLevel(vocab={c: i for i, c in enumerate(chars)}, unk_token=None))
+        vocab = {c: i for i, c in enumerate(meta["chars"])}
+        if rows is None or rows > len(vocab):
+            vocab[END_OF_TEXT] = len(vocab)
+        tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token=None))
         tok.pre_tokenizer = pre_tokenizers.Split("", behavior="isolated")
         tok.decoder = decoders.Fuse()
     else:
         raise ValueError(f"unknown tokenizer {meta['tokenizer']!r} in meta.json")
-    return t.PreTrainedTokenizerFast(tokenizer_object=tok)
+    special = dict(eos_token=END_OF_TEXT, pad_token=END_OF_TEXT) if END_OF_TEXT in vocab else {}
+    return t.PreTrainedTokenizerFast(tokenizer_object=tok, split_special_tokens=True, **special)
 
 
-def tokenizer_for(meta, bpe_dir=None):
-    """The transformers tokenizer of a dataset's meta.json dict (gpt2, byte or char)."""
+def tokenizer_for(meta, bpe_dir=None, rows=None):
+    """The transformers tokenizer of a dataset's meta.json dict (gpt2, byte or char; rows: vocab_tokenizer's)."""
     if meta.get("tokenizer") == "gpt2":
         return gpt2_tokenizer(bpe_dir)
-    return vocab_tokenizer(meta)
+    return vocab_tokenizer(meta, rows)
 
 
 # ------------------------------------------------------------------------------------------- the folder
@@ -271,11 +282,9 @@ def export(model, meta, hf_dir, bpe_dir=None, code="auto", source=""):
         raise ValueError(f"query mode {cfg.query_mode!r} ({query.__name__}) is defined in {query.__module__}, "
                          f"not in model.py, so the exported modeling code (model.py's source) could not build "
                          f"it: define the class in model.py and register it there")
-    tokenizer = tokenizer_for(meta, bpe_dir)
+    tokenizer = tokenizer_for(meta, bpe_dir, cfg.vocab_size)
     tokenizer.model_max_length = cfg.block_size
-    eos = getattr(tokenizer, "eos_token_id", None)
-    if eos is not None:  # GPT-2 BPE: batches are padded with <|endoftext|>, as GPT-2's users do (masked)
-        tokenizer.pad_token = tokenizer.eos_token
+    eos = tokenizer.eos_token_id  # None only for a char vocabulary whose model has no row to spare
     ids = dict(bos_token_id=eos, eos_token_id=eos, pad_token_id=eos)
     parent = os.path.dirname(os.path.abspath(hf_dir))
     os.makedirs(parent, exist_ok=True)
@@ -313,17 +322,23 @@ def export(model, meta, hf_dir, bpe_dir=None, code="auto", source=""):
 
 def export_notes(cfg: GPTConfig, meta, eos):
     """What a user of an export needs to know, in its terms (a list of str): its positions, the start token
-    lm-evaluation-harness needs (eos: the tokenizer's EOS id, None for byte and char), a char vocabulary's
-    limits, the embedding's padding rows."""
+    lm-evaluation-harness needs (eos: the tokenizer's end-of-text id, which a byte or char model never saw; None
+    where a char model has no row for one), a char vocabulary's limits, the embedding's padding rows."""
     notes = [f"it has {cfg.block_size} positions (n_positions): keep a prompt's length + max_new_tokens <= "
              f"{cfg.block_size + 1} in generate"]  # past them, GPT-2's position embedding fails (IndexError)
-    if eos is None:  # byte and char vocabularies: nothing marks where a text starts
+    if meta["tokenizer"] != "gpt2":  # byte and char vocabularies: their texts start after a newline
         chars = meta.get("chars") or []
         newline = 10 if meta["tokenizer"] == "byte" else chars.index("\n") if "\n" in chars else None
         prefix = (f"prefix_token_id={newline} (a newline)" if newline is not None
                   else "prefix_token_id=ID (a token that starts texts in the training data)")
-        notes.append(f"the tokenizer has no BOS/EOS token: lm-evaluation-harness needs one to start a text, so "
-                     f"add {prefix} to lm_eval's --model_args")
+        if eos is None:
+            notes.append(f"the tokenizer has no end-of-text token (the embedding has no row to spare for one: "
+                         f"export a model with vocab_size > {len(chars)}), so lm-evaluation-harness cannot run "
+                         f"generation tasks (generate_until) and needs {prefix} in --model_args to start a text")
+        else:
+            notes.append(f"its end-of-text token {END_OF_TEXT} (id {eos}) ends and pads lm-evaluation-harness's "
+                         f"generation tasks, but the model never saw it: add {prefix} to lm_eval's --model_args "
+                         f"for the harness to start texts from (else it starts them from {END_OF_TEXT})")
     if meta["tokenizer"] == "char":  # the Rust tokenizer's own error would say only "Missing [UNK] token"
         notes.append(f"the char tokenizer knows only the {len(meta['chars'])} characters of its training text: a "
                      f"text with any other character fails to encode (tokenizers: 'Missing [UNK] token'); to score "
@@ -391,6 +406,25 @@ def load_gpt2_config(name_or_path):
     return config
 
 
+def export_weights(folder):
+    """An nlq export's state dict, read with safetensors alone (none of the folder's code runs): its
+    model.safetensors, or else the shards its model.safetensors.index.json maps the weights to (what
+    save_pretrained(max_shard_size=...) writes, as the HF Trainer re-saves a model)."""
+    from safetensors.torch import load_file
+    single, index = os.path.join(folder, "model.safetensors"), os.path.join(folder, "model.safetensors.index.json")
+    if os.path.isfile(single) or not os.path.isfile(index):  # transformers' order: the single file first
+        return load_file(single)
+    with open(index, encoding="utf-8") as f:
+        weight_map = json.load(f)["weight_map"]  # {weight name: shard file}
+    sd = {}
+    for shard in sorted(set(weight_map.values())):
+        sd.update(load_file(os.path.join(folder, shard)))
+    missing = sorted(weight_map.keys() - sd.keys())
+    if missing:
+        raise ValueError(f"{weight_map[missing[0]]} lacks {missing[0]}, which the shard index names")
+    return sd
+
+
 def load_gpt2(name_or_path, config=None):
     """A transformers GPT-2 (GPT2LMHeadModel) or nlq export -> (its state dict, its GPT2Config), on the CPU.
 
@@ -403,8 +437,7 @@ def load_gpt2(name_or_path, config=None):
     config = config or load_gpt2_config(name_or_path)
     try:
         if config.model_type == "nlq":  # what GPT2Config.from_dict keeps of the folder's config.json
-            from safetensors.torch import load_file
-            return load_file(os.path.join(name_or_path, "model.safetensors")), config
+            return export_weights(name_or_path), config
         hf = t.GPT2LMHeadModel.from_pretrained(name_or_path, config=config, dtype=torch.float32,
                                                trust_remote_code=False)
     except Exception as e:  # OSError (no weights), safetensors' SafetensorError (truncated), ...
@@ -431,9 +464,10 @@ def folder_tokenizer(folder):
         kind = "gpt2"
     elif model.get("type") == "BPE" and not model.get("merges") and len(ids) == 256:
         kind = "byte"
-    elif model.get("type") == "WordLevel":  # vocab_tokenizer's char vocabulary: {char: its id}
-        kind, chars = "char", [c for c, _ in sorted(vocab.items(), key=lambda kv: kv[1])]
-    return dict(tokenizer=kind, vocab_size=len(ids), **({"chars": chars} if chars is not None else {}))
+    elif model.get("type") == "WordLevel":  # vocab_tokenizer's char vocabulary: {char: its id}, END_OF_TEXT last
+        kind, chars = "char", [c for c, _ in sorted(vocab.items(), key=lambda kv: kv[1]) if c != END_OF_TEXT]
+    return dict(tokenizer=kind, vocab_size=len(chars) if kind == "char" else len(ids),
+                **({"chars": chars} if chars is not None else {}))
 
 
 # how to prepare a dataset with each tokenizer, for check_tokenizer's messages

@@ -121,6 +121,18 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefau
         return action.help if "(default" in (action.help or "") else super()._get_help_string(action)
 
 
+def at_least(low):
+    """An argparse type: an int >= low. argparse names the option in its one-line error (eval.py --limit=0,
+    prepare_data.py --max_docs=-1 and the like would otherwise mean something else or fail deep inside)."""
+    def parse(text):
+        value = int(text)  # ValueError: argparse says "invalid int value"
+        if value < low:
+            raise argparse.ArgumentTypeError(f"must be an integer >= {low}, got {value}")
+        return value
+    parse.__name__ = "int"
+    return parse
+
+
 def settings_help():
     """Every config key as '--key=default  meaning', one line each, in SETTINGS' order (train.py --help)."""
     width = max(len(f"--{k}={d!r}") for k, d in DEFAULTS.items())

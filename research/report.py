@@ -37,7 +37,8 @@ try:  # the report's libraries, beyond the core install
     import matplotlib.pyplot as plt
     import scipy  # noqa: F401  (paired.py's statistics)
 except ImportError as e:
-    sys.exit(f"error: report.py needs {e.name}, which is not installed: pip install -r requirements-extra.txt")
+    sys.exit(f"error: report.py needs {e.name}, which is not installed: pip install -r requirements-report.txt "
+             f"(scipy and matplotlib)")
 
 from model import QUERY_MODE_ALIASES, GPTConfig
 from nlq import settings

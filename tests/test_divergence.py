@@ -178,6 +178,33 @@ def test_tiny_temperature_is_greedy():
     assert torch.equal(model.generate(idx, 0), idx)  # no new tokens: the prompt back
 
 
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(top_k=-3), "top_k must be an integer >= 0 (0: no top-k filter), got -3"),
+    (dict(top_k=2.5), "top_k must be an integer >= 0 (0: no top-k filter), got 2.5"),
+    (dict(temperature=-1.0), "temperature must be a finite number >= 0 (0: greedy), got -1.0"),
+    (dict(temperature=math.nan), "temperature must be a finite number >= 0 (0: greedy), got nan"),
+    (dict(max_new_tokens=-5), "max_new_tokens must be an integer >= 0, got -5"),
+    (dict(max_new_tokens=2.0), "max_new_tokens must be an integer >= 0, got 2.0"),
+])
+def test_generate_refuses_sampling_arguments_torch_would_misread(kwargs, message):
+    """Was: an IndexError or RuntimeError from torch.topk, greedy sampling for a negative temperature, an empty
+    result for a negative max_new_tokens."""
+    kwargs = dict(dict(max_new_tokens=3), **kwargs)
+    with pytest.raises(ValueError) as e:
+        padded_model().generate(torch.zeros(1, 2, dtype=torch.long), **kwargs)
+    assert str(e.value) == message
+
+
+def test_top_k_zero_is_no_filter():
+    """top_k=0 samples from every token, as top_k=None does (transformers' meaning; it was an IndexError)."""
+    model, idx = padded_model(), torch.zeros(2, 1, dtype=torch.long)
+    drawn = {}
+    for top_k in (None, 0, 3):
+        torch.manual_seed(5)
+        drawn[top_k] = model.generate(idx, 30, temperature=2.0, top_k=top_k)
+    assert torch.equal(drawn[0], drawn[None]) and not torch.equal(drawn[3], drawn[None])
+
+
 def test_generate_refuses_non_finite_logits():
     model = padded_model()
     with torch.no_grad():

@@ -164,6 +164,11 @@ def test_missing_file_and_char_vocabulary(ckpt, tmp_path):
     (["--limit", "3"], "--hellaswag (with --limit) scores HellaSwag instead of the loss"),
     (["--hellaswag", "x", "--full"], "--full, --split and --dataset are the loss's"),
     (["--batch_size", "4"], "--batch_size sets the batches of --full or --hellaswag"),
+    # were: every example scored (--limit 0 and -1), the default batch size taken (--batch_size 0)
+    (["--hellaswag", "x", "--limit", "0"], "argument --limit: must be an integer >= 1, got 0"),
+    (["--hellaswag", "x", "--limit", "-1"], "argument --limit: must be an integer >= 1, got -1"),
+    (["--hellaswag", "x", "--batch_size", "0"], "argument --batch_size: must be an integer >= 1, got 0"),
+    (["--full", "--batch_size", "-1"], "argument --batch_size: must be an integer >= 1, got -1"),
 ])
 def test_usage_errors(args, expected, capsys):
     with pytest.raises(SystemExit) as e:

@@ -180,16 +180,21 @@ def test_a_full_disk_is_one_error_and_leaves_no_folder(error, tmp_path, monkeypa
 def test_the_exported_tokenizers_encode_as_nlq_does(shipped_data, tmp_path):
     import transformers
     bpe = str(shipped_data / "gpt2")
-    text = "Hello world! It's 2026 -- naïve café,\n\n  spaces   and\ttabs. Ünïcödé 😀"
-    chars = sorted(set(text))
-    for meta in (dict(tokenizer="gpt2", vocab_size=50257), dict(tokenizer="byte", vocab_size=256),
-                 dict(tokenizer="char", vocab_size=len(chars), chars=chars)):
+    text = "Hello world! It's 2026 -- naïve café,\n\n  spaces   and\ttabs. Ünïcödé 😀 ÿ"
+    literal = "a <|endoftext|> b"  # GPT-2's tokenizer makes it one token, as in transformers; byte and char do not
+    chars = sorted(set(text + literal))
+    for meta, eos in ((dict(tokenizer="gpt2", vocab_size=50257), 50256), (dict(tokenizer="byte", vocab_size=256), 255),
+                      (dict(tokenizer="char", vocab_size=len(chars), chars=chars), len(chars))):
         folder = tmp_path / meta["tokenizer"]
         hf.tokenizer_for(meta, bpe).save_pretrained(str(folder))
         tok = transformers.AutoTokenizer.from_pretrained(str(folder))
         encode, decode = tokenizers.get_codec(meta, bpe)
         assert tok.encode(text) == encode(text), meta["tokenizer"]
         assert tok.decode(encode(text)) == decode(encode(text)) == text
+        assert meta["tokenizer"] == "gpt2" or tok.encode(literal) == encode(literal)
+        # the end-of-text token pads batches (masked) and ends generation; no text encodes to it
+        assert tok.eos_token_id == tok.pad_token_id == eos and eos not in encode(text)
+        assert tok.decode([*encode("ab"), eos], skip_special_tokens=True) == "ab"
 
 
 
@@ -207,6 +212,20 @@ def test_a_char_export_says_which_text_it_cannot_encode(tmp_path):
     assert tok.encode("hello") == [chars.index(c) for c in "hello"]
     with pytest.raises(Exception, match="Missing \\[UNK\\] token"):
         tok.encode("hello!")
+    assert tok.eos_token_id == len(chars) < 64  # a padding row of the embedding
+
+
+def test_a_char_export_without_a_row_to_spare_says_it_cannot_run_generation_tasks(tmp_path):
+    """The end-of-text token of a char export takes the id after its characters, which a model whose embedding
+    has no padding rows lacks: then there is none, and the note says what that costs in the harness."""
+    import transformers
+    chars = sorted(set("hello world\n"))
+    meta = dict(tokenizer="char", vocab_size=len(chars), chars=chars)
+    notes = hf.export(random_gpt(vocab_size=len(chars), data_vocab_size=len(chars)), meta, str(tmp_path / "hf"))
+    assert ("the tokenizer has no end-of-text token (the embedding has no row to spare for one: export a model with "
+            "vocab_size > 9), so lm-evaluation-harness cannot run generation tasks (generate_until) and needs "
+            "prefix_token_id=0 (a newline) in --model_args to start a text") in notes
+    assert transformers.AutoTokenizer.from_pretrained(str(tmp_path / "hf")).eos_token_id is None
 
 
 def write_byte_dataset(folder):
@@ -417,6 +436,26 @@ def test_init_from_an_nlq_export_loads_it_exactly_without_running_its_code(tmp_p
     assert np.isfinite(train.train(dict(cfg, init_from="resume", max_iters=1))["val"])
     args = torch.load(tmp_path / "out" / "ckpt.pt", weights_only=True)["model_args"]
     assert {k: args[k] for k in hf.QUERY_KEYS} == {k: getattr(model.config, k) for k in hf.QUERY_KEYS}
+
+
+def test_init_from_an_export_that_transformers_resaved_in_shards(tmp_path):
+    """save_pretrained(max_shard_size=...), as the HF Trainer re-saves a model, writes model.safetensors.index.json
+    and shards instead of model.safetensors: init_from merges the shards and starts from the export's logits,
+    exactly those of the unsharded export (it read only model.safetensors: "truncated or damaged")."""
+    import transformers
+    model = random_gpt(query_mode="nonlinear", vocab_size=256, data_vocab_size=256)
+    hf.export(model, BYTE_META, str(tmp_path / "export"))
+    load_hf(tmp_path / "export").save_pretrained(str(tmp_path / "sharded"), max_shard_size="20KB")
+    transformers.AutoTokenizer.from_pretrained(str(tmp_path / "export")).save_pretrained(str(tmp_path / "sharded"))
+    shards = [f for f in os.listdir(tmp_path / "sharded") if re.fullmatch(r"model-\d+-of-\d+\.safetensors", f)]
+    assert len(shards) >= 2 and not (tmp_path / "sharded" / "model.safetensors").exists()
+    write_byte_dataset(tmp_path / "tiny")
+    x, logits = torch.randint(0, 256, (2, 16)), {}
+    for folder in ("export", "sharded"):
+        train.train(small_cfg(tmp_path, tmp_path / f"run_{folder}", init_from=str(tmp_path / folder), max_iters=0))
+        logits[folder] = nlq_logits(checkpoint.load_run(str(tmp_path / f"run_{folder}"))[0], x)
+    assert torch.equal(logits["sharded"], logits["export"])
+    assert (logits["export"] - nlq_logits(model, x)).abs().max().item() <= 1e-5
 
 
 def test_init_from_refuses_other_folders_before_transformers_reads_them(tmp_path):

@@ -138,15 +138,16 @@ def test_lm_eval_equals_eval_py_at_batch_sizes_1_and_4(exported, shipped_data):
 
 
 def test_a_byte_export_is_scored_with_the_prefix_token_its_note_names(tmp_path):
-    """A byte vocabulary has no BOS/EOS token, which the harness starts every text with: the export's note
-    names the newline as prefix_token_id, and with it the harness's rolling log-likelihood of a text is nlq's
-    own sum of log-probabilities of the text after a newline."""
+    """A byte model never saw its end-of-text token, which the harness would start a text with: the export's
+    note names the newline as prefix_token_id, and with it the harness's rolling log-likelihood of a text is
+    nlq's own sum of log-probabilities of the text after a newline."""
     from lm_eval.api.instance import Instance
     from lm_eval.models.huggingface import HFLM
     model = random_gpt(query_mode="nonlinear", vocab_size=256, data_vocab_size=256)
     notes = hf.export(model, BYTE_META, str(tmp_path / "hf"))
-    assert ("the tokenizer has no BOS/EOS token: lm-evaluation-harness needs one to start a text, so add "
-            "prefix_token_id=10 (a newline) to lm_eval's --model_args") in notes
+    assert ("its end-of-text token <|endoftext|> (id 255) ends and pads lm-evaluation-harness's generation tasks, "
+            "but the model never saw it: add prefix_token_id=10 (a newline) to lm_eval's --model_args for the "
+            "harness to start texts from (else it starts them from <|endoftext|>)") in notes
     lm = HFLM(pretrained=str(tmp_path / "hf"), trust_remote_code=True, dtype="float32", device="cpu",
               batch_size=1, prefix_token_id=10)
     text = "hello world"
@@ -155,3 +156,23 @@ def test_a_byte_export_is_scored_with_the_prefix_token_its_note_names(tmp_path):
     with torch.no_grad():
         logp = model(ids, targets=ids)[0].log_softmax(-1)[0, :-1].gather(-1, ids[0, 1:, None]).sum()
     assert theirs[0] == pytest.approx(logp.item(), abs=1e-4)
+
+
+def test_generation_tasks_run_on_a_byte_export_at_batch_sizes_1_and_4(tmp_path):
+    """The harness's generate_until needs an end-of-text token and a pad token (it failed with "'None' is not an
+    instance of 'Sequence'"): a byte export's is byte 0xFF, which no UTF-8 text holds. Each prompt's text is
+    nlq's own greedy continuation, alone or in a left-padded batch of 4, cut at the task's stop sequence."""
+    from lm_eval.api.instance import Instance
+    from lm_eval.models.huggingface import HFLM
+    model = random_gpt(query_mode="nonlinear", vocab_size=256, data_vocab_size=256, block_size=64)
+    hf.export(model, BYTE_META, str(tmp_path / "hf"))
+    encode, decode = tokenizers.get_codec(BYTE_META)
+    want = [decode(model.generate(torch.tensor([encode(p)]), 12, temperature=0)[0, len(encode(p)):].tolist())
+            .split("\n\n")[0] for p in PROMPTS]
+    for batch_size in (1, 4):
+        lm = HFLM(pretrained=str(tmp_path / "hf"), trust_remote_code=True, dtype="float32", device="cpu",
+                  batch_size=batch_size)
+        requests = [Instance("generate_until", {}, (p, dict(until=["\n\n"], max_gen_toks=12, do_sample=False)), i)
+                    for i, p in enumerate(PROMPTS)]
+        assert lm.generate_until(requests, disable_tqdm=True) == want, batch_size
+    assert len(set(want)) == len(PROMPTS)

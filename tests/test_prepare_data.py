@@ -620,7 +620,7 @@ def test_unwritable_target_fails_before_any_work(case, tmp_path, monkeypatch):
     message = fails(data_dir, "local", "--input", "c.txt", "--name", "x", "--tokenizer", "byte")
     assert message.startswith(f"error: cannot write the output folder {data_dir / 'x'} (")
     if case == "read-only":
-        assert list(data_dir.iterdir()) == []  # the folder made for the check is gone again
+        assert not data_dir.exists()  # the folders made for the check are gone again
     else:
         assert (data_dir if case == "data_dir is a file" else data_dir / "x").read_text() == "a file"
 
@@ -636,6 +636,31 @@ def test_a_parquet_file_needs_a_readable_text_column(existing):
     message = fails(existing / "data", "local", "--input", str(existing / "cut.parquet"), "--name", "x",
                     "--overwrite", "--tokenizer", "byte")
     assert "cut.parquet: cannot read a 'text' column (" in message and "Parquet magic bytes not found" in message
+
+
+NOT_TEXT = {  # case: (file name, its JSONL lines or parquet 'text' column, expected message after its path)
+    "jsonl int": ("j.jsonl", '{"text": "fine"}\n\n{"text": 12345}\n',
+                  ":3: field 'text' must be a string, found int 12345"),
+    "jsonl list": ("j.jsonl", '{"text": ["a", "b"]}\n', ":1: field 'text' must be a string, found list ['a', 'b']"),
+    "parquet int column": ("n.parquet", [7, 12345], ": record 1: column 'text' must be a string, found int 7"),
+}
+
+
+@pytest.mark.parametrize("case", NOT_TEXT)
+def test_a_record_whose_text_is_not_a_string_is_named(case, tmp_path):
+    """Was a bare TypeError from the tokenizer, naming no file or record. Nothing is written, not even the
+    --data_dir this run would have made."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    name, content, expected = NOT_TEXT[case]
+    if name.endswith(".parquet"):
+        pq.write_table(pa.table({"text": content}), tmp_path / name)
+    else:
+        (tmp_path / name).write_text(content)
+    message = fails(tmp_path / "new" / "data", "local", "--input", str(tmp_path / name), "--name", "x",
+                    "--tokenizer", "byte")
+    assert message == f"error: {tmp_path / name}{expected}"
+    assert not (tmp_path / "new").exists()
 
 
 def test_openwebtext_offline_says_how_to_fix(shipped_data, tmp_path, monkeypatch):
@@ -672,8 +697,8 @@ def test_an_unforeseen_error_leaves_no_empty_folder(tmp_path, monkeypatch):
     monkeypatch.setattr(P, "prepare_texts", broken)
     with pytest.raises(ValueError, match="did not foresee"):
         P.main(["shakespeare_char", "--data_dir", str(tmp_path / "data")])
-    assert list((tmp_path / "data").iterdir()) == []
-    (tmp_path / "data" / "shakespeare_char").mkdir()  # a folder that was there before is kept
+    assert not (tmp_path / "data").exists()  # nor the --data_dir it made
+    (tmp_path / "data" / "shakespeare_char").mkdir(parents=True)  # a folder that was there before is kept
     with pytest.raises(ValueError, match="did not foresee"):
         P.main(["shakespeare_char", "--data_dir", str(tmp_path / "data")])
     assert [p.name for p in (tmp_path / "data").iterdir()] == ["shakespeare_char"]

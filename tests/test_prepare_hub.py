@@ -169,6 +169,11 @@ BAD_STREAMS = {  # case: (load_dataset's result or exception, extra args, messag
     "truncated gzip shard": (broken_stream(7, EOFError("Compressed file ended before the end-of-stream marker "
                                                        "was reached")), [],
                              ["the stream failed after 7 records (EOFError", "nothing was written"]),
+    "list-valued text": (datasets.Dataset.from_dict({"text": [["a", "b"], ["c"]]}).to_iterable_dataset(), [],
+                         ["someone/nope: record 1: column 'text' must be a string, found list ['a', 'b']"]),
+    "int text, another column": (datasets.Dataset.from_dict({"text": ["fine"], "n": [7]}).to_iterable_dataset(),
+                                 ["--text_column", "n"], ["someone/nope: record 1: column 'n' must be a string, "
+                                                          "found int 7"]),
     "no such dataset": (datasets.exceptions.DatasetNotFoundError("Dataset 'someone/nope' doesn't exist"), [],
                         ["cannot stream someone/nope (config en), split train", "doesn't exist"]),
     "bad split": (ValueError('Bad split: valid. Available splits: ["train"]'), [],
@@ -197,6 +202,15 @@ def test_bad_streams_keep_the_old_dataset(case, existing, monkeypatch):
         assert part in message
 
 
+@pytest.mark.parametrize("case", ["connection lost", "list-valued text"])
+def test_a_failed_stream_leaves_no_folder(case, tmp_path, monkeypatch):
+    """Nothing was written, and no folder is left: neither the dataset's nor the --data_dir this run made
+    (an empty data/ was left behind in a fresh clone)."""
+    monkeypatch.setattr(datasets, "load_dataset", lambda *args, **kwargs: BAD_STREAMS[case][0])
+    message = fails(tmp_path / "data", "hf", "--hf_dataset", "someone/nope", "--name", "x", "--tokenizer", "byte")
+    assert BAD_STREAMS[case][2][0] in message and list(tmp_path.iterdir()) == []
+
+
 @pytest.mark.parametrize("args, expected", [
     (["hf", "--name", "x"], "hf needs --hf_dataset NAME"),
     (["hf", "--hf_dataset", "a/b"], "needs --hf_dataset NAME (a Hugging Face Hub dataset) and --name NAME"),
@@ -207,6 +221,10 @@ def test_bad_streams_keep_the_old_dataset(case, existing, monkeypatch):
     (["fineweb_edu", "--text_column", "body"], "--text_column is an option of hf, not of fineweb_edu"),
     (["fineweb_edu", "--tokenizer", "char"], "fineweb_edu takes --tokenizer gpt2 or byte"),
     (["fineweb_edu", "--subset", "sample-1BT"], "invalid choice: 'sample-1BT'"),
+    (["fineweb_edu", "--max_docs", "0"], "argument --max_docs: must be an integer >= 1, got 0"),  # was: no text
+    (["fineweb_edu", "--max_docs", "-1"], "argument --max_docs: must be an integer >= 1, got -1"),  # a traceback
+    (["fineweb_edu", "--max_tokens", "0"], "argument --max_tokens: must be an integer >= 1, got 0"),
+    (["fineweb_edu", "--num_proc", "0"], "argument --num_proc: must be an integer >= 1, got 0"),
 ])
 def test_usage_errors(args, expected, capsys):
     with pytest.raises(SystemExit) as e:

@@ -4,6 +4,7 @@ import importlib
 import json
 import math
 import os
+import subprocess
 import sys
 
 import numpy as np
@@ -552,10 +553,37 @@ def test_seeds_needed_and_the_precision_table_by_hand():
 
 @pytest.mark.parametrize("library", ["matplotlib", "scipy"])
 def test_without_its_libraries_report_names_the_install_command(library, monkeypatch):
-    """matplotlib and scipy are extras (requirements-extra.txt): without one, report.py ends with one line."""
+    """matplotlib and scipy are extras: without one, report.py ends with one line naming the file of those two
+    (it named requirements-extra.txt, 1.9 GB with transformers and lm-eval)."""
     monkeypatch.setitem(sys.modules, library, None)  # an import of it now fails, as where it is not installed
     monkeypatch.delitem(sys.modules, "research.report")
     with pytest.raises(SystemExit) as e:
         importlib.import_module("research.report")
     assert e.value.code == (f"error: report.py needs {library}, which is not installed: "
-                            "pip install -r requirements-extra.txt")
+                            "pip install -r requirements-report.txt (scipy and matplotlib)")
+
+
+# the import names of the extras report.py does not need (requirements-extra.txt's other packages)
+NOT_THE_REPORTS = {"transformers": "transformers", "safetensors": "safetensors", "tokenizers": "tokenizers",
+                   "lm-eval[hf]": "lm_eval", "submitit": "submitit", "pytest": "pytest", "pytest-xdist": "xdist",
+                   "ruff": "ruff"}
+
+
+def test_report_needs_the_core_and_requirements_report_txt_alone(tmp_path):
+    """requirements-report.txt is the core and scipy and matplotlib, pinned there once (requirements-extra.txt
+    includes it); with every other extra unimportable, report.py compares two runs."""
+    from conftest import ROOT
+    packages = lambda name: [line.split("#")[0].split("==")[0].strip() for line in (ROOT / name).read_text()
+                             .splitlines() if line.split("#")[0].strip()]
+    assert packages("requirements-report.txt") == ["-r requirements.txt", "scipy", "matplotlib"]
+    extra = packages("requirements-extra.txt")
+    assert extra[0] == "-r requirements-report.txt" and sorted(extra[1:]) == sorted(NOT_THE_REPORTS)
+    for name, loss in (("a", 2.0), ("b", 1.9)):
+        write_plain_run(tmp_path / name, [dict(iter=10, tokens=640, val_loss=loss, ms_per_iter=1.0, elapsed_s=3.0)],
+                        max_iters=10, learning_rate=1e-3 * loss)
+    blocked = "; ".join(f"sys.modules[{m!r}] = None" for m in NOT_THE_REPORTS.values())
+    code = f"import sys; {blocked}; from research import report; report.main(['a', 'b', '--out', 'cmp'])"
+    proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert proc.returncode == 0, proc.stderr
+    assert "| a | 10 | 640 | 2.0000 | — | — | 3 s |" in proc.stdout and (tmp_path / "cmp" / "val_loss.png").exists()

@@ -93,6 +93,27 @@ def test_temperature_top_k_and_seed(run):
     assert hot == sample.main(common + ["--temperature", "1.5", "--seed", "4", "--no_cache"])  # same text
 
 
+@pytest.mark.parametrize("arg, message", [
+    ("--top_k=-3", "--top_k must be an integer >= 0 (0: no top-k filter), got -3"),
+    ("--temperature=-1", "--temperature must be a finite number >= 0 (0: greedy), got -1.0"),
+    ("--temperature=nan", "--temperature must be a finite number >= 0 (0: greedy), got nan"),
+    ("--max_new_tokens=-5", "--max_new_tokens must be an integer >= 0, got -5"),
+    ("--num_samples=0", "argument --num_samples: must be an integer >= 1, got 0"),
+])
+def test_bad_sampling_arguments_stop_before_the_checkpoint_is_read(arg, message, tmp_path, capsys):
+    """Was: a traceback from torch (--top_k=-3), greedy text (--temperature=-1), or nothing printed and exit
+    status 0 (--num_samples=0, --max_new_tokens=-5). The run folder does not exist: the arguments come first."""
+    with pytest.raises(SystemExit) as e:
+        sample.main(["--out_dir", str(tmp_path / "nope"), arg])
+    assert e.value.code == 2 and capsys.readouterr().err.endswith(f" error: {message}\n")
+
+
+def test_top_k_zero_samples_from_every_token(run):
+    """--top_k=0 means no top-k filter, as in transformers (it was an IndexError from torch.topk)."""
+    common = ["--out_dir", str(run[1]), "--start", "fox", "--max_new_tokens", "40", "--temperature", "1.5"]
+    assert sample.main(common + ["--top_k", "0"]) == sample.main(common) != sample.main(common + ["--top_k", "2"])
+
+
 def test_unavailable_device_is_a_clear_error(run, monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     with pytest.raises((ValueError, RuntimeError), match="CUDA is not available"):
