@@ -104,7 +104,7 @@ def train(cfg):
             cfg.update(pretrained.settings)
         model_cfg = model_config(cfg, data.meta["vocab_size"])
         check_model_fits(param_counts(model_cfg)["total"], device, world_size if cfg["fsdp"] else 1)
-        ckpt = run.open(model_cfg, data.meta, data_folder)  # None for a new run; locks out_dir
+        run.open(model_cfg, data.meta, data_folder)  # locks out_dir; reads and checks the checkpoint to resume
         torch.manual_seed(cfg["seed"])  # the same initial weights on every rank and in every run of this seed
         raw_model = GPT(model_cfg)
         if pretrained is not None:
@@ -119,10 +119,9 @@ def train(cfg):
         scaler = torch.amp.GradScaler(device_type, enabled=(ptdtype == torch.float16))
         train_gen = torch.Generator().manual_seed(cfg["seed"] + 1)  # the training stream of windows
         torch.manual_seed(cfg["seed"] + rank)  # dropout differs per rank
-        state = run.resume(ckpt, raw_model, optimizer, scaler, train_gen, rank, device, log,
+        state = run.resume(raw_model, optimizer, scaler, train_gen, rank, device, log,
                            pretrained.settings if pretrained else {})  # a new run: a fresh TrainState
         state.lr_decay_iters = decay_iters_for(cfg, state.lr_decay_iters, state.iter_num, log, get_lr)
-        del ckpt
         model = raw_model
         if use_compile(cfg, device_type):  # one compiled graph for the forward and backward passes
             model = torch.compile(model)

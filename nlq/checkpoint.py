@@ -228,7 +228,7 @@ class RunFolder:
     def __init__(self, cfg, master):
         self.cfg, self.master, self.dir = cfg, master, cfg["out_dir"]
         self.ckpt_path = os.path.join(self.dir, "ckpt.pt")
-        self.lock = None
+        self.lock = self.ckpt = None
         found = [f for f in ("model.safetensors", *BIN_FILES) if os.path.lexists(os.path.join(self.dir, f))]
         saved = read_saved_config(os.path.join(self.dir, "config.json"))
         if found or (saved is not None and "model_args" not in saved):
@@ -261,10 +261,10 @@ class RunFolder:
         return load_checkpoint(self.ckpt_path, mmap=True).get("init_settings", {})
 
     def open(self, model_cfg, meta, data_folder):
-        """Lock the folder for this run (rank 0) and return the checkpoint to resume, or None for a new run.
-        ValueError if the folder cannot be written, another train.py holds it, a new run would overwrite a
-        checkpoint, or a resume asks for other data or RESUME_FIXED settings than its checkpoint's. eval_only:
-        the folder is only read."""
+        """Lock the folder for this run (rank 0) and read the checkpoint a resume loads (self.ckpt; None for a
+        new run). ValueError if the folder cannot be written, another train.py holds it, a new run would
+        overwrite a checkpoint, or a resume asks for other data or RESUME_FIXED settings than its checkpoint's.
+        eval_only: the folder is only read."""
         if self.cfg["init_from"] == "resume" and not os.path.isfile(self.ckpt_path):
             raise FileNotFoundError(f"init_from=resume but {self.ckpt_path} does not exist")
         if not self.cfg["eval_only"]:
@@ -274,7 +274,7 @@ class RunFolder:
             if os.path.exists(self.ckpt_path) and not self.cfg["eval_only"]:  # never overwrite a trained model
                 raise ValueError(f"{self.ckpt_path} exists; continue it with --init_from=resume, or start the "
                                  f"new run in another out_dir")
-            return None
+            return
         ckpt = load_checkpoint(self.ckpt_path)
         if "dataset_meta" in ckpt and self.cfg["dataset"] == ckpt["config"]["dataset"]:
             check_same_dataset(ckpt["dataset_meta"], meta, data_folder)
@@ -287,7 +287,7 @@ class RunFolder:
             flags = " ".join(f"--{k}={ckpt['config'][k]}" for k in changed if ckpt["config"][k] != self.cfg[k])
             raise ValueError(f"settings differ from the checkpoint's (yours, checkpoint's): {changed}; resume with "
                              f"the checkpoint's settings ({flags}) or start a new out_dir")
-        return ckpt
+        self.ckpt = ckpt
 
     def lock_folder(self):
         """Make the folder and lock it for this train.py (rank 0); a folder that cannot be written fails now,
@@ -302,9 +302,10 @@ class RunFolder:
         except OSError as e:
             raise ValueError(f"cannot write to out_dir {self.dir} ({e.strerror or e}); choose another") from e
 
-    def resume(self, ckpt, model, optimizer, scaler, train_gen, rank, device, log, init_settings):
-        """Load a checkpoint into the model, optimizer, scaler and RNGs -> its TrainState; a new run (ckpt None)
-        gets a fresh one, which records init_settings (the model keys init_from's weights fixed)."""
+    def resume(self, model, optimizer, scaler, train_gen, rank, device, log, init_settings):
+        """Load the checkpoint open() read into the model, optimizer, scaler and RNGs -> its TrainState; a new
+        run gets a fresh one, which records init_settings (the model keys init_from's weights fixed)."""
+        ckpt, self.ckpt = self.ckpt, None  # (its memory is freed once loaded)
         if ckpt is None:
             return TrainState(initialised_from=self.cfg["init_from"], init_settings=init_settings)
         try:
