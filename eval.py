@@ -231,7 +231,7 @@ def hellaswag_table(r):
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter, allow_abbrev=False)
     p.add_argument("--out_dir", type=os.path.expanduser, default="out", help="a train.py out_dir, with ckpt.pt")
     p.add_argument("--split", choices=("train", "val"), default="val", help="the split to evaluate")
     p.add_argument("--full", action="store_true", help="the whole split in consecutive windows of block_size")

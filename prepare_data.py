@@ -462,7 +462,7 @@ def load_hf_stream(name, config=None, split="train"):
 
 def parse_args(argv=None):
     from nlq.settings import HelpFormatter, at_least  # here: the tokenizing workers need no torch
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter, allow_abbrev=False)
     p.add_argument("dataset", choices=DATASETS)
     p.add_argument("--data_dir", type=os.path.expanduser, default="data", help="output goes to DATA_DIR/NAME/")
     p.add_argument("--name", help="output folder name (default: DATASET; required for local and hf)")

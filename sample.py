@@ -59,7 +59,7 @@ def generate(model, meta, encode, decode, start="", num_samples=1, max_new_token
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter)
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter, allow_abbrev=False)
     p.add_argument("--out_dir", type=os.path.expanduser, default="out", help="folder with ckpt.pt (train.py's)")
     p.add_argument("--start", default="", help="prompt text, or FILE:path to read it from a file")
     p.add_argument("--num_samples", type=at_least(1), default=1, help="texts to generate")

@@ -36,8 +36,8 @@ from model import GPT
 from nlq.checkpoint import CheckpointNotWritten, RunFolder
 from nlq.data import TrainData, prepare_if_missing
 from nlq.distributed import (all_finite, all_reduce_sum, autocast, check_fsdp_support, check_model_fits,
-                             check_world_size, end_distributed, gradient_sync, resolve_device, setup_distributed,
-                             shard_model, use_compile)
+                             check_world_size, end_distributed, fsdp_gradient_sync, resolve_device,
+                             setup_distributed, shard_model, use_compile)
 from nlq.losses import EvalStopped, estimate_loss, full_split_loss, safe_exp
 from nlq.preemption import (EXIT_DIVERGED, EXIT_INTERRUPTED, EXIT_PREEMPTED, StopAtBoundary, StopSignals,
                             TrainingPreempted, stop_at_boundary)
@@ -202,8 +202,12 @@ class Loop:
         loss_sum = torch.zeros((), device=self.device)
         for micro in range(self.local_accum):
             x, y = self.data.batch(starts[micro], self.device)  # (B, T) each
-            # several processes reduce the gradients over the ranks in backward: after the last micro-batch only
-            with gradient_sync(self.model, self.raw_model, micro == self.local_accum - 1), self.ctx:
+            last = micro == self.local_accum - 1  # several processes reduce the gradients in this backward only
+            if isinstance(self.model, DDP):
+                self.model.require_backward_grad_sync = last  # DDP's all-reduce, as nanoGPT sets it
+            elif self.cfg["fsdp"]:
+                fsdp_gradient_sync(self.raw_model, last)  # FSDP's reduce-scatter, the same way
+            with self.ctx:
                 _, loss = self.model(x, y)
                 loss = loss / self.local_accum  # the step's gradient is the mean over its micro-batches
             self.scaler.scale(loss).backward()

@@ -336,7 +336,8 @@ def main(argv=None):
     FileNotFoundError / ValueError (nothing written) for a bad input, a missing dataset or an output that
     exists already.
     """
-    p = argparse.ArgumentParser(prog="python -m interop.convert", description=__doc__, formatter_class=HelpFormatter)
+    p = argparse.ArgumentParser(prog="python -m interop.convert", description=__doc__, formatter_class=HelpFormatter,
+                                allow_abbrev=False)
     sub = p.add_subparsers(dest="format", required=True)
     o = sub.add_parser("official", help="the paper's train.py checkpoint -> an nlq run folder",
                        formatter_class=HelpFormatter)

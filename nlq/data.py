@@ -43,8 +43,8 @@ def load_meta(folder):
     damaged."""
     path = os.path.join(folder, "meta.json")
     if not os.path.isfile(path):
-        raise FileNotFoundError(f"{path} not found: {folder} is not a prepared dataset; run python "
-                                f"prepare_data.py DATASET")
+        raise FileNotFoundError(f"{path} not found: {folder} is not a prepared dataset; prepare it (python "
+                                f"prepare_data.py --help: openwebtext, shakespeare_char, your own text with local)")
     try:
         with open(path, encoding="utf-8") as f:
             meta = json.load(f)

@@ -14,7 +14,6 @@ from contextlib import nullcontext
 
 import torch
 import torch.distributed as dist
-from torch.nn.parallel import DistributedDataParallel as DDP
 
 
 # ------------------------------------------------------------------------------------------------ devices
@@ -118,16 +117,11 @@ def all_reduce_sum(t):
     return t
 
 
-def gradient_sync(model, raw_model, sync):
-    """The context for one micro-step: its backward reduces gradients across ranks only if sync (the step's
-    last micro-step). DDP: no_sync() otherwise; FSDP: each rank accumulates unsharded gradients and keeps the
-    gathered weights, and reduce-scatters once, at the end."""
-    if isinstance(model, DDP):
-        return nullcontext() if sync else model.no_sync()
-    if is_fsdp(raw_model):
-        raw_model.set_requires_gradient_sync(sync)
-        raw_model.set_reshard_after_backward(sync)
-    return nullcontext()
+def fsdp_gradient_sync(model, sync):
+    """FSDP's gradient reduction for the next backward: only if sync (a step's last micro-batch). Until then
+    each rank accumulates unsharded gradients and keeps the gathered weights; then it reduce-scatters once."""
+    model.set_requires_gradient_sync(sync)
+    model.set_reshard_after_backward(sync)
 
 
 # ------------------------------------------------------------------------------------------------- FSDP2

@@ -195,7 +195,11 @@ def read_config_file(path):
     """The names a config (or study) file assigns: plain Python; names starting with _, modules and functions
     skipped. FileNotFoundError or ValueError naming the file."""
     if not os.path.isfile(path):
-        raise FileNotFoundError(f"{path} not found")
+        folder = os.path.dirname(path) or "."
+        near = difflib.get_close_matches(os.path.basename(path), os.listdir(folder) if os.path.isdir(folder) else [],
+                                         n=1, cutoff=0.7)  # nanoGPT's train_shakespeare_char.py: shakespeare_char.py
+        raise FileNotFoundError(f"{path} not found" + (f"; did you mean {os.path.join(folder, near[0])}?" if near
+                                                       else ""))
     namespace = {}
     try:
         with open(path) as f:

@@ -856,7 +856,8 @@ def check_out(p, out, study_name):
 
 def main(argv=None):
     """A study file: write its report, return its markdown. Run folders: compare them, return the text."""
-    p = argparse.ArgumentParser(prog="python -m research.report", description=__doc__, formatter_class=HelpFormatter)
+    p = argparse.ArgumentParser(prog="python -m research.report", description=__doc__, formatter_class=HelpFormatter,
+                                allow_abbrev=False)
     p.add_argument("study", nargs="+", help="a study file, or train.py run folders to compare")
     p.add_argument("--out", type=os.path.expanduser, default=None,
                    help="output folder (default: results/<study name>; for run folders: out/compare)")

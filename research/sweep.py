@@ -421,7 +421,7 @@ def slurm_settings(study, args):
 # ------------------------------------------------------------------------------------------ the command line
 def parse_args(argv):
     parser = argparse.ArgumentParser(prog="python -m research.sweep", description=__doc__,
-                                     formatter_class=HelpFormatter)
+                                     formatter_class=HelpFormatter, allow_abbrev=False)
     arg = parser.add_argument
     arg("study", help="study file, e.g. studies/enwiki_cpu.py")
     arg("--jobs", type=int, default=1, help="runs at a time on this machine")

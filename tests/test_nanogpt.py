@@ -112,3 +112,14 @@ def test_did_you_mean_only_for_close_names():
     with pytest.raises(ValueError) as e:
         settings.parse_config(["--iters=3"])
     assert str(e.value) == "unknown config key 'iters'"
+
+
+def test_a_nanogpt_habit_gets_a_hint(tmp_path, capsys):
+    """nanoGPT's config name finds nlq's; the scripts' options are never abbreviated (train.py's keys are not)."""
+    import sample
+    with pytest.raises(FileNotFoundError, match=r"config/train_shakespeare_char.py not found; did you mean "
+                                                r".*config/shakespeare_char.py\?"):
+        settings.parse_config([str(ROOT / "config" / "train_shakespeare_char.py")])
+    with pytest.raises(SystemExit):
+        sample.parse_args(["--num_sample=2"])
+    assert "unrecognized arguments: --num_sample=2" in capsys.readouterr().err
