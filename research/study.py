@@ -100,9 +100,10 @@ def make_study(keys, quick=None):
 
 def make_ladder(keys, quick=None):
     """A scaling ladder: one study at several model sizes. keys["rungs"]: {rung name: the train.py keys of that
-    size (its shape and token budget) and, optionally, its own learning_rates}. Each rung is a study (make_study)
-    with the ladder's arms, seeds and search, its keys on top of the overrides and its runs in
-    <runs_dir>/<rung>: every size gets the same protocol. -> dict(name, runs_dir, quick, rungs={rung: study})."""
+    size (its shape and token budget) and, optionally, its own learning_rates and final_overrides (on top of the
+    ladder's)}. Each rung is a study (make_study) with the ladder's arms, seeds and search, its keys on top of the
+    overrides and its runs in <runs_dir>/<rung>: every size gets the same protocol. -> dict(name, runs_dir,
+    quick, rungs={rung: study})."""
     rungs = keys["rungs"]
     require(isinstance(rungs, dict) and rungs and all(isinstance(r, str) and PLAIN_NAME.fullmatch(r)
                                                       and isinstance(k, dict) for r, k in rungs.items()),
@@ -112,10 +113,11 @@ def make_ladder(keys, quick=None):
     for rung, rung_keys in rungs.items():
         rung_keys = dict(rung_keys)
         lrs = rung_keys.pop("learning_rates", keys.get("learning_rates"))
+        final = {**keys.get("final_overrides", {}), **rung_keys.pop("final_overrides", {})}
         runs_dir = os.path.join(keys.get("runs_dir") or os.path.join("results", str(keys.get("name")), "runs"), rung)
         try:
             study = make_study({**keys, "overrides": {**keys.get("overrides", {}), **rung_keys},
-                                "learning_rates": lrs, "runs_dir": runs_dir}, quick)
+                                "learning_rates": lrs, "runs_dir": runs_dir, "final_overrides": final}, quick)
         except ValueError as e:
             raise ValueError(f"rung {rung}: {e}") from None
         if quick is not None:  # each rung its own scratch folder
@@ -885,7 +887,7 @@ def ladder_dry_run(ladder, tokens_per_s=None, bench_json=None):
                     f"{b['per_param']:.1f} | {b['per_non_embedding']:.1f} | {b['flops']:.3g} "
                     f"| {span(*cost[:2], 'd')} | {span(*cost[2:], ',.1f')} |")
     return "\n\n".join([f"plan of ladder {ladder['name']} (dry run: nothing is started)", source, LEGEND] + parts + [
-        f"## the ladder {ladder['name']}: cost by size", f"A final run of the reference arm: tokens per parameter on "
+        f"## the ladder {ladder['name']}: cost by rung", f"A final run of the reference arm: tokens per parameter on "
         f"total parameters (embeddings included: the convention), and on non-embedding parameters; training FLOPs = "
         f"FLOPs per token x tokens.\n\n| rung | parameters | non-embedding | tokens a final run | tokens per parameter "
         f"| per non-embedding parameter | training FLOPs | runs | {unit}-hours |\n"
