@@ -10,9 +10,12 @@ set seeds_per_arm (arm -> how many of seeds), reference (the arm the others are 
 contrasts ([(arm, other, "what the pair isolates")]), max_extensions (2), half_steps (True), precision
 (report.py's target CI half-width, a fraction of the loss), slurm (sweep.py --executor slurm's partition, time,
 gpus_per_run, extra), runs_dir (results/<name>/runs; studies may share one for arms that are one experiment),
-stall_margin (None; e.g. 2: STALL_RULE), also_search ({}; e.g. {"weight_decay": [0.05, 0.1, 0.2]}: a second
-key searched with the rate, expand_variants) and final_overrides ({}; train.py keys of the final runs alone,
-e.g. a longer horizon than the search's).
+stall_margin (None; e.g. 2: no rate chosen within a x2 step below a rate, or at a rate, where a selection run
+stalled or diverged), also_search ({}; e.g. {"weight_decay": [0.05, 0.1, 0.2]}: a second key searched with the
+rate, each arm a variant per value, the best variant on the final seeds) and final_overrides ({}; train.py keys
+of the final runs alone, e.g. a longer horizon than the search's). Token budgets are stated in tokens per parameter
+on total parameters, embeddings included (--dry_run prints them that way, per non-embedding parameter and in
+FLOPs).
 
 Per arm: (1) the grid on the selection seeds; (2) while the best rate is the smallest or the largest swept, one
 more grid step beyond it (at most max_extensions); (3) half steps x/√2 and x·√2 around the best; (4) the best
@@ -181,7 +184,7 @@ def check_options(study):
             f"a dict with some of the keys {', '.join(SLURM_KEYS)}")
     margin = study["stall_margin"]
     require(margin is None or type(margin) in (int, float) and margin >= 1, "stall_margin",
-            "None or a factor >= 1 (2: the chosen rate at most half the lowest rate whose selection runs stalled)")
+            "None or a factor >= 1 (2: no rate chosen within a x2 step below a stalled or diverged selection run)")
     require(isinstance(study["final_overrides"], dict), "final_overrides", "a dict of train.py keys")
     extra = study["also_search"]
     require(isinstance(extra, dict) and len(extra) <= 1 and all(
@@ -524,13 +527,14 @@ STALL_AT, STALL_DROP = 0.5, 0.05
 STALL_TEXT = (f"A run is *stalled* when at the first eval at or after {STALL_AT:.0%} of its steps its val loss "
               f"(fixed windows) is still within {STALL_DROP:.0%} of its loss at the first eval after step 0 "
               f"(it has not left the early plateau).")
-STALL_RULE = ("With stall_margin m, the chosen rate is at most the lowest swept rate at which a selection run "
-              "stalled or diverged, divided by m (with a 1% allowance for the 3-digit rates): m = 2 keeps it a x2 "
-              "step below the first failure. A rate next to one whose runs stall stalls on other seeds too: on the "
-              "CPU curves (results/lr_sensitivity_cpu) the mean over 3 selection seeds chose the nonlinear query's "
-              "rate one √2 step below its first stalled selection run, and 5 of its 12 final runs there stalled or "
-              "left the plateau late. The search adds no rate above that ceiling, and extends downward while no "
-              "swept rate is below it.")
+STALL_RULE = ("With stall_margin m, a rate is chosen only if no selection run stalled or diverged at it or at any "
+              "swept rate less than m times above it (a 1% allowance for the 3-digit rates): m = 2 keeps the "
+              "choice a x2 step below the first failure above it. A rate next to one whose runs stall stalls on "
+              "other seeds too: on the CPU curves (results/lr_sensitivity_cpu) the mean over 3 selection seeds "
+              "chose the nonlinear query's rate one √2 step below its first stalled selection run, and 5 of its 12 "
+              "final runs there stalled or left the plateau late. Failures below a rate do not count against it "
+              "(a rate too low to leave the plateau by half-way reads as stalled too). The search runs no half "
+              "step the rule rules out, and extends downward while it rules out every swept rate.")
 
 
 def is_stalled(rows, max_iters):
@@ -550,11 +554,11 @@ def failed_rates(study, arm, swept):
                    and (is_diverged(rows[-1]) or is_stalled(rows, run_config(study, arm, lr, seed)["max_iters"]))})
 
 
-def rate_ceiling(study, arm, swept):
-    """The highest rate the stall rule (STALL_RULE) lets an arm's search choose: inf without a stall_margin or
-    a stalled or diverged selection run."""
-    failed = failed_rates(study, arm, swept) if study["stall_margin"] else []
-    return failed[0] / study["stall_margin"] * 1.01 if failed else math.inf
+def stall_rule(study, arm, swept):
+    """The stall rule (STALL_RULE) over an arm's swept rates -> a function lr -> the failed rate that rules lr
+    out, or None where the rule allows lr (always, without a stall_margin)."""
+    failed, m = failed_rates(study, arm, swept) if study["stall_margin"] else [], study["stall_margin"]
+    return lambda lr: next((f for f in failed if lr <= f and lr > f / m * 1.01), None)
 
 
 def search(study, arm):
@@ -568,47 +572,43 @@ def search(study, arm):
     runs = lambda lrs: [(arm, lr, s) for lr in lrs for s in sel if not is_finished(study, arm, lr, s)]
     out = lambda due, best=None: dict(due=due, swept=sorted(swept), best=best, notes=notes,
                                       losses={lr: selection_loss(study, arm, lr) for lr in sorted(swept)})
-    ceiling = lambda: rate_ceiling(study, arm, swept)
-    best = lambda: pick_best_lr({lr: selection_loss(study, arm, lr) for lr in swept if lr <= ceiling()})
+    ruled_out = lambda lr: stall_rule(study, arm, swept)(lr)  # (swept grows: the rule is read anew each time)
+    best = lambda: pick_best_lr({lr: selection_loss(study, arm, lr) for lr in swept if ruled_out(lr) is None})
     if runs(swept):  # (1) the grid
         return out(runs(swept))
     ratio = swept[1] / swept[0]  # the grid's step (a search has two rates or more: check_grids)
     for extensions in range(study["max_extensions"] + 1):  # (2) extend while the best is at an edge
         lr, lo, hi = best(), min(swept), max(swept)
-        if lr is None and ceiling() == math.inf:
+        if lr is None and not any(map(ruled_out, swept)):
             notes.append("every swept learning rate diverged")
             return out([])
-        if lr is None:  # the stall rule leaves no swept rate: look lower
-            notes.append(f"no swept rate is at or below the stall ceiling {ceiling():.3g}")
+        if lr is None:  # the stall rule rules out every swept rate: look lower
+            notes.append("the stall rule rules out every swept rate")
         elif lr not in (lo, hi):
             break
         if extensions == study["max_extensions"]:
-            notes.append(f"best rate {lr if lr is not None else lo:g} is still at the edge after {extensions} "
-                         f"extensions")
+            notes.append(f"best rate {lr or lo:g} is still at the edge after {extensions} extensions")
             break
         new = round_lr(lr * ratio if lr == hi and lr != lo else (lr or lo) / ratio)
-        if lr is not None and new > ceiling():
-            notes.append(f"best rate {lr:g} is at the upper edge, but {new:g} is above the stall ceiling")
-            break
         notes.append(f"best rate {lr or lo:g} was at the {'upper' if new > hi else 'lower'} edge: added {new:g}")
         swept.append(new)
         if runs([new]):
             return out(runs([new]))
-    if study["half_steps"] and best() is not None:  # (3) half steps around the best, none above the ceiling
+    if study["half_steps"] and best() is not None:  # (3) half steps around the best that the rule allows
         lr = best()
         swept += [h for h in (round_lr(lr / math.sqrt(2)), round_lr(lr * math.sqrt(2)))
-                  if h not in swept and h <= ceiling()]
+                  if h not in swept and ruled_out(h) is None]
         if runs(swept):
             return out(runs(swept))
-    lr, failed = best(), failed_rates(study, arm, swept) if study["stall_margin"] else []
-    if failed:
-        notes.append(f"stall rule: a selection run stalled or diverged at {failed[0]:g}, so no rate above "
-                     f"{ceiling():.3g} is chosen")
-    if lr is None:  # every swept rate is within the margin of a failure, after every extension
+    lr, ruled = best(), {r: ruled_out(r) for r in swept if ruled_out(r) is not None}
+    if ruled:
+        notes.append("stall rule: " + ", ".join(f"{r:g}" for r in ruled) + " ruled out (a selection run stalled "
+                     "or diverged at " + ", ".join(sorted({f"{f:g}" for f in ruled.values()})) + ")")
+    if lr is None:  # the rule rules out every swept rate, after every extension
         finite = [r for r in swept if (selection_loss(study, arm, r) or math.inf) < math.inf]
         lr = min(finite, default=None)
         notes.append("every swept learning rate diverged" if lr is None else
-                     f"no swept rate is below the stall ceiling: chose the lowest with a finite loss, {lr:g}")
+                     f"the stall rule rules out every swept rate: chose the lowest with a finite loss, {lr:g}")
     return out([], best=lr)
 
 

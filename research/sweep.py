@@ -41,6 +41,7 @@ from nlq.checkpoint import atomic_write_text, is_locked, lock_file
 from nlq.distributed import resolve_device
 from nlq.preemption import EXIT_DIVERGED, EXIT_INTERRUPTED, EXIT_PREEMPTED
 from nlq.settings import HelpFormatter
+from research import study as study_file
 from research.study import (QUICK_DIR, QUICK_FRACTION, ROOT, arm_config, check_data, check_settings, dry_run, due_runs,
                             final_row, final_val_loss, is_diverged, is_finished, ladder_dry_run, load_study, plan,
                             quick_option, run_args, run_config, run_dir, rungs_of, still_searching, study_progress)
@@ -421,7 +422,7 @@ def slurm_settings(study, args):
 # ------------------------------------------------------------------------------------------ the command line
 def parse_args(argv):
     parser = argparse.ArgumentParser(prog="python -m research.sweep", description=__doc__,
-                                     formatter_class=HelpFormatter)
+                                     formatter_class=HelpFormatter, epilog=f"The study file:{study_file.__doc__}")
     arg = parser.add_argument
     arg("study", help="study file, e.g. studies/enwiki_cpu.py")
     arg("--jobs", type=int, default=1, help="runs at a time on this machine")

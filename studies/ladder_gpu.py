@@ -10,8 +10,8 @@
 # final run's steps, then a cosine to lr / 10.
 # Tuning, the same for every rung and arm: a base grid of x2 steps around GPT-3's and Pythia's rates for the size
 # (6e-4 at 125M, 1e-3 at 70M), extended at an edge, then half steps, chosen on the mean of two selection seeds
-# (1337, 1338) with the stall rule (stall_margin = 2: no rate above half the lowest rate at which a selection run
-# stalled or diverged; results/lr_sensitivity_cpu). Selection runs are a quarter of a final run (5 tokens per
+# (1337, 1338) with the stall rule (stall_margin = 2: no rate at or within a x2 step below a rate at which a
+# selection run stalled or diverged; results/lr_sensitivity_cpu). Selection runs are a quarter of a final run (5 tokens per
 # parameter, the same warmup steps: the early phase where stalls happen is the final runs'); the chosen rate then
 # runs on final seeds 2001-2003 at 20 tokens per parameter, paired by seed. Selecting at the full budget instead
 # would cost about 76-100 GPU-hours.

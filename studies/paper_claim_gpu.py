@@ -10,8 +10,8 @@
 # Search, the same for every arm: weight decay 0.05, 0.1 (the paper's) and 0.2 (also_search), and for each a
 # learning-rate search from the grid 6e-4, 1.2e-3, 2.4e-3 (x2 steps, the paper's linear rate at the bottom and
 # its method's range inside), extended at an edge (at most twice), then half steps; each point is the mean of two
-# selection seeds (1337, 1338) with the stall rule (stall_margin = 2: no rate above half the lowest rate at which
-# a selection run stalled or diverged). Selection runs: 3,000 steps, warmup 100 and a cosine to lr / 10 at 3,000
+# selection seeds (1337, 1338) with the stall rule (stall_margin = 2: no rate at or within a x2 step below a rate
+# at which a selection run stalled or diverged). Selection runs: 3,000 steps, warmup 100 and a cosine to lr / 10 at 3,000
 # (the paper's schedule shrunk 20x). The (rate, weight decay) with the lowest mean selection loss then runs on
 # final seeds 2001-2003 with the paper's schedule (warmup 2,000, cosine to lr / 10 at 60,000): paired statistics
 # against linear on the whole val split, and nonlinear against linear + QK-norm. A rate chosen at a twentieth of

@@ -780,8 +780,8 @@ def curve_run(study, arm, lr, seed, final, stalled=False):
 
 def test_the_stall_rule_keeps_the_chosen_rate_a_margin_below_a_stall(study_file):
     """Two selection seeds, stall_margin 2. 8e-3 has the lowest mean loss, but seed 3 stalled there: no rate
-    above 8e-3 / 2 (+1%) may be chosen, so 4e-3 wins, no extension is tried above 8e-3, and only the lower half
-    step is run. Without the rule the search would extend to 1.6e-2."""
+    within a x2 step below it (+1%) may be chosen, so 4e-3 wins, and of its half steps only the lower one runs
+    (5.66e-3 is ruled out). Without the rule the search would extend to 1.6e-2."""
     text = study_file.read_text().replace("learning_rates = [1e-2, 3e-3]", "learning_rates = [2e-3, 4e-3, 8e-3]")
     text = text.replace("selection_seeds = [1]", "selection_seeds = [1, 3]")
     study_file.write_text(text.replace("half_steps = False\nmax_extensions = 0\n", "stall_margin = 2\n"))
@@ -790,29 +790,32 @@ def test_the_stall_rule_keeps_the_chosen_rate_a_margin_below_a_stall(study_file)
         curve_run(study, "linear", lr, 1, loss)
         curve_run(study, "linear", lr, 3, loss + 0.02, stalled=lr == 8e-3)
     p = plan(study, "linear")
-    assert p["due"] == [("linear", 0.00283, 1), ("linear", 0.00283, 3)]  # 5.66e-3 is above the ceiling 4.04e-3
+    assert p["due"] == [("linear", 0.00283, 1), ("linear", 0.00283, 3)]
     for seed in (1, 3):
         curve_run(study, "linear", 0.00283, seed, 2.25)
     p = plan(study, "linear")
     assert p["chosen"] == 4e-3 and p["due"] == [("linear", 4e-3, 2)]
-    assert p["notes"] == ["stall rule: a selection run stalled or diverged at 0.008, so no rate above 0.00404 is "
-                          "chosen"]
+    assert p["notes"] == ["stall rule: 0.008 ruled out (a selection run stalled or diverged at 0.008)"]
     no_rule = load_study(str(study_file.rename(study_file.with_name("no_rule.py"))))  # the same runs, no rule:
     no_rule["stall_margin"] = None
     assert plan(no_rule, "linear")["due"] == [("linear", 0.016, 1), ("linear", 0.016, 3)]  # the edge: extend up
 
 
-def test_the_stall_rule_looks_lower_when_the_lowest_rate_stalled(study_file):
+def test_a_stall_below_a_rate_does_not_count_against_it(study_file):
+    """A rate too low to leave the plateau by half-way reads as stalled: it is ruled out, the rates above it are
+    not (the search extends upward from 4e-3). Where every swept rate is ruled out, the search looks lower."""
     text = study_file.read_text().replace("learning_rates = [1e-2, 3e-3]", "learning_rates = [2e-3, 4e-3]")
     study_file.write_text(text.replace("max_extensions = 0\n", "max_extensions = 1\nstall_margin = 2\n"))
     study = load_study(str(study_file))
-    curve_run(study, "nonlinear", 2e-3, 1, 2.4, stalled=True)
+    curve_run(study, "nonlinear", 2e-3, 1, 2.6, stalled=True)
     curve_run(study, "nonlinear", 4e-3, 1, 2.3)
-    p = plan(study, "nonlinear")
-    assert p["due"] == [("nonlinear", 1e-3, 1)] and p["notes"][0] == ("no swept rate is at or below the stall "
-                                                                      "ceiling 0.00101")
-    curve_run(study, "nonlinear", 1e-3, 1, 2.6)
-    assert plan(study, "nonlinear")["chosen"] == 1e-3  # above it, every rate is within the margin of the stall
+    assert plan(study, "nonlinear")["due"] == [("nonlinear", 8e-3, 1)]
+    curve_run(study, "linear", 2e-3, 1, 2.4, stalled=True)
+    curve_run(study, "linear", 4e-3, 1, 2.3, stalled=True)
+    p = plan(study, "linear")
+    assert p["due"] == [("linear", 1e-3, 1)] and p["notes"][0] == "the stall rule rules out every swept rate"
+    curve_run(study, "linear", 1e-3, 1, 2.6)
+    assert plan(study, "linear")["chosen"] == 1e-3  # 2e-3 and 4e-3 stalled; 1e-3 is half of the lowest of them
 
 
 ALSO_SEARCH = ("half_steps = False\nmax_extensions = 0\nalso_search = {'weight_decay': [0.0, 0.1]}\n"
@@ -855,3 +858,25 @@ def test_also_search_tunes_a_second_key_and_final_overrides_lengthen_the_final_r
     assert "| -0.1000 (n=1) |" in text  # nonlinear - linear on the final seed, paired
     assert "| 0.003 | 2.3000 | **2.1000** | **2.0000** | 2.3000 |" in text  # the search, every variant
     assert "Each arm's weight_decay is searched with its rate" in text and "max_iters=30" in text
+
+
+def test_selection_over_two_seeds_through_the_sweep_and_the_report(tmp_path):
+    """One arm, 2 rates x selection seeds 1 and 3 with the stall rule, then the final seed: real runs through
+    sweep.py, and report.py's learning-rate curves, search table (each rate's mean over both seeds) and the
+    probe's plot from the runs' metrics."""
+    study_file = tiny_study(tmp_path, "half_steps = False\nmax_extensions = 0\nstall_margin = 2\n" + ONE_ARM
+                            + "selection_seeds = [1, 3]\n")
+    sweep.main([str(study_file), "--jobs", "2", "--threads", "1"])
+    study = load_study(str(study_file))
+    final = lambda lr, seed: final_row(run_dir(study, "linear", lr, seed))["val_loss_full"]
+    means = {lr: (final(lr, 1) + final(lr, 3)) / 2 for lr in (3e-3, 1e-2)}
+    p = plan(study, "linear")
+    # (the rule allows the best: a slow low rate may read as stalled, and a failure below counts against no rate)
+    assert p["losses"] == pytest.approx(means) and p["chosen"] == min(means, key=means.get)
+    assert is_finished(study, "linear", p["chosen"], 2) and due_runs(study) == []
+    text = report.main([str(study_file), "--out", str(tmp_path / "report")])
+    assert "## Learning-rate curves (final loss over selection seeds [1, 3])" in text
+    assert f"| {p['chosen']:g} | **{means[p['chosen']]:.4f}** |" in text  # the search table: the 2 seeds' mean
+    assert "The stall rule (stall_margin 2)" in text and "![probe](probe.png)" in text
+    for png in ("lr_curves.png", "probe.png"):
+        assert (tmp_path / "report" / png).read_bytes().startswith(b"\x89PNG")
