@@ -180,7 +180,6 @@ class Loop:
         self.tokens_per_iter = cfg["gradient_accumulation_steps"] * cfg["batch_size"] * cfg["block_size"]
         self.progress = Progress(cfg, raw_model, self.tokens_per_iter, cfg["batch_size"] * self.local_accum,
                                  state.elapsed_s, state.resumed_at or 0)
-        self.probe_x = probe_batch(data, device)  # a few fixed val windows: attention's inside at each eval
 
     def run(self):
         """Train from state.iter_num to max_iters -> the last eval's losses."""
@@ -275,7 +274,7 @@ class Loop:
         row = dict(iter=state.iter_num, tokens=state.tokens, lr=get_lr(max(state.iter_num - 1, 0), cfg,
                    state.lr_decay_iters), train_loss=losses["train"], val_loss=losses["val"],
                    val_ppl=safe_exp(losses["val"]), **self.progress.eval_fields(),
-                   **attention_probe(self.raw_model, self.probe_x, self.ctx))  # nlq/probe.py
+                   **attention_probe(self.raw_model, probe_batch(self.data, self.device), self.ctx))  # nlq/probe.py
         if "val_full" in losses:
             row["val_loss_full"] = losses["val_full"]
         self.log(f"eval iter {state.iter_num}: train loss {losses['train']:.4f}, val loss {losses['val']:.4f}, "

@@ -49,8 +49,7 @@ from research.paired import (fmt_ci, mean_ci, multiplier, paired_difference, rob
                              trend, verdict, welch_p)
 from research.study import (QUICK_DIR, QUICK_FRACTION, STALL_RULE, STALL_TEXT, arm_config, final_seeds, final_val_loss,
                             group_of, is_diverged, is_final, load_study, pick_best_lr, plan, quick_option,
-                            read_saved_config,
-                            run_config, run_dir, run_tokens, rungs_of)
+                            read_saved_config, run_config, run_dir, run_tokens, rungs_of, value_name)
 from research.study import is_stalled as stalled_rows
 
 
@@ -778,7 +777,7 @@ def by_arm(study, data):
         winner = next((v for v in variants if data[v]["plan"]["chosen"] is not None), next(iter(variants)))
         arms[group], grids[group] = study["arms"][winner], study["grids"][winner]
         ran = data[winner]["plan"]["chosen"] is not None
-        view[group] = {**data[winner], "label": f"{group} ({key} {variants[winner]:g})" if ran else group}
+        view[group] = {**data[winner], "label": f"{group} ({key} {value_name(variants[winner])})" if ran else group}
     spa = {group: study["seeds_per_arm"][next(iter(vs))] for group, vs in study["groups"].items()
            if next(iter(vs)) in study["seeds_per_arm"]}
     return {**study, "arms": arms, "grids": grids, "seeds_per_arm": spa, "groups": {}}, view

@@ -250,12 +250,17 @@ def expand_variants(study):
     for arm, keys in study["arms"].items():
         study["groups"][arm] = {}
         for value in values:
-            variant = f"{arm}.{key}{value:g}" if type(value) in (int, float) else f"{arm}.{key}{value}"
+            variant = f"{arm}.{key}{value_name(value)}"
             require(PLAIN_NAME.fullmatch(variant), f"also_search's variant name {variant!r}", "a plain folder name")
             arms[variant], grids[variant] = {**keys, key: value}, study["grids"][arm]
             study["groups"][arm][variant] = value
     study["seeds_per_arm"] = {v: n for arm, n in study["seeds_per_arm"].items() for v in study["groups"][arm]}
     study["arms"], study["grids"] = arms, grids
+
+
+def value_name(value):
+    """A searched value as variant names and reports write it: 0.1, 0, or the value's text."""
+    return f"{value:g}" if type(value) in (int, float) else str(value)
 
 
 def group_of(study, arm):
