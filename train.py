@@ -41,6 +41,7 @@ from nlq.distributed import (all_finite, all_reduce_sum, autocast, check_fsdp_su
 from nlq.losses import EvalStopped, estimate_loss, full_split_loss, safe_exp
 from nlq.preemption import (EXIT_DIVERGED, EXIT_INTERRUPTED, EXIT_PREEMPTED, StopAtBoundary, StopSignals,
                             TrainingPreempted, stop_at_boundary)
+from nlq.probe import attention_probe, probe_batch
 from nlq.progress import Progress
 from nlq.schedule import decay_iters_for
 from nlq.settings import describe, model_config, param_counts, parse_config, settings_help, validate
@@ -260,7 +261,8 @@ class Loop:
                                  ctrl_c=isinstance(e, KeyboardInterrupt)) from None
         row = dict(iter=state.iter_num, tokens=state.tokens, lr=get_lr(max(state.iter_num - 1, 0), cfg,
                    state.lr_decay_iters), train_loss=losses["train"], val_loss=losses["val"],
-                   val_ppl=safe_exp(losses["val"]), **self.progress.eval_fields())
+                   val_ppl=safe_exp(losses["val"]), **self.progress.eval_fields(),
+                   **attention_probe(self.raw_model, probe_batch(self.data, self.device), self.ctx))  # nlq/probe.py
         if "val_full" in losses:
             row["val_loss_full"] = losses["val_full"]
         self.log(f"eval iter {state.iter_num}: train loss {losses['train']:.4f}, val loss {losses['val']:.4f}, "

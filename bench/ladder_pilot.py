@@ -8,9 +8,10 @@ about 9 minutes that measure what its cost model assumes and try its first rung 
    nonlinear: tokens/s and MFU. The rows go to OUT/bench_rungs.json, which `sweep.py studies/ladder_gpu.py
    --dry_run --bench_json OUT/bench_rungs.json` then counts GPU-hours with (each rung at its own measured
    speed, where the committed figures scale one 12 x 768 measurement by FLOPs per token).
-2. The smallest rung's linear and nonlinear arms on the first two final seeds, at the middle rate of the rung's
-   grid, for its whole token budget, on a small prepared GPT-2 BPE dataset (the Wikipedia of ../shared/data:
-   13 MB of bins, so the pilot needs no OpenWebText): their losses and wall times, in OUT/runs/.
+2. The smallest rung's linear and nonlinear arms on its two selection seeds, at the middle rate of the rung's
+   grid, as selection runs (a quarter of a final run's tokens), on a small prepared GPT-2 BPE dataset (the
+   Wikipedia of ../shared/data: 13 MB of bins, so the pilot needs no OpenWebText): their losses and wall times,
+   in OUT/runs/.
 Each step runs only if its timeout still fits in --budget seconds from the start; what did not is named.
 """
 import argparse
@@ -38,10 +39,10 @@ def commands(out, data_dir, dataset):
     smallest = next(iter(ladder["rungs"].values()))
     grid = smallest["grids"]["linear"]
     for arm in ("linear", "nonlinear"):
-        for seed in smallest["seeds"][:2]:
+        for seed in smallest["selection_seeds"][:2]:
             args = [a for a in run_args(smallest, arm, grid[len(grid) // 2], seed)
                     if not a.startswith(("--out_dir=", "--data_dir=", "--dataset="))]
-            steps.append((f"train {arm} seed {seed}", 90, [
+            steps.append((f"train {arm} seed {seed}", 120, [
                 sys.executable, "train.py", *args, f"--data_dir={data_dir}", f"--dataset={dataset}",
                 f"--out_dir={out}/runs/{arm}_seed{seed}", "--compile=False"]))
     return steps

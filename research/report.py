@@ -46,10 +46,12 @@ from nlq.checkpoint import check_same_dataset, read_metrics, replace_atomically
 from nlq.data import load_meta
 from nlq.settings import HelpFormatter, model_config
 from nlq.tokenizers import token_bytes
-from research.paired import fmt_ci, mean_ci, paired_difference, seeds_needed, summarize, trend, verdict, welch_p
-from research.study import (QUICK_DIR, QUICK_FRACTION, arm_config, final_seeds, final_val_loss, is_diverged, is_final,
-                            load_study, pick_best_lr, plan, quick_option, read_saved_config, run_config, run_dir,
-                            run_tokens, rungs_of)
+from research.paired import (fmt_ci, mean_ci, multiplier, paired_difference, robust_shift, seeds_needed, summarize,
+                             trend, verdict, welch_p)
+from research.study import (QUICK_DIR, QUICK_FRACTION, STALL_RULE, STALL_TEXT, arm_config, final_seeds, final_val_loss,
+                            group_of, is_diverged, is_final, load_study, pick_best_lr, plan, quick_option,
+                            read_saved_config, run_config, run_dir, run_tokens, rungs_of, value_name)
+from research.study import is_stalled as stalled_rows
 
 
 def fmt_loss(x):
@@ -324,7 +326,7 @@ def method(study, tokenizer):
                   f"{study['selection_seeds']} (the mean final loss over them): {grid}, one more grid step "
                   f"while the best rate is at an edge (at most {study['max_extensions']}), then half steps "
                   f"(×/÷ √2) around the best{'' if study['half_steps'] else ' (off in this study)'}. "
-                  f"The chosen rate is then run on ")
+                  f"{tuning_text(study)}The chosen rate is then run on ")
     else:
         rates = ", ".join(f"{arm} {g[0]:g}" for arm, g in study["grids"].items())
         search = f"**Method.** Each arm's learning rate is given, not searched ({rates}); it is run on "
@@ -337,7 +339,20 @@ def method(study, tokenizer):
             f"{ref}), its 95% CI from Student's t with n − 1 degrees of freedom, and the paired t-test's "
             f"p-value; Welch's unpaired p-value is a secondary column. **A difference is called only when "
             f"its 95% CI excludes 0**; otherwise the column says 'no call'. 'rel' = Δ / mean({ref}) in %. "
-            f"'stalled' counts the stalled final runs. {STALL_TEXT}")
+            f"'stalled' counts the stalled final runs. {STALL_TEXT} {ROBUST_TEXT}")
+
+
+def tuning_text(study):
+    """The method's sentences on the stall rule, a second searched key and the final runs' own settings."""
+    text = f"The stall rule (stall_margin {study['stall_margin']:g}): {STALL_RULE} " if study["stall_margin"] else ""
+    for key, values in study["also_search"].items():
+        text += (f"Each arm's {key} is searched with its rate: each value ({', '.join(map(str, values))}) gets the "
+                 f"arm's own rate search, and the (rate, {key}) with the lowest mean selection loss runs the "
+                 f"final seeds (the search table lists each variant, <arm>.{key}<value>). ")
+    if study["final_overrides"]:
+        keys = ", ".join(f"{k}={v}" for k, v in study["final_overrides"].items())
+        text += f"The final runs differ from the selection runs in {keys} (final_overrides). "
+    return text
 
 
 def results_table(study, data, tokenizer):
@@ -352,25 +367,41 @@ def results_table(study, data, tokenizer):
         mean, std, n = summarize(list(losses.values()))
         chosen = d["plan"]["chosen"]
         diverged = sum(r["status"] == "diverged" for r in d["finals"].values())
-        cells = [arm, f"{counts['non_embedding']:,}", f"{counts['non_embedding_matrix']:,}",
+        cells = [d.get("label", arm), f"{counts['non_embedding']:,}", f"{counts['non_embedding_matrix']:,}",
                  "—" if chosen is None else f"{chosen:g}",
                  ("—" if not n else f"{mean:.4f} ± {std:.4f} ({n})" if n > 1 else f"{mean:.4f} (1)")
                  + (f"; {diverged} diverged" if diverged else ""),
                  f"{stalled_count(d['finals'].values())} of {n}" if n else "—"]
         cells += [f"{mean / math.log(2):.4f}" if n else "—"] if byte else []
         if arm == ref or not (losses and ref_losses):
-            cells += ["—"] * 6
+            cells += ["—"] * 8
         else:
             pd = paired_difference(losses, ref_losses)
             wp = welch_p(list(losses.values()), list(ref_losses.values()))
             cells += [f"{pd['mean']:+.4f} (n={pd['n']})", fmt_ci(pd["ci"]), f"{pd['rel']:+.2f}%",
                       "—" if pd["p"] is None else f"{pd['p']:.3g}", "—" if wp is None else f"{wp:.3g}",
-                      verdict(pd["ci"], study.get("quick"))]
+                      verdict(pd["ci"], study.get("quick")), *robust_cells(pd)]
         rows.append(cells)
     cols = ["arm", "non-embedding params", "non-embedding matrix", "chosen lr", "final loss, mean ± std (n)",
             "stalled", *(["bits/byte"] if byte else []), f"Δ vs {ref} (paired, nats)", "95% CI", "rel",
-            "paired p", "Welch p", "call"]
-    return table(cols, rows, "l" + "r" * (len(cols) - 2) + "l")
+            "paired p", "Welch p", "call", *ROBUST_COLS]
+    return table(cols, rows, "l" + "r" * (len(cols) - 4) + "lrr")
+
+
+ROBUST_COLS = ["HL shift [95% CI]", "Wilcoxon p"]
+ROBUST_TEXT = ("Beside each t interval, 'HL shift' is the Hodges–Lehmann shift, the median of the pairs' Walsh "
+               "averages (d_i + d_j) / 2, with its distribution-free 95% CI (the shifts the Wilcoxon signed-rank "
+               "test does not reject; none exists for n ≤ 5), and 'Wilcoxon p' that test's two-sided p: a stalled "
+               "pair moves them by one rank, not by its size. The call is the t interval's.")
+
+
+def robust_cells(pd):
+    """The robust summaries of a paired_difference: the Hodges–Lehmann shift [its CI], the Wilcoxon p."""
+    r = robust_shift(pd["diffs"])
+    if r["hl"] is None:
+        return ["—", "—"]
+    return [f"{r['hl']:+.4f} " + (fmt_ci(r["ci"]) if r["ci"] else "(no CI at n ≤ 5)"),
+            "—" if r["p"] is None else f"{r['p']:.3g}"]
 
 
 def contrasts_table(study, data):
@@ -380,9 +411,9 @@ def contrasts_table(study, data):
         pd = paired_difference(final_losses(data[arm]), final_losses(data[other]))
         rows.append([f"{arm} − {other}", isolates, "—" if not pd["n"] else f"{pd['mean']:+.4f} (n={pd['n']})",
                      fmt_ci(pd["ci"]), "—" if pd["p"] is None else f"{pd['p']:.3g}",
-                     verdict(pd["ci"], study.get("quick")) if pd["n"] else "—"])
-    cols = ["arm − other", "what the pair isolates", "Δ (paired, nats)", "95% CI", "paired p", "call"]
-    return table(cols, rows, "llrrrl")
+                     verdict(pd["ci"], study.get("quick")) if pd["n"] else "—", *robust_cells(pd)])
+    cols = ["arm − other", "what the pair isolates", "Δ (paired, nats)", "95% CI", "paired p", "call", *ROBUST_COLS]
+    return table(cols, rows, "llrrrlrr")
 
 
 def precision_table(study, data):
@@ -410,21 +441,9 @@ def precision_table(study, data):
 
 
 # ------------------------------------------------------------------------------- learning-rate curves
-# A stalled run has not left the early plateau half-way through training; one definition for every table.
-STALL_AT, STALL_DROP = 0.5, 0.05
-STALL_TEXT = (f"A run is *stalled* when at the first eval at or after {STALL_AT:.0%} of its steps its val loss "
-              f"(fixed windows) is still within {STALL_DROP:.0%} of its loss at the first eval after step 0 "
-              f"(it has not left the early plateau).")
-
-
 def is_stalled(run):
-    """True or False (STALL_TEXT), None while it cannot tell (no eval yet at STALL_AT after the first one)."""
-    evals = [r for r in run["rows"]
-             if r["iter"] > 0 and r.get("val_loss") is not None and math.isfinite(r["val_loss"])]
-    mid = next((r for r in evals if r["iter"] >= STALL_AT * run["max_iters"]), None)
-    if mid is None or mid is evals[0]:
-        return None
-    return mid["val_loss"] > (1 - STALL_DROP) * evals[0]["val_loss"]
+    """A read_run run: stalled (study.STALL_TEXT), True, False or None while it cannot tell."""
+    return stalled_rows(run["rows"], run["max_iters"])
 
 
 def stalled_count(runs):
@@ -500,18 +519,26 @@ def curve_table(study, data):
     return rate_table(data, list(data), cell)
 
 
+def reference_of(study, arm):
+    """The arm an arm's learning-rate curve is compared with: the reference, or for an also_search variant the
+    reference's variant with the same searched value."""
+    group = group_of(study, arm)
+    if group is None:
+        return study["reference"]
+    return next(v for v, x in study["groups"][study["reference"]].items() if x == study["groups"][group][arm])
+
+
 def curve_gap_table(study, data):
     """Per rate and arm: arm − reference at that rate, paired by selection seed, its 95% CI and the call."""
-    ref = study["reference"]
-
     def cell(lr, arm):
+        ref = reference_of(study, arm)
         if lr not in data[arm]["plan"]["swept"] or lr not in data[ref]["plan"]["swept"]:
             return "·"
         d = paired_difference(selection_losses(study, data[arm], lr), selection_losses(study, data[ref], lr))
         return ("—" if not d["n"] else
                 f"{d['mean']:+.4f} {fmt_ci(d['ci'])} (n={d['n']}) {verdict(d['ci'], study.get('quick'))}")
-    others = [arm for arm in data if arm != ref]
-    return rate_table(data, others, cell, [f"{arm} − {ref}" for arm in others])
+    others = [arm for arm in data if arm != reference_of(study, arm)]
+    return rate_table(data, others, cell, [f"{arm} − {reference_of(study, arm)}" for arm in others])
 
 
 def band_table(study, data):
@@ -625,7 +652,7 @@ def gap_table(study, data):
 def status_section(data):
     runs = {r["out_dir"]: r for r in all_runs(data)}
     todo = [r for r in runs.values() if r["status"] not in ("done", "diverged")]
-    pending = [arm for arm, d in data.items() if d["plan"]["chosen"] is None]
+    pending = [arm for arm, d in data.items() if d["plan"]["chosen"] is None and d["plan"].get("lost_to") is None]
     note = (f" Arms whose search is not complete yet (their next runs are not listed): {', '.join(pending)}."
             if pending else "")
     diverged = [r for r in runs.values() if r["status"] == "diverged"]
@@ -672,6 +699,39 @@ def plot_curves(data):
     return png(fig, axes, "no final runs with evaluations yet")
 
 
+PROBE_CAPTION = ("The probe (nlq/probe.py), at every eval on a fixed batch of val windows, final seeds' mean per "
+                 "arm: left, the largest pre-softmax attention logit over every layer and head (logit growth is "
+                 "the instability QK-norm cures); right, for the nonlinear query, ‖f(x)‖ / ‖x‖ averaged over "
+                 "tokens and layers (how much f adds to the attention input). Runs made before the probe existed "
+                 "have neither.")
+
+
+def has_probe(runs):
+    return any("attn_logit_max" in row for run in runs for row in run["rows"])
+
+
+def plot_probe(data):
+    """Per arm, against training tokens (mean over its final seeds): the largest attention logit over the
+    layers, and the mean ‖f(x)‖ / ‖x‖ over the layers where the arm has it."""
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
+    for arm, d in data.items():
+        for ax, key, over_layers in ((axes[0], "attn_logit_max", max), (axes[1], "f_ratio", np.mean)):
+            at = {}
+            for run in d["finals"].values():
+                for row in run["rows"]:
+                    values = [v for v in row.get(key) or [] if v is not None]
+                    if values:
+                        at.setdefault(row["tokens"], []).append(over_layers(values))
+            if at:
+                xs = sorted(at)
+                ax.plot(xs, [np.mean(at[x]) for x in xs], marker="o", ms=3, label=arm)
+    axes[0].set(xlabel="training tokens", ylabel="largest pre-softmax attention logit (max over layers)",
+                title="attention logits")
+    axes[1].set(xlabel="training tokens", ylabel="‖f(x)‖ / ‖x‖ (mean over tokens and layers)",
+                title="the nonlinear query's residual")
+    return png(fig, axes, "no run with the probe's numbers")
+
+
 def plot_forest(study, data):
     """Each arm's paired Δ vs the reference with its 95% CI, over each seed's difference (a forest plot)."""
     ref_losses = final_losses(data[study["reference"]])
@@ -707,9 +767,29 @@ def reading_section(out):
     return ["## Reading", reading.read_text().strip()] if reading.exists() else []
 
 
+def by_arm(study, data):
+    """An also_search study seen by its arms -> (study, data) whose arms are the groups, each the data of the
+    variant that ran (or will run) its final seeds, labelled with its searched value; other studies as they are."""
+    if not study.get("groups"):
+        return study, data
+    (key, _), = study["also_search"].items()
+    arms, grids, view = {}, {}, {}
+    for group, variants in study["groups"].items():
+        winner = next((v for v in variants if data[v]["plan"]["chosen"] is not None), next(iter(variants)))
+        arms[group], grids[group] = study["arms"][winner], study["grids"][winner]
+        ran = data[winner]["plan"]["chosen"] is not None
+        view[group] = {**data[winner], "label": f"{group} ({key} {value_name(variants[winner])})" if ran else group}
+    spa = {group: study["seeds_per_arm"][next(iter(vs))] for group, vs in study["groups"].items()
+           if next(iter(vs)) in study["seeds_per_arm"]}
+    return {**study, "arms": arms, "grids": grids, "seeds_per_arm": spa, "groups": {}}, view
+
+
 def render(study_path, study, data, out):
-    """The report of study -> (README markdown, {file name: bytes})."""
+    """The report of study -> (README markdown, {file name: bytes}). An also_search study's results are its arms'
+    (by_arm); its search tables and curves show every variant."""
     tokenizer = tokenizer_of(all_runs(data))
+    searched, by_variant = study, data
+    study, data = by_arm(study, data)
     files = {"val_loss.png": plot_curves(data), "forest.png": plot_forest(study, data)}
     contrasts = (["## Contrasts between arms (paired by seed, final seeds both finished, 95% CI)",
                   contrasts_table(study, data)] if study["contrasts"] else [])
@@ -720,103 +800,155 @@ def render(study_path, study, data, out):
                  if study["precision"] is not None else [])
     curves = []  # with several selection seeds, every rate's point has a spread: draw and tabulate the curves
     if len(study["selection_seeds"]) > 1:
-        files["lr_curves.png"] = plot_lr_curves(study, data)
+        files["lr_curves.png"] = plot_lr_curves(searched, by_variant)
         curves = [f"## Learning-rate curves (final loss over selection seeds {study['selection_seeds']})",
                   "Stalled runs as defined above. Means and 95% CIs are over the finished, non-diverged seeds "
                   "at each rate.",
-                  "![learning-rate curves](lr_curves.png)", band_table(study, data), curve_table(study, data),
+                  "![learning-rate curves](lr_curves.png)", band_table(searched, by_variant),
+                  curve_table(searched, by_variant),
                   f"Each arm against {study['reference']} at the same rate, paired by selection seed (95% CI; a "
-                  f"call only where the CI excludes 0):", curve_gap_table(study, data)]
+                  f"call only where the CI excludes 0):", curve_gap_table(searched, by_variant)]
+    if has_probe(all_runs(data)):
+        files["probe.png"] = plot_probe(data)
+        curves += ["## Inside attention (the probe)", PROBE_CAPTION, "![probe](probe.png)"]
     text = "\n\n".join([
         header(study_path, study, out), "## Results", method(study, tokenizer),
         results_table(study, data, tokenizer), *stall_caution(data), *precision, "![forest plot](forest.png)",
         *contrasts, "![val loss](val_loss.png)", CURVES_CAPTION, *curves, *reading_section(out),
         (f"## Learning-rate search (mean final loss over selection seeds {study['selection_seeds']})"
          if study["selection_seeds"] else "## Learning rates (one per arm, given by the study: no search)"),
-        search_table(study, data),
+        search_table(searched, by_variant),
         "## The gap along training (paired Δ on the fixed eval windows, 95% CI, final seeds)",
-        gap_table(study, data), "## Runs", status_section(data)]) + "\n"
+        gap_table(study, data), "## Runs", status_section(by_variant)]) + "\n"
     files["README.md"] = text.encode()
     return text, files
 
 
 # ------------------------------------------------------------------------------------------- a ladder
-def ladder_gaps(ladder, datas):
-    """{(arm, other): [(rung, non-embedding params, paired_difference)]}: each arm against the reference, and
-    the study's contrasts, at every rung, smallest first."""
-    gaps = {}
-    for study in rungs_of(ladder):
-        ref, finals = study["reference"], {arm: final_losses(d) for arm, d in datas[study["rung"]].items()}
-        n = settings.param_counts(model_config(arm_config(study, ref)))
+def ladder_axis(rungs):
+    """What a ladder's rungs (by_arm's studies) vary -> (axis name, {rung: x}): model size (non-embedding
+    parameters, Kaplan et al.'s count, on which loss follows a power law), or, where every rung has the same
+    model, the training tokens of a final run (a training-length ladder)."""
+    cfgs = {s["rung"]: arm_config(s, s["reference"]) for s in rungs}
+    sizes = {r: settings.param_counts(model_config(c))["non_embedding"] for r, c in cfgs.items()}
+    if len(set(sizes.values())) > 1:
+        return "non-embedding parameters", sizes
+    return "training tokens a run", {r: run_tokens(c) for r, c in cfgs.items()}
+
+
+def ladder_gaps(views):
+    """[(study, data) of each rung, by_arm's] -> {(arm, other): [(rung, x, paired_difference)]}: each arm against
+    the reference, and the study's contrasts, at every rung, smallest first; x is the rung's size on ladder_axis."""
+    gaps, (_, xs) = {}, ladder_axis([study for study, _ in views])
+    for study, data in views:
+        ref, finals = study["reference"], {arm: final_losses(d) for arm, d in data.items()}
         pairs = [(arm, ref) for arm in study["arms"] if arm != ref] + [(a, o) for a, o, _ in study["contrasts"]]
         for arm, other in pairs:
             gaps.setdefault((arm, other), []).append(
-                (study["rung"], n["non_embedding"], paired_difference(finals[arm], finals[other])))
+                (study["rung"], xs[study["rung"]], paired_difference(finals[arm], finals[other])))
     return gaps
 
 
-def ladder_table(gaps, quick):
-    rows = [[f"{arm} − {other}", rung, f"{n:,}", f"{d['mean']:+.4f} (n={d['n']})" if d["n"] else "—",
-             fmt_ci(d["ci"]), verdict(d["ci"], quick) if d["n"] else "—"]
-            for (arm, other), points in gaps.items() for rung, n, d in points]
-    return table(["pair", "rung", "non-embedding params", "Δ (paired, nats)", "95% CI", "call"], rows, "llrrrl")
+def rel_ci(d):
+    """A paired Δ in % of the reference's mean loss, with its CI on the same scale: '+0.52% [-0.10, +1.14]'."""
+    ci = "" if d["ci"] is None else " [" + ", ".join(f"{c / d['ref_mean'] * 100:+.2f}" for c in d["ci"]) + "]"
+    return f"{d['rel']:+.2f}%{ci}"
 
 
-def plot_ladder(gaps):
-    """The paired Δ of each pair against non-embedding parameters (log axis), with its 95% CI."""
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    for i, ((arm, other), points) in enumerate(gaps.items()):
-        points = [(n * 1.03 ** i, d) for _, n, d in points if d["n"]]  # pairs side by side at each size
-        ci = [d["ci"] or (d["mean"], d["mean"]) for _, d in points]
-        ax.errorbar([n for n, _ in points], [d["mean"] for _, d in points], marker="o", capsize=3,
-                    yerr=[[d["mean"] - lo for (_, d), (lo, _) in zip(points, ci)],
-                          [hi - d["mean"] for (_, d), (_, hi) in zip(points, ci)]], label=f"{arm} − {other}")
-    ax.axhline(0, color="grey", lw=0.8)
-    ax.set_xscale("log")
-    ax.set_xlabel("non-embedding parameters")
-    ax.set_ylabel("paired Δ final val loss (nats), 95% CI")
-    return png(fig, [ax], empty="no rung has a paired difference yet")
+def ladder_table(gaps, quick, axis):
+    rows = [[f"{arm} − {other}", rung, f"{x:,}", f"{d['mean']:+.4f} (n={d['n']})" if d["n"] else "—",
+             fmt_ci(d["ci"]), rel_ci(d) if d["n"] else "—", verdict(d["ci"], quick) if d["n"] else "—",
+             *robust_cells(d)]
+            for (arm, other), points in gaps.items() for rung, x, d in points]
+    return table(["pair", "rung", axis, "Δ (paired, nats)", "95% CI", "Δ in % of other [95% CI]", "call",
+                  *ROBUST_COLS], rows, "llrrrrlrr")
 
 
-def ladder_reading(gaps, quick):
-    """What the data support, pair by pair: the sizes whose CI excludes 0, and the fitted change with size."""
+def plot_ladder(gaps, axis):
+    """The paired Δ of each pair against the rungs' sizes (log axis), with its 95% CI: in nats, and in % of the
+    other arm's loss."""
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
+    for ax, scale, unit in ((axes[0], lambda d: 1.0, "nats"), (axes[1], lambda d: 100 / d["ref_mean"], "% of other")):
+        for i, ((arm, other), points) in enumerate(gaps.items()):
+            points = [(x * 1.03 ** i, d) for _, x, d in points if d["n"]]  # pairs side by side at each size
+            ci = [d["ci"] or (d["mean"], d["mean"]) for _, d in points]
+            ax.errorbar([x for x, _ in points], [d["mean"] * scale(d) for _, d in points], marker="o", capsize=3,
+                        yerr=[[(d["mean"] - lo) * scale(d) for (_, d), (lo, _) in zip(points, ci)],
+                              [(hi - d["mean"]) * scale(d) for (_, d), (_, hi) in zip(points, ci)]],
+                        label=f"{arm} − {other}")
+        ax.axhline(0, color="grey", lw=0.8)
+        ax.set_xscale("log")
+        ax.set(xlabel=axis, ylabel=f"paired Δ final val loss ({unit}), 95% CI")
+    return png(fig, axes, empty="no rung has a paired difference yet")
+
+
+def ladder_reading(gaps, quick, axis):
+    """What the data support, pair by pair: the rungs whose CI excludes 0, the fitted change with size (called
+    only where its CI excludes 0, on the rungs it rests on), and the reference's multiplier at each rung."""
     lines = []
     for (arm, other), points in gaps.items():
         called = [f"{verdict(d['ci'], quick)} at {rung}" for rung, _, d in points
                   if verdict(d["ci"], quick) in ("lower", "higher")]
-        text = (f"- **{arm} − {other}**: " + (f"{', '.join(called)} (the other sizes: no call)" if called
-                                              else "no size's 95% CI excludes 0"))
-        fit = None if quick else trend([n for _, n, _ in points], [d for _, _, d in points])
-        if fit:
-            b, ci = fit
-            what = ("no change with size is supported (its CI includes 0)" if ci[0] <= 0 <= ci[1] else
-                    f"{arm} gains on {other} as models grow" if b < 0 else f"{arm} loses ground to {other} as "
-                                                                            f"models grow")
-            text += (f"; across sizes Δ changes by {b:+.4f} {fmt_ci(ci)} nats per 10× non-embedding parameters "
-                     f"(rungs weighted by 1/se²): {what}")
+        text = (f"- **{arm} − {other}**: " + (f"{', '.join(called)} (the other rungs: no call)" if called
+                                              else "no rung's 95% CI excludes 0"))
+        paired = [(x, d) for _, x, d in points if d["n"] >= 2]  # rungs with a paired Δ
+        fits = [trend([x for x, _ in paired], [d[key] for _, d in paired]) for key in ("mean", "rel")]
+        if quick:
+            pass
+        elif fits[0] is None:
+            text += f"; no trend: a fit needs 3 or more rungs with 2 or more pairs, and {len(paired)} have them"
+        else:
+            (fit, rel), k = fits, fits[0]["k"]
+            excludes = not fit["ci"][0] <= 0 <= fit["ci"][1]
+            what = (f"{arm} gains on {other} as the rungs grow" if excludes and fit["slope"] < 0 else
+                    f"{arm} loses ground to {other} as the rungs grow" if excludes else
+                    "no change along the rungs is supported (its CI includes 0)")
+            text += (f"; across the {k} rungs Δ changes by {fit['slope']:+.4f} {fmt_ci(fit['ci'])} nats, "
+                     f"{rel['slope']:+.2f}% [{rel['ci'][0]:+.2f}, {rel['ci'][1]:+.2f}] of {other}'s loss, per 10× "
+                     f"{axis} (least squares over the {k} rungs' mean Δ, t on {k - 2} df): {what}")
+            text += multiplier_text(arm, other, paired, axis)
         lines.append(text + ".")
     return "\n".join(lines)
+
+
+def multiplier_text(arm, other, paired, axis):
+    """'; other would need M× ...' at each rung, from power laws fitted to each arm's rung means (paired.multiplier)."""
+    ref = [d["ref_mean"] for _, d in paired]
+    fit = multiplier([x for x, _ in paired], ref, [r + d["mean"] for r, (_, d) in zip(ref, paired)])
+    if fit is None:
+        return f"; no multiplier: {other}'s loss does not fall along the rungs"
+    what = "parameters (× M² training FLOPs at a fixed tokens per parameter)" if "param" in axis else "tokens"
+    at = ", ".join(f"×{m:.3g} [{lo:.3g}, {hi:.3g}] at {x:,.0f}" for x, m, (lo, hi) in fit["at"])
+    return (f". To reach {arm}'s loss, {other} would need M times the {what}: {at} (power laws in {axis}, "
+            f"{other}'s exponent {fit['alpha']:.3f}; 95% CIs as the trend's; M > 1: {arm} is worth more)")
 
 
 def render_ladder(study_path, ladder, datas, out):
     """A ladder's report -> (README markdown, {file name: bytes}): the gap against model size, then each rung."""
     rungs = rungs_of(ladder)
     tokenizer = tokenizer_of(run for data in datas.values() for run in all_runs(data))
-    gaps = ladder_gaps(ladder, datas)
+    views = [by_arm(study, datas[study["rung"]]) for study in rungs]
+    gaps, (axis, _) = ladder_gaps(views), ladder_axis([study for study, _ in views])
+    files = {"gap_vs_size.png": plot_ladder(gaps, axis)}
     parts = [header(study_path, {**rungs[0], "name": ladder["name"], "runs_dir": ladder["runs_dir"]}, out),
-             "## The gap against model size",
-             f"The same study at {len(rungs)} sizes (rungs), each with its own learning-rate search; every Δ is a "
-             f"paired difference over final seeds (Method, below), a call only where its 95% CI excludes 0. "
-             f"{STALL_TEXT}", ladder_table(gaps, ladder["quick"]), "![gap against size](gap_vs_size.png)",
-             "**What the data support.**", ladder_reading(gaps, ladder["quick"])]
-    parts += [*reading_section(out), "## Method", method(rungs[0], tokenizer)]
-    for study in rungs:
-        data, ref = datas[study["rung"]], study["reference"]
-        cfg = arm_config(study, ref)
-        parts += [f"## Rung {study['rung']}: {cfg['n_layer']} × {cfg['n_embd']}, {run_tokens(cfg):,} tokens a run",
-                  results_table(study, data, tokenizer), *stall_caution(data), search_table(study, data)]
+             "## The gap against model size" if "param" in axis else "## The gap against training length",
+             f"The same study at {len(rungs)} rungs, each with its own learning-rate search; every Δ is a "
+             f"paired difference over final seeds (Method, below), a call only where its 95% CI excludes 0, also "
+             f"given in % of the other arm's mean loss (the losses fall along the rungs, so a constant relative "
+             f"gain shrinks in nats). {STALL_TEXT}", ladder_table(gaps, ladder["quick"], axis),
+             "![gap against size](gap_vs_size.png)", "**What the data support.**",
+             ladder_reading(gaps, ladder["quick"], axis)]
+    parts += [*reading_section(out), "## Method", method(views[0][0], tokenizer)]
+    for searched, (study, data) in zip(rungs, views):
+        rung, cfg = study["rung"], arm_config(study, study["reference"])
+        parts += [f"## Rung {rung}: {cfg['n_layer']} × {cfg['n_embd']}, {run_tokens(cfg):,} tokens a final run",
+                  results_table(study, data, tokenizer), *stall_caution(data),
+                  search_table(searched, datas[rung])]
+        if has_probe(all_runs(data)):
+            files[f"probe_{rung}.png"] = plot_probe(data)
+            parts += [PROBE_CAPTION, f"![probe of rung {rung}](probe_{rung}.png)"]
     text = "\n\n".join(parts) + "\n"
-    return text, {"README.md": text.encode(), "gap_vs_size.png": plot_ladder(gaps)}
+    return text, {"README.md": text.encode(), **files}
 
 
 GENERATED = re.compile(r"^Generated .* UTC on .*$", re.MULTILINE)  # the README's date line

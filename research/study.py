@@ -9,14 +9,21 @@ on; [] with one rate per arm: no search) and seeds (the final seeds: the statist
 set seeds_per_arm (arm -> how many of seeds), reference (the arm the others are compared with; "linear"),
 contrasts ([(arm, other, "what the pair isolates")]), max_extensions (2), half_steps (True), precision
 (report.py's target CI half-width, a fraction of the loss), slurm (sweep.py --executor slurm's partition, time,
-gpus_per_run, extra) and runs_dir (results/<name>/runs; studies may share one for arms that are one experiment).
+gpus_per_run, extra), runs_dir (results/<name>/runs; studies may share one for arms that are one experiment),
+stall_margin (None; e.g. 2: no rate chosen within a x2 step below a rate, or at a rate, where a selection run
+stalled or diverged), also_search ({}; e.g. {"weight_decay": [0.05, 0.1, 0.2]}: a second key searched with the
+rate, each arm a variant per value, the best variant on the final seeds) and final_overrides ({}; train.py keys
+of the final runs alone, e.g. a longer horizon than the search's). Token budgets are stated in tokens per parameter
+on total parameters, embeddings included (--dry_run prints them that way, per non-embedding parameter and in
+FLOPs).
 
 Per arm: (1) the grid on the selection seeds; (2) while the best rate is the smallest or the largest swept, one
 more grid step beyond it (at most max_extensions); (3) half steps x/√2 and x·√2 around the best; (4) the best
-rate on the final seeds, which never took part in choosing it (no winner's curse). A run's final loss is its
-val loss over the whole val split (val_loss_full), else its last fixed-window val loss; a diverged run counts
-as +inf. Each run has a folder <runs_dir>/<arm>/lr<lr>_seed<seed>, and where the search stands is replayed
-from the finished runs there: a study can stop, restart, or finish on another machine.
+rate on the final seeds, which never took part in choosing it (no winner's curse). The best rate has the lowest
+mean final loss over the selection seeds: with two or more selection seeds one lucky or unlucky run weighs less.
+A run's final loss is its val loss over the whole val split (val_loss_full), else its last fixed-window val
+loss; a diverged run counts as +inf. Each run has a folder <runs_dir>/<arm>/lr<lr>_seed<seed>, and where the
+search stands is replayed from the finished runs there: a study can stop, restart, or finish on another machine.
 """
 import filecmp
 import json
@@ -33,7 +40,7 @@ from nlq.settings import (NOT_EXPERIMENT, check_value, flops_per_token, model_co
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository
 REQUIRED = ("name", "config", "overrides", "arms", "learning_rates", "selection_seeds", "seeds")
 OPTIONAL = dict(seeds_per_arm={}, reference="linear", contrasts=[], max_extensions=2, half_steps=True,
-                precision=None, slurm={}, runs_dir=None)
+                precision=None, slurm={}, runs_dir=None, stall_margin=None, also_search={}, final_overrides={})
 SLURM_KEYS = ("partition", "time", "gpus_per_run", "extra")
 # train.py keys the sweep sets for every run, and what sets them instead (an arm may set min_lr)
 PER_RUN = dict(learning_rate="learning_rates", seed="selection_seeds and seeds", out_dir="runs_dir",
@@ -89,15 +96,17 @@ def make_study(keys, quick=None):
     check_options(study)
     check_grids(study)
     check_train_keys(study)
+    expand_variants(study)
     check_arms(study)
     return study
 
 
 def make_ladder(keys, quick=None):
     """A scaling ladder: one study at several model sizes. keys["rungs"]: {rung name: the train.py keys of that
-    size (its shape and token budget) and, optionally, its own learning_rates}. Each rung is a study (make_study)
-    with the ladder's arms, seeds and search, its keys on top of the overrides and its runs in
-    <runs_dir>/<rung>: every size gets the same protocol. -> dict(name, runs_dir, quick, rungs={rung: study})."""
+    size (its shape and token budget) and, optionally, its own learning_rates and final_overrides (on top of the
+    ladder's)}. Each rung is a study (make_study) with the ladder's arms, seeds and search, its keys on top of the
+    overrides and its runs in <runs_dir>/<rung>: every size gets the same protocol. -> dict(name, runs_dir,
+    quick, rungs={rung: study})."""
     rungs = keys["rungs"]
     require(isinstance(rungs, dict) and rungs and all(isinstance(r, str) and PLAIN_NAME.fullmatch(r)
                                                       and isinstance(k, dict) for r, k in rungs.items()),
@@ -107,10 +116,11 @@ def make_ladder(keys, quick=None):
     for rung, rung_keys in rungs.items():
         rung_keys = dict(rung_keys)
         lrs = rung_keys.pop("learning_rates", keys.get("learning_rates"))
+        final = {**keys.get("final_overrides", {}), **rung_keys.pop("final_overrides", {})}
         runs_dir = os.path.join(keys.get("runs_dir") or os.path.join("results", str(keys.get("name")), "runs"), rung)
         try:
             study = make_study({**keys, "overrides": {**keys.get("overrides", {}), **rung_keys},
-                                "learning_rates": lrs, "runs_dir": runs_dir}, quick)
+                                "learning_rates": lrs, "runs_dir": runs_dir, "final_overrides": final}, quick)
         except ValueError as e:
             raise ValueError(f"rung {rung}: {e}") from None
         if quick is not None:  # each rung its own scratch folder
@@ -172,6 +182,17 @@ def check_options(study):
                          f'{", ".join(arms)}')
     require(isinstance(study["slurm"], dict) and set(study["slurm"]) <= set(SLURM_KEYS), "slurm",
             f"a dict with some of the keys {', '.join(SLURM_KEYS)}")
+    margin = study["stall_margin"]
+    require(margin is None or type(margin) in (int, float) and margin >= 1, "stall_margin",
+            "None or a factor >= 1 (2: no rate chosen within a x2 step below a stalled or diverged selection run)")
+    require(isinstance(study["final_overrides"], dict), "final_overrides", "a dict of train.py keys")
+    extra = study["also_search"]
+    require(isinstance(extra, dict) and len(extra) <= 1 and all(
+        isinstance(v, list) and len(v) >= 2 and len({str(x) for x in v}) == len(v) for v in extra.values()),
+            "also_search", 'a dict of one train.py key -> a list of 2 or more values, e.g. {"weight_decay": [0.05, '
+                           '0.1]}, or {}')
+    if extra and not sel:
+        raise ValueError("also_search needs selection_seeds: its values are chosen with the rate on them")
 
 
 def check_grids(study):
@@ -196,7 +217,9 @@ def check_grids(study):
 def check_train_keys(study):
     """The train.py keys of overrides and arms: known and typed (check_value), none that the sweep sets for each
     run, and no init_from: a study's runs train from scratch (a GPT-2's would replace its model settings)."""
-    places = [("overrides", study["overrides"])] + [(f"arm {arm}", keys) for arm, keys in study["arms"].items()]
+    places = [("overrides", study["overrides"]), ("final_overrides", study["final_overrides"])] + [
+        (f"arm {arm}", keys) for arm, keys in study["arms"].items()] + [
+        ("also_search", {key: v}) for key, values in study["also_search"].items() for v in values]
     for where, keys in places:
         for key, value in keys.items():
             if key in PER_RUN and not (key == "min_lr" and where != "overrides"):
@@ -211,18 +234,53 @@ def check_train_keys(study):
                 raise ValueError(f"{where}: {e}") from None
 
 
+def expand_variants(study):
+    """also_search = {key: [values]}: each arm becomes one variant per value, named <arm>.<key><value>, an arm of
+    its own (its runs in <runs_dir>/<variant>/) with the arm's grid and its own learning-rate search on the
+    selection seeds. study["groups"] = {arm: {variant: value}}; reference, contrasts and seeds_per_arm keep
+    naming the arms. Only the variant whose chosen rate has its group's lowest selection loss runs the final
+    seeds (plan): every arm is tuned over rate x key with the same grid, seeds and rule."""
+    study["groups"] = {}
+    if not study["also_search"]:
+        return
+    (key, values), = study["also_search"].items()
+    if key in study["final_overrides"] or any(key in keys for keys in study["arms"].values()):
+        raise ValueError(f"also_search searches {key}, so no arm and not final_overrides may set it")
+    arms, grids = {}, {}
+    for arm, keys in study["arms"].items():
+        study["groups"][arm] = {}
+        for value in values:
+            variant = f"{arm}.{key}{value_name(value)}"
+            require(PLAIN_NAME.fullmatch(variant), f"also_search's variant name {variant!r}", "a plain folder name")
+            arms[variant], grids[variant] = {**keys, key: value}, study["grids"][arm]
+            study["groups"][arm][variant] = value
+    study["seeds_per_arm"] = {v: n for arm, n in study["seeds_per_arm"].items() for v in study["groups"][arm]}
+    study["arms"], study["grids"] = arms, grids
+
+
+def value_name(value):
+    """A searched value as variant names and reports write it: 0.1, 0, or the value's text."""
+    return f"{value:g}" if type(value) in (int, float) else str(value)
+
+
+def group_of(study, arm):
+    """The arm an also_search variant belongs to, or None for an arm of a study without also_search."""
+    return next((group for group, variants in study.get("groups", {}).items() if arm in variants), None)
+
+
 def check_arms(study):
     """Resolve every arm now (a bad value fails here, not hours into the sweep), and refuse arms that cannot be
     compared seed by seed: arms on other data, training tokens or eval sets."""
     shared = {}
     for arm in study["arms"]:
         try:
-            cfg = arm_config(study, arm)
+            cfg, sel = arm_config(study, arm), arm_config(study, arm, final=False)
         except ValueError as e:
             raise ValueError(f"arm {arm} at learning rate {study['grids'][arm][0]:g}: {e}") from None
         step = cfg["batch_size"] * cfg["gradient_accumulation_steps"] * cfg["block_size"]  # tokens a step
         shared[arm] = dict(data=os.path.join(cfg["data_dir"], cfg["dataset"]), max_iters=cfg["max_iters"],
-                           tokens_per_step=step, **{k: cfg[k] for k in EVAL_KEYS})
+                           tokens_per_step=step, **{k: cfg[k] for k in EVAL_KEYS},
+                           selection_max_iters=sel["max_iters"])
     first = next(iter(shared.values()))
     for key in first:
         if any(s[key] != first[key] for s in shared.values()):
@@ -237,10 +295,12 @@ def run_dir(study, arm, lr, seed):
 
 
 def run_args(study, arm, lr, seed):
-    """The train.py arguments of one run: config file, then shared overrides, min_lr = lr / 10, the arm's
-    keys, then lr, seed and out_dir (and, for a --quick study, its shortened schedule: quick_keys)."""
+    """The train.py arguments of one run: config file, then shared overrides (and a final run's
+    final_overrides), min_lr = lr / 10, the arm's keys, then lr, seed and out_dir (and, for a --quick study,
+    its shortened schedule: quick_keys)."""
     min_lr = float(f"{lr / 10:.6g}")  # 0.0003, not 0.00030000000000000003
-    overrides = {**study["overrides"], "min_lr": min_lr, **study["arms"][arm], "learning_rate": lr,
+    final = study["final_overrides"] if seed in study["seeds"] else {}
+    overrides = {**study["overrides"], **final, "min_lr": min_lr, **study["arms"][arm], "learning_rate": lr,
                  "seed": seed, "out_dir": run_dir(study, arm, lr, seed)}
     args = [study["config"]] + [f"--{k}={v}" for k, v in overrides.items()]
     if study.get("quick"):
@@ -252,9 +312,11 @@ def run_config(study, arm, lr, seed):
     return parse_config(run_args(study, arm, lr, seed))
 
 
-def arm_config(study, arm):
-    """An arm's config at its lowest rate and first final seed: what all its runs share."""
-    return run_config(study, arm, study["grids"][arm][0], study["seeds"][0])
+def arm_config(study, arm, final=True):
+    """An arm's config at its lowest rate and first final seed (final=False: its first selection seed, where
+    final_overrides do not apply): what all its final (selection) runs share."""
+    seeds = study["seeds"] if final or not study["selection_seeds"] else study["selection_seeds"]
+    return run_config(study, arm, study["grids"][arm][0], seeds[0])
 
 
 def final_seeds(study, arm):
@@ -464,45 +526,123 @@ def round_lr(lr):
     return float(f"{lr:.3g}")
 
 
-def plan(study, arm):
+# A stalled run has not left the early plateau half-way through training; one definition for the stall rule
+# and every report table.
+STALL_AT, STALL_DROP = 0.5, 0.05
+STALL_TEXT = (f"A run is *stalled* when at the first eval at or after {STALL_AT:.0%} of its steps its val loss "
+              f"(fixed windows) is still within {STALL_DROP:.0%} of its loss at the first eval after step 0 "
+              f"(it has not left the early plateau).")
+STALL_RULE = ("With stall_margin m, a rate is chosen only if no selection run stalled or diverged at it or at any "
+              "swept rate less than m times above it (a 1% allowance for the 3-digit rates): m = 2 keeps the "
+              "choice a x2 step below the first failure above it. A rate next to one whose runs stall stalls on "
+              "other seeds too: on the CPU curves (results/lr_sensitivity_cpu) the mean over 3 selection seeds "
+              "chose the nonlinear query's rate one √2 step below its first stalled selection run, and 5 of its 12 "
+              "final runs there stalled or left the plateau late. Failures below a rate do not count against it "
+              "(a rate too low to leave the plateau by half-way reads as stalled too). The search runs no half "
+              "step the rule rules out, and extends downward while it rules out every swept rate.")
+
+
+def is_stalled(rows, max_iters):
+    """True or False (STALL_TEXT) for a run's metrics rows, None while it cannot tell (no eval yet at STALL_AT
+    after the first one)."""
+    evals = [r for r in rows if r["iter"] > 0 and r.get("val_loss") is not None and math.isfinite(r["val_loss"])]
+    mid = next((r for r in evals if r["iter"] >= STALL_AT * max_iters), None)
+    if mid is None or mid is evals[0]:
+        return None
+    return mid["val_loss"] > (1 - STALL_DROP) * evals[0]["val_loss"]
+
+
+def failed_rates(study, arm, swept):
+    """The swept rates at which a selection run of the arm stalled or diverged, lowest first."""
+    return sorted({lr for lr in swept for seed in study["selection_seeds"]
+                   if (rows := read_metrics(run_dir(study, arm, lr, seed)))
+                   and (is_diverged(rows[-1]) or is_stalled(rows, run_config(study, arm, lr, seed)["max_iters"]))})
+
+
+def stall_rule(study, arm, swept):
+    """The stall rule (STALL_RULE) over an arm's swept rates -> a function lr -> the failed rate that rules lr
+    out, or None where the rule allows lr (always, without a stall_margin)."""
+    failed, m = failed_rates(study, arm, swept) if study["stall_margin"] else [], study["stall_margin"]
+    return lambda lr: next((f for f in failed if lr <= f and lr > f / m * 1.01), None)
+
+
+def search(study, arm):
     """Where an arm's learning-rate search stands, replayed from the finished runs (deterministic): dict(due=
-    [(arm, lr, seed)] to run next, swept=[lrs], chosen=lr once the search is complete (due then lists the
-    unfinished final runs; None if every swept rate diverged), notes=[str], losses={lr: selection loss})."""
+    [(arm, lr, seed)] selection runs to run next, swept=[lrs], best=its best rate once the search is complete
+    (None before, or if every swept rate diverged), notes=[str], losses={lr: selection loss})."""
     sel = study["selection_seeds"]
     swept, notes = list(study["grids"][arm]), []
-    finals = lambda lr: [(arm, lr, s) for s in final_seeds(study, arm) if not is_finished(study, arm, lr, s)]
-    if not sel:  # one given learning rate, nothing to choose: straight to the final seeds
-        return dict(due=finals(swept[0]), swept=swept, chosen=swept[0], notes=["learning rate given, not searched"],
-                    losses={})
+    if not sel:  # one given learning rate, nothing to choose
+        return dict(due=[], swept=swept, best=swept[0], notes=["learning rate given, not searched"], losses={})
     runs = lambda lrs: [(arm, lr, s) for lr in lrs for s in sel if not is_finished(study, arm, lr, s)]
-    out = lambda due, chosen=None: dict(due=due, swept=sorted(swept), chosen=chosen, notes=notes,
-                                        losses={lr: selection_loss(study, arm, lr) for lr in sorted(swept)})
-    best = lambda: pick_best_lr({lr: selection_loss(study, arm, lr) for lr in swept})
+    out = lambda due, best=None: dict(due=due, swept=sorted(swept), best=best, notes=notes,
+                                      losses={lr: selection_loss(study, arm, lr) for lr in sorted(swept)})
+    ruled_out = lambda lr: stall_rule(study, arm, swept)(lr)  # (swept grows: the rule is read anew each time)
+    best = lambda: pick_best_lr({lr: selection_loss(study, arm, lr) for lr in swept if ruled_out(lr) is None})
     if runs(swept):  # (1) the grid
         return out(runs(swept))
     ratio = swept[1] / swept[0]  # the grid's step (a search has two rates or more: check_grids)
     for extensions in range(study["max_extensions"] + 1):  # (2) extend while the best is at an edge
         lr, lo, hi = best(), min(swept), max(swept)
-        if lr is None:
+        if lr is None and not any(map(ruled_out, swept)):
             notes.append("every swept learning rate diverged")
             return out([])
-        if lr not in (lo, hi):
+        if lr is None:  # the stall rule rules out every swept rate: look lower
+            notes.append("the stall rule rules out every swept rate")
+        elif lr not in (lo, hi):
             break
         if extensions == study["max_extensions"]:
-            notes.append(f"best rate {lr:g} is still at the edge after {extensions} extensions")
+            notes.append(f"best rate {lr or lo:g} is still at the edge after {extensions} extensions")
             break
-        new = round_lr(lr / ratio if lr == lo else lr * ratio)
-        notes.append(f"best rate {lr:g} was at the {'lower' if lr == lo else 'upper'} edge: added {new:g}")
+        new = round_lr(lr * ratio if lr == hi and lr != lo else (lr or lo) / ratio)
+        notes.append(f"best rate {lr or lo:g} was at the {'upper' if new > hi else 'lower'} edge: added {new:g}")
         swept.append(new)
         if runs([new]):
             return out(runs([new]))
-    if study["half_steps"]:  # (3) half steps around the best
+    if study["half_steps"] and best() is not None:  # (3) half steps around the best that the rule allows
         lr = best()
-        swept += [h for h in (round_lr(lr / math.sqrt(2)), round_lr(lr * math.sqrt(2))) if h not in swept]
+        swept += [h for h in (round_lr(lr / math.sqrt(2)), round_lr(lr * math.sqrt(2)))
+                  if h not in swept and ruled_out(h) is None]
         if runs(swept):
             return out(runs(swept))
-    lr = best()
-    return out(finals(lr), chosen=lr)  # (4) the best of all swept rates on the final seeds
+    lr, ruled = best(), {r: ruled_out(r) for r in swept if ruled_out(r) is not None}
+    if ruled:
+        notes.append("stall rule: " + ", ".join(f"{r:g}" for r in ruled) + " ruled out (a selection run stalled "
+                     "or diverged at " + ", ".join(sorted({f"{f:g}" for f in ruled.values()})) + ")")
+    if lr is None:  # the rule rules out every swept rate, after every extension
+        finite = [r for r in swept if (selection_loss(study, arm, r) or math.inf) < math.inf]
+        lr = min(finite, default=None)
+        notes.append("every swept learning rate diverged" if lr is None else
+                     f"the stall rule rules out every swept rate: chose the lowest with a finite loss, {lr:g}")
+    return out([], best=lr)
+
+
+def plan(study, arm):
+    """An arm's search (search) and then its final runs: dict(due=[(arm, lr, seed)] to run next, swept, notes,
+    losses, chosen=lr once the search is complete (due then lists its unfinished final runs; None while it
+    searches, if every swept rate diverged, or for an also_search variant that lost), lost_to=the variant of
+    its group that runs the final seeds instead, or None)."""
+    p = {**search(study, arm), "chosen": None, "lost_to": None}
+    group = group_of(study, arm)
+    if p["due"] or p["best"] is None:
+        return p
+    if group is not None:  # also_search: the final seeds go to the group's variant with the lowest loss
+        rivals = {v: search(study, v) for v in study["groups"][group]}
+        if any(r["due"] for r in rivals.values()):
+            return {**p, "notes": p["notes"] + ["waiting for the other variants' searches"]}
+        done = {v: r["losses"][r["best"]] for v, r in rivals.items() if r["best"] is not None}
+        winner = min(done, key=lambda v: (done[v], list(rivals).index(v)))
+        if winner != arm:
+            return {**p, "lost_to": winner, "notes": p["notes"] + [f"{winner} has the lower selection loss "
+                                                                   f"({done[winner]:.4f} against {done[arm]:.4f})"]}
+    lr = p["best"]
+    due = [(arm, lr, s) for s in final_seeds(study, arm) if not is_finished(study, arm, lr, s)]
+    return {**p, "due": due, "chosen": lr}  # (4) the best of all swept rates on the final seeds
+
+
+def still_searching(study):
+    """Whether an arm is still searching: its selection runs due now, and more runs to follow them."""
+    return any(p["chosen"] is None and p["due"] for p in (plan(study, arm) for arm in study["arms"]))
 
 
 def due_runs(study):
@@ -523,20 +663,23 @@ def run_list(study, arm):
 
 
 def arm_run_counts(study, arm):
-    """-> (first wave, fewest, most): runs of an arm's whole study. The first wave is the base grid on the
-    selection seeds; the fewest adds the half steps and the final seeds (no extension); the most adds
-    max_extensions grid steps. With no selection seeds, all three are the final seeds."""
+    """-> (first wave, fewest, most, finals): runs of an arm's whole study. The first wave is the base grid on
+    the selection seeds; the fewest adds the half steps (no extension); the most adds max_extensions grid steps;
+    finals counts the final runs (an also_search group's once, on its first variant)."""
     finals, sel = len(final_seeds(study, arm)), len(study["selection_seeds"])
+    group = group_of(study, arm)
+    if group is not None and arm != next(iter(study["groups"][group])):
+        finals = 0
     if not sel:
-        return finals, finals, finals
+        return 0, 0, 0, finals
     grid, halves = len(study["grids"][arm]), 2 * study["half_steps"]
-    return grid * sel, (grid + halves) * sel + finals, (grid + study["max_extensions"] + halves) * sel + finals
+    return grid * sel, (grid + halves) * sel, (grid + study["max_extensions"] + halves) * sel, finals
 
 
 def study_progress(study):
     """'N of the study's F-M runs finished': F and M are the fewest and the most runs its search can make."""
     counts = [arm_run_counts(study, arm) for arm in study["arms"]]
-    fewest, most = sum(c[1] for c in counts), sum(c[2] for c in counts)
+    fewest, most = sum(c[1] + c[3] for c in counts), sum(c[2] + c[3] for c in counts)
     finished = sum(is_finished(study, *run) for arm in study["arms"] for run in run_list(study, arm))
     return f"{finished} of the study's {fewest if fewest == most else f'{fewest}-{most}'} runs finished"
 
@@ -597,10 +740,12 @@ def bench_speeds(study, cfgs, path):
 
 
 def arm_costs(study, tokens_per_s=None, bench_json=None):
-    """-> (unit, where the figures come from, {arm: (tokens/s, hours a run)}; nan where unknown): tokens_per_s
+    """-> (unit, where the figures come from, {arm: (tokens/s, hours a final run, hours a selection run)}; nan
+    where unknown; the two runs differ where final_overrides change the horizon): tokens_per_s
     for every arm, else bench_json's figures (bench_speeds; by default DEFAULT_BENCH_JSON's), but a study on
     the CPU given neither is timed on its own finished runs (run_timing): CPU-hours of one process."""
     cfgs = {arm: arm_config(study, arm) for arm in study["arms"]}
+    selection = {arm: arm_config(study, arm, final=False) for arm in study["arms"]}
     on_cpu = next(iter(cfgs.values()))["device"] == "cpu"
     unit, rest_s = "CPU" if on_cpu else "GPU", dict.fromkeys(cfgs, 0)  # seconds of a run outside its steps
     if on_cpu and not (tokens_per_s or bench_json):
@@ -627,7 +772,8 @@ def arm_costs(study, tokens_per_s=None, bench_json=None):
                   + (f"--tokens_per_s {tokens_per_s:,.0f} for every arm" if tokens_per_s else
                      f"{os.path.relpath(path)}, each arm at its query mode's tokens/s, scaled by FLOPs per token "
                      f"where the arm changes the model's size") + "; evals not counted")
-    return unit, source, {arm: (speed, (run_tokens(cfgs[arm]) / speed + rest_s[arm]) / 3600)
+    hours = lambda cfg, arm: (run_tokens(cfg) / speeds[arm] + rest_s[arm]) / 3600
+    return unit, source, {arm: (speed, hours(cfgs[arm], arm), hours(selection[arm], arm))
                           for arm, speed in speeds.items()}
 
 
@@ -638,7 +784,8 @@ def span(lo, hi, fmt):
 
 LEGEND = ("finished: runs done; due now: what the sweep would start now; first wave: the base grid on the selection "
           "seeds (with no selection seeds: the final runs); fewest / most: the whole study without / with every grid "
-          "extension the search may add (half steps and final seeds included)")
+          "extension the search may add (half steps and final seeds included); a / b: a selection run / a final run, "
+          "where final_overrides make them differ; an also_search arm's final runs are counted on its first variant")
 
 
 def plan_table(study, unit, costs):
@@ -651,19 +798,24 @@ def plan_table(study, unit, costs):
              "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     total = [0] * 8  # runs finished, due now, first wave, fewest, most; hours first wave, fewest, most
     for arm in study["arms"]:
-        cfg = arm_config(study, arm)
-        speed, hours = costs[arm]
-        first, fewest, most = arm_run_counts(study, arm)
+        cfg, tokens = arm_config(study, arm), [run_tokens(arm_config(study, arm, final)) for final in (False, True)]
+        speed, h_final, h_sel = costs[arm]
+        first, fewest, most, finals = arm_run_counts(study, arm)
+        h_first = first * h_sel if first else finals * h_final  # with no search the final runs come first
+        first = first or finals
+        h_fewest, h_most = fewest * h_sel + finals * h_final, most * h_sel + finals * h_final
         finished = sum(is_finished(study, *run) for run in run_list(study, arm))
         now = sum(run[0] == arm for run in due)
-        total = [t + n for t, n in zip(total, (finished, now, first, fewest, most,
-                                               first * hours, fewest * hours, most * hours))]
-        lines.append(f"| {arm} | {cfg['query_mode']} | {speed:,.0f} | {run_tokens(cfg):,} | {hours:.2f} | {finished} "
-                     f"| {now} | {first} | {fewest} | {most} | {first * hours:,.1f} | {most * hours:,.1f} |")
+        total = [t + n for t, n in zip(total, (finished, now, first, fewest + finals, most + finals,
+                                               h_first, h_fewest, h_most))]
+        both = lambda a, b, fmt: f"{b:{fmt}}" if f"{a:{fmt}}" == f"{b:{fmt}}" else f"{a:{fmt}} / {b:{fmt}}"
+        lines.append(f"| {arm} | {cfg['query_mode']} | {speed:,.0f} | {both(*tokens, ',')} | "
+                     f"{both(h_sel, h_final, '.2f')} | {finished} | {now} | {first} | {fewest + finals} | "
+                     f"{most + finals} | {h_first:,.1f} | {h_most:,.1f} |")
     finished, now, first, fewest, most, h_first, h_fewest, h_most = total
     lines.append(f"| **all** | | | | | {finished} | {now} | {first} | {fewest} | {most} | {h_first:,.1f} "
                  f"| {h_most:,.1f} |")
-    untimed = [arm for arm, (speed, _) in costs.items() if math.isnan(speed)]
+    untimed = [arm for arm, (speed, *_) in costs.items() if math.isnan(speed)]
     cost = (f"{span(h_fewest, h_most, ',.1f')} {unit}-hours (first wave: {first} runs, {h_first:,.1f} {unit}-hours)"
             if not untimed else f"{unit}-hours unknown until {' and '.join(untimed)} ha{'ve' if untimed[1:] else 's'} "
                                 f"a finished run to time (first wave: {first} runs)")
@@ -674,13 +826,53 @@ def plan_table(study, unit, costs):
     return table, summary, (now, fewest, most, h_fewest, h_most)
 
 
+def reference_arm(study):
+    """The arm whose runs stand for the reference: the reference, or its first also_search variant."""
+    ref = study["reference"]
+    return next(iter(study["groups"][ref])) if study.get("groups") else ref
+
+
+def data_vocab(study, cfg):
+    """The vocabulary of the runs' data, which sizes the embeddings: its meta.json where it is prepared, else a
+    run's record of it, else None (GPT-2's, model_config's default)."""
+    try:
+        return load_meta(os.path.join(cfg["data_dir"], cfg["dataset"]))["vocab_size"]
+    except (FileNotFoundError, ValueError):
+        saved = (read_saved_config(os.path.join(run_dir(study, *run), "config.json")) for run in existing_runs(study))
+        return next(((c.get("dataset_meta") or {}).get("vocab_size") for c in saved if c), None)
+
+
+def budget(study, cfg):
+    """A run's training budget both ways -> dict(tokens, total and non-embedding parameters, tokens per
+    parameter on each, training FLOPs = FLOPs per token (6 x matmul parameters + attention) x tokens)."""
+    model, tokens = model_config(cfg, data_vocab(study, cfg)), run_tokens(cfg)
+    counts = param_counts(model)
+    return dict(tokens=tokens, total=counts["total"], non_embedding=counts["non_embedding"],
+                per_param=tokens / counts["total"], per_non_embedding=tokens / counts["non_embedding"],
+                flops=flops_per_token(model) * tokens)
+
+
+def budget_text(study):
+    """The dry run's budget line(s): a final run of the reference arm (and a selection run where final_overrides
+    make it differ), in tokens per parameter, the convention (total parameters, embeddings included, as
+    Chinchilla counts them), in tokens per non-embedding parameter (Kaplan et al.'s count) and in FLOPs."""
+    arm, lines = reference_arm(study), []
+    for final in (True, False) if study["final_overrides"] and study["selection_seeds"] else (True,):
+        b = budget(study, arm_config(study, arm, final))
+        lines.append(f"budget of a {'final' if final else 'selection'} run ({arm}): {b['tokens']:,} tokens = "
+                     f"{b['per_param']:.1f} tokens per parameter ({b['total']:,} parameters, embeddings included: "
+                     f"the convention) = {b['per_non_embedding']:.1f} per non-embedding parameter "
+                     f"({b['non_embedding']:,}); {b['flops']:.3g} training FLOPs")
+    return "\n".join(lines)
+
+
 def dry_run(study, tokens_per_s=None, bench_json=None):
     """The study's plan and its cost, as text (plan_table; a run on N GPUs takes 1/N of the time for the same
     GPU-hours, if it scales perfectly). Runs nothing."""
     unit, source, costs = arm_costs(study, tokens_per_s, bench_json)
     table, summary, (now, *_) = plan_table(study, unit, costs)
     return "\n".join([f"plan of study {study['name']} (dry run: nothing is started); runs in {study['runs_dir']}",
-                      source, "", table, "", LEGEND, "", f"The study: {summary}",
+                      source, budget_text(study), "", table, "", LEGEND, "", f"The study: {summary}",
                       data_status(study, complete=now == 0)])
 
 
@@ -690,18 +882,22 @@ def ladder_dry_run(ladder, tokens_per_s=None, bench_json=None):
     for study in rungs_of(ladder):
         unit, source, costs = arm_costs(study, tokens_per_s, bench_json)
         table, summary, (now, *cost) = plan_table(study, unit, costs)
-        parts.append(f"## rung {study['rung']}\n\nruns in {study['runs_dir']}\n\n{table}\n\nThe rung: {summary}")
+        parts.append(f"## rung {study['rung']}\n\nruns in {study['runs_dir']}\n{budget_text(study)}\n\n{table}\n\n"
+                     f"The rung: {summary}")
         status = data_status(study, complete=now == 0)
         data += [] if status in data else [status]
         total = [t + c for t, c in zip(total, cost)]
-        cfg = arm_config(study, study["reference"])
-        n = param_counts(model_config(cfg))["non_embedding"]
-        rows.append(f"| {study['rung']} | {n:,} | {run_tokens(cfg):,} | {run_tokens(cfg) / n:.1f} "
+        b = budget(study, arm_config(study, reference_arm(study)))
+        rows.append(f"| {study['rung']} | {b['total']:,} | {b['non_embedding']:,} | {b['tokens']:,} | "
+                    f"{b['per_param']:.1f} | {b['per_non_embedding']:.1f} | {b['flops']:.3g} "
                     f"| {span(*cost[:2], 'd')} | {span(*cost[2:], ',.1f')} |")
     return "\n\n".join([f"plan of ladder {ladder['name']} (dry run: nothing is started)", source, LEGEND] + parts + [
-        f"## the ladder {ladder['name']}: cost by size", f"| rung | non-embedding params | tokens a run | tokens per "
-        f"parameter | runs | {unit}-hours |\n|---|---:|---:|---:|---:|---:|\n" + "\n".join(rows)
-        + f"\n| **all** | | | | {span(*total[:2], 'd')} | {span(*total[2:], ',.1f')} |",
+        f"## the ladder {ladder['name']}: cost by rung", f"A final run of the reference arm: tokens per parameter on "
+        f"total parameters (embeddings included: the convention), and on non-embedding parameters; training FLOPs = "
+        f"FLOPs per token x tokens.\n\n| rung | parameters | non-embedding | tokens a final run | tokens per parameter "
+        f"| per non-embedding parameter | training FLOPs | runs | {unit}-hours |\n"
+        f"|---|---:|---:|---:|---:|---:|---:|---:|---:|\n" + "\n".join(rows)
+        + f"\n| **all** | | | | | | | {span(*total[:2], 'd')} | {span(*total[2:], ',.1f')} |",
         f"The ladder: {span(*total[:2], 'd')} runs, {span(*total[2:], ',.1f')} {unit}-hours (fewest-most: without and "
         f"with every grid extension the searches may add).", *data])
 

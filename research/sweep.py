@@ -41,9 +41,10 @@ from nlq.checkpoint import atomic_write_text, is_locked, lock_file
 from nlq.distributed import resolve_device
 from nlq.preemption import EXIT_DIVERGED, EXIT_INTERRUPTED, EXIT_PREEMPTED
 from nlq.settings import HelpFormatter
+from research import study as study_file
 from research.study import (QUICK_DIR, QUICK_FRACTION, ROOT, arm_config, check_data, check_settings, dry_run, due_runs,
                             final_row, final_val_loss, is_diverged, is_finished, ladder_dry_run, load_study, plan,
-                            quick_option, run_args, run_config, run_dir, rungs_of, study_progress)
+                            quick_option, run_args, run_config, run_dir, rungs_of, still_searching, study_progress)
 
 TRAIN_PY = os.path.join(ROOT, "train.py")
 
@@ -255,7 +256,7 @@ def run_here(study, due, jobs, threads):
     except BlockingIOError:
         raise ValueError(f"another sweep.py is running the runs in {study['runs_dir']} (it holds {lock}): two "
                          f"sweeps would start the same runs; wait for it to end, or stop it") from None
-    searching = any(plan(study, arm)["chosen"] is None for arm in study["arms"])
+    searching = still_searching(study)
     print(f"{len(due)} run(s) due now" + (" (more follow as each arm's search goes on: extensions, half steps, "
                                           "final seeds)" if searching else "") + "; how long: --dry_run", flush=True)
     failed = {}
@@ -421,7 +422,8 @@ def slurm_settings(study, args):
 # ------------------------------------------------------------------------------------------ the command line
 def parse_args(argv):
     parser = argparse.ArgumentParser(prog="python -m research.sweep", description=__doc__,
-                                     formatter_class=HelpFormatter, allow_abbrev=False)
+                                     formatter_class=HelpFormatter, allow_abbrev=False,
+                                     epilog=f"The study file:{study_file.__doc__}")
     arg = parser.add_argument
     arg("study", help="study file, e.g. studies/enwiki_cpu.py")
     arg("--jobs", type=int, default=1, help="runs at a time on this machine")
@@ -486,7 +488,7 @@ def sweep(study, args, report_cmd):
     if args.nproc:
         if due:
             print("\n".join(torchrun_command(study, *run, args.nproc) for run in due))
-        if any(plan(study, arm)["chosen"] is None for arm in study["arms"]):
+        if still_searching(study):
             print("# more runs follow (grid extensions, half steps, final seeds): run this again once these finish")
         elif not due:
             print(f"# nothing due: every run of the study has finished; its report: {report_cmd}")
@@ -500,7 +502,8 @@ def sweep(study, args, report_cmd):
     else:
         gpus, slurm = slurm_settings(study, args)
         failed = drive(study, args.executor, gpus, slurm, args.threads, args.poll_s)
-    print("chosen learning rates:", json.dumps({arm: plan(study, arm)["chosen"] for arm in study["arms"]}))
+    plans = {arm: plan(study, arm) for arm in study["arms"]}  # (an also_search variant that lost has none)
+    print("chosen learning rates:", json.dumps({arm: p["chosen"] for arm, p in plans.items() if not p["lost_to"]}))
     failed = {run: f for run, f in failed.items() if not is_finished(study, *run)}  # another process's, since
     if failed:
         raise RuntimeError(f"{len(failed)} run(s) did not finish; the others did:\n" + "\n".join(failed.values()))

@@ -8,6 +8,8 @@
 # against linear (the results table) and against the arm it differs from in one part (contrasts).
 # Its runs were made two at a time on a shared 2-core machine: judge speed by bench.py (bench/RESULTS.md),
 # not by the seconds axis of val_loss.png.
+# Budget: 2.46M tokens a run, 2.9 tokens per parameter (0.84M parameters, embeddings included: the convention of
+# every study; 3.1 per non-embedding parameter), far below compute-optimal (~20) and the paper's ~240.
 #   python -m research.sweep studies/controls_cpu.py --jobs 2 --threads 1
 #   python -m research.report studies/controls_cpu.py
 name = "controls_cpu"

@@ -7,6 +7,8 @@
 # The final seeds are the CPU study's first three, so each pair of runs sees the same data order.
 # Its runs were made two at a time on a shared 2-core machine: judge speed by bench.py (bench/RESULTS.md),
 # not by the seconds axis of val_loss.png.
+# Budget: 9.83M tokens a run, 11.7 tokens per parameter (0.84M parameters, embeddings included: the convention of
+# every study; 12.5 per non-embedding parameter).
 #   python -m research.sweep studies/controls_cpu_long.py --jobs 2 --threads 1
 #   python -m research.report studies/controls_cpu_long.py
 name = "controls_cpu_long"

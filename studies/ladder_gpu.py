@@ -1,13 +1,22 @@
 # Does the nonlinear query's gap grow, shrink or change sign with model size? The same comparison at four sizes
-# spanning 27x in non-embedding parameters (3.1M to 85M; head_dim 64), each trained on about 20 tokens per
-# non-embedding parameter (Chinchilla's compute-optimal ratio, Hoffmann et al. 2022, with Kaplan et al.'s
-# non-embedding count, the parameters the query changes) of GPT-2 BPE OpenWebText, with the arms linear,
-# linear + QK-norm (a public re-run at GPT-3 Large found it matches the nonlinear query) and nonlinear (the
-# paper's). Tokens per step grow with size as in GPT-3's and Pythia's recipes (64K to the paper's 491,520), the
-# schedule is a 5% warmup and a cosine to lr / 10, and every rung and arm gets the same learning-rate search:
-# a base grid of x2 steps around GPT-3's and Pythia's rates for the size (6e-4 at 125M, 1e-3 at 70M),
-# extended at an edge, then half steps, on selection seed 1337; the chosen rate then runs on final seeds
-# 2001-2003, paired by seed. report.py fits the gap against log10(non-embedding parameters).
+# spanning 27x in non-embedding parameters (3.1M to 85M; 16M to 124M in all, the largest GPT-3 small, the paper's
+# model; head_dim 64) on GPT-2 BPE OpenWebText, with the arms linear, linear + QK-norm (a public re-run at GPT-3
+# Large found it matches the nonlinear query) and nonlinear (the paper's).
+# Token budget (the convention of every study: tokens per parameter on total parameters, embeddings included, as
+# Chinchilla counts them): each final run trains on 20 tokens per parameter, Chinchilla's compute-optimal ratio
+# (Hoffmann et al. 2022), so every rung sits in the same regime (the earlier version's 20 per non-embedding
+# parameter gave 3.9 to 13.7 per parameter: a regime that changed with size). The dry run prints it both ways.
+# Tokens per step grow with size as in GPT-3's and Pythia's recipes (64K to the paper's 491,520); warmup 5% of a
+# final run's steps, then a cosine to lr / 10.
+# Tuning, the same for every rung and arm: a base grid of x2 steps around GPT-3's and Pythia's rates for the size
+# (6e-4 at 125M, 1e-3 at 70M), extended at an edge, then half steps, chosen on the mean of two selection seeds
+# (1337, 1338) with the stall rule (stall_margin = 2: no rate at or within a x2 step below a rate at which a
+# selection run stalled or diverged; results/lr_sensitivity_cpu). Selection runs are a quarter of a final run (5 tokens per
+# parameter, the same warmup steps: the early phase where stalls happen is the final runs'); the chosen rate then
+# runs on final seeds 2001-2003 at 20 tokens per parameter, paired by seed. Selecting at the full budget instead
+# would cost about 76-100 GPU-hours.
+# report.py: the gap at each size in nats and in % of the other arm's loss, its change per 10x parameters (least
+# squares over the rungs, t on k - 2 df), the effective-size multiplier, robust summaries and the probe's plots.
 #   python prepare_data.py openwebtext --num_proc 16
 #   bash bench/gpu_ladder_pilot.sh                 # on one GPU first: every rung's tokens/s, the smallest rung
 #   python -m research.sweep studies/ladder_gpu.py --dry_run --bench_json bench/results/ladder_pilot/bench_rungs.json
@@ -22,18 +31,26 @@ arms = {
     "nonlinear": dict(query_mode="nonlinear"),
 }
 contrasts = [("nonlinear", "linear_qknorm", "f against a linear baseline with QK-norm")]
-selection_seeds = [1337]
+selection_seeds = [1337, 1338]
 seeds = [2001, 2002, 2003]
-# rung: its shape, tokens per step (32 x accumulation x 1024), steps (20 tokens a non-embedding parameter), the
-# schedule, and its base learning-rate grid
-rungs = {
-    "4x256": dict(n_layer=4, n_head=4, n_embd=256, gradient_accumulation_steps=2, max_iters=961, warmup_iters=48,
-                  eval_interval=120, learning_rates=[1e-3, 2e-3, 4e-3]),
-    "6x384": dict(n_layer=6, n_head=6, n_embd=384, gradient_accumulation_steps=4, max_iters=1621, warmup_iters=81,
-                  eval_interval=200, learning_rates=[7.5e-4, 1.5e-3, 3e-3]),
-    "8x512": dict(n_layer=8, n_head=8, n_embd=512, gradient_accumulation_steps=8, max_iters=1921, warmup_iters=96,
-                  eval_interval=240, learning_rates=[5e-4, 1e-3, 2e-3]),
-    "12x768": dict(n_layer=12, n_head=12, n_embd=768, gradient_accumulation_steps=15, max_iters=3457,
-                   warmup_iters=173, eval_interval=432, learning_rates=[3e-4, 6e-4, 1.2e-3]),
+stall_margin = 2
+
+
+def _rung(n_layer, n_embd, accum, final_steps, learning_rates):
+    """A rung: its shape, 32 x accum x 1024 tokens a step, selection runs of a quarter of the final steps (the
+    same warmup), an eval every eighth of a run; final_steps x tokens a step = 20 x its parameters."""
+    steps, warmup = round(final_steps / 4), round(0.05 * final_steps)
+    return dict(n_layer=n_layer, n_head=n_embd // 64, n_embd=n_embd, gradient_accumulation_steps=accum,
+                max_iters=steps, lr_decay_iters=steps, warmup_iters=warmup, eval_interval=round(steps / 8),
+                learning_rates=learning_rates,
+                final_overrides=dict(max_iters=final_steps, lr_decay_iters=final_steps,
+                                     eval_interval=round(final_steps / 8)))
+
+
+rungs = {  # parameters: 16.3M, 30.3M, 51.5M, 124.4M (non-embedding 3.1M, 10.6M, 25.2M, 85.0M)
+    "4x256": _rung(4, 256, 2, 4971, [1e-3, 2e-3, 4e-3]),
+    "6x384": _rung(6, 384, 4, 4628, [7.5e-4, 1.5e-3, 3e-3]),
+    "8x512": _rung(8, 512, 8, 3926, [5e-4, 1e-3, 2e-3]),
+    "12x768": _rung(12, 768, 15, 5061, [3e-4, 6e-4, 1.2e-3]),
 }
 slurm = dict(gpus_per_run=1, time=240)

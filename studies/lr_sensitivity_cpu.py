@@ -15,6 +15,8 @@
 # the second session (seed 1338 on) f under torch.utils.checkpoint (c3ea76d), later ones FusedF.
 # Runs are made two at a time on a shared 2-core machine, 1 thread each (~9 min a run); the study spans
 # several sessions, its raw runs committed as they finish. Judge speed by bench.py, not by the seconds axis.
+# Budget: 2.46M tokens a run, 2.9 tokens per parameter (0.84M parameters, embeddings included: the convention of
+# every study; 3.1 per non-embedding parameter), far below compute-optimal (~20) and the paper's ~240.
 #   python prepare_data.py local --input ../shared/data/enwiki2015/AA --name enwiki_bytes --tokenizer byte --val_fraction 0.03
 #   python -m research.sweep studies/lr_sensitivity_cpu.py --jobs 2 --threads 1
 #   python -m research.report studies/lr_sensitivity_cpu.py

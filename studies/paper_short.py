@@ -4,6 +4,8 @@
 # preemption, the report) and shows where each arm's rate lands before the full study is paid for; a rate
 # chosen at a tenth of the horizon need not be the best at the full one, so the full study searches again.
 # Cost (as studies/paper_small.py computes it, a tenth): 54-66 runs, 101-124 H200 GPU-hours.
+# Budget: 2.95B tokens a run, 23.7 tokens per parameter (124.4M parameters, embeddings included: the convention
+# of every study; 34.7 per non-embedding parameter).
 #   python -m research.sweep studies/paper_short.py --dry_run --bench_json bench/results/h200_2026-11-30/bench_nlq_small.json
 #   python -m research.sweep studies/paper_short.py --executor slurm --gpus_per_run 8 --slurm_partition PART --slurm_time 120
 #   python -m research.sweep studies/paper_short.py --print 8

@@ -20,6 +20,8 @@
 # (model.py: W1 joins the keys' and values' matmul, f is recomputed in the backward pass), which aims at
 # linear's speed; its GPU figure is not measured yet. At linear's speed the study would cost 971-1187
 # GPU-hours. `sweep.py --dry_run` recomputes all of this from any bench.py JSON or --tokens_per_s.
+# Budget: 29.5B tokens a run, 237 tokens per parameter (124.4M parameters, embeddings included: the convention of
+# every study; 347 per non-embedding parameter), the paper's own, far past compute-optimal (~20).
 #   python -m research.sweep studies/paper_small.py --dry_run --bench_json bench/results/h200_2026-11-30/bench_nlq_small.json
 #   python prepare_data.py openwebtext
 #   python -m research.sweep studies/paper_small.py --print 8   # the torchrun lines of the runs due now

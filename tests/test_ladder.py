@@ -1,7 +1,8 @@
-"""A scaling ladder: one study at several model sizes (a study file with rungs). On the CPU, a tiny ladder (two
-sizes, two arms, three paired seeds) goes through sweep.py (its dry run, then its runs) and report.py (the gap
-against size: its table, its fit, its plot, a section per rung); the GPU ladder's study file, its dry run and
-its pilot's commands are checked as the real scripts parse them."""
+"""A scaling ladder: one study at several model sizes (a study file with rungs). On the CPU, a tiny ladder (three
+sizes, two arms, two paired seeds) goes through sweep.py (its dry run, then its runs) and report.py (the gap
+against size in nats and in %, its fit, the multiplier, the probe's plot, a section per rung); the GPU ladder's
+study file, its dry run and its pilot's commands are checked as the real scripts parse them."""
+import json
 import sys
 
 import pytest
@@ -15,16 +16,17 @@ from research import study as nlq_study
 sys.path.insert(0, str(ROOT / "bench"))
 import ladder_pilot  # noqa: E402
 
-LADDER = """# a tiny ladder: two sizes, each arm at one given rate
+LADDER = """# a tiny ladder: three sizes, each arm at one given rate
 name = 'tiny_ladder'
 config = {config!r}
 overrides = {{}}
 runs_dir = {runs!r}
 arms = {{'linear': dict(query_mode='linear'), 'nonlinear': dict(query_mode='nonlinear')}}
 selection_seeds = []
-seeds = [1, 2, 3]
+seeds = [1, 2]
 rungs = {{'1x16': dict(n_layer=1, n_head=2, n_embd=16, learning_rates=[1e-2]),
-          '2x32': dict(n_layer=2, n_head=2, n_embd=32, learning_rates=[1e-2])}}
+          '2x32': dict(n_layer=2, n_head=2, n_embd=32, learning_rates=[1e-2]),
+          '2x48': dict(n_layer=2, n_head=2, n_embd=48, learning_rates=[1e-2])}}
 """
 
 
@@ -42,64 +44,67 @@ def tiny_ladder(tmp_path):
 
 def test_a_tiny_ladder_runs_and_reports_the_gap_against_size(tiny_ladder, tmp_path, capsys):
     ladder = nlq_study.load_study(str(tiny_ladder))
-    assert list(ladder["rungs"]) == ["1x16", "2x32"]
-    small, large = ladder["rungs"].values()
+    assert list(ladder["rungs"]) == ["1x16", "2x32", "2x48"]
+    small, large = ladder["rungs"]["1x16"], ladder["rungs"]["2x32"]
     assert small["runs_dir"] == str(tmp_path / "runs" / "1x16")
     assert (nlq_study.arm_config(small, "nonlinear")["n_embd"], nlq_study.arm_config(large, "linear")["n_layer"]) \
         == (16, 2)
     sweep.main([str(tiny_ladder), "--dry_run", "--tokens_per_s", "1000"])
     dry = capsys.readouterr().out
-    assert "## rung 1x16" in dry and "## rung 2x32" in dry
+    assert "## rung 1x16" in dry and "## rung 2x48" in dry
     assert dry.count("data: ") == dry.count("finished: runs done") == dry.count("per second per") == 1  # once
-    params = {rung: settings.param_counts(settings.model_config(nlq_study.arm_config(s, "linear")))["non_embedding"]
+    params = {rung: settings.param_counts(settings.model_config(nlq_study.arm_config(s, "linear"), 64))
               for rung, s in ladder["rungs"].items()}
-    assert f"| 1x16 | {params['1x16']:,} | 1,280 | " in dry and f"| 2x32 | {params['2x32']:,} | 1,280 | " in dry
-    assert "| **all** | | | | 12 |" in dry and "The ladder: 12 runs" in dry  # 2 rungs x 2 arms x 3 seeds
+    for rung, n in params.items():  # the budget both ways: per parameter (total, the tiny data's 64 tokens) and
+        assert (f"| {rung} | {n['total']:,} | {n['non_embedding']:,} | 1,280 | {1280 / n['total']:.1f} | "
+                f"{1280 / n['non_embedding']:.1f} | ") in dry  # per non-embedding parameter
+    assert "| **all** | | | | | | | 12 |" in dry and "The ladder: 12 runs" in dry  # 3 rungs x 2 arms x 2 seeds
     sweep.main([str(tiny_ladder), "--jobs", "2", "--threads", "1"])
-    assert all(nlq_study.is_finished(s, arm, 1e-2, seed) for s in (small, large) for arm in s["arms"]
-               for seed in (1, 2, 3))
+    assert all(nlq_study.is_finished(s, arm, 1e-2, seed) for s in ladder["rungs"].values() for arm in s["arms"]
+               for seed in (1, 2))
     text = report.main([str(tiny_ladder), "--out", str(tmp_path / "report")])
     assert "## The gap against model size" in text and "![gap against size](gap_vs_size.png)" in text
-    for rung in ("1x16", "2x32"):
-        assert f"| nonlinear − linear | {rung} | {params[rung]:,} | " in text
-    assert "- **nonlinear − linear**: " in text and "nats per 10× non-embedding parameters" in text
-    assert "## Rung 1x16: 1 × 16, 1,280 tokens a run" in text and "## Rung 2x32: 2 × 32" in text
-    assert (tmp_path / "report" / "gap_vs_size.png").read_bytes().startswith(b"\x89PNG")
+    finals = {(rung, arm, seed): json.loads((tmp_path / "runs" / rung / arm / f"lr0.01_seed{seed}" / "metrics.jsonl")
+                                            .read_text().splitlines()[-1])["val_loss_full"]
+              for rung in params for arm in ("linear", "nonlinear") for seed in (1, 2)}
+    for rung, n in params.items():  # the gap in nats and in % of linear's mean loss, from the runs themselves
+        diffs = [finals[rung, "nonlinear", s] - finals[rung, "linear", s] for s in (1, 2)]
+        ref = (finals[rung, "linear", 1] + finals[rung, "linear", 2]) / 2
+        mean = sum(diffs) / 2
+        assert (f"| nonlinear − linear | {rung} | {n['non_embedding']:,} | {mean:+.4f} (n=2) | "
+                f"[") in text and f"| {mean / ref * 100:+.2f}% [" in text
+    assert "- **nonlinear − linear**: " in text and "across the 3 rungs Δ changes by " in text
+    assert "per 10× non-embedding parameters (least squares over the 3 rungs' mean Δ, t on 1 df)" in text
+    assert "To reach nonlinear's loss, linear would need M times the parameters" in text  # the multiplier
+    assert "## Rung 1x16: 1 × 16, 1,280 tokens a final run" in text and "## Rung 2x32: 2 × 32" in text
+    for png in ("gap_vs_size.png", "probe_1x16.png", "probe_2x48.png"):  # the probe: every run wrote its columns
+        assert (tmp_path / "report" / png).read_bytes().startswith(b"\x89PNG")
+    assert "![probe of rung 2x48](probe_2x48.png)" in text
     capsys.readouterr()
     sweep.main([str(tiny_ladder)])  # nothing is due any more, rung by rung
-    assert capsys.readouterr().out.count("nothing to run") == 2
+    assert capsys.readouterr().out.count("nothing to run") == 3
     sweep.main([str(tiny_ladder), "--rung", "2x32"])
     assert capsys.readouterr().out.count("nothing to run") == 1
-    with pytest.raises(ValueError, match="--rung 3x64: the study's rungs are 1x16, 2x32"):
+    with pytest.raises(ValueError, match="--rung 3x64: the study's rungs are 1x16, 2x32, 2x48"):
         sweep.main([str(tiny_ladder), "--rung", "3x64"])
 
 
-def test_the_gpu_ladder_its_dry_run_and_its_pilot(capsys):
-    """studies/ladder_gpu.py: 4 sizes spanning more than 10x in non-embedding parameters, each on 20 tokens per
-    non-embedding parameter, three arms each; the dry run gives runs and GPU-hours by size and in all; the
-    pilot's commands are ones bench.py and train.py accept, its runs the study's smallest rung."""
+def test_the_gpu_ladders_pilot_runs_the_smallest_rungs_selection_runs():
+    """bench/ladder_pilot.py: its commands are ones bench.py and train.py accept, one bench per rung of
+    studies/ladder_gpu.py, and its runs the smallest rung's selection runs (tests/test_gpu_studies.py checks the
+    ladder itself)."""
     ladder = nlq_study.load_study(str(ROOT / "studies" / "ladder_gpu.py"))
-    counts = {}
-    for rung, s in ladder["rungs"].items():
-        assert list(s["arms"]) == ["linear", "linear_qknorm", "nonlinear"] and len(s["seeds"]) >= 3
-        cfg = nlq_study.arm_config(s, "linear")
-        counts[rung] = settings.param_counts(settings.model_config(cfg))["non_embedding"]
-        assert nlq_study.run_tokens(cfg) / counts[rung] == pytest.approx(20, rel=0.01)
-        assert cfg["n_embd"] // cfg["n_head"] == 64 and cfg["eval_full_at_end"]
-    assert len(counts) >= 4 and max(counts.values()) / min(counts.values()) > 10
-    sweep.main([str(ROOT / "studies" / "ladder_gpu.py"), "--dry_run"])
-    dry = capsys.readouterr().out
-    assert all(f"## rung {rung}" in dry for rung in counts) and "GPU-hours" in dry and "The ladder: " in dry
     steps = ladder_pilot.commands("OUT", "data", "enwiki_gpt2")
     benches = [argv for name, _, argv in steps if name.startswith("bench")]
     trains = [argv for name, _, argv in steps if name.startswith("train")]
-    assert len(benches) == len(counts) and len(trains) == 4
+    assert len(benches) == len(ladder["rungs"]) and len(trains) == 4
     for argv in benches:
         opts, rest = bench.split_args(argv[2:])
         assert settings.parse_config(rest)["compile"] is True and opts["query_modes"] == "linear,nonlinear"
     smallest = next(iter(ladder["rungs"].values()))
     for argv in trains:
         cfg = settings.parse_config(argv[2:])
+        assert cfg["seed"] in smallest["selection_seeds"]
         study_cfg = nlq_study.run_config(smallest, cfg["query_mode"], cfg["learning_rate"], cfg["seed"])
         same = lambda c: {k: v for k, v in c.items() if k not in ("out_dir", "data_dir", "dataset", "compile")}
         assert same(cfg) == same(study_cfg) and cfg["dataset"] == "enwiki_gpt2"

@@ -106,8 +106,10 @@ def test_report_tables_from_run_files(tmp_path, capsys):
     rows = {line.split(" | ")[0][2:]: line for line in text.splitlines() if line.startswith("| ")}
     assert "| 0.002 | 2.1000 ± 0.1000 (3) | 0 of 3 | 3.0297 | — | — |" in rows["linear"]
     assert "| -0.0217 (n=3) | [-0.0406, -0.0027] | -1.03% | 0.039 | 0.799 | lower |" in rows["paired_wins"]
-    # welch_wins against LINEAR (not LINEAR_2): d = (-0.01, -0.13, -0.25), CI includes 0
-    assert rows["welch_wins"].endswith("| no call |")
+    # welch_wins against LINEAR (not LINEAR_2): d = (-0.01, -0.13, -0.25), CI includes 0; beside it the robust
+    # summaries: the median of the Walsh averages (-0.25, -0.19, -0.13, -0.13, -0.07, -0.01), no CI at n = 3, and
+    # the signed-rank p of 3 negative differences, 2 / 2^3
+    assert rows["welch_wins"].endswith("| no call | -0.1300 (no CI at n ≤ 5) | 0.25 |")
     assert "**A difference is called only when its 95% CI excludes 0**" in text
     assert "selection seeds [1]" in text and "final seeds [11, 12, 13]" in text
     assert "| 0.002 | **2.3000** | **2.3000** | **2.3000** |" in text  # the search table, chosen rate in bold
@@ -219,7 +221,7 @@ def test_contrasts_between_two_arms_are_paired(tmp_path):
     text = report.main([str(path), "--out", str(tmp_path / "r")])
     table = text.split("## Contrasts between arms")[1].split("![val loss]")[0]
     assert "| welch_wins − paired_wins | q = x vs x + f(x) | -0.1083 (n=3) | [-0.3944, +0.1777] |" in table
-    assert table.strip().splitlines()[-1].endswith("| no call |")
+    assert table.strip().splitlines()[-1].endswith("| no call | -0.1100 (no CI at n ≤ 5) | 0.5 |")  # HL, Wilcoxon
     (tmp_path / "plain").mkdir()
     plain, _ = make_study(tmp_path / "plain")  # no contrasts named: no section
     assert "## Contrasts" not in report.main([str(plain), "--out", str(tmp_path / "r2")])

@@ -770,3 +770,113 @@ def test_runs_for_a_device_this_machine_lacks_are_not_started(study_file, tmp_pa
                                          r".*nothing was started"):
         sweep.main([str(study), "--threads", "1"])
     assert not (tmp_path / "runs").exists()
+
+
+def curve_run(study, arm, lr, seed, final, stalled=False):
+    """A finished selection run (20 steps, evals at 5, 10, 20) that left the early plateau by step 10, or not."""
+    write_run(study, arm, lr, seed, [dict(iter=5, val_loss=3.0), dict(iter=10, val_loss=2.95 if stalled else 2.5),
+                                     dict(iter=20, val_loss=final, val_loss_full=final)])
+
+
+def test_the_stall_rule_keeps_the_chosen_rate_a_margin_below_a_stall(study_file):
+    """Two selection seeds, stall_margin 2. 8e-3 has the lowest mean loss, but seed 3 stalled there: no rate
+    within a x2 step below it (+1%) may be chosen, so 4e-3 wins, and of its half steps only the lower one runs
+    (5.66e-3 is ruled out). Without the rule the search would extend to 1.6e-2."""
+    text = study_file.read_text().replace("learning_rates = [1e-2, 3e-3]", "learning_rates = [2e-3, 4e-3, 8e-3]")
+    text = text.replace("selection_seeds = [1]", "selection_seeds = [1, 3]")
+    study_file.write_text(text.replace("half_steps = False\nmax_extensions = 0\n", "stall_margin = 2\n"))
+    study = load_study(str(study_file))
+    for lr, loss in ((2e-3, 2.3), (4e-3, 2.2), (8e-3, 2.1)):
+        curve_run(study, "linear", lr, 1, loss)
+        curve_run(study, "linear", lr, 3, loss + 0.02, stalled=lr == 8e-3)
+    p = plan(study, "linear")
+    assert p["due"] == [("linear", 0.00283, 1), ("linear", 0.00283, 3)]
+    for seed in (1, 3):
+        curve_run(study, "linear", 0.00283, seed, 2.25)
+    p = plan(study, "linear")
+    assert p["chosen"] == 4e-3 and p["due"] == [("linear", 4e-3, 2)]
+    assert p["notes"] == ["stall rule: 0.008 ruled out (a selection run stalled or diverged at 0.008)"]
+    no_rule = load_study(str(study_file.rename(study_file.with_name("no_rule.py"))))  # the same runs, no rule:
+    no_rule["stall_margin"] = None
+    assert plan(no_rule, "linear")["due"] == [("linear", 0.016, 1), ("linear", 0.016, 3)]  # the edge: extend up
+
+
+def test_a_stall_below_a_rate_does_not_count_against_it(study_file):
+    """A rate too low to leave the plateau by half-way reads as stalled: it is ruled out, the rates above it are
+    not (the search extends upward from 4e-3). Where every swept rate is ruled out, the search looks lower."""
+    text = study_file.read_text().replace("learning_rates = [1e-2, 3e-3]", "learning_rates = [2e-3, 4e-3]")
+    study_file.write_text(text.replace("max_extensions = 0\n", "max_extensions = 1\nstall_margin = 2\n"))
+    study = load_study(str(study_file))
+    curve_run(study, "nonlinear", 2e-3, 1, 2.6, stalled=True)
+    curve_run(study, "nonlinear", 4e-3, 1, 2.3)
+    assert plan(study, "nonlinear")["due"] == [("nonlinear", 8e-3, 1)]
+    curve_run(study, "linear", 2e-3, 1, 2.4, stalled=True)
+    curve_run(study, "linear", 4e-3, 1, 2.3, stalled=True)
+    p = plan(study, "linear")
+    assert p["due"] == [("linear", 1e-3, 1)] and p["notes"][0] == "the stall rule rules out every swept rate"
+    curve_run(study, "linear", 1e-3, 1, 2.6)
+    assert plan(study, "linear")["chosen"] == 1e-3  # 2e-3 and 4e-3 stalled; 1e-3 is half of the lowest of them
+
+
+ALSO_SEARCH = ("half_steps = False\nmax_extensions = 0\nalso_search = {'weight_decay': [0.0, 0.1]}\n"
+               "final_overrides = {'max_iters': 30, 'lr_decay_iters': 30}\n")
+
+
+def test_also_search_tunes_a_second_key_and_final_overrides_lengthen_the_final_runs(tmp_path, capsys):
+    """Each arm is searched over rate x weight decay (a variant per value, each its own rate search); only the
+    group's best (rate, weight decay) runs the final seed, at the final runs' own horizon; the report reads by
+    arm, and the search table shows every variant."""
+    study_file = tiny_study(tmp_path, ALSO_SEARCH)
+    study = load_study(str(study_file))
+    assert list(study["arms"]) == ["linear.weight_decay0", "linear.weight_decay0.1", "nonlinear.weight_decay0",
+                                   "nonlinear.weight_decay0.1"]
+    assert run_config(study, "linear.weight_decay0.1", 3e-3, 1)["weight_decay"] == 0.1
+    assert run_config(study, "linear.weight_decay0.1", 3e-3, 1)["max_iters"] == 20  # a selection run
+    assert run_config(study, "linear.weight_decay0.1", 3e-3, 2)["max_iters"] == 30  # a final run
+    sweep.main([str(study_file), "--dry_run", "--tokens_per_s=100"])
+    dry = capsys.readouterr().out
+    assert "| linear.weight_decay0 | linear | 100 | 1,280 / 1,920 | 0.00 / 0.01 | 0 | 2 | 2 | 3 | 3 |" in dry
+    assert "| linear.weight_decay0.1 | linear | 100 | 1,280 / 1,920 | 0.00 / 0.01 | 0 | 2 | 2 | 2 | 2 |" in dry
+    assert "The study: 10 runs" in dry  # 4 variants x 2 rates + a final run per arm
+    assert "budget of a final run (linear.weight_decay0): 1,920 tokens" in dry
+    assert "budget of a selection run (linear.weight_decay0): 1,280 tokens" in dry
+    losses = {("linear", 0.0): (2.3, 2.2), ("linear", 0.1): (2.1, 2.25), ("nonlinear", 0.0): (2.0, 2.4),
+              ("nonlinear", 0.1): (2.3, 2.3)}
+    for (arm, wd), by_rate in losses.items():
+        for lr, loss in zip((3e-3, 1e-2), by_rate):
+            fake_run(study, f"{arm}.weight_decay{wd:g}", lr, 1, loss)
+    plans = {arm: plan(study, arm) for arm in study["arms"]}
+    assert plans["linear.weight_decay0.1"]["due"] == [("linear.weight_decay0.1", 3e-3, 2)]
+    assert plans["linear.weight_decay0"]["lost_to"] == "linear.weight_decay0.1" and plans["linear.weight_decay0"][
+        "chosen"] is None
+    assert plans["nonlinear.weight_decay0"]["chosen"] == 3e-3
+    write_run(study, "linear.weight_decay0.1", 3e-3, 2, [dict(iter=30, tokens=1920, val_loss=2.0, val_loss_full=2.0)])
+    write_run(study, "nonlinear.weight_decay0", 3e-3, 2, [dict(iter=30, tokens=1920, val_loss=1.9, val_loss_full=1.9)])
+    assert due_runs(study) == []
+    text = report.main([str(study_file), "--out", str(tmp_path / "report")])
+    assert "| linear (weight_decay 0.1) | " in text and "| nonlinear (weight_decay 0) | " in text
+    assert "| -0.1000 (n=1) |" in text  # nonlinear - linear on the final seed, paired
+    assert "| 0.003 | 2.3000 | **2.1000** | **2.0000** | 2.3000 |" in text  # the search, every variant
+    assert "Each arm's weight_decay is searched with its rate" in text and "max_iters=30" in text
+
+
+def test_selection_over_two_seeds_through_the_sweep_and_the_report(tmp_path):
+    """One arm, 2 rates x selection seeds 1 and 3 with the stall rule, then the final seed: real runs through
+    sweep.py, and report.py's learning-rate curves, search table (each rate's mean over both seeds) and the
+    probe's plot from the runs' metrics."""
+    study_file = tiny_study(tmp_path, "half_steps = False\nmax_extensions = 0\nstall_margin = 2\n" + ONE_ARM
+                            + "selection_seeds = [1, 3]\n")
+    sweep.main([str(study_file), "--jobs", "2", "--threads", "1"])
+    study = load_study(str(study_file))
+    final = lambda lr, seed: final_row(run_dir(study, "linear", lr, seed))["val_loss_full"]
+    means = {lr: (final(lr, 1) + final(lr, 3)) / 2 for lr in (3e-3, 1e-2)}
+    p = plan(study, "linear")
+    # (the rule allows the best: a slow low rate may read as stalled, and a failure below counts against no rate)
+    assert p["losses"] == pytest.approx(means) and p["chosen"] == min(means, key=means.get)
+    assert is_finished(study, "linear", p["chosen"], 2) and due_runs(study) == []
+    text = report.main([str(study_file), "--out", str(tmp_path / "report")])
+    assert "## Learning-rate curves (final loss over selection seeds [1, 3])" in text
+    assert f"| {p['chosen']:g} | **{means[p['chosen']]:.4f}** |" in text  # the search table: the 2 seeds' mean
+    assert "The stall rule (stall_margin 2)" in text and "![probe](probe.png)" in text
+    for png in ("lr_curves.png", "probe.png"):
+        assert (tmp_path / "report" / png).read_bytes().startswith(b"\x89PNG")
