@@ -26,6 +26,7 @@ loss; a diverged run counts as +inf. Each run has a folder <runs_dir>/<arm>/lr<l
 search stands is replayed from the finished runs there: a study can stop, restart, or finish on another machine.
 """
 import filecmp
+import functools
 import json
 import math
 import os
@@ -552,18 +553,20 @@ def is_stalled(rows, max_iters):
     return mid["val_loss"] > (1 - STALL_DROP) * evals[0]["val_loss"]
 
 
-def failed_rates(study, arm, swept):
-    """The swept rates at which a selection run of the arm stalled or diverged, lowest first."""
-    return sorted({lr for lr in swept for seed in study["selection_seeds"]
-                   if (rows := read_metrics(run_dir(study, arm, lr, seed)))
-                   and (is_diverged(rows[-1]) or is_stalled(rows, run_config(study, arm, lr, seed)["max_iters"]))})
-
-
 def stall_rule(study, arm, swept):
-    """The stall rule (STALL_RULE) over an arm's swept rates -> a function lr -> the failed rate that rules lr
-    out, or None where the rule allows lr (always, without a stall_margin)."""
-    failed, m = failed_rates(study, arm, swept) if study["stall_margin"] else [], study["stall_margin"]
-    return lambda lr: next((f for f in failed if lr <= f and lr > f / m * 1.01), None)
+    """The stall rule (STALL_RULE) over an arm's swept rates (a list the search may extend) -> a function lr ->
+    the failed rate that rules lr out, or None where the rule allows lr (always, without a stall_margin). A
+    rate failed if a selection run of the arm stalled or diverged at it; each rate's runs are read once."""
+    m = study["stall_margin"]
+    if not m:
+        return lambda lr: None
+    max_iters = arm_config(study, arm, final=False)["max_iters"]  # every selection run's (check_arms)
+
+    @functools.cache
+    def failed(lr):
+        return any((rows := read_metrics(run_dir(study, arm, lr, seed)))
+                   and (is_diverged(rows[-1]) or is_stalled(rows, max_iters)) for seed in study["selection_seeds"])
+    return lambda lr: next((f for f in sorted(swept) if lr <= f and lr > f / m * 1.01 and failed(f)), None)
 
 
 def search(study, arm):
@@ -577,7 +580,7 @@ def search(study, arm):
     runs = lambda lrs: [(arm, lr, s) for lr in lrs for s in sel if not is_finished(study, arm, lr, s)]
     out = lambda due, best=None: dict(due=due, swept=sorted(swept), best=best, notes=notes,
                                       losses={lr: selection_loss(study, arm, lr) for lr in sorted(swept)})
-    ruled_out = lambda lr: stall_rule(study, arm, swept)(lr)  # (swept grows: the rule is read anew each time)
+    ruled_out = stall_rule(study, arm, swept)  # (swept grows below: the rule reads it as it is then)
     best = lambda: pick_best_lr({lr: selection_loss(study, arm, lr) for lr in swept if ruled_out(lr) is None})
     if runs(swept):  # (1) the grid
         return out(runs(swept))
