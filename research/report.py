@@ -892,13 +892,12 @@ def ladder_reading(gaps, quick, axis):
         text = (f"- **{arm} − {other}**: " + (f"{', '.join(called)} (the other rungs: no call)" if called
                                               else "no rung's 95% CI excludes 0"))
         paired = [(x, d) for _, x, d in points if d["n"] >= 2]  # rungs with a paired Δ
-        fits = [trend([x for x, _ in paired], [d[key] for _, d in paired]) for key in ("mean", "rel")]
-        if quick:
-            pass
-        elif fits[0] is None:
+        fit, rel = [None if quick else trend([x for x, _ in paired], [d[key] for _, d in paired])
+                    for key in ("mean", "rel")]  # (a --quick try calls no trend)
+        if fit is None and not quick:
             text += f"; no trend: a fit needs 3 or more rungs with 2 or more pairs, and {len(paired)} have them"
-        else:
-            (fit, rel), k = fits, fits[0]["k"]
+        elif fit is not None:
+            k = fit["k"]
             excludes = not fit["ci"][0] <= 0 <= fit["ci"][1]
             what = (f"{arm} gains on {other} as the rungs grow" if excludes and fit["slope"] < 0 else
                     f"{arm} loses ground to {other} as the rungs grow" if excludes else
