@@ -39,6 +39,7 @@ import numpy as np
 from tqdm import tqdm
 
 from nlq.data import BIN_FILES
+from nlq.settings import HelpFormatter, at_least
 from nlq.tokenizers import DOC_SEPARATOR, GPT2_EOT, GPT2_VOCAB, DataError, encode_docs, gpt2_encoding
 
 SHAKESPEARE_URL = "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt"
@@ -461,7 +462,6 @@ def load_hf_stream(name, config=None, split="train"):
 # ---------------------------------------------------------------- command line
 
 def parse_args(argv=None):
-    from nlq.settings import HelpFormatter, at_least  # here: the tokenizing workers need no torch
     p = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter, allow_abbrev=False)
     p.add_argument("dataset", choices=DATASETS)
     p.add_argument("--data_dir", type=os.path.expanduser, default="data", help="output goes to DATA_DIR/NAME/")
