@@ -510,15 +510,14 @@ def parse_args(argv=None):
     return args
 
 
-def run(args, verbose=True):
-    """Prepare the dataset args (parse_args) describes; returns its meta dict. verbose=False: no progress bars
-    and no note on where Tiny Shakespeare came from. On any failure the folders this run made (the dataset's,
-    and --data_dir's where it was new) are removed again."""
+def run(args):
+    """Prepare the dataset args (parse_args) describes; returns its meta dict. On any failure the folders this
+    run made (the dataset's, and --data_dir's where it was new) are removed again."""
     out_dir = Path(args.data_dir) / args.name
     made = [d for d in (out_dir, *out_dir.parents) if not os.path.lexists(d)]  # deepest first
     try:
         check_target(out_dir, args.overwrite)  # before reading or downloading anything
-        return _prepare(args, out_dir, verbose)
+        return _prepare(args, out_dir)
     except BaseException:
         for folder in made:  # (staging has removed the partial files)
             if os.path.isdir(folder) and not any(folder.iterdir()):
@@ -526,7 +525,7 @@ def run(args, verbose=True):
         raise
 
 
-def _prepare(args, out_dir, verbose):
+def _prepare(args, out_dir):
     common = dict(val_fraction=args.val_fraction, seed=args.seed, num_proc=args.num_proc, bpe_dir=args.bpe_dir)
     if args.dataset in TOKENIZERS_OF:  # from the Hugging Face Hub
         if args.tokenizer == "gpt2":  # before connecting
@@ -541,11 +540,11 @@ def _prepare(args, out_dir, verbose):
         docs, kw = read_documents(args.input), dict(positional=is_one_text(args.input), source=args.input)
     else:
         text, source = shakespeare_source(args.input, args.download)
-        if verbose and not args.input:
+        if not args.input:
             print(f"Tiny Shakespeare: {'downloaded from' if args.download else 'the copy shipped with nlq,'} "
                   f"{source}")
         docs, kw = [text], dict(positional=True, source=source)
-    return prepare_texts(docs, out_dir, tokenizer=args.tokenizer, progress=verbose, **kw, **common)
+    return prepare_texts(docs, out_dir, tokenizer=args.tokenizer, **kw, **common)
 
 
 def main(argv=None):
