@@ -40,28 +40,57 @@ PEAK_FLOPS = (("H100 PCIe", 756e12), ("H100", 989e12), ("H200", 989e12), ("H800"
 
 @dataclass
 class GPTConfig:
+    """The model's settings, each a config key of train.py too (its --help prints these lines):
+
+    block_size: context length in tokens
+    vocab_size: embedding rows (train.py: None = the dataset's vocabulary rounded up to a multiple of 64)
+    n_layer: transformer blocks
+    n_head: attention heads (n_embd must be a multiple of it)
+    n_embd: model width d
+    mlp_hidden: MLP hidden width; None = 4 * n_embd (4.75 * n_embd: the paper's +12.5% baseline)
+    query_mode: how attention makes its query q from x, a key of QUERY_MODES or an alias
+    query_hidden: width r of f's hidden layer (nonlinear); None = n_embd // 2 (f: d² + 2d parameters)
+    query_norm_in: nonlinear: f's input RMSNorm (False: an ablation, f(x) = LN(W2 GELU(W1 x)))
+    query_norm_out: nonlinear: f's output LayerNorm (False: an ablation, f(x) = W2 GELU(W1 RMSNorm(x)))
+    fused_f: nonlinear: True runs f through FusedF (linear's memory), False as written; None = FusedF on CUDA
+    attn_scale: attention scale; None = the mode's default, 1/sqrt(head_dim) (linear) or half that
+    qk_norm: RMS-normalise each head's q and k before their dot product
+    dropout: dropout probability
+    bias: biases in the Linear and LayerNorm layers
+    tie_weights: share the token embedding with the LM head
+    flash: F.scaled_dot_product_attention; False: plain matmul-softmax (same maths)
+    activation: the MLP's GELU: gelu (exact) or gelu_tanh (GPT-2's approximation; init_from=gpt2 sets it)
+    data_vocab_size: the tokenizer's vocabulary (the dataset sets it); generate() never returns ids >= it
+    """
     block_size: int = 1024
-    vocab_size: int = 50304          # GPT-2's 50257 padded up to a multiple of 64 for faster matmuls
+    vocab_size: int = 50304  # GPT-2's 50257 padded up to a multiple of 64 for faster matmuls
     n_layer: int = 12
     n_head: int = 12
     n_embd: int = 768
-    mlp_hidden: Optional[int] = None  # None -> 4 * n_embd; 3648 for n_embd 768 = the paper's +12.5% baseline
-    query_mode: str = "linear"        # a key of QUERY_MODES (aliases: original, residual_gelu)
-    query_hidden: Optional[int] = None  # width r of f's hidden layer; None -> n_embd // 2 (f: d² + 2d params)
-    query_norm_in: bool = True        # nonlinear: f's input RMSNorm (False: f(x) = LN(W2 GELU(W1 x)))
-    query_norm_out: bool = True       # nonlinear: f's output LayerNorm (False: f(x) = W2 GELU(W1 RMSNorm(x)))
-    fused_f: Optional[bool] = None    # nonlinear: True FusedF (linear's memory), False f as written; None: on CUDA
-    attn_scale: Optional[float] = None  # None -> the query mode's default: scale_factor / sqrt(head_dim)
-    qk_norm: bool = False             # RMS-normalise per-head q and k before the dot product
+    mlp_hidden: Optional[int] = None
+    query_mode: str = "linear"
+    query_hidden: Optional[int] = None
+    query_norm_in: bool = True
+    query_norm_out: bool = True
+    fused_f: Optional[bool] = None
+    attn_scale: Optional[float] = None
+    qk_norm: bool = False
     dropout: float = 0.0
-    bias: bool = False                # biases in Linear and LayerNorm layers
-    tie_weights: bool = True          # share the token embedding with the LM head
-    activation: str = "gelu"          # the MLP's GELU: gelu (exact) | gelu_tanh (GPT-2's, for its weights)
-    flash: bool = True                # F.scaled_dot_product_attention; False = plain matmul-softmax (same maths)
-    data_vocab_size: Optional[int] = None  # the tokenizer's vocabulary; generate() never returns ids >= it
+    bias: bool = False
+    tie_weights: bool = True
+    flash: bool = True
+    activation: str = "gelu"
+    data_vocab_size: Optional[int] = None
 
     def __post_init__(self):
-        """Resolve aliases and defaults (None -> the value the comment above names)."""
+        """Check the sizes and resolve aliases and defaults (None -> the value the docstring names)."""
+        for name in ("block_size", "vocab_size", "n_layer", "n_head", "n_embd", "mlp_hidden", "query_hidden"):
+            if getattr(self, name) is not None and getattr(self, name) <= 0:
+                raise ValueError(f"config key {name!r} = {getattr(self, name)} must be > 0")
+        if not 0 <= self.dropout < 1:
+            raise ValueError(f"config key 'dropout' = {self.dropout} must be >= 0 and < 1")
+        if self.activation not in GELU_APPROXIMATE:
+            raise ValueError(f"activation={self.activation!r}; use {' or '.join(GELU_APPROXIMATE)}")
         self.query_mode = QUERY_MODE_ALIASES.get(self.query_mode, self.query_mode)
         if self.query_mode not in QUERY_MODES:
             raise ValueError(f"unknown query_mode {self.query_mode!r}; valid modes: {', '.join(QUERY_MODES)}")
@@ -400,8 +429,6 @@ class GPT(nn.Module):
             else:  # the newest token only, after the cached ones
                 logits, _ = self(idx[:, -1:], cache=cache)
             logits = logits[:, -1, :vocab_size].float()  # (B, vocab_size)
-            if not torch.isfinite(logits).all():
-                raise ValueError("the model's logits are not finite: its weights diverged (NaN/inf)")
             if temperature == 0:
                 next_id = logits.argmax(dim=-1, keepdim=True)
             else:

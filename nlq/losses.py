@@ -45,8 +45,8 @@ def estimate_loss(model, splits, ctx, rank=0, world_size=1, device="cpu", vocab_
                   progress=False, stop=None):
     """Mean cross-entropy (nats/token) per split over its fixed eval windows -> {split: float}.
 
-    splits: {name: (bin path or open file, dtype, windows (N,) offsets, block_size)}, evaluated batch_size
-    windows at a time (every window weighs the same). A diverged model gives nan or inf, never an error.
+    splits: {name: data.EvalSplit (or the same 4-tuple: its bin, dtype, windows (N,), block_size)}, evaluated
+    batch_size windows at a time (every window weighs the same). A diverged model gives nan or inf, never an error.
     stop: None, or a function called before every batch on every rank: True raises EvalStopped.
     """
     was_training = model.training

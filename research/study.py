@@ -32,11 +32,10 @@ import math
 import os
 import re
 
-from model import QUERY_MODE_ALIASES
 from nlq.checkpoint import read_metrics, read_saved_config
 from nlq.data import load_meta, open_split
-from nlq.settings import (NOT_EXPERIMENT, check_value, flops_per_token, model_config, param_counts, parse_config,
-                          read_config_file)
+from nlq.settings import (NOT_EXPERIMENT, check_value, differing, flops_per_token, model_config, param_counts,
+                          parse_config, read_config_file)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository
 REQUIRED = ("name", "config", "overrides", "arms", "learning_rates", "selection_seeds", "seeds")
@@ -357,12 +356,7 @@ def settings_diff(study, arm, lr, seed):
                              f"cannot be checked; restore config.json, or delete the folder to run it again")
         return {}
     wanted = run_config(study, arm, lr, seed)
-    named = lambda k, v: QUERY_MODE_ALIASES.get(v, v) if k == "query_mode" else v  # 'original' is linear
-    diff = {k: (saved[k], v) for k, v in wanted.items()
-            if k not in NOT_EXPERIMENT and named(k, saved[k]) != named(k, v)}
-    step = lambda c: c["batch_size"] * c["gradient_accumulation_steps"]  # sequences a step
-    if step(saved) == step(wanted):
-        diff = {k: v for k, v in diff.items() if k not in ("batch_size", "gradient_accumulation_steps")}
+    diff = differing(saved, wanted, NOT_EXPERIMENT)
     origin = saved.get("initialised_from")  # init_from says 'resume' once a run resumed; this keeps the start
     if origin is not None and origin != wanted["init_from"]:
         diff["initialised_from"] = (origin, wanted["init_from"])

@@ -28,9 +28,17 @@ def test_train_help_gives_every_key_a_meaning():
 
 
 def test_defaults_and_help_come_from_one_table():
-    assert settings.DEFAULTS == {k: default for k, (default, _) in settings.SETTINGS.items()}
+    """A key's default, kind and meaning are written once: SETTINGS, and for the model GPTConfig's fields and
+    docstring; the tables the resume check and the study machinery read are SETTINGS' kinds."""
+    assert settings.DEFAULTS == {k: default for k, (default, *_) in settings.SETTINGS.items()}
     fields = {f.name: f.default for f in dataclasses.fields(GPTConfig)}
     assert all(settings.DEFAULTS[k] == fields[k] for k in settings.MODEL_KEYS if k != "vocab_size")
+    text = train.usage()
+    assert all(f"{k}: {meaning}" in GPTConfig.__doc__ or k == "query_mode" for k, meaning in
+               settings.MODEL_MEANINGS.items()) and "  --n_embd=768   " in text and "model width d\n" in text
+    kinds = {k: kind for k, (_, kind, *_) in settings.SETTINGS.items()}
+    assert set(settings.RESUME_FIXED) == {k for k, kind in kinds.items() if kind == "fixed"} >= {"seed", "n_layer"}
+    assert settings.NOT_EXPERIMENT == {k for k, kind in kinds.items() if kind in ("log", "machine")}
 
 
 @pytest.mark.parametrize("main, expected", [
