@@ -12,7 +12,7 @@ import json
 import os
 import subprocess
 import sys
-from typing import NamedTuple
+from collections import namedtuple
 
 import numpy as np
 import torch
@@ -112,13 +112,9 @@ def get_batch(data_path, dtype, starts, block_size, device, vocab_size=None):
     return x.to(device), y.to(device)
 
 
-class EvalSplit(NamedTuple):
-    """What losses.estimate_loss reads of a split: its bin (a path or an open file), the ids' dtype, the
-    offsets of its fixed eval windows (N,) and their length."""
-    path: object
-    dtype: str
-    windows: torch.Tensor
-    block_size: int
+# What losses.estimate_loss reads of a split: its bin (a path or an open file), the ids' dtype, the offsets of its
+# fixed eval windows (N,) and their length
+EvalSplit = namedtuple("EvalSplit", "path dtype windows block_size")
 
 
 class TrainData:
