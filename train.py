@@ -10,9 +10,10 @@ they are), then --key=value overrides; python train.py --help lists every key. g
 counts the micro-batches of one optimizer step over all processes: every rank draws the step's windows from
 the same stream and takes its share, so the data order, like the eval windows, depends on the seed alone.
 
-One training step (Loop.step) reads in three files: this one (the learning rate, the micro-batches, backward,
-clipping, the optimizer), model.py (the forward pass, the loss) and nlq/data.py (the windows). The rest of nlq/
-is machinery called once per concern: the run folder, devices and processes, the clock, stop signals.
+One training step (Loop.step) reads in three files: this one (the micro-batches, backward, clipping, the
+optimizer at the learning rate of nlq/schedule.py's get_lr), model.py (the forward pass, the loss) and
+nlq/data.py (the windows). The rest of nlq/ is machinery called once per concern: the run folder, this
+process's Job (rank, device, dtype), the clock, stop signals.
 
 The run's folder, out_dir, holds ckpt.pt (written atomically at every eval), config.json and metrics.jsonl (a
 row per eval); the same command with --init_from=resume continues the run bit for bit. How a run ends:
