@@ -17,7 +17,7 @@ import os
 import shlex
 import tempfile
 import uuid
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Optional
 
 import torch
@@ -26,7 +26,7 @@ from model import GPT, GPTConfig
 from nlq.data import BIN_FILES
 from nlq.distributed import full_state_dicts, gather_rng_states, load_full_state_dicts, restore_rng
 from nlq.progress import clock
-from nlq.settings import NOT_RESULTS, RESUME_FIXED, code_version, differing, param_counts, upgrade
+from nlq.settings import DEFAULTS, NOT_RESULTS, RESUME_FIXED, code_version, differing, param_counts, upgrade
 
 
 class CheckpointNotWritten(RuntimeError):
@@ -139,8 +139,11 @@ def load_checkpoint(path, mmap=False):
             f"--init_from={path} and a new out_dir)" if "n_head" in (args or {}) else ""))
     cfg = ckpt["config"] = upgrade(ckpt["config"])
     ckpt["model"] = {_upgrade_name(k): v for k, v in ckpt["model"].items()}
-    # what checkpoints older than their record held: where the weights started, where the decay ends
+    # what checkpoints older than their record held: where the weights started, the tokens trained on, where the
+    # decay ends
     ckpt.setdefault("initialised_from", None if cfg["init_from"] == "resume" else cfg["init_from"])
+    ckpt.setdefault("tokens", ckpt["iter_num"] * cfg["gradient_accumulation_steps"] * cfg["batch_size"]
+                    * cfg["block_size"])
     ckpt["lr_decay_iters"] = ckpt.get("lr_decay_iters") or cfg["lr_decay_iters"] or cfg["max_iters"]
     return ckpt
 
@@ -271,9 +274,8 @@ class RunFolder:
             check_same_dataset(ckpt["dataset_meta"], meta, data_folder)
         # the model as built (None resolved: a mode's attn_scale, the data's vocabulary), so that attn_scale=0.1
         # at training and None now is a difference, not a silent change
-        ours = {**{k: self.cfg[k] for k in RESUME_FIXED}, **vars(model_cfg)}
         theirs = {**ckpt["config"], **vars(GPTConfig(**ckpt["model_args"]))}
-        changed = {k: (ours[k], theirs[k]) for k in RESUME_FIXED if ours[k] != theirs[k]}
+        changed = differing({**self.cfg, **vars(model_cfg)}, theirs, ignore=set(DEFAULTS) - set(RESUME_FIXED))
         if changed:
             flags = " ".join(f"--{k}={ckpt['config'][k]}" for k in changed if ckpt["config"][k] != self.cfg[k])
             raise ValueError(f"settings differ from the checkpoint's (yours, checkpoint's): {changed}; resume with "
@@ -306,15 +308,9 @@ class RunFolder:
                              f"{str(e).splitlines()[0]}") from e
         scaler.load_state_dict(ckpt["scaler"])
         restore_rng(ckpt["rng"], self.job.rank, train_gen, self.job.device, self.cfg["seed"], ckpt["iter_num"])
-        c = ckpt["config"]
-        it = ckpt["iter_num"]
-        state = TrainState(
-            iter_num=it, best_val_loss=ckpt["best_val_loss"], elapsed_s=ckpt.get("elapsed_s", 0.0),
-            tokens=ckpt.get("tokens", it * c["gradient_accumulation_steps"] * c["batch_size"] * c["block_size"]),
-            eval_pending=ckpt.get("eval_pending", False),
-            lr_decay_iters=ckpt["lr_decay_iters"],
-            initialised_from=ckpt["initialised_from"], init_settings=ckpt.get("init_settings", {}),
-            resumes=ckpt.get("resumes", []) + changed_settings(c, self.cfg, it), resumed_at=it, last_saved=it)
+        state = TrainState(**{f.name: ckpt[f.name] for f in fields(TrainState) if f.name in ckpt})
+        it = state.resumed_at = state.last_saved = state.iter_num
+        state.resumes = state.resumes + changed_settings(ckpt["config"], self.cfg, it)
         self.job.log(f"resumed from {self.ckpt_path} at iter {it}, after {clock(state.elapsed_s)} of training"
             + (f"; max_iters={self.cfg['max_iters']} is reached already, nothing to train"
                if it >= self.cfg["max_iters"] else ""))
