@@ -40,50 +40,29 @@ PEAK_FLOPS = (("H100 PCIe", 756e12), ("H100", 989e12), ("H200", 989e12), ("H800"
 
 @dataclass
 class GPTConfig:
-    """The model's settings, each a config key of train.py too (its --help prints these lines):
-
-    block_size: context length in tokens
-    vocab_size: embedding rows (train.py: None = the dataset's vocabulary rounded up to a multiple of 64)
-    n_layer: transformer blocks
-    n_head: attention heads (n_embd must be a multiple of it)
-    n_embd: model width d
-    mlp_hidden: MLP hidden width; None = 4 * n_embd (4.75 * n_embd: the paper's +12.5% baseline)
-    query_mode: how attention makes its query q from x, a key of QUERY_MODES or an alias
-    query_hidden: width r of f's hidden layer (nonlinear); None = n_embd // 2 (f: d² + 2d parameters)
-    query_norm_in: nonlinear: f's input RMSNorm (False: an ablation, f(x) = LN(W2 GELU(W1 x)))
-    query_norm_out: nonlinear: f's output LayerNorm (False: an ablation, f(x) = W2 GELU(W1 RMSNorm(x)))
-    fused_f: nonlinear: True runs f through FusedF (linear's memory), False as written; None = FusedF on CUDA
-    attn_scale: attention scale; None = the mode's default, 1/sqrt(head_dim) (linear) or half that
-    qk_norm: RMS-normalise each head's q and k before their dot product
-    dropout: dropout probability
-    bias: biases in the Linear and LayerNorm layers
-    tie_weights: share the token embedding with the LM head
-    flash: F.scaled_dot_product_attention; False: plain matmul-softmax (same maths)
-    activation: the MLP's GELU: gelu (exact) or gelu_tanh (GPT-2's approximation; init_from=gpt2 sets it)
-    data_vocab_size: the tokenizer's vocabulary (the dataset sets it); generate() never returns ids >= it
-    """
-    block_size: int = 1024
-    vocab_size: int = 50304  # GPT-2's 50257 padded up to a multiple of 64 for faster matmuls
-    n_layer: int = 12
-    n_head: int = 12
-    n_embd: int = 768
-    mlp_hidden: Optional[int] = None
-    query_mode: str = "linear"
-    query_hidden: Optional[int] = None
-    query_norm_in: bool = True
-    query_norm_out: bool = True
-    fused_f: Optional[bool] = None
-    attn_scale: Optional[float] = None
-    qk_norm: bool = False
-    dropout: float = 0.0
-    bias: bool = False
-    tie_weights: bool = True
-    flash: bool = True
-    activation: str = "gelu"
-    data_vocab_size: Optional[int] = None
+    """The model's settings. Each is a config key of train.py too: its --help prints the comment beside it."""
+    block_size: int = 1024            # context length in tokens
+    vocab_size: int = 50304           # embedding rows (train.py: None = the data's vocabulary, rounded up to 64s)
+    n_layer: int = 12                 # transformer blocks
+    n_head: int = 12                  # attention heads (n_embd must be a multiple of it)
+    n_embd: int = 768                 # model width d
+    mlp_hidden: Optional[int] = None  # MLP hidden width; None = 4 * n_embd (4.75 * n_embd: the paper's +12.5%)
+    query_mode: str = "linear"        # how attention makes its query q from x, a key of QUERY_MODES or an alias
+    query_hidden: Optional[int] = None  # width r of f's hidden layer (nonlinear); None = n_embd // 2 (f: d² + 2d)
+    query_norm_in: bool = True        # nonlinear: f's input RMSNorm (False: f(x) = LN(W2 GELU(W1 x)), an ablation)
+    query_norm_out: bool = True       # nonlinear: f's output LayerNorm (False: f(x) = W2 GELU(W1 RMSNorm(x)))
+    fused_f: Optional[bool] = None    # nonlinear: True FusedF (linear's memory), False f as written; None: on CUDA
+    attn_scale: Optional[float] = None  # attention scale; None = the mode's default, 1/sqrt(head_dim) or half that
+    qk_norm: bool = False             # RMS-normalise each head's q and k before their dot product
+    dropout: float = 0.0              # dropout probability
+    bias: bool = False                # biases in the Linear and LayerNorm layers
+    tie_weights: bool = True          # share the token embedding with the LM head
+    flash: bool = True                # F.scaled_dot_product_attention; False: plain matmul-softmax (same maths)
+    activation: str = "gelu"          # the MLP's GELU: gelu (exact) or gelu_tanh (GPT-2's; init_from=gpt2 sets it)
+    data_vocab_size: Optional[int] = None  # the tokenizer's vocabulary (the data's); generate() never returns more
 
     def __post_init__(self):
-        """Check the sizes and resolve aliases and defaults (None -> the value the docstring names)."""
+        """Check the sizes and resolve aliases and defaults (None -> the value the comment above names)."""
         for name in ("block_size", "vocab_size", "n_layer", "n_head", "n_embd", "mlp_hidden", "query_hidden"):
             if getattr(self, name) is not None and getattr(self, name) <= 0:
                 raise ValueError(f"config key {name!r} = {getattr(self, name)} must be > 0")

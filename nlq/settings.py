@@ -13,6 +13,7 @@ import ast
 import dataclasses
 import difflib
 import functools
+import inspect
 import math
 import os
 import re
@@ -23,8 +24,11 @@ import torch
 
 from model import GPT, QUERY_MODE_ALIASES, QUERY_MODES, GPTConfig
 
-# A model key's meaning: its line in GPTConfig's docstring, "name: meaning"
-MODEL_MEANINGS = dict(re.findall(r"^ {4}(\w+): (.+)$", GPTConfig.__doc__, re.M))
+# The model's keys: GPTConfig's fields but data_vocab_size, which the dataset sets
+MODEL_FIELDS = {f.name: f for f in dataclasses.fields(GPTConfig) if f.name != "data_vocab_size"}
+MODEL_KEYS = tuple(MODEL_FIELDS)
+# A model key's meaning: the comment beside its field in GPTConfig (model.py)
+MODEL_MEANINGS = dict(re.findall(r"^ {4}(\w+): .+?  # (.+)$", inspect.getsource(GPTConfig), re.M))
 MODEL_MEANINGS["query_mode"] += (f": {', '.join(QUERY_MODES)} (aliases: "
                                  f"{', '.join(f'{a} = {m}' for a, m in QUERY_MODE_ALIASES.items())})")
 
@@ -36,8 +40,7 @@ LOG = "log"          # no number changes: where the run's files go and how it lo
 
 # Every config key once: (default, kind, allowed values, meaning); python train.py --help prints them. Allowed:
 # None (any of its type), ">0", ">=0", "[0,1)" or a tuple of choices. A key whose default is None takes an int
-# (">0") or one of its choices. The model's keys are GPTConfig's fields (model.py: their defaults, meanings and
-# checks), but data_vocab_size, which the dataset sets.
+# (">0") or one of its choices. The model's keys come from GPTConfig (model.py: defaults, meanings, checks).
 SETTINGS = dict(
     # I/O
     out_dir=("out", LOG, None, "this run's folder: ckpt.pt, metrics.jsonl, config.json"),
@@ -64,8 +67,8 @@ SETTINGS = dict(
     batch_size=(12, RUN, ">0", "windows of block_size tokens per micro-batch, per process"),
     gradient_accumulation_steps=(40, RUN, ">0", "micro-batches per optimizer step, over all processes together"),
     # the model: GPTConfig's fields (model.py); fused_f computes the same numbers another way
-    **{f.name: (None if f.name == "vocab_size" else f.default, MACHINE if f.name == "fused_f" else FIXED, None,
-                MODEL_MEANINGS[f.name]) for f in dataclasses.fields(GPTConfig) if f.name != "data_vocab_size"},
+    **{k: (None if k == "vocab_size" else f.default, MACHINE if k == "fused_f" else FIXED, None,
+           MODEL_MEANINGS.get(k, "see GPTConfig")) for k, f in MODEL_FIELDS.items()},
     # AdamW and the learning-rate schedule: linear warmup, then cosine (or linear) decay to min_lr
     learning_rate=(6e-4, FIXED, ">0", "peak AdamW learning rate, reached after warmup_iters"),
     max_iters=(60000, RUN, ">=0", "optimizer steps to train"),
@@ -92,11 +95,10 @@ SETTINGS = dict(
     seed=(1337, FIXED, None, "the initial weights, the training stream of windows and the eval windows"),
 )
 DEFAULTS = {key: default for key, (default, *_) in SETTINGS.items()}
-MODEL_KEYS = tuple(f.name for f in dataclasses.fields(GPTConfig) if f.name != "data_vocab_size")
 RESUME_FIXED = tuple(k for k, (_, kind, *_) in SETTINGS.items() if kind == FIXED)
 NOT_RESULTS = {k for k, (_, kind, *_) in SETTINGS.items() if kind == LOG}  # the same numbers whatever they are
 NOT_EXPERIMENT = NOT_RESULTS | {k for k, (_, kind, *_) in SETTINGS.items() if kind == MACHINE}
-_MODEL_TYPES = {f.name: (typing.get_args(f.type) or (f.type,))[0] for f in dataclasses.fields(GPTConfig)}
+_MODEL_TYPES = {k: (typing.get_args(f.type) or (f.type,))[0] for k, f in MODEL_FIELDS.items()}
 TYPES = {k: _MODEL_TYPES.get(k) or (type(d) if d is not None else int if rule == ">0" else type(rule[0]))
          for k, (d, _, rule, _) in SETTINGS.items()}
 DEVICE_NAME = re.compile(r"auto|cpu|(cuda|mps)(:\d+)?")
