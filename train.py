@@ -105,7 +105,7 @@ def train(cfg):
         # -- train until max_iters, or until a stop -------------------------------------------------------------
         run.start(dict(model_args=vars(model_cfg), world_size=job.world_size, resolved_device=job.device,
                        resolved_dtype=str(job.dtype), tokens_per_iter=loop.tokens_per_iter,
-                       lr_decay_iters_resolved=loop.decay_iters, dataset_meta=data.meta), loop.state)
+                       lr_decay_iters_resolved=loop.state.lr_decay_iters, dataset_meta=data.meta), loop.state)
         job.log(describe(cfg, job.world_size))  # every setting, the tokens of a step, the eval set
         losses = loop.run()
         job.log(run.summary(loop.state))  # where the checkpoint and metrics are, and what reads them
@@ -126,8 +126,8 @@ class Loop:
         self.train_gen = torch.Generator().manual_seed(cfg["seed"] + 1)  # the training stream of windows
         torch.manual_seed(cfg["seed"] + job.rank)  # dropout differs per rank
         self.state = state = run_folder.resume(model, optimizer, self.scaler, self.train_gen)  # or a fresh one
-        self.decay_iters = decay_horizon(cfg, state.lr_decay_iters, state.iter_num, job.log)  # where lr hits min_lr
-        state.lr_decay_iters = self.decay_iters
+        # where the learning rate reaches min_lr: resolved once, here (a resumed run keeps its checkpoint's)
+        state.lr_decay_iters = decay_horizon(cfg, state.lr_decay_iters, state.iter_num, job.log)
         if use_compile(cfg, job.device_type):  # one compiled graph for the forward and backward passes
             model = torch.compile(model)
         if job.world_size > 1 and not cfg["fsdp"]:  # DDP: a whole copy per rank, gradients all-reduced in backward
@@ -149,7 +149,7 @@ class Loop:
                     losses = self.evaluate()
                 if state.iter_num >= cfg["max_iters"]:
                     return losses
-                lr = get_lr(state.iter_num, cfg, self.decay_iters)
+                lr = get_lr(state.iter_num, cfg, state.lr_decay_iters)
                 loss_sum = self.step(lr)
                 state.iter_num += 1
                 state.tokens += self.tokens_per_iter
@@ -234,7 +234,7 @@ class Loop:
             raise StopAtBoundary(True, f"during the eval of iter {state.iter_num}",
                                  ctrl_c=isinstance(e, KeyboardInterrupt)) from None
         row = dict(iter=state.iter_num, tokens=state.tokens, lr=get_lr(max(state.iter_num - 1, 0), cfg,
-                   self.decay_iters), train_loss=losses["train"], val_loss=losses["val"],
+                   state.lr_decay_iters), train_loss=losses["train"], val_loss=losses["val"],
                    val_ppl=safe_exp(losses["val"]), **self.progress.eval_fields(),
                    **attention_probe(self.raw_model, probe_batch(self.data, job.device), self.ctx))  # nlq/probe.py
         if "val_full" in losses:
