@@ -131,7 +131,12 @@ def train(cfg):
         loop = Loop(cfg, model, raw_model, optimizer, scaler, train_gen, data, run, state, stop,
                     rank, world_size, device, autocast(device_type, ptdtype), log)
         if cfg["eval_only"]:  # nanoGPT's eval_only: the losses on the fixed eval windows; nothing is written
-            losses = loop.estimate()
+            try:
+                losses = loop.estimate()
+            except EvalStopped:  # nothing to checkpoint: the status of a stop, which a requeueing wrapper reads
+                log(f"stopped by {stop.received or 'a stop signal to another rank'} during eval_only; nothing written")
+                end_distributed()
+                raise TrainingPreempted("eval_only") from None
             log(f"eval_only at iter {state.iter_num}: train loss {losses['train']:.4f}, val loss {losses['val']:.4f}")
             end_distributed()
             return losses
