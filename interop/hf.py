@@ -144,7 +144,7 @@ class NlqAttention(GPT2Attention):
 
     def forward(self, hidden_states, past_key_values=None, attention_mask=None, **kwargs):
         x, C = hidden_states, self.embed_dim
-        xwkv = self.c_attn(x)  # (B, T, C or 0 + 2C); c_attn may be wrapped (peft's LoRA), so its output is asked
+        xwkv = self.c_attn(x)  # (B, T, [C +] 2C): sized by its output, as c_attn may be peft's LoRA wrapper
         xw, k, v = xwkv.split([xwkv.size(-1) - 2 * C, C, C], dim=-1)
         q = self.query(x, xw if xw.size(-1) else None)
         q, k, v = (t.view(*x.shape[:-1], -1, self.head_dim).transpose(1, 2) for t in (q, k, v))  # (B, nh, T, hd)
