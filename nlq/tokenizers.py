@@ -10,9 +10,10 @@ Tokenizers: text to token ids and back, for the three kinds a dataset's meta.jso
 prepare_data.py, sample.py, eval.py and the Hugging Face exports all tokenize through this module. GPT-2's
 files ship in tests/data/gpt2 and are never downloaded.
 
-Text, for every tokenizer: files are read by read_text (UTF-8, a leading byte-order mark dropped, line ends kept
-as written). A lone surrogate (half of a UTF-16 pair: no UTF-8 file holds one, but a JSON escape such as
-"\\ud83d" does) becomes U+FFFD, the replacement character, as GPT-2's tokenizer (tiktoken) makes it.
+Text, for every tokenizer: files are read by read_text, as UTF-8, a leading byte-order mark dropped and Windows
+line ends (\\r\\n) read as \\n, as Python's text mode (and nanoGPT) reads them. A lone surrogate (half of a
+UTF-16 pair: no UTF-8 file holds one, but a JSON escape such as "\\ud83d" does) becomes U+FFFD, the
+replacement character, as GPT-2's tokenizer (tiktoken) makes it.
 """
 import codecs
 import functools
@@ -37,9 +38,9 @@ class DataError(ValueError):
 
 
 def read_text(path):
-    """A file's text, without a leading UTF-8 byte-order mark (editors on Windows write one; it would become a
-    U+FEFF token, or hide a WikiExtractor file's <doc). DataError naming the file if it cannot be read or is not
-    UTF-8 text."""
+    """A file's text, without a leading UTF-8 byte-order mark and with \\r\\n read as \\n (editors on Windows
+    write them; a mark would become a U+FEFF token, or hide a WikiExtractor file's <doc). DataError naming the
+    file if it cannot be read or is not UTF-8 text."""
     try:
         data = Path(path).read_bytes()
     except OSError as e:  # missing, a folder, no permission
@@ -54,7 +55,7 @@ def read_text(path):
     if "\x00" in text:  # valid UTF-8 but not text: UTF-16 without a byte-order mark, or a binary file
         raise DataError(f"{path}: holds NUL characters (byte {data.index(0)}): UTF-16 or not text; convert it "
                         "(iconv -f utf-16le -t utf-8) or remove it")
-    return text
+    return text.replace("\r\n", "\n")
 
 
 def valid_text(text):

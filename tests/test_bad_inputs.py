@@ -258,10 +258,37 @@ def test_a_hellaswag_file_that_is_not_text_or_a_folder_is_refused(trained, tmp_p
     _, out = trained
     line = b'{"ctx": "a", "endings": ["a", "b", "c", "d"], "label": 0}\n'
     (tmp_path / "hs.jsonl").write_bytes(line + b"\xff\xfe")
-    with pytest.raises(UnicodeDecodeError):  # a ValueError: one line from the command line
+    with pytest.raises(ValueError, match=r"hs.jsonl: not valid UTF-8 \(byte 58: b'\\xff\\xfe'\); convert it"):
         nlq_eval.main(["--out_dir", str(out), "--hellaswag", str(tmp_path / "hs.jsonl")])
     with pytest.raises(FileNotFoundError, match=r"HellaSwag file .* is a folder; download hellaswag_val"):
         nlq_eval.main(["--out_dir", str(out), "--hellaswag", str(tmp_path)])
+
+
+def test_every_text_nlq_reads_takes_a_bom_and_windows_line_ends_and_names_other_encodings(tmp_path):
+    """Corpora, prompts, HellaSwag files and config files, each as a Windows editor saves it (a byte-order mark,
+    \\r\\n) reads as without; not UTF-8 is one line naming the file and the fix. A lone surrogate, which only a
+    JSON escape or a command line's undecodable bytes give, is U+FFFD in every tokenizer."""
+    import eval as nlq_eval
+    import prepare_data
+    import sample
+    from nlq import tokenizers
+    hs = json.dumps(dict(activity_label="Caf\u00e9", ctx_a="b", ctx_b="c", endings=["d", "e", "f", "g"], label=1),
+                    ensure_ascii=False)
+    lines = "x = 'caf\u00e9'\nn_layer = 3\n", f"{hs}\n{hs}\n", "one line\nand \u00e9 another\n"
+    for name, text in zip(("config.py", "hs.jsonl", "corpus.txt"), lines):
+        (tmp_path / name).write_text(text, newline="\n")
+        (tmp_path / f"bom_{name}").write_bytes(b"\xef\xbb\xbf" + text.replace("\n", "\r\n").encode())
+        (tmp_path / f"latin1_{name}").write_bytes(text.encode("latin-1"))
+    read = dict(config=lambda p: settings.read_config_file(str(p)), hs=lambda p: nlq_eval.read_hellaswag(str(p)),
+                corpus=prepare_data.read_documents, prompt=lambda p: sample.prompt_ids(f"FILE:{p}", None, list))
+    for kind, name in (("config", "config.py"), ("hs", "hs.jsonl"), ("corpus", "corpus.txt"),
+                       ("prompt", "corpus.txt")):
+        assert read[kind](tmp_path / f"bom_{name}") == read[kind](tmp_path / name), kind
+        with pytest.raises(ValueError, match=rf"latin1_{name}.*(not valid UTF-8 \(byte|codec can't decode byte)"):
+            read[kind](tmp_path / f"latin1_{name}")
+    for meta in (dict(tokenizer="byte"), dict(tokenizer="char", chars=list("ab \ufffd")), dict(tokenizer="gpt2")):
+        encode, decode = tokenizers.get_codec(meta)
+        assert decode(encode("a \ud83d b")) == "a \ufffd b", meta
 
 
 # ------------------------------------------------------------------------------------------ study files

@@ -208,6 +208,25 @@ def test_local_formats_keep_every_document(speeches, fmt, tmp_path):
     assert sorted(text.split(tokenizers.DOC_SEPARATOR)[:-1]) == sorted(docs)
 
 
+@pytest.mark.parametrize("tokenizer", ["byte", "char", "gpt2"])
+def test_jsonl_keeps_unicode_line_separators_and_replaces_a_lone_surrogate(speeches, tokenizer, tmp_path):
+    """JSON Lines as json.dumps(ensure_ascii=False) writes them, with CRLF line ends: records whose strings hold
+    U+2028, U+2029 and U+0085 (str.splitlines broke them: 'malformed') are read whole; a JSON-escaped lone
+    surrogate (a traceback in the byte and char tokenizers) becomes U+FFFD in every tokenizer, as GPT-2's does."""
+    docs = [d + ("\u2028", "\u2029", "\x85", "")[i % 4] + "end" for i, d in enumerate(speeches[:400])]
+    docs[7] = "half \ud83d of a pair, then a whole one: \ud83d\ude00"
+    src = tmp_path / "c.jsonl"
+    src.write_bytes("".join(json.dumps({"text": d}, ensure_ascii=i == 7) + "\r\n"
+                            for i, d in enumerate(docs)).encode("utf-8", "surrogatepass"))
+    assert "\\ud83d of" in src.read_text("utf-8") and "\u2028" in src.read_text("utf-8")
+    meta = prepare(tmp_path / "out", "local", "--input", str(src), "--name", "c", "--tokenizer", tokenizer)
+    assert (meta["train_docs"], meta["val_docs"]) == (360, 40)
+    text = decoded(tmp_path / "out" / "c", meta)
+    separator = "<|endoftext|>" if tokenizer == "gpt2" else tokenizers.DOC_SEPARATOR
+    docs[7] = "half \ufffd of a pair, then a whole one: \U0001f600"
+    assert sorted(text.split(separator)[:-1]) == sorted(docs)
+
+
 def test_val_fraction_counts_documents_and_a_csv_is_read_as_text(tmp_path):
     """--val_fraction counts documents: with 3 of them val holds one whole document. One file of another
     suffix is read as plain text, all of it (a folder would skip it)."""
