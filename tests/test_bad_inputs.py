@@ -120,6 +120,27 @@ def test_an_unwritable_out_dir_fails_before_anything_is_written(tmp_path):
         train.train(tiny_cfg(tmp_path / "data", tmp_path / "file" / "sub"))
 
 
+def test_outputs_that_cannot_be_written_fail_before_the_work_and_say_why(trained, tmp_path, monkeypatch):
+    """eval.py --json into a folder it cannot write was a traceback after scoring the whole split: now one line
+    before it (a file where the folder would be; chmod does not stop root, who runs CI). A checkpoint that
+    cannot be written for want of permission (what open() raises in a read-only folder) was said to need free
+    space."""
+    import eval as nlq_eval
+    data, out = trained
+    (tmp_path / "file.txt").write_text("x")
+    monkeypatch.setattr(nlq_eval, "evaluate", lambda *a: pytest.fail("scored before --json was checked"))
+    with pytest.raises(ValueError, match=r"cannot write to --json's folder .*file.txt \(Not a directory\); "
+                                         r"choose another"):
+        nlq_eval.main(["--out_dir", str(out), "--full", "--json", str(tmp_path / "file.txt" / "val.json")])
+    def denied(obj, path):
+        raise PermissionError(13, "Permission denied", path)
+    monkeypatch.setattr(checkpoint.torch, "save", denied)
+    with pytest.raises(checkpoint.CheckpointNotWritten, match=r"could not write the checkpoint at iter 0 \(\[Errno "
+                       r"13\] Permission denied: .*\); the previous one is intact: make the folder writable and "
+                       r"continue with --init_from=resume$"):
+        train.train(tiny_cfg(data, tmp_path / "denied"))
+
+
 def test_an_interrupted_save_leaves_the_old_checkpoint_and_no_temp_file(tmp_path, monkeypatch):
     path = str(tmp_path / "ckpt.pt")
     save = lambda obj: checkpoint.replace_atomically(path, lambda tmp: torch.save(obj, tmp))

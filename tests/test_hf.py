@@ -583,12 +583,16 @@ def test_a_run_never_writes_into_an_export_or_its_init_from_folder(tmp_path):
 # ------------------------------------------------------------------------------------ bad input: export
 def test_an_out_folder_that_cannot_be_made_is_one_line_before_the_checkpoint_is_read(tmp_path, monkeypatch):
     """--out under a file was a FileExistsError traceback; an empty --out staged a temporary folder in the parent
-    of the working folder and failed renaming it to ''. Now each is named before the run folder is read."""
+    of the working folder and failed renaming it to ''; a folder that may not be written was a PermissionError
+    traceback (here a file where the folder would be: chmod does not stop root, who runs CI). Now each is named
+    before the run folder is read."""
     (tmp_path / "file.txt").write_text("x")
     work = tmp_path / "work"
     work.mkdir()
     monkeypatch.chdir(work)
-    for out, message in ((str(tmp_path / "file.txt"), r"file.txt exists; choose a new --out folder"),):
+    for out, message in ((str(tmp_path / "file.txt"), r"file.txt exists; choose a new --out folder"),
+                         (str(tmp_path / "file.txt" / "hf"), r"cannot write to --out's parent folder .*file.txt "
+                                                             r"\(Not a directory\); choose another")):
         with pytest.raises(ValueError, match=message):
             convert.main(["hf", str(tmp_path / "no_run"), f"--out={out}"])  # --out first: no run needed
         with pytest.raises(ValueError, match=message):
