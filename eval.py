@@ -229,6 +229,22 @@ def hellaswag_table(r):
             f"| acc_norm | {r['acc_norm']:.4f} | {r['acc_norm_stderr']:.4f} |")
 
 
+def check_json_output(path):
+    """ValueError unless --json can take the numbers: a new file in a folder that can be written, or a file eval.py
+    wrote before; never a folder or another program's file, which would be replaced."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            result = json.load(f)
+        ours = isinstance(result, dict) and "iter" in result  # evaluate's and hellaswag's results have it
+    except (FileNotFoundError, NotADirectoryError):  # a new file (writable_folder checks its folder)
+        ours = True
+    except (OSError, ValueError, TypeError):  # a folder, not JSON, not a JSON object
+        ours = False
+    if not ours:
+        raise ValueError(f"--json {path} is a folder or a file eval.py did not write; give a new file name")
+    writable_folder(os.path.dirname(os.path.abspath(path)), "--json's folder")
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter, allow_abbrev=False)
     p.add_argument("--out_dir", type=os.path.expanduser, default="out", help="a train.py out_dir, with ckpt.pt")
@@ -256,7 +272,7 @@ def main(argv=None):
     if args.batch_size is not None and not (args.full or args.hellaswag):
         p.error("--batch_size sets the batches of --full or --hellaswag; the fixed windows use the checkpoint's")
     if args.json:  # before the scoring, which the file would hold
-        writable_folder(os.path.dirname(os.path.abspath(args.json)), "--json's folder")
+        check_json_output(args.json)
     if args.hellaswag:
         r = hellaswag(args.out_dir, args.hellaswag, args.device, args.dtype, args.batch_size or 8,
                       args.bpe_dir, args.limit)

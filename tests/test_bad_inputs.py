@@ -122,7 +122,8 @@ def test_an_unwritable_out_dir_fails_before_anything_is_written(tmp_path):
 
 def test_outputs_that_cannot_be_written_fail_before_the_work_and_say_why(trained, tmp_path, monkeypatch):
     """eval.py --json into a folder it cannot write was a traceback after scoring the whole split: now one line
-    before it (a file where the folder would be; chmod does not stop root, who runs CI). A checkpoint that
+    before it (a file where the folder would be; chmod does not stop root, who runs CI), as for a folder or a
+    file eval.py did not write, which it would replace (docs/evaluation.md said so; it did not). A checkpoint that
     cannot be written for want of permission (what open() raises in a read-only folder) was said to need free
     space."""
     import eval as nlq_eval
@@ -132,6 +133,10 @@ def test_outputs_that_cannot_be_written_fail_before_the_work_and_say_why(trained
     with pytest.raises(ValueError, match=r"cannot write to --json's folder .*file.txt \(Not a directory\); "
                                          r"choose another"):
         nlq_eval.main(["--out_dir", str(out), "--full", "--json", str(tmp_path / "file.txt" / "val.json")])
+    for path in (tmp_path / "file.txt", tmp_path):  # a user's file, a folder: refused, not replaced
+        with pytest.raises(ValueError, match=r"--json .* is a folder or a file eval.py did not write; give a new"):
+            nlq_eval.main(["--out_dir", str(out), "--json", str(path)])
+    assert (tmp_path / "file.txt").read_text() == "x"
     def denied(obj, path):
         raise PermissionError(13, "Permission denied", path)
     monkeypatch.setattr(checkpoint.torch, "save", denied)

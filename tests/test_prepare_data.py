@@ -624,7 +624,8 @@ def test_unwritable_target_fails_before_any_work(case, tmp_path, monkeypatch):
     if case == "name too long":  # a folder name over the file system's 255 bytes: an error, not a traceback
         data_dir = tmp_path / ("d" * 300)
         message = fails(data_dir, "local", "--input", "c.txt", "--name", "x", "--tokenizer", "byte")
-        assert message == f"error: cannot write the output folder {data_dir / 'x'} (File name too long)"
+        assert message == (f"error: cannot write to the output folder {data_dir / 'x'} (File name too long); "
+                           f"choose another")
         assert list(tmp_path.iterdir()) == []
         return
     if case == "data_dir is a file":
@@ -637,7 +638,7 @@ def test_unwritable_target_fails_before_any_work(case, tmp_path, monkeypatch):
             raise OSError(errno.EROFS, "Read-only file system")
         monkeypatch.setattr(P.tempfile, "TemporaryFile", read_only)
     message = fails(data_dir, "local", "--input", "c.txt", "--name", "x", "--tokenizer", "byte")
-    assert message.startswith(f"error: cannot write the output folder {data_dir / 'x'} (")
+    assert message.startswith(f"error: cannot write to the output folder {data_dir / 'x'} (")
     if case == "read-only":
         assert not data_dir.exists()  # the folders made for the check are gone again
     else:
