@@ -96,7 +96,13 @@ def train(cfg):
                                                (cfg["beta1"], cfg["beta2"]), job.device_type)
         loop = Loop(cfg, job, data, run, stop, model, optimizer)  # resumes the checkpoint, if any
         if cfg["eval_only"]:  # nanoGPT's eval_only: the losses on the fixed eval windows; nothing is written
-            losses = loop.estimate()
+            try:
+                losses = loop.estimate()
+            except EvalStopped:  # nothing to checkpoint: the status of a stop, which a requeueing wrapper reads
+                job.log(f"stopped by {stop.received or 'a stop signal to another rank'} during eval_only; nothing "
+                        f"written")
+                end_distributed()
+                raise TrainingPreempted("eval_only") from None
             job.log(f"eval_only at iter {loop.state.iter_num}: train loss {losses['train']:.4f}, "
                     f"val loss {losses['val']:.4f}")
             end_distributed()

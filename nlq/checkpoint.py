@@ -11,6 +11,7 @@ RunFolder is what train.py calls: it refuses a folder that holds another program
 train.py, finds the checkpoint to resume (checked against the run's settings and data), and writes the three
 files. load_checkpoint and model_from_checkpoint serve sample.py, eval.py and convert.py.
 """
+import errno
 import json
 import math
 import os
@@ -53,6 +54,26 @@ def atomic_write_text(path, text):
         with open(tmp, "w") as f:
             f.write(text)
     replace_atomically(path, write)
+
+
+def writable_folder(folder, what):
+    """Make folder if it is missing and write a scratch file in it, before the work whose output goes there:
+    ValueError (one line naming what and folder) if that fails: a file in its path, a read-only disk, no
+    permission."""
+    try:
+        if not os.path.lexists(folder):
+            os.makedirs(folder, exist_ok=True)
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as e:
+        raise ValueError(f"cannot write to {what} {folder} ({e.strerror or e}); choose another") from None
+
+
+def fix_for(e):
+    """What to do about e, an error while writing a file: free space for a full disk or quota (torch.save and
+    safetensors report one as their own errors, not as an OSError), else make the folder writable."""
+    full = not isinstance(e, OSError) or e.errno in (errno.ENOSPC, errno.EDQUOT)
+    return "free space" if full else "make the folder writable"
 
 
 def lock_file(path):
@@ -285,15 +306,11 @@ class RunFolder:
     def lock_folder(self):
         """Make the folder and lock it for this train.py (rank 0); a folder that cannot be written fails now,
         not at the first checkpoint."""
+        writable_folder(self.dir, "out_dir")
         try:
-            os.makedirs(self.dir, exist_ok=True)
-            with tempfile.TemporaryFile(dir=self.dir):
-                pass
             self.lock = lock_file(os.path.join(self.dir, ".lock")) if self.master else None
         except BlockingIOError:
             raise ValueError(f"out_dir {self.dir} is in use by another train.py (it holds {self.dir}/.lock)") from None
-        except OSError as e:
-            raise ValueError(f"cannot write to out_dir {self.dir} ({e.strerror or e}); choose another") from e
 
     def resume(self, model, optimizer, scaler, train_gen):
         """Load the checkpoint open() read into the model, optimizer, scaler and RNGs -> its TrainState; a new
@@ -367,7 +384,7 @@ class RunFolder:
             replace_atomically(self.ckpt_path, lambda tmp: torch.save(ckpt, tmp))
         except (OSError, RuntimeError) as e:  # torch.save reports a full disk as a RuntimeError
             raise CheckpointNotWritten(f"could not write the checkpoint at iter {state.iter_num} ({e}); the previous "
-                                       f"one is intact: free space and continue with --init_from=resume") from e
+                                       f"one is intact: {fix_for(e)} and continue with --init_from=resume") from e
 
 
 def changed_settings(saved, cfg, iter_num):

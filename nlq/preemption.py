@@ -8,9 +8,11 @@ agree on the flag in one all-reduce, so a signal that reaches one rank stops the
 Exit statuses of train.py (sweep.py and a scheduler read them): 0 done, 1 an error, EXIT_DIVERGED (the loss
 went NaN/inf), EXIT_INTERRUPTED (Ctrl-C, the shell's 128 + 2) and EXIT_PREEMPTED: 144, the status submitit's
 job controller reads as "requeue me", and none a run ends with otherwise (128 + N is death by signal N), so a
-sweep can tell "stopped cleanly, resumable" apart.
+sweep can tell "stopped cleanly, resumable" apart. eval.py and sample.py, with nothing to checkpoint, stop at once
+on these signals with the same status (exit_on_stop_signals), as does train.py --eval_only=True.
 """
 import signal
+import sys
 import threading
 from contextlib import contextmanager
 
@@ -78,3 +80,13 @@ class StopSignals:
         finally:
             for sig, handler in ours.items():
                 signal.signal(sig, handler)
+
+
+def exit_on_stop_signals():
+    """From now on a stop signal ends this process at once with one line and EXIT_PREEMPTED (a requeueing wrapper
+    runs it again): for eval.py and sample.py, whose outputs are written whole or not at all."""
+    def stop(signum, frame):
+        print(f"stopped by {signal.Signals(signum).name}; run the same command again", file=sys.stderr)
+        sys.exit(EXIT_PREEMPTED)
+    for sig in STOP_SIGNALS:
+        signal.signal(sig, stop)

@@ -194,7 +194,7 @@ def read_config_file(path):
                                                        else ""))
     namespace = {}
     try:
-        with open(path) as f:
+        with open(path, "rb") as f:  # bytes: read as Python reads a .py file (a byte-order mark, # -*- coding)
             exec(compile(f.read(), path, "exec"), namespace)
     except Exception as e:  # a failing line: say which file, not a traceback
         raise ValueError(f"{path} failed: {type(e).__name__}: {e}") from e

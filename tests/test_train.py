@@ -593,7 +593,7 @@ def test_only_a_missing_shipped_dataset_is_prepared(data_dir, tmp_path):
         train.train(first_use_cfg(tmp_path / "data", tmp_path / "b", "shakespeare_char"))
     assert [p.name for p in partial.iterdir()] == ["train.bin"] and (partial / "train.bin").read_bytes() == b"old"
     (tmp_path / "file").write_text("not a folder")
-    with pytest.raises(ValueError, match=r"cannot write the output folder .*file/shakespeare_char"):
+    with pytest.raises(ValueError, match=r"cannot write to the output folder .*file/shakespeare_char"):
         train.train(first_use_cfg(tmp_path / "file", tmp_path / "c", "shakespeare_char"))
 
 
