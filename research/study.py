@@ -535,12 +535,10 @@ STALL_TEXT = (f"A run is *stalled* when at the first eval at or after {STALL_AT:
               f"(it has not left the early plateau).")
 STALL_RULE = ("With stall_margin m, a rate is chosen only if no selection run stalled or diverged at it or at any "
               "swept rate less than m times above it (a 1% allowance for the 3-digit rates): m = 2 keeps the "
-              "choice a x2 step below the first failure above it. A rate next to one whose runs stall stalls on "
-              "other seeds too: on the CPU curves (results/lr_sensitivity_cpu) the mean over 3 selection seeds "
-              "chose the nonlinear query's rate one √2 step below its first stalled selection run, and 5 of its 12 "
-              "final runs there stalled or left the plateau late. Failures below a rate do not count against it "
-              "(a rate too low to leave the plateau by half-way reads as stalled too). The search runs no half "
-              "step the rule rules out, and extends downward while it rules out every swept rate.")
+              "choice a x2 step below the first failure above it, since a rate next to one whose runs stall stalls "
+              "on other seeds too (results/lr_sensitivity_cpu/reading.md). Failures below a rate do not count "
+              "against it (a rate too low to leave the plateau by half-way reads as stalled too). The search runs "
+              "no half step the rule rules out, and extends downward while it rules out every swept rate.")
 
 
 def is_stalled(rows, max_iters):
