@@ -222,15 +222,14 @@ def config_differences(runs):
     return diffs
 
 
-def plot_runs(runs):
-    """Each run's val loss against training tokens; its whole-split val loss as an x at its last point."""
+def plot_runs(runs, names):
+    """Each run's val loss against training tokens, named by names; its whole-split val loss as an x at its end."""
     fig, ax = plt.subplots(figsize=(8, 4.5))
-    for run in runs:
+    for run, name in zip(runs, names):
         rows = [r for r in run["rows"] if r["iter"] > 0 and r.get("val_loss") is not None]
         if not rows:
             continue
-        line, = ax.plot([r["tokens"] for r in rows], [r["val_loss"] for r in rows], marker="o", ms=3,
-                        label=run["name"])
+        line, = ax.plot([r["tokens"] for r in rows], [r["val_loss"] for r in rows], marker="o", ms=3, label=name)
         if rows[-1].get("val_loss_full") is not None:
             ax.plot(rows[-1]["tokens"], rows[-1]["val_loss_full"], "x", ms=8, color=line.get_color())
     ax.set(xlabel="training tokens", ylabel="val loss (nats/token; ×: whole split)",
@@ -239,46 +238,51 @@ def plot_runs(runs):
 
 
 def compare(paths, out, bpe_dir=None):
-    """Print a table of plain train.py runs, the settings that differ and what such a comparison cannot tell;
-    plot their val-loss curves to <out>/val_loss.png."""
+    """Compare plain train.py runs: a table, the settings that differ and what such a comparison cannot tell,
+    printed and written to <out>/README.md beside their val-loss curves (<out>/val_loss.png), each run named by
+    the settings it differs in."""
     runs = [dict(name=p, rows=read_metrics(p), config=read_saved_config(os.path.join(p, "config.json")))
             for p in paths]
     empty = [run["name"] for run in runs if not run["rows"] or run["config"] is None]
     if empty:
         raise ValueError(f"{empty[0]} is not a train.py run folder with results (metrics.jsonl and config.json)")
     table_text, notes = compare_table(runs, bpe_dir)
-    diffs = config_differences(runs)
-    show = lambda k, values: ", ".join(f"{run['name']}: {v if k == 'dataset contents' else repr(v)}"
-                                       for run, v in zip(runs, values))
+    diffs = {k: [v if k == "dataset contents" else repr(v) for v in values]
+             for k, values in config_differences(runs).items()}
+    show = lambda values: ", ".join(f"{run['name']}: {v}" for run, v in zip(runs, values))
     if not diffs:
         differ = "Their settings are the same (" + ", ".join(sorted(settings.NOT_EXPERIMENT)) + " not compared)."
     elif len(diffs) == 1:
         (key, values), = diffs.items()
-        differ = f"They differ only in {key}: {show(key, values)}."
+        differ = f"They differ only in {key}: {show(values)}."
     else:
-        width = max(len(k) for k in diffs)
-        differ = "Settings that differ:\n" + "\n".join(f"  {k:<{width}}  {show(k, v)}" for k, v in diffs.items())
+        differ = "Settings that differ:\n\n" + table(["setting", *(run["name"] for run in runs)],
+                                                      [[k, *values] for k, values in diffs.items()])
     if "dataset contents" in diffs:
-        notes.append(f"Their data differ ({show('dataset contents', diffs['dataset contents'])}: other text, or the "
-                     f"same split otherwise): their val losses are not over the same tokens.")
+        notes.append(f"Their data differ ({show(diffs['dataset contents'])}: other text, or the same split "
+                     f"otherwise): their val losses are not over the same tokens.")
     changed = [run["name"] for run in runs
                if any(r["changed"].keys() - settings.NOT_EXPERIMENT for r in run["config"].get("resumes") or [])]
     if changed:
         notes.append(f"{', '.join(changed)} changed settings when resumed (shown as 'A, then B from iter N'): not "
                      f"the curves of straight runs at their final settings.")
-    tokenizers = [(run["config"].get("dataset_meta") or {}).get("tokenizer") for run in runs]
+    tokenizers = [repr((run["config"].get("dataset_meta") or {}).get("tokenizer")) for run in runs]
     if len(set(tokenizers)) > 1:  # a char's nats and a BPE token's nats are different units
-        notes.append(f"Their tokenizers differ ({show('tokenizer', tokenizers)}): val loss is in nats per token "
-                     f"of each run's own tokenizer, so only bits/byte compares them.")
+        notes.append(f"Their tokenizers differ ({show(tokenizers)}): val loss is in nats per token of each run's "
+                     f"own tokenizer, so only bits/byte compares them.")
     seeds = ", ".join(map(str, sorted({run["config"]["seed"] for run in runs})))
     caveat = (f"One seed per run (seeds {seeds}): a gap can be seed noise, so this comparison supports no call; "
               f"for one, write a study (studies/*.py) and run python -m research.sweep STUDY, then "
               f"python -m research.report STUDY. "
               f"Wall time is the machine's during each run; bench.py compares speed.")
-    write_files(out, {"val_loss.png": plot_runs(runs)})
-    plot = os.path.join(out, "val_loss.png")
-    text = "\n\n".join([table_text, *(["\n".join(notes)] if notes else []), differ, caveat,
-                        f"val-loss curves: {plot}"])
+    # each run's name in the plot: the values it differs in (a query mode by its name alone), then its folder
+    names = [", ".join(v.strip("'") if k in ("query_mode", "dataset contents") else f"{k}={v}"
+                       for k, v in zip(diffs, values)) + f" ({run['name']})"
+             for run, values in zip(runs, zip(*diffs.values()))] or paths
+    text = "\n\n".join([table_text, *(["\n".join(notes)] if notes else []), differ, caveat])
+    write_files(out, {"val_loss.png": plot_runs(runs, names), "README.md": (
+        f"{COMPARED}\n\n{text}\n\n![val-loss curves](val_loss.png)\n").encode()})
+    text += f"\n\nWritten to {out}: README.md (this text) and val_loss.png (the val-loss curves)"
     print(text)
     return text
 
@@ -973,13 +977,16 @@ def default_out(study):
     return os.path.join(QUICK_DIR if study.get("quick") else "results", study["name"])
 
 
+COMPARED = "# Runs compared"  # the title of a comparison's README
+
+
 def check_out(p, out, study_name):
     """argparse error if --out holds a README.md that is not a report of study_name (None: run folders
     compared, whose plot must not replace a report's)."""
     if os.path.isfile(os.path.join(out, "README.md")):
         with open(os.path.join(out, "README.md"), errors="replace") as f:
             title = f.readline().rstrip("\n")
-        if study_name is None or title != f"# Study {study_name}":
+        if title != (COMPARED if study_name is None else f"# Study {study_name}"):
             p.error(f"--out {out} holds a README.md that is not a report of "
                     f"{'these runs' if study_name is None else 'study ' + study_name} (its first line: "
                     f"{title[:60]!r}); the report would replace its files: choose another --out")

@@ -472,6 +472,9 @@ def test_compare_plain_runs(tmp_path, capsys, monkeypatch):
     write_plain_run("out/c", [dict(iter=40, tokens=2560, val_loss=2.0, val_loss_full=1.5, ms_per_iter=1.0,
                                    elapsed_s=1.0)],
                     max_iters=80, data_dir="data", dataset="chars", dataset_meta=meta)
+    legend = []
+    plot_runs = report.plot_runs
+    monkeypatch.setattr(report, "plot_runs", lambda runs, names: legend.extend(names) or plot_runs(runs, names))
     text = report.main(["out/a", "out/b", "out/c"])
     assert text == capsys.readouterr().out.rstrip("\n")
     assert text.splitlines()[2:5] == [
@@ -481,13 +484,17 @@ def test_compare_plain_runs(tmp_path, capsys, monkeypatch):
     assert "* out/b: training steps only" in text
     assert ("Their tokenizers differ (out/a: 'byte', out/b: 'byte', out/c: 'char'): val loss is in nats per "
             "token of each run's own tokenizer, so only bits/byte compares them.") in text
-    assert ("Settings that differ:\n"
-            "  dataset     out/a: 'enwiki_bytes', out/b: 'enwiki_bytes', out/c: 'chars'\n"
-            "  max_iters   out/a: 100, out/b: 100, out/c: 80\n"
-            "  query_mode  out/a: 'nonlinear', out/b: 'linear', out/c: 'linear'\n\n") in text  # not out_dir
+    assert ("Settings that differ:\n\n| setting | out/a | out/b | out/c |\n|---|---:|---:|---:|\n"
+            "| dataset | 'enwiki_bytes' | 'enwiki_bytes' | 'chars' |\n| max_iters | 100 | 100 | 80 |\n"
+            "| query_mode | 'nonlinear' | 'linear' | 'linear' |\n\n") in text  # not out_dir
     assert "supports no call" in text and "python -m research.sweep STUDY" in text
-    assert os.path.getsize("out/compare/val_loss.png") > 0
-    assert text.endswith("val-loss curves: out/compare/val_loss.png")
+    assert text.endswith("Written to out/compare: README.md (this text) and val_loss.png (the val-loss curves)")
+    # the table beside the plot, and the plot names each run by the settings it differs in
+    assert open("out/compare/README.md").read() == ("# Runs compared\n\n" + text.rsplit("\n\n", 1)[0]
+                                                    + "\n\n![val-loss curves](val_loss.png)\n")
+    assert legend == ["dataset='enwiki_bytes', max_iters=100, nonlinear (out/a)",
+                      "dataset='enwiki_bytes', max_iters=100, linear (out/b)",
+                      "dataset='chars', max_iters=80, linear (out/c)"]
 
 
 def test_compare_names_the_one_difference_and_refuses_a_folder_without_results(tmp_path):
@@ -502,6 +509,7 @@ def test_compare_names_the_one_difference_and_refuses_a_folder_without_results(t
     assert "mlp_hidden" not in text  # a's None was built as 512
     a, b = tmp_path / "a", tmp_path / "b"
     assert f"They differ only in query_mode: {a}: 'nonlinear', {b}: 'linear'." in text
+    assert f"Written to {tmp_path / 'cmp'}: README.md" in text
     # an alias is the mode it names; an attn_scale given as the mode's default is that default (n_embd 768,
     # 12 heads: 1/(2 sqrt(64)) for nonlinear)
     write_plain_run(tmp_path / "a2", rows, max_iters=10, query_mode="residual_gelu", attn_scale=0.0625,
