@@ -49,9 +49,8 @@ from nlq.tokenizers import token_bytes
 from research.paired import (fmt_ci, mean_ci, multiplier, paired_difference, robust_shift, seeds_needed, summarize,
                              trend, verdict, welch_p)
 from research.study import (QUICK_DIR, QUICK_FRACTION, STALL_RULE, STALL_TEXT, arm_config, final_seeds, final_val_loss,
-                            group_of, is_diverged, is_final, load_study, pick_best_lr, plan, quick_option,
+                            group_of, is_diverged, is_final, is_stalled, load_study, pick_best_lr, plan, quick_option,
                             read_saved_config, run_config, run_dir, run_tokens, rungs_of, value_name)
-from research.study import is_stalled as stalled_rows
 
 
 def fmt_loss(x):
@@ -76,6 +75,7 @@ def read_run(study, arm, lr, seed):
               "done" if last["iter"] >= max_iters else "unfinished")
     return dict(arm=arm, lr=lr, seed=seed, out_dir=out_dir, status=status, iter=last.get("iter"),
                 max_iters=max_iters, final=final_val_loss(last) if status == "done" else None, rows=rows,
+                stalled=status == "done" and bool(is_stalled(rows, max_iters)),
                 config=read_saved_config(os.path.join(out_dir, "config.json")))
 
 
@@ -93,6 +93,10 @@ def collect(study):
 
 def all_runs(data):
     return [r for d in data.values() for r in (*d["search"].values(), *d["finals"].values())]
+
+
+def count(runs, *statuses):
+    return sum(r["status"] in statuses for r in runs)
 
 
 def final_losses(d):
@@ -370,22 +374,16 @@ def results_table(study, data, tokenizer):
         losses = final_losses(d)
         mean, std, n = summarize(list(losses.values()))
         chosen = d["plan"]["chosen"]
-        diverged = sum(r["status"] == "diverged" for r in d["finals"].values())
+        diverged = count(d["finals"].values(), "diverged")
         cells = [d.get("label", arm), f"{counts['non_embedding']:,}", f"{counts['non_embedding_matrix']:,}",
                  "—" if chosen is None else f"{chosen:g}",
                  ("—" if not n else f"{mean:.4f} ± {std:.4f} ({n})" if n > 1 else f"{mean:.4f} (1)")
                  + (f"; {diverged} diverged" if diverged else ""),
-                 f"{stalled_count(d['finals'].values())} of {n}" if n else "—"]
+                 f"{sum(r['stalled'] for r in d['finals'].values())} of {n}" if n else "—"]
         cells += [f"{mean / math.log(2):.4f}" if n else "—"] if byte else []
-        if arm == ref or not (losses and ref_losses):
-            cells += ["—"] * 8
-        else:
-            pd = paired_difference(losses, ref_losses)
-            wp = welch_p(list(losses.values()), list(ref_losses.values()))
-            cells += [f"{pd['mean']:+.4f} (n={pd['n']})", fmt_ci(pd["ci"]), f"{pd['rel']:+.2f}%",
-                      "—" if pd["p"] is None else f"{pd['p']:.3g}", "—" if wp is None else f"{wp:.3g}",
-                      verdict(pd["ci"], study.get("quick")), *robust_cells(pd)]
-        rows.append(cells)
+        pd = paired_difference(losses, ref_losses if arm != ref else {})
+        wp = welch_p(list(losses.values()), list(ref_losses.values())) if pd["n"] else None
+        rows.append(cells + delta_cells(pd, study.get("quick"), f"{pd['rel']:+.2f}%", fmt_p(pd["p"]), fmt_p(wp)))
     cols = ["arm", "non-embedding params", "non-embedding matrix", "chosen lr", "final loss, mean ± std (n)",
             "stalled", *(["bits/byte"] if byte else []), f"Δ vs {ref} (paired, nats)", "95% CI", "rel",
             "paired p", "Welch p", "call", *ROBUST_COLS]
@@ -399,13 +397,18 @@ ROBUST_TEXT = ("Beside each t interval, 'HL shift' is the Hodges–Lehmann shift
                "pair moves them by one rank, not by its size. The call is the t interval's.")
 
 
-def robust_cells(pd):
-    """The robust summaries of a paired_difference: the Hodges–Lehmann shift [its CI], the Wilcoxon p."""
+def fmt_p(p):
+    return "—" if p is None else f"{p:.3g}"
+
+
+def delta_cells(pd, quick, *middle):
+    """A paired_difference's cells: Δ (n), its 95% CI, the middle cells given, the call, the robust summaries
+    (the Hodges–Lehmann shift [its CI], the Wilcoxon p); every cell '—' where no seed is shared."""
+    if not pd["n"]:
+        return ["—"] * (5 + len(middle))
     r = robust_shift(pd["diffs"])
-    if r["hl"] is None:
-        return ["—", "—"]
-    return [f"{r['hl']:+.4f} " + (fmt_ci(r["ci"]) if r["ci"] else "(no CI at n ≤ 5)"),
-            "—" if r["p"] is None else f"{r['p']:.3g}"]
+    return [f"{pd['mean']:+.4f} (n={pd['n']})", fmt_ci(pd["ci"]), *middle, verdict(pd["ci"], quick),
+            f"{r['hl']:+.4f} " + (fmt_ci(r["ci"]) if r["ci"] else "(no CI at n ≤ 5)"), fmt_p(r["p"])]
 
 
 def contrasts_table(study, data):
@@ -413,9 +416,7 @@ def contrasts_table(study, data):
     rows = []
     for arm, other, isolates in study["contrasts"]:
         pd = paired_difference(final_losses(data[arm]), final_losses(data[other]))
-        rows.append([f"{arm} − {other}", isolates, "—" if not pd["n"] else f"{pd['mean']:+.4f} (n={pd['n']})",
-                     fmt_ci(pd["ci"]), "—" if pd["p"] is None else f"{pd['p']:.3g}",
-                     verdict(pd["ci"], study.get("quick")) if pd["n"] else "—", *robust_cells(pd)])
+        rows.append([f"{arm} − {other}", isolates, *delta_cells(pd, study.get("quick"), fmt_p(pd["p"]))])
     cols = ["arm − other", "what the pair isolates", "Δ (paired, nats)", "95% CI", "paired p", "call", *ROBUST_COLS]
     return table(cols, rows, "llrrrlrr")
 
@@ -445,18 +446,9 @@ def precision_table(study, data):
 
 
 # ------------------------------------------------------------------------------- learning-rate curves
-def is_stalled(run):
-    """A read_run run: stalled (study.STALL_TEXT), True, False or None while it cannot tell."""
-    return stalled_rows(run["rows"], run["max_iters"])
-
-
-def stalled_count(runs):
-    return sum(bool(r["status"] == "done" and is_stalled(r)) for r in runs)
-
-
 def stall_caution(data):
     """[paragraphs] on the final runs that stalled, and the arms all of whose final runs stalled."""
-    hit = [(arm, stalled_count(d["finals"].values()), len(final_losses(d))) for arm, d in data.items()]
+    hit = [(arm, sum(r["stalled"] for r in d["finals"].values()), len(final_losses(d))) for arm, d in data.items()]
     hit = [f"{arm} {k} of {n}" for arm, k, n in hit if k]
     out = []
     if hit:
@@ -465,7 +457,7 @@ def stall_caution(data):
                    f"not how well the query learns, so a difference over such runs is about plateaus as much as "
                    f"about the method: more steps, another learning rate or more seeds tell the two apart.")
     blind = [f"{arm} ({d['plan']['chosen']:g})" for arm, d in data.items()
-             if d["finals"] and all(r["status"] == "done" and is_stalled(r) for r in d["finals"].values())]
+             if d["finals"] and all(r["stalled"] for r in d["finals"].values())]
     if blind:
         out.append(f"**Every final run stalled: {', '.join(blind)}.** None of these arms' final runs left the "
                    f"early plateau by half-way, so their results say little about the query, and the chosen "
@@ -475,21 +467,15 @@ def stall_caution(data):
     return out
 
 
-def selection_losses(study, d, lr):
-    """{selection seed: final loss} of an arm's finished selection runs at one rate."""
-    return {s: d["search"][(lr, s)]["final"] for s in study["selection_seeds"]
-            if d["search"][(lr, s)]["final"] is not None}
-
-
 def curve_points(study, d):
-    """An arm's learning-rate curve: {lr: dict(losses of the finished selection runs, and how many stalled,
-    diverged, unfinished)}."""
+    """An arm's learning-rate curve: {lr: dict(losses={selection seed: final loss} of its finished runs, and how
+    many stalled, diverged, unfinished)}."""
     points = {}
     for lr in d["plan"]["swept"]:
         runs = [d["search"][(lr, s)] for s in study["selection_seeds"]]
-        points[lr] = dict(losses=list(selection_losses(study, d, lr).values()), stalled=stalled_count(runs),
-                          diverged=sum(r["status"] == "diverged" for r in runs),
-                          unfinished=sum(r["status"] in ("missing", "unfinished") for r in runs))
+        points[lr] = dict(losses={r["seed"]: r["final"] for r in runs if r["final"] is not None},
+                          stalled=sum(r["stalled"] for r in runs), diverged=count(runs, "diverged"),
+                          unfinished=count(runs, "missing", "unfinished"))
     return points
 
 
@@ -516,7 +502,7 @@ def curve_table(study, data):
         p = curves[arm].get(lr)
         if p is None:
             return "·"
-        mean, ci = mean_ci(p["losses"])
+        mean, ci = mean_ci(list(p["losses"].values()))
         marks = [f"{p[k]} {k}" for k in ("stalled", "diverged", "unfinished") if p[k]]
         return ("—" if not p["losses"] else f"{mean:.4f} {fmt_ci(ci)} (n={len(p['losses'])})") + (
             "; " + ", ".join(marks) if marks else "")
@@ -534,11 +520,13 @@ def reference_of(study, arm):
 
 def curve_gap_table(study, data):
     """Per rate and arm: arm − reference at that rate, paired by selection seed, its 95% CI and the call."""
+    curves = {arm: curve_points(study, d) for arm, d in data.items()}
+
     def cell(lr, arm):
         ref = reference_of(study, arm)
-        if lr not in data[arm]["plan"]["swept"] or lr not in data[ref]["plan"]["swept"]:
+        if lr not in curves[arm] or lr not in curves[ref]:
             return "·"
-        d = paired_difference(selection_losses(study, data[arm], lr), selection_losses(study, data[ref], lr))
+        d = paired_difference(curves[arm][lr]["losses"], curves[ref][lr]["losses"])
         return ("—" if not d["n"] else
                 f"{d['mean']:+.4f} {fmt_ci(d['ci'])} (n={d['n']}) {verdict(d['ci'], study.get('quick'))}")
     others = [arm for arm in data if arm != reference_of(study, arm)]
@@ -559,8 +547,8 @@ def band_table(study, data):
                      ", ".join(f"{lr:g}" for lr in rates) or "—",
                      f"×{max(rates) / min(rates):.2f}" if rates else "—",
                      f"{sum(p['stalled'] for p in points)} / {sum(p['diverged'] for p in points)} of {curve_runs}",
-                     f"{stalled_count(finals)} / {sum(r['status'] == 'diverged' for r in finals)} of "
-                     f"{sum(r['status'] in ('done', 'diverged') for r in finals)}"])
+                     f"{sum(r['stalled'] for r in finals)} / {count(finals, 'diverged')} of "
+                     f"{count(finals, 'done', 'diverged')}"])
     cols = ["arm", "best lr", "mean at best", "rates within 1% of best", "band width",
             "curve runs stalled / diverged", "final runs stalled / diverged"]
     return table(cols, rows)
@@ -577,7 +565,7 @@ def plot_lr_curves(study, data):
         xs = [lr for lr in sorted(points) if points[lr]["losses"]]
         if not xs and not any(p["diverged"] for p in points.values()):
             continue
-        stats_at = {lr: mean_ci(points[lr]["losses"]) for lr in xs}
+        stats_at = {lr: mean_ci(list(points[lr]["losses"].values())) for lr in xs}
         line, = ax.plot([x * shift for x in xs], [stats_at[x][0] for x in xs], marker="o", ms=4, label=arm)
         color = line.get_color()
         for x in xs:
@@ -588,7 +576,7 @@ def plot_lr_curves(study, data):
             if run["status"] == "diverged":
                 ax.plot(lr * shift, top, marker="^", ms=7, color=color, clip_on=False)
             elif run["final"] is not None:
-                stalled = is_stalled(run)
+                stalled = run["stalled"]
                 ax.plot(lr * shift, run["final"], marker="x" if stalled else ".", ms=7 if stalled else 5,
                         color=color, alpha=0.7, ls="none")
     ax.set_xscale("log", base=2)
@@ -860,9 +848,7 @@ def rel_ci(d):
 
 
 def ladder_table(gaps, quick, axis):
-    rows = [[f"{arm} − {other}", rung, f"{x:,}", f"{d['mean']:+.4f} (n={d['n']})" if d["n"] else "—",
-             fmt_ci(d["ci"]), rel_ci(d) if d["n"] else "—", verdict(d["ci"], quick) if d["n"] else "—",
-             *robust_cells(d)]
+    rows = [[f"{arm} − {other}", rung, f"{x:,}", *delta_cells(d, quick, rel_ci(d))]
             for (arm, other), points in gaps.items() for rung, x, d in points]
     return table(["pair", "rung", axis, "Δ (paired, nats)", "95% CI", "Δ in % of other [95% CI]", "call",
                   *ROBUST_COLS], rows, "llrrrrlrr")

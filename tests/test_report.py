@@ -307,8 +307,10 @@ def test_diverged_runs_are_listed_with_the_finished_ones():
 
 
 def test_stalled_final_runs_are_said_in_words():
-    run = lambda mid: dict(status="done", max_iters=100, final=2.0, rows=[
-        dict(iter=25, val_loss=2.60), dict(iter=50, val_loss=mid), dict(iter=100, val_loss=2.0)])
+    def run(mid, status="done"):  # as read_run reads it
+        rows = [dict(iter=25, val_loss=2.60), dict(iter=50, val_loss=mid), dict(iter=100, val_loss=2.0)]
+        return dict(status=status, final=2.0, rows=rows,
+                    stalled=status == "done" and bool(nlq_study.is_stalled(rows, 100)))
     data = {"linear": dict(plan=dict(chosen=4e-3), finals={1: run(2.0), 2: run(2.0)}),
             "nonlinear": dict(plan=dict(chosen=4e-3), finals={1: run(2.59), 2: run(2.0)})}
     assert report.stall_caution(data) == [
@@ -327,7 +329,7 @@ def test_stalled_final_runs_are_said_in_words():
                "(learning_rates as a dict arm -> grid: python -m research.sweep --help) or more steps (the full study, "
                "if this is a --quick try).")
     assert report.stall_caution(data)[1] == caution
-    data["nonlinear"]["finals"][3] = dict(run(2.59), status="running")
+    data["nonlinear"]["finals"][3] = run(2.59, "running")
     assert caution not in report.stall_caution(data)
     data["nonlinear"]["finals"][3] = run(2.0)
     assert caution not in report.stall_caution(data)
@@ -335,17 +337,15 @@ def test_stalled_final_runs_are_said_in_words():
 
 def test_is_stalled_at_half_way():
     """Stalled: at the first eval at or after half of max_iters, still within 5% of the first eval's loss."""
-    run = lambda evals: dict(max_iters=100, rows=[dict(iter=0, val_loss=5.5)] + [
-        dict(iter=i, val_loss=v) for i, v in evals])
-    assert report.is_stalled(run([(25, 2.60), (50, 2.48), (100, 2.0)])) is True   # 2.48 > 0.95 x 2.60 = 2.47
-    assert report.is_stalled(run([(25, 2.60), (50, 2.46), (100, 2.0)])) is False
-    assert report.is_stalled(run([(25, 2.60), (40, 2.40), (60, 2.50)])) is True   # the eval at 60 decides
-    assert report.is_stalled(run([(50, 2.60), (100, 2.0)])) is None  # the first eval is the half-way one
-    assert report.is_stalled(run([(25, 2.60)])) is None  # not half way yet
+    stalled = lambda evals: nlq_study.is_stalled([dict(iter=0, val_loss=5.5)] + [
+        dict(iter=i, val_loss=v) for i, v in evals], 100)
+    assert stalled([(25, 2.60), (50, 2.48), (100, 2.0)]) is True   # 2.48 > 0.95 x 2.60 = 2.47
+    assert stalled([(25, 2.60), (50, 2.46), (100, 2.0)]) is False
+    assert stalled([(25, 2.60), (40, 2.40), (60, 2.50)]) is True   # the eval at 60 decides
+    assert stalled([(50, 2.60), (100, 2.0)]) is None  # the first eval is the half-way one
+    assert stalled([(25, 2.60)]) is None  # not half way yet
 
 
-# scipy's paired t-test warns of precision loss on differences that are equal by construction (below)
-@pytest.mark.filterwarnings("ignore:Precision loss:RuntimeWarning")
 def test_curve_and_band_tables_by_hand(tmp_path):
     """Two arms on a fixed grid with 3 selection seeds per rate: the mean and t-CI at each rate, the stalled,
     diverged and unfinished counts, the best rate and the band within 1% of its mean, all by hand."""
