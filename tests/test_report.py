@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from nlq import settings
-from research import report, sweep
+from research import compare, report, sweep
 from research import study as nlq_study  # study.py (a study's runs and its search)
 
 # Two made-up comparisons with the reference arm "linear", final seeds 11, 12, 13 (final losses, nats/token).
@@ -157,7 +157,7 @@ def test_a_rebuild_of_the_same_runs_leaves_the_files_as_they_are(tmp_path, monke
     capsys.readouterr()
     before = {p.name: p.read_bytes() for p in out.iterdir()}
     generated = [line for line in before["README.md"].decode().splitlines() if line.startswith("Generated ")]
-    assert len(generated) == 1 and report.GENERATED.match(generated[0])
+    assert len(generated) == 1 and compare.GENERATED.match(generated[0])
     real_datetime = report.datetime.datetime
     class Later(real_datetime):
         @classmethod
@@ -473,8 +473,8 @@ def test_compare_plain_runs(tmp_path, capsys, monkeypatch):
                                    elapsed_s=1.0)],
                     max_iters=80, data_dir="data", dataset="chars", dataset_meta=meta)
     legend = []
-    plot_runs = report.plot_runs
-    monkeypatch.setattr(report, "plot_runs", lambda runs, names: legend.extend(names) or plot_runs(runs, names))
+    plot_runs = compare.plot_runs
+    monkeypatch.setattr(compare, "plot_runs", lambda runs, names: legend.extend(names) or plot_runs(runs, names))
     text = report.main(["out/a", "out/b", "out/c"])
     assert text == capsys.readouterr().out.rstrip("\n")
     assert text.splitlines()[2:5] == [
@@ -566,7 +566,8 @@ def test_without_its_libraries_report_names_the_install_command(library, monkeyp
     """matplotlib and scipy are extras: without one, report.py ends with one line naming the file of those two
     (it named requirements-extra.txt, 1.9 GB with transformers and lm-eval)."""
     monkeypatch.setitem(sys.modules, library, None)  # an import of it now fails, as where it is not installed
-    monkeypatch.delitem(sys.modules, "research.report")
+    for module in ("research.report", "research.compare"):  # (compare.py imports them for both)
+        monkeypatch.delitem(sys.modules, module)
     with pytest.raises(SystemExit) as e:
         importlib.import_module("research.report")
     assert e.value.code == (f"error: report.py needs {library}, which is not installed: "
