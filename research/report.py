@@ -84,9 +84,6 @@ def swept_rates(data):
     return sorted({lr for d in data.values() for lr in d["plan"]["swept"]})
 
 
-# ---------------------------------------------------------------------------------- plain runs compared
-
-
 # ------------------------------------------------------------------------------------------- the report
 def header(study_path, study, out):
     """Title, the study file's comment, the commands that produce the report, date and machine."""
