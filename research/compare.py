@@ -236,7 +236,7 @@ def compare(paths, out, bpe_dir=None):
     names = [", ".join(v.strip("'") if k in ("query_mode", "dataset contents") else f"{k}={v}"
                        for k, v in zip(diffs, values)) + f" ({run['name']})"
              for run, values in zip(runs, zip(*diffs.values()))] or paths
-    text = "\n\n".join([table_text, *(["\n".join(notes)] if notes else []), differ, caveat])
+    text = "\n\n".join([table_text, *notes, differ, caveat])
     write_files(out, {"val_loss.png": plot_runs(runs, names), "README.md": (
         f"{COMPARED}\n\n{text}\n\n![val-loss curves](val_loss.png)\n").encode()})
     text += f"\n\nWritten to {out}: README.md (this text) and val_loss.png (the val-loss curves)"
