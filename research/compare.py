@@ -57,13 +57,9 @@ def png(fig, axes=(), empty=None):
 
 
 def elapsed_seconds(rows):
-    """Training seconds at each eval row (evals excluded): the running sum of ms_per_iter x iterations."""
-    t, out, prev = 0.0, [], 0
-    for row in rows:
-        t += (row.get("ms_per_iter") or 0.0) / 1000 * (row["iter"] - prev)
-        out.append(t)
-        prev = row["iter"]
-    return out
+    """Training seconds at each metrics row (evals excluded): the running sum of ms_per_iter x iterations."""
+    steps = np.diff([0] + [row["iter"] for row in rows])
+    return np.cumsum([(row.get("ms_per_iter") or 0.0) / 1000 * n for row, n in zip(rows, steps)]).tolist()
 
 
 GENERATED = re.compile(r"^Generated .* UTC on .*$", re.MULTILINE)  # the README's date line

@@ -15,9 +15,7 @@ from scipy import stats
 def summarize(values):
     """Final losses -> (mean, sample std with ddof=1, n); std is nan for n < 2, mean nan for n = 0."""
     n = len(values)
-    mean = sum(values) / n if n else math.nan
-    std = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1)) if n > 1 else math.nan
-    return mean, std, n
+    return float(np.mean(values)) if n else math.nan, float(np.std(values, ddof=1)) if n > 1 else math.nan, n
 
 
 def paired_difference(arm, ref, confidence=0.95):
@@ -44,7 +42,7 @@ def mean_ci(values, confidence=0.95):
     mean, std, n = summarize(values)
     if n < 2:
         return mean, None
-    half = stats.t.ppf(0.5 + confidence / 2, n - 1) * std / math.sqrt(n)
+    half = stats.t.ppf(0.5 + confidence / 2, n - 1) * std / math.sqrt(n)  # (t.interval refuses a zero spread)
     return mean, (mean - half, mean + half)
 
 
