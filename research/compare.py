@@ -27,7 +27,7 @@ from nlq import settings
 from nlq.checkpoint import check_same_dataset, read_metrics, read_saved_config, replace_atomically
 from nlq.data import load_meta
 from nlq.tokenizers import token_bytes
-from research.study import is_diverged, is_final
+from research.study import elapsed_seconds, is_diverged, is_final
 
 
 def fmt_loss(x):
@@ -54,12 +54,6 @@ def png(fig, axes=(), empty=None):
     fig.savefig(buf, dpi=120, format="png")
     plt.close(fig)
     return buf.getvalue()
-
-
-def elapsed_seconds(rows):
-    """Training seconds at each metrics row (evals excluded): the running sum of ms_per_iter x iterations."""
-    steps = np.diff([0] + [row["iter"] for row in rows])
-    return np.cumsum([(row.get("ms_per_iter") or 0.0) / 1000 * n for row, n in zip(rows, steps)]).tolist()
 
 
 GENERATED = re.compile(r"^Generated .* UTC on .*$", re.MULTILINE)  # the README's date line

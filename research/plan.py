@@ -11,8 +11,8 @@ import re
 from nlq.checkpoint import read_metrics, read_saved_config
 from nlq.data import load_meta
 from nlq.settings import flops_per_token, model_config, param_counts, parse_config
-from research.study import (ROOT, arm_config, arm_run_counts, check_data, due_runs, existing_runs, is_diverged,
-                            is_finished, run_dir, run_list, run_tokens, rungs_of)
+from research.study import (ROOT, arm_config, arm_run_counts, check_data, due_runs, elapsed_seconds, existing_runs,
+                            is_diverged, is_finished, run_dir, run_list, run_tokens, rungs_of)
 
 # bench.py's one-H200 figures at the paper's shapes (bench/RESULTS.md): what --dry_run counts with by default
 DEFAULT_BENCH_JSON = os.path.join(ROOT, "bench", "results", "h200_2026-11-30", "bench_nlq_small.json")
@@ -25,7 +25,7 @@ def run_timing(study):
     for run in existing_runs(study):
         rows = read_metrics(run_dir(study, *run))
         if rows and rows[-1]["iter"] > 0 and not is_diverged(rows[-1]):
-            steps = sum((r.get("ms_per_iter") or 0) / 1000 * (r["iter"] - p["iter"]) for p, r in zip(rows, rows[1:]))
+            steps = elapsed_seconds(rows)[-1]
             elapsed = rows[-1].get("elapsed_s")
             if steps > 0:  # (no step times logged: nothing to time it by)
                 rest = None if elapsed is None else max(0.0, elapsed - steps)

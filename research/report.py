@@ -31,13 +31,14 @@ import torch
 from nlq import settings
 from nlq.checkpoint import read_metrics
 from nlq.settings import HelpFormatter, model_config
-from research.compare import (COMPARED, compare, elapsed_seconds, fmt_loss, plt, png, table,  # plt: matplotlib's,
-                              write_files)  # imported there or an error naming the install command
+from research.compare import (COMPARED, compare, fmt_loss, plt, png, table,  # plt: matplotlib's, imported there or
+                              write_files)  # an error naming the install command
 from research.paired import (fmt_ci, mean_ci, multiplier, paired_difference, robust_shift, seeds_needed, summarize,
                              trend, verdict, welch_p)
-from research.study import (QUICK_DIR, QUICK_FRACTION, STALL_RULE, STALL_TEXT, arm_config, final_seeds, final_val_loss,
-                            group_of, is_diverged, is_stalled, load_study, pick_best_lr, plan, quick_option,
-                            read_saved_config, run_config, run_dir, run_tokens, rungs_of, value_name)
+from research.study import (QUICK_DIR, QUICK_FRACTION, STALL_RULE, STALL_TEXT, arm_config, elapsed_seconds,
+                            final_seeds, final_val_loss, group_of, is_diverged, is_stalled, load_study, pick_best_lr,
+                            plan, quick_option, read_saved_config, run_config, run_dir, run_tokens, rungs_of,
+                            value_name)
 
 
 # ------------------------------------------------------------------------------------------- the runs

@@ -32,6 +32,8 @@ import math
 import os
 import re
 
+import numpy as np
+
 from model import QUERY_MODE_ALIASES
 from nlq.checkpoint import read_metrics, read_saved_config
 from nlq.data import load_meta, open_split
@@ -495,6 +497,12 @@ def final_val_loss(row):
 def is_final(row, max_iters):
     """Whether a run's last metrics row ends it: it reached max_iters, or it diverged (rerunning gives the same)."""
     return row is not None and (is_diverged(row) or row["iter"] >= max_iters)
+
+
+def elapsed_seconds(rows):
+    """Training seconds at each metrics row (evals excluded): the running sum of ms_per_iter x iterations."""
+    steps = np.diff([0] + [row["iter"] for row in rows])
+    return np.cumsum([(row.get("ms_per_iter") or 0.0) / 1000 * n for row, n in zip(rows, steps)]).tolist()
 
 
 def is_finished(study, arm, lr, seed):

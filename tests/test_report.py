@@ -273,7 +273,7 @@ def test_report_with_no_runs(tmp_path):
 
 def test_elapsed_seconds_sums_step_times():
     rows = [dict(iter=0, ms_per_iter=None), dict(iter=10, ms_per_iter=100.0), dict(iter=30, ms_per_iter=50.0)]
-    assert report.elapsed_seconds(rows) == pytest.approx([0.0, 1.0, 2.0])
+    assert nlq_study.elapsed_seconds(rows) == pytest.approx([0.0, 1.0, 2.0])
 
 
 # ------------------------------------------------------------------------------- learning-rate curves
