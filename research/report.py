@@ -29,67 +29,20 @@ import numpy as np
 import torch
 
 from nlq import settings
-from nlq.checkpoint import read_metrics
 from nlq.settings import HelpFormatter, model_config
 from research.compare import (COMPARED, compare, fmt_loss, plt, png, table,  # plt: matplotlib's, imported there or
                               write_files)  # an error naming the install command
 from research.paired import (fmt_ci, mean_ci, multiplier, paired_difference, robust_shift, seeds_needed, summarize,
                              trend, verdict, welch_p)
-from research.study import (QUICK_DIR, QUICK_FRACTION, STALL_RULE, STALL_TEXT, arm_config, elapsed_seconds,
-                            final_seeds, final_val_loss, group_of, is_diverged, is_stalled, load_study, pick_best_lr,
-                            plan, quick_option, read_saved_config, run_config, run_dir, run_tokens, rungs_of,
-                            value_name)
-
-
-# ------------------------------------------------------------------------------------------- the runs
-def read_run(study, arm, lr, seed):
-    """One run (load_study has checked its settings) -> dict(status: done | diverged | unfinished | missing,
-    final: its final loss once done, rows, config, ...)."""
-    out_dir = run_dir(study, arm, lr, seed)
-    rows, max_iters = read_metrics(out_dir), run_config(study, arm, lr, seed)["max_iters"]
-    last = rows[-1] if rows else {}
-    status = ("missing" if not rows else "diverged" if is_diverged(last) else
-              "done" if last["iter"] >= max_iters else "unfinished")
-    return dict(arm=arm, lr=lr, seed=seed, out_dir=out_dir, status=status, iter=last.get("iter"),
-                max_iters=max_iters, final=final_val_loss(last) if status == "done" else None, rows=rows,
-                stalled=status == "done" and bool(is_stalled(rows, max_iters)),
-                config=read_saved_config(os.path.join(out_dir, "config.json")))
-
-
-def collect(study):
-    """{arm: dict(plan=plan(...), search={(lr, seed): run}, finals={seed: run at the chosen lr})}."""
-    data = {}
-    for arm in study["arms"]:
-        p = plan(study, arm)
-        search = {(lr, s): read_run(study, arm, lr, s) for lr in p["swept"] for s in study["selection_seeds"]}
-        finals = ({s: read_run(study, arm, p["chosen"], s) for s in final_seeds(study, arm)}
-                  if p["chosen"] is not None else {})
-        data[arm] = dict(plan=p, search=search, finals=finals)
-    return data
-
-
-def all_runs(data):
-    return [r for d in data.values() for r in (*d["search"].values(), *d["finals"].values())]
-
-
-def count(runs, *statuses):
-    return sum(r["status"] in statuses for r in runs)
-
-
-def final_losses(d):
-    """{seed: final loss} of an arm's finished final runs."""
-    return {s: r["final"] for s, r in d["finals"].items() if r["final"] is not None}
-
-
-def swept_rates(data):
-    return sorted({lr for d in data.values() for lr in d["plan"]["swept"]})
+from research.study import (QUICK_DIR, QUICK_FRACTION, STALL_RULE, STALL_TEXT, all_runs, arm_config, collect, count,
+                            elapsed_seconds, final_losses, group_of, load_study, pick_best_lr, quick_option, run_tokens,
+                            rungs_of, swept_rates, value_name)
 
 
 # ------------------------------------------------------------------------------------------- the report
 def header(study_path, study, out):
     """Title, the study file's comment, the commands that produce the report, date and machine."""
-    with open(study_path) as f:
-        comment = [line[1:].strip() for line in f.read().splitlines() if line.startswith("#")]
+    comment = [line[1:].strip() for line in pathlib.Path(study_path).read_text().splitlines() if line[:1] == "#"]
     cmds = [c for c in comment if c.startswith("python ")] or [f"python -m research.sweep {shlex.quote(study_path)}"]
     if not any(c.startswith("python -m research.report") for c in cmds):
         cmds.append(f"python -m research.report {shlex.quote(study_path)}"
@@ -114,8 +67,7 @@ def header(study_path, study, out):
 def method(study, tokenizer):
     ref = study["reference"]
     bpb = " Bits per byte = loss / ln 2 (byte-level data: one token per byte)." if tokenizer == "byte" else ""
-    first = next(iter(study["arms"]))
-    if arm_config(study, first)["eval_full_at_end"]:
+    if arm_config(study, next(iter(study["arms"])))["eval_full_at_end"]:
         final, key = "its val loss over the whole val split, every val token once", "`val_loss_full`"
     else:
         final, key = ("its last fixed-window val loss", "`val_loss`: these runs skip the whole-split eval "
@@ -163,8 +115,7 @@ def results_table(study, data, tokenizer):
     ref_losses = final_losses(data[ref])
     rows = []
     for arm, d in data.items():
-        cfg = arm_config(study, arm)
-        counts = settings.param_counts(model_config(cfg))  # as this clone's model.py builds it
+        counts = settings.param_counts(model_config(arm_config(study, arm)))  # as this clone's model.py builds it
         losses = final_losses(d)
         mean, std, n = summarize(list(losses.values()))
         chosen = d["plan"]["chosen"]
@@ -741,9 +692,9 @@ def default_out(study):
 def check_out(p, out, study_name):
     """argparse error if --out holds a README.md that is not a report of study_name (None: run folders
     compared, whose plot must not replace a report's)."""
-    if os.path.isfile(os.path.join(out, "README.md")):
-        with open(os.path.join(out, "README.md"), errors="replace") as f:
-            title = f.readline().rstrip("\n")
+    readme = pathlib.Path(out, "README.md")
+    if readme.is_file():
+        title = readme.read_text(errors="replace").split("\n", 1)[0]
         if title != (COMPARED if study_name is None else f"# Study {study_name}"):
             p.error(f"--out {out} holds a README.md that is not a report of "
                     f"{'these runs' if study_name is None else 'study ' + study_name} (its first line: "

@@ -692,6 +692,51 @@ def study_progress(study):
     return f"{finished} of the study's {fewest if fewest == most else f'{fewest}-{most}'} runs finished"
 
 
+# ------------------------------------------------------------------------------ a study's runs, as read for its report
+def read_run(study, arm, lr, seed):
+    """One run (load_study has checked its settings) -> dict(status: done | diverged | unfinished | missing,
+    final: its final loss once done, rows, config, ...)."""
+    out_dir = run_dir(study, arm, lr, seed)
+    rows, max_iters = read_metrics(out_dir), run_config(study, arm, lr, seed)["max_iters"]
+    last = rows[-1] if rows else {}
+    status = ("missing" if not rows else "diverged" if is_diverged(last) else
+              "done" if last["iter"] >= max_iters else "unfinished")
+    return dict(arm=arm, lr=lr, seed=seed, out_dir=out_dir, status=status, iter=last.get("iter"),
+                max_iters=max_iters, final=final_val_loss(last) if status == "done" else None, rows=rows,
+                stalled=status == "done" and bool(is_stalled(rows, max_iters)),
+                config=read_saved_config(os.path.join(out_dir, "config.json")))
+
+
+def collect(study):
+    """{arm: dict(plan=plan(...), search={(lr, seed): run}, finals={seed: run at the chosen lr})}."""
+    data = {}
+    for arm in study["arms"]:
+        p = plan(study, arm)
+        search = {(lr, s): read_run(study, arm, lr, s) for lr in p["swept"] for s in study["selection_seeds"]}
+        finals = ({s: read_run(study, arm, p["chosen"], s) for s in final_seeds(study, arm)}
+                  if p["chosen"] is not None else {})
+        data[arm] = dict(plan=p, search=search, finals=finals)
+    return data
+
+
+def all_runs(data):
+    return [r for d in data.values() for r in (*d["search"].values(), *d["finals"].values())]
+
+
+def count(runs, *statuses):
+    return sum(r["status"] in statuses for r in runs)
+
+
+def final_losses(d):
+    """{seed: final loss} of an arm's finished final runs."""
+    return {s: r["final"] for s, r in d["finals"].items() if r["final"] is not None}
+
+
+def swept_rates(data):
+    return sorted({lr for d in data.values() for lr in d["plan"]["swept"]})
+
+
+
 def run_tokens(cfg):
     """Training tokens of one run of a resolved config: max_iters x accumulation x micro-batch x block_size."""
     return cfg["max_iters"] * cfg["gradient_accumulation_steps"] * cfg["batch_size"] * cfg["block_size"]
