@@ -15,9 +15,7 @@ from scipy import stats
 def summarize(values):
     """Final losses -> (mean, sample std with ddof=1, n); std is nan for n < 2, mean nan for n = 0."""
     n = len(values)
-    mean = sum(values) / n if n else math.nan
-    std = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1)) if n > 1 else math.nan
-    return mean, std, n
+    return float(np.mean(values)) if n else math.nan, float(np.std(values, ddof=1)) if n > 1 else math.nan, n
 
 
 def paired_difference(arm, ref, confidence=0.95):
@@ -44,7 +42,7 @@ def mean_ci(values, confidence=0.95):
     mean, std, n = summarize(values)
     if n < 2:
         return mean, None
-    half = stats.t.ppf(0.5 + confidence / 2, n - 1) * std / math.sqrt(n)
+    half = stats.t.ppf(0.5 + confidence / 2, n - 1) * std / math.sqrt(n)  # (t.interval refuses a zero spread)
     return mean, (mean - half, mean + half)
 
 
@@ -113,11 +111,10 @@ def trend(sizes, values, confidence=0.95):
     than 3 rungs.
 
     Why unweighted, with t on k − 2 df: each rung's Δ carries its seeds' noise and noise of its own (the rate its
-    search chose, its data order), and with 3 seeds a rung's se is itself a guess on 2 df. Weighting rungs by
-    1 / se², treating those weights as known and using z = 1.96 (this function before) covered the true slope in
-    78% of simulated null ladders, 71% with rung-level noise. The rungs' scatter about the line measures both
-    noises at once; with equal seeds per rung the interval is exact for normal noise, and tests/test_paired.py
-    measures it at 95% with and without rung-level noise. Its price is width: 4 rungs leave 2 df (t = 4.30)."""
+    search chose, its data order), and with 3 seeds a rung's se is itself a guess on 2 df, so weights 1 / se²
+    taken as known undercover. The rungs' scatter about the line measures both noises at once; with equal seeds
+    per rung the interval is exact for normal noise (tests/test_paired.py measures its coverage). Its price is
+    width: 4 rungs leave 2 df (t = 4.30)."""
     fit = line_fit(np.log10(sizes), values, confidence=confidence)
     return None if fit is None else dict(slope=fit["slope"], ci=fit["ci"], k=fit["k"])
 
@@ -129,8 +126,8 @@ def multiplier(sizes, ref_losses, arm_losses, confidence=0.95):
     ratios g = log(L_arm / L_ref), so M(N) = exp(−g(N) / α_ref), and its CI is g's (line_fit: t on k − 2 df, as
     trend) divided by the reference's fitted α, taken as known (it rests on the whole fall of the loss over the
     ladder, the gap on a fraction of a percent). -> dict(alpha, at=[(size, M, (lo, hi))]), or None with fewer
-    than 3 rungs or a reference whose loss does not fall with size. A bootstrap over seeds would miss the
-    rungs' own noise, as the old trend did; tests/test_paired.py measures this interval's coverage."""
+    than 3 rungs or a reference whose loss does not fall with size. tests/test_paired.py measures the
+    interval's coverage."""
     x = np.log(sizes)
     ref_fit = line_fit(x, np.log(ref_losses))
     gap = line_fit(x, np.log(np.asarray(arm_losses) / np.asarray(ref_losses)), at=x, confidence=confidence)
