@@ -573,6 +573,13 @@ def ladder_axis(rungs):
     return "training tokens a run", {r: run_tokens(c) for r, c in cfgs.items()}
 
 
+def ladder_flops(rungs):
+    """{x on ladder_axis: the training FLOPs of a final run of the reference} over a ladder's rungs."""
+    _, xs = ladder_axis(rungs)
+    cfgs = {s["rung"]: arm_config(s, s["reference"]) for s in rungs}
+    return {xs[r]: run_tokens(c) * settings.flops_per_token(model_config(c)) for r, c in cfgs.items()}
+
+
 def ladder_gaps(views):
     """[(study, data) of each rung, by_arm's] -> {(arm, other): [(rung, x, paired_difference)]}: each arm against
     the reference, and the study's contrasts, at every rung, smallest first; x is the rung's size on ladder_axis."""
@@ -617,9 +624,10 @@ def plot_ladder(gaps, axis):
     return png(fig, axes, empty="no rung has a paired difference yet")
 
 
-def ladder_reading(gaps, quick, axis):
+def ladder_reading(gaps, quick, axis, flops):
     """What the data support, pair by pair: the rungs whose CI excludes 0, the fitted change with size (called
-    only where its CI excludes 0, on the rungs it rests on), and the reference's multiplier at each rung."""
+    only where its CI excludes 0, on the rungs it rests on), and the reference's multiplier at each rung (flops:
+    {x: a final run's training FLOPs})."""
     lines = []
     for (arm, other), points in gaps.items():
         called = [f"{verdict(d['ci'], quick)} at {rung}" for rung, _, d in points
@@ -640,21 +648,27 @@ def ladder_reading(gaps, quick, axis):
             text += (f"; across the {k} rungs Δ changes by {fit['slope']:+.4f} {fmt_ci(fit['ci'])} nats, "
                      f"{rel['slope']:+.2f}% [{rel['ci'][0]:+.2f}, {rel['ci'][1]:+.2f}] of {other}'s loss, per 10× "
                      f"{axis} (least squares over the {k} rungs' mean Δ, t on {k - 2} df): {what}")
-            text += multiplier_text(arm, other, paired, axis)
+            text += multiplier_text(arm, other, paired, axis, flops)
         lines.append(text + ".")
     return "\n".join(lines)
 
 
-def multiplier_text(arm, other, paired, axis):
-    """'; other would need M× ...' at each rung, from power laws fitted to each arm's rung means (paired.multiplier)."""
-    ref = [d["ref_mean"] for _, d in paired]
-    fit = multiplier([x for x, _ in paired], ref, [r + d["mean"] for r, (_, d) in zip(ref, paired)])
+def multiplier_text(arm, other, paired, axis, flops):
+    """'. To reach arm's loss, other would need M× ...' at each rung (paired.multiplier: the reference's curve with
+    a loss floor), in the ladder's axis and in training FLOPs along its recipe (flops: {x: a final run's FLOPs}):
+    M^b, b the local exponent of FLOPs against x between neighbouring rungs (tokens grow with parameters, so b
+    is not 2, nor the same at every rung)."""
+    xs = [x for x, _ in paired]
+    fit = multiplier(xs, [d["ref_mean"] for _, d in paired], [d for _, d in paired])
     if fit is None:
         return f"; no multiplier: {other}'s loss does not fall along the rungs"
-    what = "parameters (× M² training FLOPs at a fixed tokens per parameter)" if "param" in axis else "tokens"
-    at = ", ".join(f"×{m:.3g} [{lo:.3g}, {hi:.3g}] at {x:,.0f}" for x, m, (lo, hi) in fit["at"])
-    return (f". To reach {arm}'s loss, {other} would need M times the {what}: {at} (power laws in {axis}, "
-            f"{other}'s exponent {fit['alpha']:.3f}; 95% CIs as the trend's; M > 1: {arm} is worth more)")
+    b = np.gradient(np.log([flops[x] for x in xs]), np.log(xs))
+    cell = lambda m, ci, e: f"×{m ** e:.3g}" + (f" [{ci[0] ** e:.3g}, {ci[1] ** e:.3g}]" if ci else "")
+    at = ", ".join(f"{cell(m, ci, 1)} ({cell(m, ci, e)} training FLOPs) at {x:,.0f}"
+                   for (x, m, ci), e in zip(fit["at"], b))
+    return (f". To reach {arm}'s loss, {other} would need M times the {axis}: {at} ({other}'s loss fitted as "
+            f"E + B·N^(−α) over the rungs, floor E = {fit['floor']:.3f}, α = {fit['alpha']:.3f}; each rung's "
+            f"95% CI is its paired Δ's; M > 1: {arm} is worth more)")
 
 
 def render_ladder(study_path, ladder, datas, out):
@@ -671,7 +685,7 @@ def render_ladder(study_path, ladder, datas, out):
              f"given in % of the other arm's mean loss (the losses fall along the rungs, so a constant relative "
              f"gain shrinks in nats). {STALL_TEXT}", ladder_table(gaps, ladder["quick"], axis),
              "![gap against size](gap_vs_size.png)", "**What the data support.**",
-             ladder_reading(gaps, ladder["quick"], axis)]
+             ladder_reading(gaps, ladder["quick"], axis, ladder_flops([study for study, _ in views]))]
     parts += [*reading_section(out), "## Method", method(views[0][0], tokenizer)]
     for searched, (study, data) in zip(rungs, views):
         rung, cfg = study["rung"], arm_config(study, study["reference"])
