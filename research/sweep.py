@@ -67,7 +67,7 @@ class TrainJob:
     As a submitit job, __call__ runs it -> train.py's exit status when the run finished or diverged, else a
     RuntimeError (the driver resubmits it, and it resumes). It is a Checkpointable: on its preemption signal
     (USR2) submitit calls checkpoint(), which stops train.py with SIGUSR1 (it checkpoints and exits) and
-    returns the job to requeue."""
+    returns the job to requeue (None, no requeue, when train.py had ended already)."""
 
     def __init__(self, args, out_dir, nproc=1, cwd=None, threads=None):
         self.args, self.out_dir, self.nproc = list(args), out_dir, nproc
@@ -122,6 +122,8 @@ class TrainJob:
             except ProcessLookupError:
                 pass
             self.wait()
+        if self.status in (0, EXIT_DIVERGED):  # it ended before the signal: no requeue (it would train again)
+            return None
         requeued = TrainJob(self.args, self.out_dir, self.nproc, self.cwd, self.threads)  # resumes: ckpt.pt
         return submitit.helpers.DelayedSubmission(requeued)
 
@@ -312,9 +314,10 @@ def make_executor(kind, folder, gpus_per_run, slurm, threads=None):
         executor = submitit.LocalExecutor(folder=folder)
         executor.update_parameters(timeout_min=slurm.get("time") or 60 * 24, setup=setup)
         return executor
-    executor = submitit.SlurmExecutor(folder=folder)
-    known = executor._valid_parameters()
     extra = dict(slurm.get("extra") or {})
+    # max_num_timeout: how many times a job that reaches its time limit is requeued (then the driver resubmits)
+    executor = submitit.SlurmExecutor(folder=folder, max_num_timeout=extra.pop("max_num_timeout", 3))
+    known = executor._valid_parameters()
     params = dict(nodes=1, ntasks_per_node=1, setup=setup,
                   **{k: slurm[k] for k in ("partition", "time") if slurm.get(k) is not None})
     params.update({"gpus_per_node": gpus_per_run} if gpus_per_run else {"cpus_per_task": threads})  # CPU: no gres

@@ -111,6 +111,8 @@ GresTypes=gpu
 MpiDefault=none
 ReturnToService=2
 KillWait=5
+AuthInfo=cred_expire=10
+SchedulerParameters=sched_interval=5,bf_interval=5
 $acct_lines
 NodeName=$node NodeAddr=127.0.0.1 CPUs=$cpus RealMemory=$mem Gres=gpu:2 State=UNKNOWN
 PartitionName=gpu Nodes=$node Default=YES MaxTime=INFINITE State=UP
