@@ -4,12 +4,14 @@
 #   bash scripts/slurm_local.sh up                   # munge, MariaDB, slurmdbd (accounting), slurmctld, slurmd
 #   bash scripts/slurm_local.sh up --no-accounting   # munge, slurmctld, slurmd: sacct answers "disabled"
 #   bash scripts/slurm_local.sh down                 # stops every daemon it started; nothing is left running
+#   bash scripts/slurm_local.sh install              # only the packages (up installs any that is missing)
 # The node is this machine: its CPUs, 2 GPUs declared as gres (fake device files: GPU-shaped jobs schedule, and
 # a CPU build of torch trains them on the CPU) and two partitions on it, gpu (the default) and cpu. Every daemon
 # runs in the foreground of a background process whose id is kept in $NLQ_SLURM_DIR/pids/; `down` stops each by
-# that id. `up` again is a no-op in the same mode, and restarts in the other. The missing packages are installed
-# with apt-get. The daemons' logs are in $NLQ_SLURM_DIR (default /tmp/nlq-slurm); the configuration is written to
-# /etc/slurm/ (where sbatch, squeue and sacct read it), never over a slurm.conf this script did not write.
+# that id (a munged that was running already is used, and left running). `up` again is a no-op in the same
+# mode, and restarts in the other. The daemons' logs are in $NLQ_SLURM_DIR (default /tmp/nlq-slurm); the
+# configuration is written to /etc/slurm/ (where sbatch, squeue and sacct read it), never over a slurm.conf
+# this script did not write.
 set -euo pipefail
 state=${NLQ_SLURM_DIR:-/tmp/nlq-slurm}
 mode=${2:-}
@@ -125,6 +127,17 @@ NodeName=$node Name=gpu File=$state/dev/nvidia[0-1]
 EOF
 }
 
+install() {  # Debian's packages, if any is missing
+    local missing=0
+    for command in munged slurmctld slurmd slurmdbd sbatch mariadbd; do command -v $command >/dev/null || missing=1; done
+    if ((missing)); then
+        [[ $(id -u) == 0 ]] || die "run it as root (it installs $packages with apt-get)"
+        echo "slurm_local.sh: installing $packages"
+        apt-get update -qq
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $packages >/dev/null
+    fi
+}
+
 up() {
     local accounting=yes
     [[ $mode == --no-accounting ]] && accounting=no
@@ -135,21 +148,17 @@ up() {
         return
     fi
     down
-    if ! command -v slurmctld >/dev/null || ! command -v munged >/dev/null || ! command -v mariadbd >/dev/null; then
-        echo "slurm_local.sh: installing $packages"
-        apt-get update -qq
-        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $packages >/dev/null
-    fi
+    install
     mkdir -p "$state"/{pids,ctld,slurmd,dev,munge}
     touch "$state"/dev/nvidia0 "$state"/dev/nvidia1
     [[ -f /etc/munge/munge.key ]] || mungekey --create --keyfile=/etc/munge/munge.key
     mkdir -p /run/munge
     chown munge:munge "$state/munge" /run/munge /etc/munge/munge.key
     write_config "$accounting"
-    start munged setpriv --reuid=munge --regid=munge --init-groups /usr/sbin/munged --foreground \
+    munge -n >/dev/null 2>&1 || start munged setpriv --reuid=munge --regid=munge --init-groups /usr/sbin/munged --foreground \
         --socket=/run/munge/munge.socket.2 --pid-file="$state/munge/munged.pid" \
         --log-file="$state/munge/munged.log" --seed-file="$state/munge/munged.seed"
-    wait_for munged 30 munge -n
+    alive munged && wait_for munged 30 munge -n
     if [[ $accounting == yes ]]; then
         if [[ ! -d $state/mysql/mysql ]]; then
             mkdir -p "$state/mysql" && chown mysql:mysql "$state/mysql"
@@ -176,7 +185,8 @@ up() {
 }
 
 case ${1:-} in
+    install) install ;;
     up) up ;;
     down) down; echo "slurm_local.sh: SLURM is down" ;;
-    *) die "usage: bash scripts/slurm_local.sh up [--no-accounting] | down" ;;
+    *) die "usage: bash scripts/slurm_local.sh up [--no-accounting] | down | install" ;;
 esac

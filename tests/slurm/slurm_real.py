@@ -112,7 +112,7 @@ def test_a_study_runs_to_the_end_as_gpu_jobs(tmp_path, accounting):
     assert "chosen learning rates:" in out and "3 of the study's 3 runs finished" in out
     for job_id in jobs.values():
         info = job_info(job_id)
-        assert info["Partition"] == "gpu" and "gres/gpu=1" in info["TRES"], info
+        assert info["Partition"] == "gpu" and info["TresPerNode"] == "gres:gpu:1", info
 
 
 def test_a_cpu_study_runs_as_cpu_jobs_on_the_cpu_partition(tmp_path, accounting):
@@ -122,7 +122,7 @@ def test_a_cpu_study_runs_as_cpu_jobs_on_the_cpu_partition(tmp_path, accounting)
     out = ended(run_sweep(study_file, "--threads", "2", "--slurm_partition", "cpu"))
     for job_id in check_log(out, study, accounting).values():
         info = job_info(job_id)
-        assert info["Partition"] == "cpu" and info["NumCPUs"] == "2" and "gres" not in info["TRES"], info
+        assert info["Partition"] == "cpu" and info["NumCPUs"] == "2" and "TresPerNode" not in info, info
 
 
 def rows(out_dir):
@@ -130,21 +130,21 @@ def rows(out_dir):
 
 
 def test_a_run_past_its_time_limit_and_a_requeued_run_end_as_the_run_made_uninterrupted(tmp_path, accounting):
-    """The same run three times at once: as a job of a 1-minute limit (submitit's USR2 comes 15 s before it;
-    slurmctld sends it at its next 30 s check, so 15-45 s into the job: train.py checkpoints, the job is
-    requeued, maybe again, and resumes), as a job that `scontrol requeue` stops (SIGTERM, as at a preemption)
-    after its first evals, and here uninterrupted. The run trains ~50 s at this machine's speed now (longer,
-    three at once), so the limit's USR2 surely comes; max_num_timeout=10: requeued as often as it takes. The
-    three metrics.jsonl are equal row for row (the speed columns aside); each job was submitted once and kept
-    its id."""
+    """The same run three times at once: as a job of a 1-minute limit (USR2 asked for 1 s before it; slurmctld
+    checks every 30 s and signals up to 30 s early, so it comes 29-59 s into the job: train.py checkpoints, the
+    job is requeued, maybe again, and resumes), as a job that `scontrol requeue` stops (SIGTERM, as at a
+    preemption) after its first evals, and here uninterrupted. The run trains ~60 s at this machine's speed now
+    (longer, three at once), so the limit's USR2 surely comes; max_num_timeout=10: requeued as often as it
+    takes. The three metrics.jsonl are equal row for row (the speed columns aside); each job was submitted once
+    and kept its id."""
     extra, run = "learning_rates = [1e-2]\nselection_seeds = []\nseeds = [1]\n", ("linear", 1e-2, 1)
     probe = load_study(str(one_arm_study(tmp_path / "probe", extra, 2000)))
     assert sweep.launch(probe, *run, threads=1) is None
     s_per_iter = checkpoint.read_metrics(run_dir(probe, *run))[-1]["ms_per_iter"] / 1000
-    iters = max(10000, int(round(50 / s_per_iter, -3)))
+    iters = max(10000, int(round(60 / s_per_iter, -3)))
     limit_file, requeue_file, here_file = (one_arm_study(tmp_path / name, extra, iters)
                                            for name in ("limit", "requeue", "here"))
-    limit = run_sweep(limit_file, "--threads", "1", "--slurm_time", "1", "--slurm_extra", "signal_delay_s=15",
+    limit = run_sweep(limit_file, "--threads", "1", "--slurm_time", "1", "--slurm_extra", "signal_delay_s=1",
                       "max_num_timeout=10")
     requeue = run_sweep(requeue_file, "--threads", "1")
     requeue_study = load_study(str(requeue_file))
