@@ -72,13 +72,15 @@ def ended(driver, timeout=300):
     return out
 
 
-def check_log(out, study, accounting):
-    """Every run finished, submitted once, its job id in the driver's log; one line about accounting if none."""
+def check_log(out, study, accounting, cancelled=None):
+    """Every run finished, submitted once (again after its job `cancelled`), its job ids in the driver's log;
+    one line about accounting if there is none."""
     runs = [run for arm in study["arms"] for run in run_list(study, arm)]
     for run in runs:
         assert is_finished(study, *run)
         record = sweep.read_job_record(study, *run)
-        assert record["executor"] == "slurm" and record["job_ids"] == [record["job_id"]], record
+        before = [cancelled] if cancelled in record["job_ids"] else []
+        assert record["executor"] == "slurm" and record["job_ids"] == before + [record["job_id"]], record
         name = f"{run[0]} lr={run[1]:g} seed={run[2]}"
         assert out.count(f"submitted: {name} as job {record['job_id']} (slurm)") == 1, out
         assert f"job {record['job_id']} ({name}): finished" in out, out
@@ -116,13 +118,27 @@ def test_a_study_runs_to_the_end_as_gpu_jobs(tmp_path, accounting):
 
 
 def test_a_cpu_study_runs_as_cpu_jobs_on_the_cpu_partition(tmp_path, accounting):
-    """A study whose config runs on the CPU: each run a job of --threads CPUs and no GPU (no --gpus_per_run)."""
+    """A study whose config runs on the CPU: each run a job of --threads CPUs and no GPU (no --gpus_per_run).
+    Each takes the whole node, so one waits (PENDING) while the other runs: scancel it; the driver sees it
+    ended (sacct's or squeue's CANCELLED) and submits its run again, which then finishes."""
     study_file = one_arm_study(tmp_path, "learning_rates = [1e-2]\nselection_seeds = []\nseeds = [1, 2]\n")
     study = load_study(str(study_file))
-    out = ended(run_sweep(study_file, "--threads", "2", "--slurm_partition", "cpu"))
-    for job_id in check_log(out, study, accounting).values():
+    cpus = str(os.cpu_count())  # the node's (scripts/slurm_local.sh)
+    driver = run_sweep(study_file, "--threads", cpus, "--slurm_partition", "cpu")
+    records = lambda: [r for r in (sweep.read_job_record(study, "linear", 1e-2, seed) for seed in (1, 2)) if r]
+    squeue = lambda job_id: subprocess.run(["squeue", "-h", "-o", "%T", "-j", job_id], capture_output=True,
+                                           text=True).stdout.strip()
+    cancelled, deadline = None, time.time() + 120
+    while cancelled is None and time.time() < deadline:
+        cancelled = next((r["job_id"] for r in records() if squeue(r["job_id"]) == "PENDING"), None)
+        time.sleep(0.1)
+    assert cancelled, f"no job of the study waited: {records()}"
+    subprocess.run(["scancel", cancelled], check=True)
+    out = ended(driver)
+    assert re.search(f"job {cancelled} \\(linear lr=0.01 seed=[12]\\): ended unfinished \\(resubmitted", out), out
+    for job_id in check_log(out, study, accounting, cancelled).values():
         info = job_info(job_id)
-        assert info["Partition"] == "cpu" and info["NumCPUs"] == "2" and "TresPerNode" not in info, info
+        assert info["Partition"] == "cpu" and info["NumCPUs"] == cpus and "TresPerNode" not in info, info
 
 
 def rows(out_dir):
@@ -133,15 +149,15 @@ def test_a_run_past_its_time_limit_and_a_requeued_run_end_as_the_run_made_uninte
     """The same run three times at once: as a job of a 1-minute limit (USR2 asked for 1 s before it; slurmctld
     checks every 30 s and signals up to 30 s early, so it comes 29-59 s into the job: train.py checkpoints, the
     job is requeued, maybe again, and resumes), as a job that `scontrol requeue` stops (SIGTERM, as at a
-    preemption) after its first evals, and here uninterrupted. The run trains ~60 s at this machine's speed now
-    (longer, three at once), so the limit's USR2 surely comes; max_num_timeout=10: requeued as often as it
-    takes. The three metrics.jsonl are equal row for row (the speed columns aside); each job was submitted once
-    and kept its id."""
+    preemption) after its first evals, and here uninterrupted. The run trains 50 s at this machine's speed alone
+    (three at once on 2 cores, 75 s or more: past the 59 s by which USR2 has come); max_num_timeout=10:
+    requeued as often as it takes. The three metrics.jsonl are equal row for row (the speed columns aside);
+    each job was submitted once and kept its id."""
     extra, run = "learning_rates = [1e-2]\nselection_seeds = []\nseeds = [1]\n", ("linear", 1e-2, 1)
     probe = load_study(str(one_arm_study(tmp_path / "probe", extra, 2000)))
     assert sweep.launch(probe, *run, threads=1) is None
     s_per_iter = checkpoint.read_metrics(run_dir(probe, *run))[-1]["ms_per_iter"] / 1000
-    iters = max(10000, int(round(60 / s_per_iter, -3)))
+    iters = max(10000, int(round(50 / s_per_iter, -3)))
     limit_file, requeue_file, here_file = (one_arm_study(tmp_path / name, extra, iters)
                                            for name in ("limit", "requeue", "here"))
     limit = run_sweep(limit_file, "--threads", "1", "--slurm_time", "1", "--slurm_extra", "signal_delay_s=1",
