@@ -21,8 +21,8 @@ packages="munge slurmctld slurmd slurmdbd slurm-client mariadb-server"
 
 die() { echo "slurm_local.sh: $*" >&2; exit 1; }
 
-alive() {  # alive NAME: the daemon NAME started by this script still runs
-    [[ -f $state/pids/$1 ]] && kill -0 "$(cat "$state/pids/$1")" 2>/dev/null
+alive() {  # alive NAME: the daemon NAME started by this script still runs (its id, and still that program)
+    [[ -f $state/pids/$1 ]] && grep -qa "$1" "/proc/$(cat "$state/pids/$1")/cmdline" 2>/dev/null
 }
 
 start() {  # start NAME COMMAND...: run COMMAND (a daemon in the foreground) in the background, keep its id
@@ -40,14 +40,13 @@ wait_for() {  # wait_for WHAT SECONDS COMMAND...: until COMMAND succeeds, or fai
 }
 
 stop() {  # stop NAME: SIGTERM to the daemon's process id, SIGKILL after 30 s
-    local pid
-    [[ -f $state/pids/$1 ]] || return 0
-    pid=$(cat "$state/pids/$1")
-    if kill -0 "$pid" 2>/dev/null; then
+    if alive "$1"; then
+        local pid
+        pid=$(cat "$state/pids/$1")
         kill -TERM "$pid"
-        for _ in $(seq 60); do kill -0 "$pid" 2>/dev/null || break; sleep 0.5; done
-        kill -0 "$pid" 2>/dev/null && kill -KILL "$pid"
-        while kill -0 "$pid" 2>/dev/null; do sleep 0.2; done
+        for _ in $(seq 60); do alive "$1" || break; sleep 0.5; done
+        if alive "$1"; then kill -KILL "$pid"; fi
+        while alive "$1"; do sleep 0.2; done
     fi
     rm -f "$state/pids/$1"
 }
@@ -129,7 +128,9 @@ EOF
 
 install() {  # Debian's packages, if any is missing
     local missing=0
-    for command in munged slurmctld slurmd slurmdbd sbatch mariadbd; do command -v $command >/dev/null || missing=1; done
+    for command in munged slurmctld slurmd slurmdbd sbatch mariadbd; do
+        command -v $command >/dev/null || missing=1
+    done
     if ((missing)); then
         [[ $(id -u) == 0 ]] || die "run it as root (it installs $packages with apt-get)"
         echo "slurm_local.sh: installing $packages"
@@ -155,10 +156,12 @@ up() {
     mkdir -p /run/munge
     chown munge:munge "$state/munge" /run/munge /etc/munge/munge.key
     write_config "$accounting"
-    munge -n >/dev/null 2>&1 || start munged setpriv --reuid=munge --regid=munge --init-groups /usr/sbin/munged --foreground \
-        --socket=/run/munge/munge.socket.2 --pid-file="$state/munge/munged.pid" \
-        --log-file="$state/munge/munged.log" --seed-file="$state/munge/munged.seed"
-    alive munged && wait_for munged 30 munge -n
+    if ! munge -n >/dev/null 2>&1; then  # (else a munged runs already: used, and left running)
+        start munged setpriv --reuid=munge --regid=munge --init-groups /usr/sbin/munged --foreground \
+            --socket=/run/munge/munge.socket.2 --pid-file="$state/munge/munged.pid" \
+            --log-file="$state/munge/munged.log" --seed-file="$state/munge/munged.seed"
+        wait_for munged 30 munge -n
+    fi
     if [[ $accounting == yes ]]; then
         if [[ ! -d $state/mysql/mysql ]]; then
             mkdir -p "$state/mysql" && chown mysql:mysql "$state/mysql"
@@ -166,12 +169,13 @@ up() {
                 --skip-test-db > "$state/mariadb-install.log" 2>&1
         fi
         start mariadb mariadbd --user=mysql --datadir="$state/mysql" --socket="$state/mysql/mysqld.sock" \
-            --pid-file="$state/mysql/mysqld.pid" --bind-address=127.0.0.1 --port=3306 --innodb-buffer-pool-size=64M \
-            --innodb-log-file-size=16M
+            --pid-file="$state/mysql/mysqld.pid" --bind-address=127.0.0.1 --port=3306 \
+            --innodb-buffer-pool-size=64M --innodb-log-file-size=16M
         wait_for mariadb 60 mariadb --socket="$state/mysql/mysqld.sock" -e "select 1"
-        mariadb --socket="$state/mysql/mysqld.sock" -e "CREATE USER IF NOT EXISTS 'slurm'@'localhost' IDENTIFIED BY 'nlq';
-            CREATE USER IF NOT EXISTS 'slurm'@'127.0.0.1' IDENTIFIED BY 'nlq';
-            GRANT ALL ON slurm_acct_db.* TO 'slurm'@'localhost'; GRANT ALL ON slurm_acct_db.* TO 'slurm'@'127.0.0.1';"
+        for host in localhost 127.0.0.1; do  # slurmdbd's database user (it connects over TCP)
+            mariadb --socket="$state/mysql/mysqld.sock" -e "CREATE USER IF NOT EXISTS 'slurm'@'$host'
+                IDENTIFIED BY 'nlq'; GRANT ALL ON slurm_acct_db.* TO 'slurm'@'$host';"
+        done
         start slurmdbd slurmdbd -D
         wait_for slurmdbd 60 sacctmgr -i show cluster
         sacctmgr -i show cluster -n format=cluster | grep -qw nlq || sacctmgr -i add cluster nlq >/dev/null
