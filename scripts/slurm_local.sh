@@ -28,6 +28,7 @@ alive() {  # alive NAME: the daemon NAME started by this script still runs (its 
 start() {  # start NAME COMMAND...: run COMMAND (a daemon in the foreground) in the background, keep its id
     setsid "${@:2}" >>"$state/$1.log" 2>&1 < /dev/null &
     echo $! > "$state/pids/$1"
+    for _ in $(seq 50); do alive "$1" && break; sleep 0.1; done  # (the fork has not run COMMAND yet)
 }
 
 wait_for() {  # wait_for WHAT SECONDS COMMAND...: until COMMAND succeeds, or fail naming WHAT and its log
