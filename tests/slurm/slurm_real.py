@@ -7,10 +7,11 @@ accounting and once without:
     python -m pytest -q tests/slurm/slurm_real.py
     bash scripts/slurm_local.sh down
 
-A study to the end as GPU-shaped jobs, a CPU study on the cpu partition, a run past its time limit (submitit's
-USR2, a checkpoint, a requeue) and a run requeued with `scontrol requeue` (SIGTERM, as at a preemption), each
-ending row for row as the same run made uninterrupted, and scripts/slurm_fsdp.sbatch on 2 ranks of the node.
-Without accounting every sweep ends when its runs end, having said so once."""
+A study to the end as GPU-shaped jobs, a CPU study on the cpu partition (one of its jobs scancelled while it
+waits: its run is submitted again), a run past its time limit (submitit's USR2, a checkpoint, a requeue) and a
+run requeued with `scontrol requeue` (SIGTERM, as at a preemption), each ending row for row as the same run made
+uninterrupted, and scripts/slurm_fsdp.sbatch on 2 ranks of the node. Without accounting every sweep ends when
+its runs end, having said so once."""
 import json
 import os
 import re
