@@ -10,6 +10,8 @@ own folder, started here or as SLURM jobs, in waves: the runs due now, then what
     python -m research.sweep studies/enwiki_cpu.py --quick --jobs 2      # try it: 5% of the steps, in out/quick/
     python -m research.sweep studies/paper_small.py --executor slurm --gpus_per_run 8 --slurm_partition gpu \
         --slurm_time 480                                                 # SLURM jobs through submitit
+    python -m research.sweep studies/enwiki_cpu.py --executor slurm --gpus_per_run 0 --threads 4 \
+        --slurm_partition cpu                                            # CPU jobs: 4 CPUs each, no GPU
     python -m research.report studies/enwiki_cpu.py                      # tables, paired statistics, plots
 
 A ladder (a study file with rungs: the same study at several model sizes) runs its rungs one after the other.
@@ -20,7 +22,8 @@ any time (its stop signal reaches the runs, which checkpoint) and start it again
 On a cluster (--executor slurm, through submitit) each due run is a job of one node running torchrun on
 --gpus_per_run GPUs, and the driver plans again as jobs end. Each run's job ids are kept in <run dir>/job.json:
 a restarted driver waits for the jobs that still run. A job that SLURM preempts or that reaches its time limit
-checkpoints on submitit's USR2 and is requeued; it resumes exactly.
+checkpoints on submitit's USR2 and is requeued; it resumes exactly. Job states come from sacct, else (a cluster
+without accounting) from squeue; a run whose folder holds its finished metrics is finished whatever SLURM says.
 
 --quick [FRACTION]: every run at that fraction of its steps (default 0.05) in out/quick/<name>/runs, to try the
 machinery (not to compare arms; report.py --quick reports it).
@@ -65,7 +68,7 @@ class TrainJob:
     As a submitit job, __call__ runs it -> train.py's exit status when the run finished or diverged, else a
     RuntimeError (the driver resubmits it, and it resumes). It is a Checkpointable: on its preemption signal
     (USR2) submitit calls checkpoint(), which stops train.py with SIGUSR1 (it checkpoints and exits) and
-    returns the job to requeue."""
+    returns the job to requeue (None, no requeue, when train.py had ended already)."""
 
     def __init__(self, args, out_dir, nproc=1, cwd=None, threads=None):
         self.args, self.out_dir, self.nproc = list(args), out_dir, nproc
@@ -120,6 +123,8 @@ class TrainJob:
             except ProcessLookupError:
                 pass
             self.wait()
+        if self.status in (0, EXIT_DIVERGED):  # it ended before the signal: no requeue (it would train again)
+            return None
         requeued = TrainJob(self.args, self.out_dir, self.nproc, self.cwd, self.threads)  # resumes: ckpt.pt
         return submitit.helpers.DelayedSubmission(requeued)
 
@@ -294,26 +299,30 @@ def run_here(study, due, jobs, threads):
 # SLURM job states in which a job may still run, or run again (a requeued job keeps its id)
 SLURM_ALIVE = ("PENDING", "RUNNING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "CONFIGURING", "COMPLETING",
                "RESIZING", "SUSPENDED", "SIGNALING", "STAGE_OUT", "UNKNOWN")
+NO_ACCOUNTING = []  # sacct's answer, once it said that this cluster keeps no accounting
 EXECUTORS = ("local", "slurm", "local_submitit")  # local_submitit: submitit's LocalExecutor (real jobs, no SLURM)
 MAX_ATTEMPTS = 3  # submissions of one run per driver session before it counts as failed
 
 
-def make_executor(kind, folder, gpus_per_run, slurm):
+def make_executor(kind, folder, gpus_per_run, slurm, threads=None):
     """A submitit executor whose jobs write their logs in folder: 'slurm' (one node, one task, gpus_per_run
-    GPUs; slurm: dict of partition, time in minutes, and extra SlurmExecutor parameters or raw sbatch flags)
-    or 'local_submitit' (submitit's LocalExecutor: real subprocess jobs on this machine, for tests)."""
+    GPUs, or with 0 a CPU job of `threads` CPUs; slurm: dict of partition, time in minutes, and extra
+    SlurmExecutor parameters or raw sbatch flags) or 'local_submitit' (submitit's LocalExecutor: real
+    subprocess jobs on this machine, for tests)."""
     import submitit
     setup = [f"export PYTHONPATH={shlex.quote(os.path.dirname(TRAIN_PY))}${{PYTHONPATH:+:$PYTHONPATH}}"]
     if kind == "local_submitit":
         executor = submitit.LocalExecutor(folder=folder)
         executor.update_parameters(timeout_min=slurm.get("time") or 60 * 24, setup=setup)
         return executor
-    executor = submitit.SlurmExecutor(folder=folder)
-    known = executor._valid_parameters()
     extra = dict(slurm.get("extra") or {})
-    params = dict(nodes=1, ntasks_per_node=1, gpus_per_node=gpus_per_run, setup=setup,
-                  **{k: slurm[k] for k in ("partition", "time") if slurm.get(k) is not None},
-                  **{k: v for k, v in extra.items() if k in known})
+    # max_num_timeout: how many times a job that reaches its time limit is requeued (then the driver resubmits)
+    executor = submitit.SlurmExecutor(folder=folder, max_num_timeout=extra.pop("max_num_timeout", 3))
+    known = executor._valid_parameters()
+    params = dict(nodes=1, ntasks_per_node=1, setup=setup,
+                  **{k: slurm[k] for k in ("partition", "time") if slurm.get(k) is not None})
+    params.update({"gpus_per_node": gpus_per_run} if gpus_per_run else {"cpus_per_task": threads})  # CPU: no gres
+    params.update({k: v for k, v in extra.items() if k in known})
     raw = {k: v for k, v in extra.items() if k not in known}  # any other sbatch flag, as it is
     if raw:
         params["additional_parameters"] = raw
@@ -329,12 +338,29 @@ def read_job_record(study, arm, lr, seed):
             return json.load(f)
 
 
+def slurm_state(job_id):
+    """A SLURM job's state: sacct's; else (no accounting, or no record yet) squeue's while slurmctld remembers
+    the job; None once neither knows it (it ended); UNKNOWN when squeue cannot reach slurmctld."""
+    if not NO_ACCOUNTING:
+        acct = subprocess.run(["sacct", "-n", "-X", "-P", "-o", "State", "-j", job_id], capture_output=True, text=True)
+        if acct.returncode == 0 and acct.stdout.strip():
+            return acct.stdout.split()[0]  # e.g. CANCELLED of "CANCELLED by 0"
+        if acct.returncode:
+            NO_ACCOUNTING.append((acct.stderr or acct.stdout).strip())
+            print(f"no accounting on this cluster (sacct -j {job_id}: {NO_ACCOUNTING[0]}): the driver follows its "
+                  f"jobs with squeue and their run folders instead (a finished run is finished; a job squeue no "
+                  f"longer lists has ended and its unfinished run is resubmitted)", flush=True)
+    queue = subprocess.run(["squeue", "-h", "-o", "%T", "--states=all", "-j", job_id], capture_output=True, text=True)
+    if queue.returncode and "Invalid job id" not in queue.stderr:
+        return "UNKNOWN"
+    return queue.stdout.split()[0] if queue.stdout.strip() else None
+
+
 def job_alive(job, record):
-    """Whether a submitted job may still run: on SLURM, a state in SLURM_ALIVE (sacct; a requeued job counts);
-    for a local job, no result file yet and its controller process still exists (not a zombie)."""
+    """Whether a submitted job may still run: on SLURM, a state in SLURM_ALIVE (slurm_state; a requeued job
+    counts); for a local job, no result file yet and its controller process still exists (not a zombie)."""
     if record["executor"] == "slurm":  # the state first: a job SLURM requeued may have a result from before
-        state = job.get_info(mode="force").get("State") or "UNKNOWN"
-        return state.split()[0] in SLURM_ALIVE
+        return slurm_state(record["job_id"]) in SLURM_ALIVE
     if job.paths.result_pickle.exists():
         return False
     if getattr(job, "_process", None) is not None:  # submitted by this driver
@@ -354,9 +380,9 @@ def submit(study, arm, lr, seed, kind, gpus_per_run, slurm, threads):
     out_dir = run_dir(study, arm, lr, seed)
     os.makedirs(out_dir, exist_ok=True)
     folder = os.path.abspath(os.path.join(out_dir, "submitit"))
-    job_fn = TrainJob(nproc_run_args(study, arm, lr, seed, gpus_per_run), out_dir, gpus_per_run, os.getcwd(),
-                      threads)
-    job = make_executor(kind, folder, gpus_per_run, slurm).submit(job_fn)
+    nproc = max(gpus_per_run, 1)  # a CPU job (0 GPUs): one process
+    job_fn = TrainJob(nproc_run_args(study, arm, lr, seed, nproc), out_dir, nproc, os.getcwd(), threads)
+    job = make_executor(kind, folder, gpus_per_run, slurm, threads).submit(job_fn)
     old = read_job_record(study, arm, lr, seed) or {}
     atomic_write_text(os.path.join(out_dir, "job.json"), json.dumps(dict(
         executor="slurm" if kind == "slurm" else "local", job_id=str(job.job_id), folder=folder,
@@ -375,6 +401,7 @@ def drive(study, kind, gpus_per_run=1, slurm=None, threads=None, poll_s=30.0):
     except ImportError:
         raise ValueError("--executor slurm needs submitit: pip install -r requirements-extra.txt") from None
     slurm, failed, attempts, active = slurm or {}, {}, {}, {}
+    threads = threads or (None if gpus_per_run else 1)  # a CPU job's CPUs
     while True:
         for run in due_runs(study):
             if run in active or run in failed:
@@ -395,12 +422,13 @@ def drive(study, kind, gpus_per_run=1, slurm=None, threads=None, poll_s=30.0):
             active[run] = (job, read_job_record(study, *run))
         if not active:
             return failed
-        while all(job_alive(job, record) for job, record in active.values()):
+        # a job has ended, or its run finished (whatever SLURM says of the job)
+        while not (ended := [r for r in active if is_finished(study, *r) or not job_alive(*active[r])]):
             time.sleep(poll_s)
-        for run in [r for r, (job, record) in active.items() if not job_alive(job, record)]:
-            del active[run]
+        for run in ended:
+            job_id = active.pop(run)[1]["job_id"]
             state = "finished" if is_finished(study, *run) else "ended unfinished (resubmitted if still due)"
-            print(f"job {run[0]} lr={run[1]:g} seed={run[2]}: {state}", flush=True)
+            print(f"job {job_id} ({run[0]} lr={run[1]:g} seed={run[2]}): {state}", flush=True)
 
 
 def slurm_settings(study, args):
@@ -416,8 +444,9 @@ def slurm_settings(study, args):
             slurm["extra"][key] = text
     slurm.update({k: v for k, v in (("partition", args.slurm_partition), ("time", args.slurm_time))
                   if v is not None})
-    gpus = slurm.pop("gpus_per_run", 1)
-    return args.gpus_per_run or gpus, slurm
+    on_cpu = all(arm_config(study, arm)["device"] == "cpu" for arm in study["arms"])
+    gpus = slurm.pop("gpus_per_run", 0 if on_cpu else 1)  # a study on the CPU: CPU jobs
+    return (gpus if args.gpus_per_run is None else args.gpus_per_run), slurm
 
 
 # ------------------------------------------------------------------------------------------ the command line
@@ -428,7 +457,8 @@ def parse_args(argv):
     arg = parser.add_argument
     arg("study", help="study file, e.g. studies/enwiki_cpu.py")
     arg("--jobs", type=int, default=1, help="runs at a time on this machine")
-    arg("--threads", type=int, default=None, help="OMP_NUM_THREADS per run (default: torch's)")
+    arg("--threads", type=int, default=None, help="OMP_NUM_THREADS per run (default: torch's; a CPU job's CPUs, "
+                                                  "default 1)")
     arg("--print", type=int, metavar="NPROC", dest="nproc",
         help="print the torchrun commands of the runs due now, with this many processes each")
     arg("--quick", type=float, nargs="?", const=QUICK_FRACTION, metavar="FRACTION",
@@ -444,7 +474,8 @@ def parse_args(argv):
     arg("--executor", choices=EXECUTORS, default="local", help="local: runs here (--jobs at a time); slurm: every "
         "due run as a SLURM job through submitit; local_submitit: submitit's local executor (tests)")
     arg("--gpus_per_run", type=int, default=None,
-        help="GPUs (torchrun processes on one node) per run (default: the study's slurm gpus_per_run, else 1)")
+        help="GPUs (torchrun processes on one node) per run; 0: a CPU job of --threads CPUs (default: the "
+             "study's slurm gpus_per_run, else 0 for a study on the CPU, 1 for one on a GPU)")
     arg("--slurm_partition", default=None, help="SLURM partition (default: the study's)")
     arg("--slurm_time", type=int, default=None,
         help="SLURM time limit per job, minutes; a run that needs longer is requeued and resumes")
@@ -452,9 +483,11 @@ def parse_args(argv):
         "(account=..., qos=..., cpus_per_task=8, mem=...) or any sbatch flag (exclusive=true), added to the study's")
     arg("--poll_s", type=float, default=30.0, help="seconds between job-state checks")
     args = parser.parse_args(argv)
-    for option in ("jobs", "threads", "nproc", "gpus_per_run", "slurm_time"):  # --print 0 ran the whole sweep
+    for option in ("jobs", "threads", "nproc", "slurm_time"):  # --print 0 ran the whole sweep
         if getattr(args, option) is not None and getattr(args, option) < 1:
             parser.error(f"--{option.replace('nproc', 'print')} must be >= 1")
+    if args.gpus_per_run is not None and args.gpus_per_run < 0:
+        parser.error("--gpus_per_run must be >= 0 (0: a CPU job)")
     if args.executor == "slurm" and not (args.nproc or args.dry_run) and shutil.which("sbatch") is None:
         parser.error("--executor slurm submits with SLURM's sbatch, which is not on PATH here: run it on the "
                      "cluster's login node, or use --executor local on this machine")

@@ -169,10 +169,9 @@ def test_printed_commands_paste_into_a_shell(tmp_path, capsys):
     run = due_runs(study)[0]
     assert shlex.split(line)[4:] == sweep.nproc_run_args(study, *run, 1)
     assert f"'--out_dir={run_dir(study, *run)}'" in line and " " in run_dir(study, *run)
-    for gpus in ("0", "-3"):  # 0 was taken as unset (the study's value or 1), -3 passed a dry run
-        with pytest.raises(SystemExit):
-            sweep.main([str(study_file), "--dry_run", "--gpus_per_run", gpus])
-        assert "--gpus_per_run must be >= 1" in capsys.readouterr().err
+    with pytest.raises(SystemExit):  # -3 passed a dry run (0 is a CPU job: test_sweep_cluster.py)
+        sweep.main([str(study_file), "--dry_run", "--gpus_per_run", "-3"])
+    assert "--gpus_per_run must be >= 0 (0: a CPU job)" in capsys.readouterr().err
 
 
 def write_run(study, arm, lr, seed, rows):

@@ -234,6 +234,17 @@ def test_slurm_jobs_get_the_partition_time_gpus_and_extra_flags(tmp_path, monkey
                  "--signal=USR2@90", "--account=lab", "--exclusive", "--cpus-per-task=32"):
         assert f"#SBATCH {flag}\n" in text, flag
     assert f"export PYTHONPATH={ROOT}" in text
+    # a study on the CPU (device = 'cpu', no gpus_per_run): CPU jobs of --threads CPUs, no GPU asked for
+    cpu_study = load_study(str(tiny_study(tmp_path / "cpu")))
+    gpus, slurm = sweep.slurm_settings(cpu_study, argparse.Namespace(**{**vars(args), "slurm_extra": [
+        "max_num_timeout=10"], "slurm_partition": "cpu"}))
+    assert gpus == 0 and slurm == dict(partition="cpu", extra=dict(max_num_timeout=10))
+    executor = sweep.make_executor("slurm", tmp_path / "cpu_jobs", gpus, slurm, threads=4)
+    text = executor._make_submission_file_text("CMD", "u")
+    assert "#SBATCH --cpus-per-task=4\n" in text and "#SBATCH --partition=cpu\n" in text
+    assert "gpu" not in text.replace("--partition=cpu", "") and "max_num_timeout" not in text
+    assert executor.max_num_timeout == 10  # requeues at the time limit before the driver resubmits
+    assert sweep.parse_args([str(study_file), "--gpus_per_run", "0", "--dry_run"]).gpus_per_run == 0
     job = sweep.TrainJob(sweep.nproc_run_args(study, "linear", 1e-2, 1, 2), "out/x", nproc=2, cwd=str(tmp_path))
     cmd = job.command()
     assert cmd[1:5] == ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"]
