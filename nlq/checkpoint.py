@@ -31,9 +31,8 @@ from nlq.settings import DEFAULTS, MODEL_KEYS, NOT_RESULTS, code_version, param_
 
 # Settings a resumed run must share with its checkpoint, besides the model's: they define the experiment (the
 # optimizer's state would silently keep the old betas; a new seed would redraw the eval windows). What may
-# change: the run's length, its batch layout, the processes, device, dtype, compile, evals, logging and how f
-# is computed (fused_f: the same numbers).
-RESUME_FIXED = tuple(k for k in MODEL_KEYS if k != "fused_f") + (
+# change: the run's length, its batch layout, the processes, device, dtype, compile, evals and logging.
+RESUME_FIXED = MODEL_KEYS + (
     "dataset", "lr_schedule", "decay_lr", "learning_rate", "min_lr", "warmup_iters", "beta1", "beta2",
     "weight_decay", "grad_clip", "seed")
 LARGE_CHECKPOINT_BYTES = 100e6  # a line before and after each write of a larger checkpoint
@@ -148,6 +147,7 @@ def load_checkpoint(path, mmap=False):
             if "num_heads" in (args or {}) else f" (it is nanoGPT's: start an nlq run from its weights with "
             f"--init_from={path} and a new out_dir)" if "n_head" in (args or {}) else ""))
     ckpt["config"] = upgrade(ckpt["config"])
+    args.pop("fused_f", None)  # (see settings.upgrade)
     ckpt["model"] = {_upgrade_name(k): v for k, v in ckpt["model"].items()}
     first = ckpt["config"]["init_from"]  # where the weights started, for checkpoints that predate recording it
     ckpt.setdefault("initialised_from", None if first == "resume" else first)

@@ -62,7 +62,6 @@ SETTINGS = dict(
         query_hidden="width of f's hidden layer (nonlinear); None = n_embd // 2",
         query_norm_in="nonlinear: f's input RMSNorm (False: an ablation)",
         query_norm_out="nonlinear: f's output LayerNorm (False: an ablation)",
-        fused_f="nonlinear: True runs f through FusedF (linear's memory), False as written; None = FusedF on CUDA",
         attn_scale="attention scale; None = the mode's default, 1/sqrt(head_dim) (linear) or half that",
         qk_norm="RMS-normalise each head's q and k before their dot product",
         dropout="dropout probability",
@@ -100,10 +99,10 @@ DEFAULTS = {key: default for key, (default, _) in SETTINGS.items()}
 NOT_RESULTS = {"out_dir", "init_from", "log_interval", "wandb_log", "wandb_project", "wandb_run_name", "eval_iters",
                "eval_only"}
 # ... and keys a run may change between starts (a resume on other hardware): the same run, made otherwise
-NOT_EXPERIMENT = NOT_RESULTS | {"device", "dtype", "compile", "fsdp", "backend", "fused_f"}
+NOT_EXPERIMENT = NOT_RESULTS | {"device", "dtype", "compile", "fsdp", "backend"}
 # The type of each key whose default is None
 OPTIONAL_TYPES = dict(mlp_hidden=int, query_hidden=int, attn_scale=float, vocab_size=int, lr_decay_iters=int,
-                      compile=bool, eval_iters=int, backend=str, fused_f=bool)
+                      compile=bool, eval_iters=int, backend=str)
 CHOICES = dict(lr_schedule=("cosine", "linear"), activation=tuple(GELU_APPROXIMATE), backend=("nccl", "gloo", None))
 POSITIVE = ("batch_size", "block_size", "gradient_accumulation_steps", "eval_windows", "eval_iters", "eval_interval",
             "log_interval", "learning_rate", "lr_decay_iters", "max_nonfinite_steps", "vocab_size", "n_layer",
@@ -285,6 +284,7 @@ def upgrade(saved):
     since take their defaults, and eval_iters x batch_size (the eval set before eval_windows) becomes
     eval_windows."""
     saved = dict(saved)
+    saved.pop("fused_f", None)  # how f was computed (FusedF or as written), once a setting: the same numbers
     if saved.get("eval_windows") is None and saved.get("eval_iters") is not None:
         saved["eval_windows"] = saved["eval_iters"] * saved["batch_size"]
     return {**DEFAULTS, **saved}
