@@ -22,8 +22,9 @@ graph's inputs other than the gradients), found by running that partitioner on t
 kernels, so it holds on any device; the double difference again removes what does not grow with layers and
 tokens. (It counts before inductor's own graph rewrites, which can fuse but do not store more.)
 
-The nonlinear query's f, under torch.utils.checkpoint in a training step, saves nothing through these hooks but
-the x it holds (a storage the attention's input matmul keeps anyway): its intermediates are recomputed.
+The nonlinear query counts as it runs on the device: in a training step on CUDA (and under --compile) f runs
+under torch.utils.checkpoint and keeps only its input x (a storage the attention's input matmul keeps anyway),
+its intermediates recomputed; on the CPU, eager, it runs plainly and its intermediates count.
 """
 import argparse
 import os

@@ -72,7 +72,7 @@ def step(model, idx):
     model (without a compiled or DDP wrapper's prefix)."""
     logits, loss = model(idx, idx)
     loss.backward()
-    return logits, loss, {n.removeprefix("_orig_mod.").removeprefix("module."): p.grad
+    return logits, loss, {n.removeprefix("module.").removeprefix("_orig_mod."): p.grad
                           for n, p in model.named_parameters()}
 
 
@@ -90,14 +90,18 @@ OPTIONS = list(itertools.product([True, False], [True, False], [True, False], [8
 
 @pytest.mark.parametrize("norm_in,norm_out,bias,hidden", OPTIONS)
 @pytest.mark.parametrize("qk_norm,dropout", [(False, 0.0), (True, 0.1)])
-def test_f_equals_the_paper_f(norm_in, norm_out, bias, hidden, qk_norm, dropout, monkeypatch):
+@pytest.mark.parametrize("recomputed", [False, True])
+def test_f_equals_the_paper_f(norm_in, norm_out, bias, hidden, qk_norm, dropout, recomputed, monkeypatch):
     """The query, the logits, the loss and every parameter's gradient agree with the written-out f within 1e-5
-    (float32) in every combination of f's options (r = d/4, d), with and without QK-norm and dropout. A training
-    step runs f under torch.utils.checkpoint, once a layer; without gradients f runs plainly."""
+    (float32) in every combination of f's options (r = d/4, d), with and without QK-norm and dropout: run plainly
+    (a CPU, eager), and recomputed, as a training step on a GPU or under torch.compile runs it (is_compiling stands
+    in for those here): under torch.utils.checkpoint, once a layer. Without gradients f always runs plainly."""
     model, reference = pair(query_norm_in=norm_in, query_norm_out=norm_out, bias=bias, query_hidden=hidden,
                             qk_norm=qk_norm, dropout=dropout)
     calls = []
     monkeypatch.setattr(nlq, "checkpoint", lambda *a, **k: calls.append(1) or checkpoint(*a, **k))
+    if recomputed:
+        monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
     x = torch.randn(3, 16, C)
     with torch.no_grad():
         q = model.transformer.h[0].attn.query(x, None)
@@ -106,7 +110,7 @@ def test_f_equals_the_paper_f(norm_in, norm_out, bias, hidden, qk_norm, dropout,
     idx = torch.randint(50, (3, 16))
     torch.manual_seed(1)  # the same dropout masks: both draw them in the same order
     ours = step(model, idx)
-    assert len(calls) == 2  # one checkpoint a layer
+    assert len(calls) == (2 if recomputed else 0)  # one checkpoint a layer
     torch.manual_seed(1)
     assert_same(ours, step(reference, idx))
 
@@ -161,8 +165,9 @@ def test_compiled_path_equals_the_paper_f(keys):
 
 
 def two_rank_gradients(out):
-    """Under torchrun, 2 gloo ranks: one training step of pair()'s nonlinear GPT under DDP, then under FSDP2 (as
-    train.py shards it), each rank on 2 of the batch's 4 sequences; rank 0 saves {wrap: {name: gradient}}."""
+    """Under torchrun, 2 gloo ranks: one training step of pair()'s nonlinear GPT compiled (aot_eager) under DDP,
+    then under FSDP2 (as train.py wraps and shards it), each rank on 2 of the batch's 4 sequences; rank 0 saves
+    {wrap: {name: gradient}}."""
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel as DDP
 
@@ -172,7 +177,10 @@ def two_rank_gradients(out):
     idx = torch.randint(0, 50, (4, 16), generator=torch.Generator().manual_seed(1))[2 * rank:2 * rank + 2]
     for wrap in ("ddp", "fsdp"):
         model, _ = pair()
-        net = DDP(model) if wrap == "ddp" else shard_model(model, "cpu", torch.float32)
+        if wrap == "ddp":
+            net = DDP(torch.compile(model, backend="aot_eager"))
+        else:
+            net = torch.compile(shard_model(model, "cpu", torch.float32), backend="aot_eager")
         _, loss, found = step(net, idx)
         grads[wrap] = {n: g.full_tensor() if wrap == "fsdp" else g for n, g in found.items()}
     if rank == 0:
@@ -181,8 +189,9 @@ def two_rank_gradients(out):
 
 
 def test_ddp_and_fsdp2_gradients_equal_one_process(tmp_path):
-    """f under DDP and under FSDP2 (2 gloo ranks, half the batch each, f under its checkpoint): every gradient
-    of one training step equals one process's on the whole batch within 1e-6."""
+    """f under DDP and under FSDP2, compiled as the main job runs it (2 gloo ranks, half the batch each, f under
+    its checkpoint): every gradient of one training step equals one process's, eager, on the whole batch within
+    1e-6."""
     run = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
                           __file__, str(tmp_path / "grads.pt")], capture_output=True, text=True, timeout=300,
                          env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)})
@@ -232,18 +241,22 @@ SHAPE = dict(n_embd=64, n_head=4, block_size=16)
 
 
 @pytest.mark.parametrize("dtype,size", [(None, 4), (torch.bfloat16, 2)])
-def test_saved_activation_bytes_per_layer(dtype, size):
-    """In a training step nonlinear keeps exactly what linear keeps, for any r (f under its checkpoint keeps x,
-    which the attention keeps anyway, and its own q instead of linear's C rows of the q/k/v matmul); identity
-    keeps C fewer (q = x)."""
+def test_saved_activation_bytes_per_layer(dtype, size, monkeypatch):
+    """Where f is recomputed (a training step on a GPU or under torch.compile; here is_compiling stands in),
+    nonlinear keeps exactly what linear keeps, for any r: x, which the attention keeps anyway, and its own q
+    instead of linear's C rows of the q/k/v matmul. Run plainly (a CPU, eager) f keeps its intermediates: 3C + 2r
+    floats and 3 statistics a token in float32. identity keeps C fewer than linear (q = x)."""
     c = SHAPE["n_embd"]
     linear = saved_bytes_per_layer_token("linear", dtype, **SHAPE)
     if dtype is None:
         assert linear == 4 * (16 * c + 4 + 4)
     assert saved_bytes_per_layer_token("identity", dtype, **SHAPE) == linear - size * c
     assert saved_bytes_per_layer_token("linear_residual", dtype, **SHAPE) == linear
-    for hidden in (c // 4, c // 2, c):
-        assert saved_bytes_per_layer_token("nonlinear", dtype, query_hidden=hidden, **SHAPE) == linear
+    plain = {r: saved_bytes_per_layer_token("nonlinear", dtype, query_hidden=r, **SHAPE) for r in (c // 4, c)}
+    assert all(plain[r] == linear + 4 * (3 * c + 2 * r + 3) if dtype is None else plain[r] > linear for r in plain)
+    monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
+    for r in (c // 4, c // 2, c):
+        assert saved_bytes_per_layer_token("nonlinear", dtype, query_hidden=r, **SHAPE) == linear
 
 
 @pytest.mark.parametrize("dtype", [None, torch.bfloat16])
