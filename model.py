@@ -132,9 +132,9 @@ class NonlinearQuery(QueryMode):
 
     f below is the only f there is: an edit to it runs everywhere. When autograd records on a GPU or under
     torch.compile (the main job's training path), f runs under torch.utils.checkpoint: the backward pass keeps
-    only x, which the attention keeps anyway, and runs f again, instead of storing f's intermediates (about
-    4.5·C floats a token for r = C/2), so nonlinear keeps what linear keeps (bench/RESULTS.md). The numbers are
-    the same; elsewhere (a CPU, eager: the quick start) f runs plainly, which is faster there.
+    only x, which the attention keeps anyway, and runs f again instead of storing its intermediates (3C + 2r
+    floats a token), so nonlinear keeps what linear keeps (bench/RESULTS.md), with the same numbers. On a CPU,
+    eager (the quick start), where memory is not what limits a run, f runs plainly.
     """
     scale_factor = 0.5
 
@@ -152,7 +152,7 @@ class NonlinearQuery(QueryMode):
     def forward(self, x, xw):
         """x (B, T, C) -> q = x + f(x), (B, T, C)."""
         if torch.is_grad_enabled() and (x.is_cuda or torch.compiler.is_compiling()):
-            return x + checkpoint(self.f, x, use_reentrant=False, preserve_rng_state=False)
+            return x + checkpoint(self.f, x, use_reentrant=False, preserve_rng_state=False)  # f draws no RNG
         return x + self.f(x)
 
 

@@ -40,7 +40,7 @@ step() {  # step NAME LIMIT_S COMMAND...
 }
 step env 20 python3 bench/gpu_check.py env
 step "bench linear" 110 python3 bench/gpu_check.py bench linear
-step correctness 90 python3 bench/gpu_check.py correctness
+step correctness 100 python3 bench/gpu_check.py correctness
 step "bench nonlinear" 110 python3 bench/gpu_check.py bench nonlinear
-step graph_breaks 50 python3 bench/gpu_check.py graph_breaks
+step graph_breaks 40 python3 bench/gpu_check.py graph_breaks
 step ddp 100 python3 -m torch.distributed.run --standalone --nproc_per_node="${GPUS:-1}" bench/gpu_check.py ddp
