@@ -156,30 +156,20 @@ def bench(cfg, opts):
     busy = busy_warning(device_type)
     if busy:
         progress(busy)
-
-    def attempt(mode, fn):  # fn(); a RuntimeError fails this mode only (one process: no rank waits for it)
-        try:
-            fn()
-        except RuntimeError as e:
-            if world_size > 1:
-                raise
-            failed[mode] = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-            runners.pop(mode, None)
-            if device_type == "cuda":
-                torch.cuda.empty_cache()
-            progress(f"{mode}: failed: {failed[mode]}")
-
     for mode in modes:
         t0 = time.perf_counter()
         allocated_before = start_memory_count(device_type)
-
-        def build():
+        try:
             runners[mode] = make_runner(cfg, mode, device, device_type, ptdtype, ctx)
             for _ in range(opts["warmup"]):  # includes torch.compile's first-call compilation
                 runners[mode][1](*next_batch())
             sync(device_type)
-        attempt(mode, build)
-        if mode in failed:
+        except RuntimeError as e:  # an out-of-memory, a compile error: this mode's row says so, the others run
+            if world_size > 1:  # (the ranks would have to agree on it)
+                raise
+            failed[mode] = (str(e).strip() or type(e).__name__).splitlines()[0]
+            runners.pop(mode, None)
+            progress(f"{mode}: failed: {failed[mode]}")
             continue
         progress(f"{mode}: built, {opts['warmup']} warm-up step{'s' * (opts['warmup'] != 1)}: "
                  f"{time.perf_counter() - t0:.1f} s")
@@ -189,12 +179,12 @@ def bench(cfg, opts):
             dist.all_gather_object(mems[mode], peak_mem_mb(device_type, allocated_before))
     per_round = max(1, opts["steps"] // opts["rounds"])
     for done in range(1, opts["rounds"] + 1):
-        for mode in list(runners):
+        for mode in runners:
             for _ in range(per_round):
                 x, y = next_batch()
                 sync(device_type)
                 t0 = time.perf_counter()
-                attempt(mode, lambda: runners[mode][1](x, y))
+                runners[mode][1](x, y)
                 sync(device_type)
                 times[mode].append(time.perf_counter() - t0)
         progress(f"round {done} of {opts['rounds']}: " + ", ".join(
