@@ -5,9 +5,12 @@ import json
 import os
 import re
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
+import torch
+from torch.utils.checkpoint import checkpoint
 
 import bench
 import model
@@ -44,6 +47,19 @@ def test_cpu_smoke_runs_every_step_and_each_appends_its_row(tmp_path):
     assert all(0 < c["error"] <= c["bound"] for c in checks.values())
     assert checks["float32_eager"]["bound"] == 1e-4 < checks["bfloat16_eager"]["bound"]
     assert (graphs["graphs"], graphs["graph_breaks"]) == (1, 0)
+
+
+def test_correctness_catches_a_recompute_that_is_off(monkeypatch):
+    """f's checkpointed path made 10% off (a wrong recompute would be off by more): the compiled checks, which
+    take that path on the CPU, fail in float32 and in bf16; the eager ones (f run plainly here) pass."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    import gpu_check
+    torch._dynamo.reset()
+    monkeypatch.setattr(model, "checkpoint", lambda f, x, **k: 1.1 * checkpoint(f, x, **k))
+    row = gpu_check.correctness(smoke=True)
+    ok = {name: c["error"] <= c["bound"] for name, c in row["checks"].items()}
+    assert ok == dict(float32_eager=True, float32_compiled=False, bfloat16_eager=True, bfloat16_compiled=False)
+    assert not row["ok"]
 
 
 def test_a_step_that_fails_gets_a_row_and_the_next_step_runs(tmp_path):
