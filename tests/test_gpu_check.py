@@ -14,6 +14,7 @@ from torch.utils.checkpoint import checkpoint
 
 import bench
 import model
+from nlq import settings
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = (ROOT / "bench" / "gpu_check.sh").read_text()
@@ -82,6 +83,14 @@ def test_without_cuda_it_stops_before_anything_runs(tmp_path):
                             env={**os.environ, "OUT": str(tmp_path / "out"), "CUDA_VISIBLE_DEVICES": ""})
     assert result.returncode == 2 and "no CUDA GPU here" in result.stderr
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("config", sorted((ROOT / "config").glob("*.py")), ids=lambda p: p.name)
+def test_every_config_evaluates_in_whole_batches(config):
+    """eval_windows a multiple of batch_size: a last, smaller eval batch is one more shape to compile (a third
+    graph), which config/ladder_gpu.py had (400 windows of 32: a last batch of 16)."""
+    cfg = settings.parse_config([str(config)])
+    assert cfg["eval_windows"] % cfg["batch_size"] == 0, (cfg["eval_windows"], cfg["batch_size"])
 
 
 class Failing(model.LinearQuery):
