@@ -40,8 +40,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from model import GPT, QUERY_MODE_ALIASES, QUERY_MODES
 from nlq.checkpoint import atomic_write_text
 from nlq.data import get_batch, load_meta, open_split, window_starts
-from nlq.distributed import (autocast, check_fsdp_support, end_distributed, resolve_device, setup_distributed,
-                             shard_model, use_compile)
+from nlq.distributed import end_distributed, shard_model, start_job, use_compile
 from nlq.settings import model_config, parse_config, settings_help
 
 BENCH_DEFAULTS = dict(query_modes="linear,identity,nonlinear", warmup=10, steps=50, rounds=5,
@@ -144,11 +143,9 @@ def bench(cfg, opts):
     error) gets a row {"query_mode", "failed": the error} and the others go on."""
     if opts["threads"]:
         torch.set_num_threads(opts["threads"])
-    _, local_rank, world_size = setup_distributed(cfg)
-    device, device_type, ptdtype = resolve_device(cfg, local_rank, world_size)
-    if cfg["fsdp"]:
-        check_fsdp_support(device_type, ptdtype)
-    ctx = autocast(device_type, ptdtype)
+    job = start_job(cfg)
+    world_size, device, device_type, ptdtype = job.world_size, job.device, job.device_type, job.dtype
+    ctx = job.autocast()
     parallel = "fsdp" if cfg["fsdp"] else "ddp" if dist.is_initialized() else "single"
     modes = opts["query_modes"].split(",")
     next_batch = batch_source(cfg, opts, model_config(cfg, data_vocab_size(cfg)).vocab_size, device)

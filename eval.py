@@ -28,12 +28,13 @@ import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
-from nlq.checkpoint import atomic_write_text, check_same_dataset, load_run
+from nlq.checkpoint import atomic_write_text, check_same_dataset, load_run, writable_folder
 from nlq.data import eval_windows, get_batch, load_meta, open_split
 from nlq.distributed import autocast, resolve_device
 from nlq.losses import estimate_loss, full_split_loss, safe_exp
+from nlq.preemption import exit_on_stop_signals
 from nlq.settings import HelpFormatter, at_least
-from nlq.tokenizers import get_codec, token_bytes
+from nlq.tokenizers import get_codec, read_text, token_bytes
 
 HELLASWAG_URL = "https://raw.githubusercontent.com/rowanz/hellaswag/master/data/hellaswag_val.jsonl"
 
@@ -118,10 +119,8 @@ def read_hellaswag(path, limit=None):
     if not os.path.isfile(path):
         raise FileNotFoundError(f"HellaSwag file {path} {'is a folder' if os.path.isdir(path) else 'not found'}; "
                                 f"download hellaswag_val.jsonl from {HELLASWAG_URL} and pass its path to --hellaswag")
-    with open(path, encoding="utf-8") as f:  # (a file that is not UTF-8: UnicodeDecodeError, a ValueError)
-        lines = f.read().split("\n")
     examples = []
-    for n, line in enumerate(lines, 1):
+    for n, line in enumerate(read_text(path).split("\n"), 1):
         if not line.strip():
             continue
         try:
@@ -230,6 +229,22 @@ def hellaswag_table(r):
             f"| acc_norm | {r['acc_norm']:.4f} | {r['acc_norm_stderr']:.4f} |")
 
 
+def check_json_output(path):
+    """ValueError unless --json can take the numbers: a new file in a folder that can be written, or a file eval.py
+    wrote before; never a folder or another program's file, which would be replaced."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            result = json.load(f)
+        ours = isinstance(result, dict) and "iter" in result  # evaluate's and hellaswag's results have it
+    except (FileNotFoundError, NotADirectoryError):  # a new file (writable_folder checks its folder)
+        ours = True
+    except (OSError, ValueError, TypeError):  # a folder, not JSON, not a JSON object
+        ours = False
+    if not ours:
+        raise ValueError(f"--json {path} is a folder or a file eval.py did not write; give a new file name")
+    writable_folder(os.path.dirname(os.path.abspath(path)), "--json's folder")
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter, allow_abbrev=False)
     p.add_argument("--out_dir", type=os.path.expanduser, default="out", help="a train.py out_dir, with ckpt.pt")
@@ -256,6 +271,8 @@ def main(argv=None):
                 "are the loss's")
     if args.batch_size is not None and not (args.full or args.hellaswag):
         p.error("--batch_size sets the batches of --full or --hellaswag; the fixed windows use the checkpoint's")
+    if args.json:  # before the scoring, which the file would hold
+        check_json_output(args.json)
     if args.hellaswag:
         r = hellaswag(args.out_dir, args.hellaswag, args.device, args.dtype, args.batch_size or 8,
                       args.bpe_dir, args.limit)
@@ -265,12 +282,12 @@ def main(argv=None):
                      args.data_dir, args.bpe_dir, args.dataset)
         print(table(r))
     if args.json:
-        os.makedirs(os.path.dirname(os.path.abspath(args.json)), exist_ok=True)
         atomic_write_text(args.json, json.dumps(r, indent=2))
     return r
 
 
 if __name__ == "__main__":
+    exit_on_stop_signals()  # SIGTERM, SIGUSR1, SIGUSR2: one line and status 144, as train.py
     try:
         main()
     except (FileNotFoundError, ValueError, RuntimeError) as e:  # ValueError includes prepare_data.DataError

@@ -38,27 +38,35 @@ PEAK_FLOPS = (("H100 PCIe", 756e12), ("H100", 989e12), ("H200", 989e12), ("H800"
 
 @dataclass
 class GPTConfig:
-    block_size: int = 1024
-    vocab_size: int = 50304          # GPT-2's 50257 padded up to a multiple of 64 for faster matmuls
-    n_layer: int = 12
-    n_head: int = 12
-    n_embd: int = 768
-    mlp_hidden: Optional[int] = None  # None -> 4 * n_embd; 3648 for n_embd 768 = the paper's +12.5% baseline
-    query_mode: str = "linear"        # a key of QUERY_MODES (aliases: original, residual_gelu)
-    query_hidden: Optional[int] = None  # width r of f's hidden layer; None -> n_embd // 2 (f: d² + 2d params)
-    query_norm_in: bool = True        # nonlinear: f's input RMSNorm (False: f(x) = LN(W2 GELU(W1 x)))
+    """The model's settings. Each is a config key of train.py too: its --help prints the comment beside it."""
+    block_size: int = 1024            # context length in tokens
+    vocab_size: int = 50304           # embedding rows (train.py: None = the data's vocabulary, rounded up to 64s)
+    n_layer: int = 12                 # transformer blocks
+    n_head: int = 12                  # attention heads (n_embd must be a multiple of it)
+    n_embd: int = 768                 # model width d
+    mlp_hidden: Optional[int] = None  # MLP hidden width; None = 4 * n_embd (4.75 * n_embd: the paper's +12.5%)
+    query_mode: str = "linear"        # how attention makes its query q from x, a key of QUERY_MODES or an alias
+    query_hidden: Optional[int] = None  # width r of f's hidden layer (nonlinear); None = n_embd // 2 (f: d² + 2d)
+    query_norm_in: bool = True        # nonlinear: f's input RMSNorm (False: f(x) = LN(W2 GELU(W1 x)), an ablation)
     query_norm_out: bool = True       # nonlinear: f's output LayerNorm (False: f(x) = W2 GELU(W1 RMSNorm(x)))
-    attn_scale: Optional[float] = None  # None -> the query mode's default: scale_factor / sqrt(head_dim)
-    qk_norm: bool = False             # RMS-normalise per-head q and k before the dot product
-    dropout: float = 0.0
-    bias: bool = False                # biases in Linear and LayerNorm layers
+    attn_scale: Optional[float] = None  # attention scale; None = the mode's default, 1/sqrt(head_dim) or half that
+    qk_norm: bool = False             # RMS-normalise each head's q and k before their dot product
+    dropout: float = 0.0              # dropout probability
+    bias: bool = False                # biases in the Linear and LayerNorm layers
     tie_weights: bool = True          # share the token embedding with the LM head
-    activation: str = "gelu"          # the MLP's GELU: gelu (exact) | gelu_tanh (GPT-2's, for its weights)
-    flash: bool = True                # F.scaled_dot_product_attention; False = plain matmul-softmax (same maths)
-    data_vocab_size: Optional[int] = None  # the tokenizer's vocabulary; generate() never returns ids >= it
+    flash: bool = True                # F.scaled_dot_product_attention; False: plain matmul-softmax (same maths)
+    activation: str = "gelu"          # the MLP's GELU: gelu (exact) or gelu_tanh (GPT-2's; init_from=gpt2 sets it)
+    data_vocab_size: Optional[int] = None  # the tokenizer's vocabulary (the data's); generate() never returns more
 
     def __post_init__(self):
-        """Resolve aliases and defaults (None -> the value the comment above names)."""
+        """Check the sizes and resolve aliases and defaults (None -> the value the comment above names)."""
+        for name in ("block_size", "vocab_size", "n_layer", "n_head", "n_embd", "mlp_hidden", "query_hidden"):
+            if getattr(self, name) is not None and getattr(self, name) <= 0:
+                raise ValueError(f"config key {name!r} = {getattr(self, name)} must be > 0")
+        if not 0 <= self.dropout < 1:
+            raise ValueError(f"config key 'dropout' = {self.dropout} must be >= 0 and < 1")
+        if self.activation not in GELU_APPROXIMATE:
+            raise ValueError(f"activation={self.activation!r}; use {' or '.join(GELU_APPROXIMATE)}")
         self.query_mode = QUERY_MODE_ALIASES.get(self.query_mode, self.query_mode)
         if self.query_mode not in QUERY_MODES:
             raise ValueError(f"unknown query_mode {self.query_mode!r}; valid modes: {', '.join(QUERY_MODES)}")
@@ -370,8 +378,6 @@ class GPT(nn.Module):
             else:  # the newest token only, after the cached ones
                 logits, _ = self(idx[:, -1:], cache=cache)
             logits = logits[:, -1, :vocab_size].float()  # (B, vocab_size)
-            if not torch.isfinite(logits).all():
-                raise ValueError("the model's logits are not finite: its weights diverged (NaN/inf)")
             if temperature == 0:
                 next_id = logits.argmax(dim=-1, keepdim=True)
             else:

@@ -38,9 +38,11 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
+from nlq.checkpoint import writable_folder
 from nlq.data import BIN_FILES
 from nlq.settings import HelpFormatter, at_least
-from nlq.tokenizers import DOC_SEPARATOR, GPT2_EOT, GPT2_VOCAB, DataError, encode_docs, gpt2_encoding
+from nlq.tokenizers import (DOC_SEPARATOR, GPT2_EOT, GPT2_VOCAB, DataError, encode_docs, gpt2_encoding, read_text,
+                            valid_text)
 
 SHAKESPEARE_URL = "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt"
 # Data shipped with nlq (provenance and licences: tests/data/PROVENANCE.md), so that the tests and the quick
@@ -67,28 +69,11 @@ WIKI_DOC = re.compile(r"<doc [^>]*>(.*?)(?:</doc>|\Z)", re.S)
 
 # ---------------------------------------------------------------- reading inputs
 
-def read_text(path):
-    """A file's text, without a leading UTF-8 byte-order mark (editors on Windows write one; it would hide a
-    WikiExtractor file's <doc and become a U+FEFF token). DataError if it is not UTF-8 text."""
-    data = Path(path).read_bytes()
-    bom = len(codecs.BOM_UTF8) if data.startswith(codecs.BOM_UTF8) else 0
-    try:
-        text = data[bom:].decode("utf-8")
-    except UnicodeDecodeError as e:
-        at = bom + e.start  # the offset in the file
-        raise DataError(f"{path}: not valid UTF-8 (byte {at}: {data[at:at + 4]!r}); convert it (e.g. iconv -f "
-                        "latin1 -t utf-8), decompress it, or remove it") from e
-    if "\x00" in text:  # valid UTF-8 but not text: UTF-16 without a byte-order mark, or a binary file
-        raise DataError(f"{path}: holds NUL characters (byte {data.index(0)}): UTF-16 or not text; convert it "
-                        "(iconv -f utf-16le -t utf-8) or remove it")
-    return text
-
-
 def checked_text(value, where):
     """A record's text: value if it is a string or None (no text, skipped); DataError naming where and the type
     found for anything else (a number, a list), on which the tokenizers would fail naming no record."""
     if value is None or isinstance(value, str):
-        return value
+        return value and valid_text(value)
     raise DataError(f"{where} must be a string, found {type(value).__name__} {reprlib.repr(value)}")
 
 
@@ -106,7 +91,7 @@ def read_file_docs(path):
     text = read_text(path)
     if suffix == ".jsonl":
         docs = []
-        for n, line in enumerate(text.splitlines(), 1):
+        for n, line in enumerate(text.split("\n"), 1):  # not splitlines: U+2028 and others are text in JSON
             if not line.strip():
                 continue
             try:
@@ -221,11 +206,9 @@ def check_target(out_dir, overwrite):
         raise DataError(f"{out_dir} already holds a dataset ({', '.join(existing)}); pass --overwrite to "
                         "replace it or choose another --name")
     try:
-        Path(out_dir).mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryFile(dir=out_dir):
-            pass
-    except OSError as e:  # (the message serves train.py's first-use preparation too: no option names)
-        raise DataError(f"cannot write the output folder {out_dir} ({e.strerror or e})") from e
+        writable_folder(out_dir, "the output folder")
+    except ValueError as e:  # (the message serves train.py's first-use preparation too: no option names)
+        raise DataError(e) from None
 
 
 # ---------------------------------------------------------------- writing, atomically

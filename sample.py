@@ -19,8 +19,9 @@ from tqdm import tqdm
 from model import check_sampling
 from nlq.checkpoint import load_run
 from nlq.distributed import resolve_device
+from nlq.preemption import exit_on_stop_signals
 from nlq.settings import HelpFormatter, at_least
-from nlq.tokenizers import get_codec
+from nlq.tokenizers import get_codec, read_text
 
 PROGRESS_DELAY_S = 2  # a sample that takes longer shows a progress bar (10 ms a token: the demo on a CPU)
 
@@ -29,8 +30,7 @@ def prompt_ids(start, meta, encode):
     """The prompt's token ids: the text of --start (FILE:path reads a file); empty -> end-of-text (gpt2) or a
     newline."""
     if start.startswith("FILE:"):
-        with open(start[5:], encoding="utf-8") as f:
-            start = f.read()
+        start = read_text(start[5:])
     if start:
         return encode(start)
     return [meta["eot_token"]] if meta["tokenizer"] == "gpt2" else encode("\n")
@@ -95,6 +95,7 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
+    exit_on_stop_signals()  # SIGTERM, SIGUSR1, SIGUSR2: one line and status 144, as train.py
     try:
         main()
     except (FileNotFoundError, ValueError) as e:

@@ -52,7 +52,7 @@ from datetime import datetime, timezone
 import torch
 
 from model import GPT
-from nlq.checkpoint import atomic_write_text, check_finite, load_run, replace_atomically
+from nlq.checkpoint import atomic_write_text, check_finite, fix_for, load_run, replace_atomically
 from nlq.data import load_meta
 from nlq.settings import DEFAULTS, HelpFormatter, check_value, model_config, validate
 from nlq.tokenizers import GPT2_EOT, GPT2_VOCAB, DataError
@@ -394,7 +394,7 @@ def main(argv=None):
         if made and os.path.isdir(args.out_dir) and not os.listdir(args.out_dir):
             os.rmdir(args.out_dir)
         if isinstance(e, (OSError, RuntimeError)):  # torch.save reports a full disk as a RuntimeError
-            raise ValueError(f"cannot write {args.out_dir} ({getattr(e, 'strerror', None) or e}); free space or "
+            raise ValueError(f"cannot write {args.out_dir} ({getattr(e, 'strerror', None) or e}); {fix_for(e)} or "
                              f"choose another --out_dir") from e
         raise
     m = ckpt["model_args"]

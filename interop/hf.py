@@ -35,6 +35,7 @@ import torch
 
 import model as nlq_model
 from model import GPTConfig
+from nlq.checkpoint import fix_for, writable_folder
 from nlq.settings import DEFAULTS, check_value
 from nlq.tokenizers import GPT2_BPE_DIR, GPT2_EOT, GPT2_VOCAB, gpt2_encoding
 
@@ -141,7 +142,8 @@ class NlqAttention(GPT2Attention):
 
     def forward(self, hidden_states, past_key_values=None, attention_mask=None, **kwargs):
         x, C = hidden_states, self.embed_dim
-        xw, k, v = self.c_attn(x).split([self.c_attn.nf - 2 * C, C, C], dim=-1)
+        xwkv = self.c_attn(x)  # (B, T, [C +] 2C): sized by its output, as c_attn may be peft's LoRA wrapper
+        xw, k, v = xwkv.split([xwkv.size(-1) - 2 * C, C, C], dim=-1)
         q = self.query(x, xw if xw.size(-1) else None)
         q, k, v = (t.view(*x.shape[:-1], -1, self.head_dim).transpose(1, 2) for t in (q, k, v))  # (B, nh, T, hd)
         if self.qk_norm:
@@ -238,9 +240,10 @@ def tokenizer_for(meta, bpe_dir=None, rows=None):
 
 # ------------------------------------------------------------------------------------------- the folder
 def check_new_folder(hf_dir):
-    """ValueError, naming the fix, unless hf_dir (convert.py hf's --out) is absent."""
+    """ValueError, naming the fix, unless hf_dir (convert.py hf's --out) is absent and its parent writable."""
     if os.path.lexists(hf_dir):
         raise ValueError(f"{hf_dir} exists; choose a new --out folder (or delete the old one)")
+    writable_folder(os.path.dirname(os.path.abspath(hf_dir)), "--out's parent folder")
 
 
 def normal_permissions(folder):
@@ -284,9 +287,7 @@ def export(model, meta, hf_dir, bpe_dir=None, code="auto", source=""):
     tokenizer.model_max_length = cfg.block_size
     eos = tokenizer.eos_token_id  # None only for a char vocabulary whose model has no row to spare
     ids = dict(bos_token_id=eos, eos_token_id=eos, pad_token_id=eos)
-    parent = os.path.dirname(os.path.abspath(hf_dir))
-    os.makedirs(parent, exist_ok=True)
-    tmp = tempfile.mkdtemp(prefix=".hf_export_", dir=parent)
+    tmp = tempfile.mkdtemp(prefix=".hf_export_", dir=os.path.dirname(os.path.abspath(hf_dir)))
     try:
         if custom:  # the modeling code first: the model is built from the very file the folder holds
             with open(os.path.join(tmp, MODELING_FILE), "w", encoding="utf-8") as f:
@@ -308,7 +309,7 @@ def export(model, meta, hf_dir, bpe_dir=None, code="auto", source=""):
         shutil.rmtree(tmp, ignore_errors=True)
         from safetensors import SafetensorError  # its writer reports a full disk as its own error
         if isinstance(e, (OSError, SafetensorError)):
-            raise ValueError(f"cannot write the export to {hf_dir} ({e}); free space or choose another "
+            raise ValueError(f"cannot write the export to {hf_dir} ({e}); {fix_for(e)} or choose another "
                              f"--out") from e
         raise
     kind = "a plain GPT2LMHeadModel (no custom code)"

@@ -11,14 +11,14 @@ RunFolder is what train.py calls: it refuses a folder that holds another program
 train.py, finds the checkpoint to resume (checked against the run's settings and data), and writes the three
 files. load_checkpoint and model_from_checkpoint serve sample.py, eval.py and convert.py.
 """
+import errno
 import json
 import math
 import os
 import shlex
 import tempfile
-import time
 import uuid
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Optional
 
 import torch
@@ -27,15 +27,7 @@ from model import GPT, GPTConfig
 from nlq.data import BIN_FILES
 from nlq.distributed import full_state_dicts, gather_rng_states, load_full_state_dicts, restore_rng
 from nlq.progress import clock
-from nlq.settings import DEFAULTS, MODEL_KEYS, NOT_RESULTS, code_version, param_counts, upgrade
-
-# Settings a resumed run must share with its checkpoint, besides the model's: they define the experiment (the
-# optimizer's state would silently keep the old betas; a new seed would redraw the eval windows). What may
-# change: the run's length, its batch layout, the processes, device, dtype, compile, evals and logging.
-RESUME_FIXED = MODEL_KEYS + (
-    "dataset", "lr_schedule", "decay_lr", "learning_rate", "min_lr", "warmup_iters", "beta1", "beta2",
-    "weight_decay", "grad_clip", "seed")
-LARGE_CHECKPOINT_BYTES = 100e6  # a line before and after each write of a larger checkpoint
+from nlq.settings import DEFAULTS, NOT_RESULTS, RESUME_FIXED, code_version, differing, param_counts, upgrade
 
 
 class CheckpointNotWritten(RuntimeError):
@@ -62,6 +54,26 @@ def atomic_write_text(path, text):
         with open(tmp, "w") as f:
             f.write(text)
     replace_atomically(path, write)
+
+
+def writable_folder(folder, what):
+    """Make folder if it is missing and write a scratch file in it, before the work whose output goes there:
+    ValueError (one line naming what and folder) if that fails: a file in its path, a read-only disk, no
+    permission."""
+    try:
+        if not os.path.lexists(folder):
+            os.makedirs(folder, exist_ok=True)
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as e:
+        raise ValueError(f"cannot write to {what} {folder} ({e.strerror or e}); choose another") from None
+
+
+def fix_for(e):
+    """What to do about e, an error while writing a file: free space for a full disk or quota (torch.save and
+    safetensors report one as their own errors, not as an OSError), else make the folder writable."""
+    full = not isinstance(e, OSError) or e.errno in (errno.ENOSPC, errno.EDQUOT)
+    return "free space" if full else "make the folder writable"
 
 
 def lock_file(path):
@@ -146,17 +158,21 @@ def load_checkpoint(path, mmap=False):
             " (it is the paper's official format: convert it with python -m interop.convert official)"
             if "num_heads" in (args or {}) else f" (it is nanoGPT's: start an nlq run from its weights with "
             f"--init_from={path} and a new out_dir)" if "n_head" in (args or {}) else ""))
-    ckpt["config"] = upgrade(ckpt["config"])
+    cfg = ckpt["config"] = upgrade(ckpt["config"])
     args.pop("fused_f", None)  # (see settings.upgrade)
     ckpt["model"] = {_upgrade_name(k): v for k, v in ckpt["model"].items()}
-    first = ckpt["config"]["init_from"]  # where the weights started, for checkpoints that predate recording it
-    ckpt.setdefault("initialised_from", None if first == "resume" else first)
+    # what checkpoints older than their record held: where the weights started, the tokens trained on, where the
+    # decay ends
+    ckpt.setdefault("initialised_from", None if cfg["init_from"] == "resume" else cfg["init_from"])
+    ckpt.setdefault("tokens", ckpt["iter_num"] * cfg["gradient_accumulation_steps"] * cfg["batch_size"]
+                    * cfg["block_size"])
+    ckpt["lr_decay_iters"] = ckpt.get("lr_decay_iters") or cfg["lr_decay_iters"] or cfg["max_iters"]
     return ckpt
 
 
 def _upgrade_name(name):
-    """A parameter's name as nlq names it since the query modes became modules (2026-11-30): attn.q_proj held
-    f (nonlinear), or W_Q itself (residual)."""
+    """A parameter's name in nlq's older checkpoints (tests/fixtures/legacy_*), where attn.q_proj held f
+    (nonlinear) or W_Q itself (residual), as the query modules name it."""
     if ".attn.q_proj." not in name:
         return name
     residual = name.endswith((".attn.q_proj.weight", ".attn.q_proj.bias"))
@@ -225,8 +241,8 @@ class TrainState:
 class RunFolder:
     """A training run's folder: train.py's checkpoint, config.json and metrics.jsonl (see the module's doc)."""
 
-    def __init__(self, cfg, master):
-        self.cfg, self.master, self.dir = cfg, master, cfg["out_dir"]
+    def __init__(self, cfg, job):
+        self.cfg, self.job, self.master, self.dir = cfg, job, job.master, cfg["out_dir"]
         self.ckpt_path = os.path.join(self.dir, "ckpt.pt")
         self.lock = self.ckpt = None
         found = [f for f in ("model.safetensors", *BIN_FILES) if os.path.lexists(os.path.join(self.dir, f))]
@@ -240,7 +256,7 @@ class RunFolder:
             raise ValueError(f"out_dir {self.dir} holds a finished run (metrics up to iter {rows[-1]['iter']}, no "
                              f"checkpoint): a new run would replace its results; give the run a new out_dir")
         self.wandb = None
-        if cfg["wandb_log"] and master:  # now: a missing package fails before anything starts
+        if cfg["wandb_log"] and self.master:  # now: a missing package fails before anything starts
             try:
                 import wandb
             except ImportError:
@@ -260,16 +276,16 @@ class RunFolder:
             return {}
         return load_checkpoint(self.ckpt_path, mmap=True).get("init_settings", {})
 
-    def open(self, model_cfg, meta, data_folder):
+    def open(self, model_cfg, meta, data_folder, init_settings):
         """Lock the folder for this run (rank 0) and read the checkpoint a resume loads (self.ckpt; None for a
-        new run). ValueError if the folder cannot be written, another train.py holds it, a new run would
-        overwrite a checkpoint, or a resume asks for other data or RESUME_FIXED settings than its checkpoint's.
-        eval_only: the folder is only read."""
+        new run, which records init_settings: the model keys init_from's weights fixed). ValueError if the
+        folder cannot be written, another train.py holds it, a new run would overwrite a checkpoint, or a resume
+        asks for other data or RESUME_FIXED settings than its checkpoint's. eval_only: the folder is only read."""
         if self.cfg["init_from"] == "resume" and not os.path.isfile(self.ckpt_path):
             raise FileNotFoundError(f"init_from=resume but {self.ckpt_path} does not exist")
         if not self.cfg["eval_only"]:
             self.lock_folder()
-        self.dataset_meta = meta
+        self.dataset_meta, self.init_settings = meta, init_settings
         if self.cfg["init_from"] != "resume":
             if os.path.exists(self.ckpt_path) and not self.cfg["eval_only"]:  # never overwrite a trained model
                 raise ValueError(f"{self.ckpt_path} exists; continue it with --init_from=resume, or start the "
@@ -280,9 +296,8 @@ class RunFolder:
             check_same_dataset(ckpt["dataset_meta"], meta, data_folder)
         # the model as built (None resolved: a mode's attn_scale, the data's vocabulary), so that attn_scale=0.1
         # at training and None now is a difference, not a silent change
-        ours = {**{k: self.cfg[k] for k in RESUME_FIXED}, **vars(model_cfg)}
         theirs = {**ckpt["config"], **vars(GPTConfig(**ckpt["model_args"]))}
-        changed = {k: (ours[k], theirs[k]) for k in RESUME_FIXED if ours[k] != theirs[k]}
+        changed = differing({**self.cfg, **vars(model_cfg)}, theirs, ignore=set(DEFAULTS) - set(RESUME_FIXED))
         if changed:
             flags = " ".join(f"--{k}={ckpt['config'][k]}" for k in changed if ckpt["config"][k] != self.cfg[k])
             raise ValueError(f"settings differ from the checkpoint's (yours, checkpoint's): {changed}; resume with "
@@ -292,39 +307,29 @@ class RunFolder:
     def lock_folder(self):
         """Make the folder and lock it for this train.py (rank 0); a folder that cannot be written fails now,
         not at the first checkpoint."""
+        writable_folder(self.dir, "out_dir")
         try:
-            os.makedirs(self.dir, exist_ok=True)
-            with tempfile.TemporaryFile(dir=self.dir):
-                pass
             self.lock = lock_file(os.path.join(self.dir, ".lock")) if self.master else None
         except BlockingIOError:
             raise ValueError(f"out_dir {self.dir} is in use by another train.py (it holds {self.dir}/.lock)") from None
-        except OSError as e:
-            raise ValueError(f"cannot write to out_dir {self.dir} ({e.strerror or e}); choose another") from e
 
-    def resume(self, model, optimizer, scaler, train_gen, rank, device, log, init_settings):
+    def resume(self, model, optimizer, scaler, train_gen):
         """Load the checkpoint open() read into the model, optimizer, scaler and RNGs -> its TrainState; a new
-        run gets a fresh one, which records init_settings (the model keys init_from's weights fixed)."""
+        run gets a fresh one."""
         ckpt, self.ckpt = self.ckpt, None  # (its memory is freed once loaded)
         if ckpt is None:
-            return TrainState(initialised_from=self.cfg["init_from"], init_settings=init_settings)
+            return TrainState(initialised_from=self.cfg["init_from"], init_settings=self.init_settings)
         try:
             load_full_state_dicts(model, optimizer, ckpt["model"], ckpt["optimizer"])
         except (RuntimeError, ValueError, KeyError) as e:
             raise ValueError(f"{self.ckpt_path} does not fit the model of its own settings: "
                              f"{str(e).splitlines()[0]}") from e
         scaler.load_state_dict(ckpt["scaler"])
-        restore_rng(ckpt["rng"], rank, train_gen, device, self.cfg["seed"], ckpt["iter_num"])
-        c = ckpt["config"]
-        it = ckpt["iter_num"]
-        state = TrainState(
-            iter_num=it, best_val_loss=ckpt["best_val_loss"], elapsed_s=ckpt.get("elapsed_s", 0.0),
-            tokens=ckpt.get("tokens", it * c["gradient_accumulation_steps"] * c["batch_size"] * c["block_size"]),
-            eval_pending=ckpt.get("eval_pending", False),
-            lr_decay_iters=ckpt.get("lr_decay_iters") or c["lr_decay_iters"] or c["max_iters"],
-            initialised_from=ckpt["initialised_from"], init_settings=ckpt.get("init_settings", {}),
-            resumes=ckpt.get("resumes", []) + changed_settings(c, self.cfg, it), resumed_at=it, last_saved=it)
-        log(f"resumed from {self.ckpt_path} at iter {it}, after {clock(state.elapsed_s)} of training"
+        restore_rng(ckpt["rng"], self.job.rank, train_gen, self.job.device, self.cfg["seed"], ckpt["iter_num"])
+        state = TrainState(**{f.name: ckpt[f.name] for f in fields(TrainState) if f.name in ckpt})
+        it = state.resumed_at = state.last_saved = state.iter_num
+        state.resumes = state.resumes + changed_settings(ckpt["config"], self.cfg, it)
+        self.job.log(f"resumed from {self.ckpt_path} at iter {it}, after {clock(state.elapsed_s)} of training"
             + (f"; max_iters={self.cfg['max_iters']} is reached already, nothing to train"
                if it >= self.cfg["max_iters"] else ""))
         return state
@@ -364,10 +369,10 @@ class RunFolder:
         if self.wandb is not None:
             self.wandb.log(row)
 
-    def save(self, model, optimizer, scaler, train_gen, state, world_size, device, log):
+    def save(self, model, optimizer, scaler, train_gen, state):
         """Checkpoint the whole training state at this step boundary. Every rank calls it (it gathers the RNG
         states, and FSDP's shards); rank 0 writes. CheckpointNotWritten if the file cannot be written."""
-        rngs = gather_rng_states(train_gen, device, world_size)
+        rngs = gather_rng_states(train_gen, self.job.device, self.job.world_size)
         model_state, optimizer_state = full_state_dicts(model, optimizer)
         state.last_saved = state.iter_num
         if not self.master:
@@ -375,27 +380,17 @@ class RunFolder:
         ckpt = dict(model=model_state, optimizer=optimizer_state, scaler=scaler.state_dict(), config=self.cfg,
                     model_args=vars(model.config), rng=rngs, dataset_meta=self.dataset_meta,
                     **{k: v for k, v in asdict(state).items() if k not in ("resumed_at", "last_saved")})
-        size = sum({t.untyped_storage().data_ptr(): t.untyped_storage().nbytes()  # tied weights once
-                    for t in model_state.values()}.values())
-        if size > LARGE_CHECKPOINT_BYTES:  # a 124M model's checkpoint is 0.5-1.5 GB
-            log(f"writing checkpoint {self.ckpt_path} ({size / 1e6:,.0f} MB of weights) ...", flush=True)
-        t0 = time.time()
+        print(f"saving checkpoint to {self.ckpt_path}", flush=True)  # (a 124M model's: 0.5-1.5 GB)
         try:
             replace_atomically(self.ckpt_path, lambda tmp: torch.save(ckpt, tmp))
         except (OSError, RuntimeError) as e:  # torch.save reports a full disk as a RuntimeError
             raise CheckpointNotWritten(f"could not write the checkpoint at iter {state.iter_num} ({e}); the previous "
-                                       f"one is intact: free space and continue with --init_from=resume") from e
-        if size > LARGE_CHECKPOINT_BYTES:
-            log(f"checkpoint written in {time.time() - t0:.1f} s")
+                                       f"one is intact: {fix_for(e)} and continue with --init_from=resume") from e
 
 
 def changed_settings(saved, cfg, iter_num):
     """What a resume at iter_num changes that can change the run's numbers (tokens per step, max_iters, the eval
     set, dtype...; not where it lives or how it logs) -> [{"iter": iter_num, "changed": {key: [before, now]}}]
     or []. Kept in the checkpoint and config.json ("resumes"): report.py shows such a setting as changed."""
-    skip = NOT_RESULTS | {"data_dir"}
-    step = lambda c: c["batch_size"] * c["gradient_accumulation_steps"]  # sequences a step
-    if step(saved) == step(cfg):
-        skip |= {"batch_size", "gradient_accumulation_steps"}  # the same step split into other micro-batches
-    changed = {k: [saved[k], cfg[k]] for k in DEFAULTS if k not in skip and saved[k] != cfg[k]}
+    changed = {k: list(v) for k, v in differing(saved, cfg, NOT_RESULTS | {"data_dir"}).items()}
     return [dict(iter=iter_num, changed=changed)] if changed else []

@@ -12,6 +12,7 @@ import json
 import os
 import subprocess
 import sys
+from collections import namedtuple
 
 import numpy as np
 import torch
@@ -111,11 +112,15 @@ def get_batch(data_path, dtype, starts, block_size, device, vocab_size=None):
     return x.to(device), y.to(device)
 
 
+# What losses.estimate_loss reads of a split: its bin (a path or an open file), the ids' dtype, the offsets of its
+# fixed eval windows (N,) and their length
+EvalSplit = namedtuple("EvalSplit", "path dtype windows block_size")
+
+
 class TrainData:
     """A dataset opened for a training run: its meta.json, and train.bin and val.bin held open until close().
 
-    splits[split] = (open file, dtype, eval windows, block_size), the form losses.estimate_loss reads.
-    batch_starts(generator, accum, B) draws one optimizer step's windows.
+    splits[split]: the split's EvalSplit. batch_starts(generator, accum, B) draws one optimizer step's windows.
     """
 
     def __init__(self, folder, block_size, n_eval_windows, seed):
@@ -123,8 +128,8 @@ class TrainData:
         self.meta = load_meta(folder)
         self.tokens = {s: len(open_split(folder, s, self.meta, block_size)) for s in ("train", "val")}
         self.files = {s: open(os.path.join(folder, f"{s}.bin"), "rb") for s in self.tokens}
-        self.splits = {s: (self.files[s], self.meta["dtype"],
-                           eval_windows(self.tokens[s], block_size, n_eval_windows, seed), block_size)
+        self.splits = {s: EvalSplit(self.files[s], self.meta["dtype"],
+                                    eval_windows(self.tokens[s], block_size, n_eval_windows, seed), block_size)
                        for s in self.tokens}
 
     def batch_starts(self, generator, accum, batch_size):

@@ -11,6 +11,7 @@ import os
 import sys
 import time
 from contextlib import nullcontext
+from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
@@ -84,20 +85,48 @@ def check_world_size(cfg):
                      f"an equal share of every step's micro-batches): use {fix}")
 
 
-def setup_distributed(cfg):
-    """-> (rank, local_rank, world_size); starts the process group under torchrun (RANK set): backend, or by
-    default NCCL on CUDA and gloo on the CPU."""
-    if "RANK" not in os.environ:
-        if cfg["fsdp"]:
-            raise ValueError("fsdp=True shards over the processes that torchrun starts; launch with torchrun")
-        return 0, 0, 1
-    rank, local_rank, world = (int(os.environ[k]) for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE"))
-    use_cuda = cfg["device"] != "cpu" and torch.cuda.is_available()
-    if use_cuda:
-        torch.cuda.set_device(local_rank)
-    if not dist.is_initialized():  # (tests/torchrun_many.py starts one group for several runs)
-        dist.init_process_group(backend=cfg["backend"] or ("nccl" if use_cuda else "gloo"))
-    return rank, local_rank, world
+@dataclass
+class Job:
+    """This process's place in the training job: its rank among world_size processes (torchrun's; one process:
+    rank 0 of 1), the device it computes on and the dtype of its forward passes."""
+    rank: int
+    local_rank: int
+    world_size: int
+    device: str
+    device_type: str
+    dtype: torch.dtype
+
+    @property
+    def master(self):
+        """Rank 0: the process that writes the files and the log."""
+        return self.rank == 0
+
+    def log(self, *args, **kwargs):
+        if self.master:
+            print(*args, **kwargs)
+
+    def autocast(self):
+        """The mixed-precision context for forward passes: none for float32."""
+        return autocast(self.device_type, self.dtype)
+
+
+def start_job(cfg):
+    """-> this process's Job; starts the process group under torchrun (RANK set): backend, or by default NCCL
+    on CUDA and gloo on the CPU. ValueError for a device, dtype or fsdp this machine cannot run."""
+    rank, local_rank, world = 0, 0, 1
+    if "RANK" in os.environ:
+        rank, local_rank, world = (int(os.environ[k]) for k in ("RANK", "LOCAL_RANK", "WORLD_SIZE"))
+        use_cuda = cfg["device"] != "cpu" and torch.cuda.is_available()
+        if use_cuda:
+            torch.cuda.set_device(local_rank)
+        if not dist.is_initialized():  # (tests/torchrun_many.py starts one group for several runs)
+            dist.init_process_group(backend=cfg["backend"] or ("nccl" if use_cuda else "gloo"))
+    elif cfg["fsdp"]:
+        raise ValueError("fsdp=True shards over the processes that torchrun starts; launch with torchrun")
+    device, device_type, dtype = resolve_device(cfg, local_rank, world)
+    if cfg["fsdp"]:
+        check_fsdp_support(device_type, dtype)
+    return Job(rank, local_rank, world, device, device_type, dtype)
 
 
 def end_distributed():
@@ -237,8 +266,7 @@ def restore_rng(saved, rank, train_gen, device, seed, iter_num):
 
     The training stream is global (every rank draws the same windows), so any rank's copy continues it. A rank
     beyond the saved ones (a run resumed on more processes) gets a dropout stream seeded from (seed, rank,
-    iter_num), distinct from every other rank's. CUDA: checkpoints before 2026-12 hold a list of states, one
-    per visible device, of which the first is this rank's.
+    iter_num), distinct from every other rank's.
     """
     train_gen.set_state(saved[0]["train"])
     if rank >= len(saved):
@@ -247,5 +275,4 @@ def restore_rng(saved, rank, train_gen, device, seed, iter_num):
     state = saved[rank]
     torch.set_rng_state(state["torch"])
     if device.startswith("cuda") and "cuda" in state:
-        cuda = state["cuda"]
-        torch.cuda.set_rng_state(cuda[0] if isinstance(cuda, (list, tuple)) else cuda, device)
+        torch.cuda.set_rng_state(state["cuda"], device)

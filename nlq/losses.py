@@ -7,6 +7,7 @@ number of forward passes (my_share): under FSDP a rank that stopped early would 
 its all-gathers forever.
 """
 import math
+from contextlib import contextmanager
 
 import numpy as np
 import torch
@@ -40,40 +41,35 @@ def progress_bar(items, show, desc):
     return tqdm(items, desc=desc, unit="batch", leave=False, disable=None if show else True)
 
 
-@torch.no_grad()
+@contextmanager
+def eval_mode(model):
+    """The model in eval mode (no dropout) inside the block, in the mode it had after it."""
+    was_training = model.training
+    model.eval()
+    try:
+        yield
+    finally:
+        model.train(was_training)
+
+
 def estimate_loss(model, splits, ctx, rank=0, world_size=1, device="cpu", vocab_size=None, batch_size=12,
                   progress=False, stop=None):
     """Mean cross-entropy (nats/token) per split over its fixed eval windows -> {split: float}.
 
-    splits: {name: (bin path or open file, dtype, windows (N,) offsets, block_size)}, evaluated batch_size
-    windows at a time (every window weighs the same). A diverged model gives nan or inf, never an error.
+    splits: {name: data.EvalSplit (or the same 4-tuple: its bin, dtype, windows (N,), block_size)}, evaluated
+    batch_size windows at a time (every window weighs the same). A diverged model gives nan or inf, never an error.
     stop: None, or a function called before every batch on every rank: True raises EvalStopped.
     """
-    was_training = model.training
-    model.eval()
     out = {}
-    try:
+    with eval_mode(model):
         for split, (path, dtype, windows, block_size) in splits.items():
-            n_batches = -(-len(windows) // batch_size)
-            total = torch.zeros(2, device=device)  # loss sum over windows, window count
-            for k, counts in progress_bar(my_share(n_batches, rank, world_size), progress, f"eval {split}"):
-                if stop is not None and stop():
-                    raise EvalStopped
-                starts = windows[k * batch_size:(k + 1) * batch_size]
-                x, y = get_batch(path, dtype, starts, block_size, device, vocab_size)
-                with ctx:
-                    _, loss = model(x, y)
-                if counts:
-                    total += len(starts) * torch.stack([loss.float(), torch.ones((), device=device)])
-            if world_size > 1:
-                dist.all_reduce(total)
+            batches = [(starts, block_size) for starts in windows.split(batch_size)]
+            total = loss_sum(model, ctx, path, dtype, batches, device, rank, world_size, vocab_size, progress, stop,
+                             f"eval {split}", per_token=False)
             out[split] = (total[0] / total[1]).item()
-    finally:
-        model.train(was_training)
     return out
 
 
-@torch.no_grad()
 def full_split_loss(model, ctx, path, dtype, block_size, batch_size, device, rank=0, world_size=1,
                     on_batch=None, vocab_size=None, progress=False, stop=None):
     """Summed cross-entropy over every target of a split once -> (total nats, tokens, windows).
@@ -81,27 +77,31 @@ def full_split_loss(model, ctx, path, dtype, block_size, batch_size, device, ran
     on_batch(y) is called with each batch's targets (B, T) on the CPU (eval.py counts bytes with it).
     stop: as in estimate_loss.
     """
-    was_training = model.training
-    model.eval()
-    n = len(np.memmap(path, dtype=dtype, mode="r"))
-    batches = full_split_windows(n, block_size, batch_size)
-    total = torch.zeros(2, dtype=torch.float64, device=device)  # nats, tokens
-    try:
-        for k, counts in progress_bar(my_share(len(batches), rank, world_size), progress, "whole-split eval"):
-            if stop is not None and stop():
-                raise EvalStopped
-            starts, length = batches[k]
-            x, y = get_batch(path, dtype, starts, length, device, vocab_size)
-            with ctx:
-                _, loss = model(x, y)
-            if not counts:
-                continue
-            total += torch.stack([loss.double() * y.numel(),
-                                  torch.tensor(y.numel(), dtype=torch.float64, device=device)])
+    batches = full_split_windows(len(np.memmap(path, dtype=dtype, mode="r")), block_size, batch_size)
+    with eval_mode(model):
+        total = loss_sum(model, ctx, path, dtype, batches, device, rank, world_size, vocab_size, progress, stop,
+                         "whole-split eval", per_token=True, on_batch=on_batch)
+    return total[0].item(), int(total[1].item()), sum(len(s) for s, _ in batches)
+
+
+@torch.no_grad()
+def loss_sum(model, ctx, path, dtype, batches, device, rank, world_size, vocab_size, progress, stop, desc,
+             per_token, on_batch=None):
+    """(Σ w·loss, Σ w) over batches [(starts (B,), length), ...], this rank's share (my_share), all-reduced.
+    w: a batch's windows, or with per_token its targets, summed in float64 (a whole split's nats)."""
+    total = torch.zeros(2, dtype=torch.float64 if per_token else torch.float32, device=device)
+    for k, counts in progress_bar(my_share(len(batches), rank, world_size), progress, desc):
+        if stop is not None and stop():
+            raise EvalStopped
+        starts, length = batches[k]
+        x, y = get_batch(path, dtype, starts, length, device, vocab_size)
+        with ctx:
+            _, loss = model(x, y)
+        if counts:
+            weight = y.numel() if per_token else len(starts)
+            total += weight * torch.stack([loss.to(total.dtype), torch.ones((), dtype=total.dtype, device=device)])
             if on_batch is not None:
                 on_batch(y.cpu())
-        if world_size > 1:
-            dist.all_reduce(total)
-    finally:
-        model.train(was_training)
-    return total[0].item(), int(total[1].item()), sum(len(s) for s, _ in batches)
+    if world_size > 1:
+        dist.all_reduce(total)
+    return total

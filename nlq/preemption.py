@@ -8,15 +8,15 @@ agree on the flag in one all-reduce, so a signal that reaches one rank stops the
 Exit statuses of train.py (sweep.py and a scheduler read them): 0 done, 1 an error, EXIT_DIVERGED (the loss
 went NaN/inf), EXIT_INTERRUPTED (Ctrl-C, the shell's 128 + 2) and EXIT_PREEMPTED: 144, the status submitit's
 job controller reads as "requeue me", and none a run ends with otherwise (128 + N is death by signal N), so a
-sweep can tell "stopped cleanly, resumable" apart.
+sweep can tell "stopped cleanly, resumable" apart. eval.py and sample.py, with nothing to checkpoint, stop at once
+on these signals with the same status (exit_on_stop_signals), as does train.py --eval_only=True.
 """
 import signal
+import sys
 import threading
 from contextlib import contextmanager
 
 import torch
-
-from nlq.distributed import end_distributed
 
 EXIT_DIVERGED, EXIT_INTERRUPTED, EXIT_PREEMPTED = 3, 130, 144
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2)
@@ -27,8 +27,8 @@ class TrainingPreempted(RuntimeError):
 
 
 class StopAtBoundary(Exception):
-    """Raised in the loop to stop at the current step boundary: a stop signal, or Ctrl-C during an eval
-    (ctrl_c). eval_pending: the boundary's eval has not run yet."""
+    """Raised in the loop to stop at the current step boundary (train.Loop.stop_at checkpoints it): a stop
+    signal, or Ctrl-C during an eval (ctrl_c). eval_pending: the boundary's eval has not run yet."""
 
     def __init__(self, eval_pending, when, ctrl_c=False):
         super().__init__(when)
@@ -82,21 +82,11 @@ class StopSignals:
                 signal.signal(sig, handler)
 
 
-def stop_at_boundary(loop, s):
-    """Checkpoint the step boundary train.Loop stopped at (s: the StopAtBoundary) and end the run:
-    TrainingPreempted after a stop signal, KeyboardInterrupt again after Ctrl-C during an eval; unsaved where
-    nothing was trained since the last checkpoint, or where the ranks may sit in different collectives."""
-    state, path = loop.state, loop.run_folder.ckpt_path
-    if s.ctrl_c and (loop.world_size > 1 or state.iter_num == (state.last_saved or 0)):
-        raise KeyboardInterrupt
-    state.eval_pending = s.eval_pending
-    loop.save()
-    if s.ctrl_c:
-        loop.log(f"interrupted during the eval of iter {state.iter_num}: checkpoint {path} at iter {state.iter_num}, "
-                 f"its eval still to come", flush=True)
-        raise KeyboardInterrupt
-    message = (f"stopped by {loop.stop.received or 'a stop signal to another rank'} {s.when}: checkpoint {path} at "
-               f"iter {state.iter_num}; continue with --init_from=resume")
-    loop.log(message, flush=True)
-    end_distributed()  # its barrier: no rank exits before rank 0 has written the checkpoint
-    raise TrainingPreempted(message)
+def exit_on_stop_signals():
+    """From now on a stop signal ends this process at once with one line and EXIT_PREEMPTED (a requeueing wrapper
+    runs it again): for eval.py and sample.py, whose outputs are written whole or not at all."""
+    def stop(signum, frame):
+        print(f"stopped by {signal.Signals(signum).name}; run the same command again", file=sys.stderr)
+        sys.exit(EXIT_PREEMPTED)
+    for sig in STOP_SIGNALS:
+        signal.signal(sig, stop)

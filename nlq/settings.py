@@ -5,109 +5,102 @@ run reads them: the defaults, then a config file (plain Python assignments), the
     cfg = parse_config(["config/shakespeare_char.py", "--query_mode=linear"])   # a dict, checked
     model_cfg = model_config(cfg, data_vocab_size)                              # its model.GPTConfig
 
-The model's keys and defaults are GPTConfig's fields (model.py). The same dict is saved as a run's
-config.json and in its checkpoint; upgrade() reads the ones older nlq versions wrote.
+The model's keys, their defaults, meanings and checks are GPTConfig's (model.py). The same dict is saved as a
+run's config.json and in its checkpoint; upgrade() reads the ones older nlq versions wrote.
 """
 import argparse
 import ast
 import dataclasses
 import difflib
 import functools
+import inspect
 import math
 import os
 import re
 import subprocess
+import typing
 
 import torch
 
-from model import GELU_APPROXIMATE, GPT, QUERY_MODE_ALIASES, QUERY_MODES, GPTConfig
+from model import GPT, QUERY_MODE_ALIASES, QUERY_MODES, GPTConfig
 
 # The model's keys: GPTConfig's fields but data_vocab_size, which the dataset sets
-MODEL_KEYS = tuple(f.name for f in dataclasses.fields(GPTConfig) if f.name != "data_vocab_size")
-_MODEL_DEFAULTS = {f.name: f.default for f in dataclasses.fields(GPTConfig)}
+MODEL_FIELDS = {f.name: f for f in dataclasses.fields(GPTConfig) if f.name != "data_vocab_size"}
+MODEL_KEYS = tuple(MODEL_FIELDS)
+# A model key's meaning: the comment beside its field in GPTConfig (model.py)
+MODEL_MEANINGS = dict(re.findall(r"^ {4}(\w+): .+?  # (.+)$", inspect.getsource(GPTConfig), re.M))
+MODEL_MEANINGS["query_mode"] += (f": {', '.join(QUERY_MODES)} (aliases: "
+                                 f"{', '.join(f'{a} = {m}' for a, m in QUERY_MODE_ALIASES.items())})")
 
-# Every config key once: (default, meaning). DEFAULTS and train.py --help come from this table.
+# What changing a key does to a run, its kind:
+FIXED = "fixed"      # another experiment; a resume must keep the checkpoint's (the model, data, optimizer, seed)
+RUN = "run"          # another experiment's numbers, but a run may resume with it changed (its length, batches, evals)
+MACHINE = "machine"  # where and how it computes: the same run, made otherwise (device, dtype, compile, processes)
+LOG = "log"          # no number changes: where the run's files go and how it logs
+
+# Every config key once: (default, kind, allowed values, meaning); python train.py --help prints them. Allowed:
+# None (any of its type), ">0", ">=0", "[0,1)" or a tuple of choices. A key whose default is None takes an int
+# (">0") or one of its choices. The model's keys come from GPTConfig (model.py: defaults, meanings, checks).
 SETTINGS = dict(
     # I/O
-    out_dir=("out", "this run's folder: ckpt.pt, metrics.jsonl, config.json"),
-    eval_interval=(1000, "evaluate and checkpoint every N steps (and at max_iters)"),
-    log_interval=(10, "print the training loss, ms/iter, elapsed time and ETA every N steps"),
-    eval_windows=(2400, "fixed eval windows per split, drawn from the seed alone: the same eval set for every "
-                        "query mode, micro-batch and number of processes"),
-    eval_iters=(None, "nanoGPT's eval set: eval_iters x batch_size fixed windows per split (sets eval_windows)"),
-    eval_only=(False, "evaluate on the fixed eval windows, print the losses and exit; writes nothing (nanoGPT's)"),
-    always_save_checkpoint=(True, "checkpoint at every eval; False: only when the val loss improves"),
-    eval_full_at_end=(True, "after the last step, also the val loss over every val token once (val_loss_full)"),
-    init_from=("scratch", "scratch: a new run; resume: continue from out_dir/ckpt.pt; gpt2, gpt2-medium, "
-                          "gpt2-large, gpt2-xl, a local Hugging Face GPT-2 folder, an nlq export or a nanoGPT "
-                          "ckpt.pt: start from its weights"),
-    wandb_log=(False, "log to Weights & Biases (the wandb package is needed only then)"),
-    wandb_project=("nlq", "wandb project name"),
-    wandb_run_name=("run", "wandb run name"),
+    out_dir=("out", LOG, None, "this run's folder: ckpt.pt, metrics.jsonl, config.json"),
+    eval_interval=(1000, RUN, ">0", "evaluate and checkpoint every N steps (and at max_iters)"),
+    log_interval=(10, LOG, ">0", "print the training loss, ms/iter, elapsed time and ETA every N steps"),
+    eval_windows=(2400, RUN, ">0", "fixed eval windows per split, drawn from the seed alone: the same eval set for "
+                                   "every query mode, micro-batch and number of processes"),
+    eval_iters=(None, LOG, ">0", "nanoGPT's eval set: eval_iters x batch_size fixed windows per split (sets "
+                                 "eval_windows)"),
+    eval_only=(False, LOG, None, "evaluate on the fixed eval windows, print the losses and exit; writes nothing "
+                                 "(nanoGPT's)"),
+    always_save_checkpoint=(True, RUN, None, "checkpoint at every eval; False: only when the val loss improves"),
+    eval_full_at_end=(True, RUN, None, "after the last step, also the val loss over every val token once "
+                                       "(val_loss_full)"),
+    init_from=("scratch", LOG, None, "scratch: a new run; resume: continue from out_dir/ckpt.pt; gpt2, gpt2-medium, "
+                                     "gpt2-large, gpt2-xl, a local Hugging Face GPT-2 folder, an nlq export or a "
+                                     "nanoGPT ckpt.pt: start from its weights"),
+    wandb_log=(False, LOG, None, "log to Weights & Biases (the wandb package is needed only then)"),
+    wandb_project=("nlq", LOG, None, "wandb project name"),
+    wandb_run_name=("run", LOG, None, "wandb run name"),
     # data: <data_dir>/<dataset>/{train,val}.bin and meta.json, written by prepare_data.py
-    data_dir=("data", "parent folder of the datasets prepare_data.py writes"),
-    dataset=("openwebtext", "the dataset: data_dir/dataset/{train,val}.bin and meta.json"),
-    batch_size=(12, "windows of block_size tokens per micro-batch, per process"),
-    gradient_accumulation_steps=(40, "micro-batches per optimizer step, over all processes together"),
-    # model: every GPTConfig field, defaults from model.py
-    **{key: (None if key == "vocab_size" else _MODEL_DEFAULTS[key], meaning) for key, meaning in dict(
-        block_size="context length in tokens",
-        vocab_size="embedding rows; None = the dataset's vocabulary rounded up to a multiple of 64",
-        n_layer="transformer blocks",
-        n_head="attention heads (n_embd must be a multiple of it)",
-        n_embd="model width d",
-        mlp_hidden="MLP hidden width; None = 4 * n_embd",
-        query_mode=f"how attention makes its query q from x (model.py): one of {', '.join(QUERY_MODES)} (aliases: "
-                   f"{', '.join(f'{a} = {m}' for a, m in QUERY_MODE_ALIASES.items())})",
-        query_hidden="width of f's hidden layer (nonlinear); None = n_embd // 2",
-        query_norm_in="nonlinear: f's input RMSNorm (False: an ablation)",
-        query_norm_out="nonlinear: f's output LayerNorm (False: an ablation)",
-        attn_scale="attention scale; None = the mode's default, 1/sqrt(head_dim) (linear) or half that",
-        qk_norm="RMS-normalise each head's q and k before their dot product",
-        dropout="dropout probability",
-        bias="biases in the Linear and LayerNorm layers",
-        tie_weights="share the token embedding with the LM head",
-        flash="F.scaled_dot_product_attention; False: plain matmul-softmax (same maths)",
-        activation="the MLP's GELU: gelu (exact) or gelu_tanh (GPT-2's approximation; init_from=gpt2 sets it)",
-    ).items()},
+    data_dir=("data", RUN, None, "parent folder of the datasets prepare_data.py writes"),
+    dataset=("openwebtext", FIXED, None, "the dataset: data_dir/dataset/{train,val}.bin and meta.json"),
+    batch_size=(12, RUN, ">0", "windows of block_size tokens per micro-batch, per process"),
+    gradient_accumulation_steps=(40, RUN, ">0", "micro-batches per optimizer step, over all processes together"),
+    # the model: GPTConfig's fields (model.py)
+    **{k: (None if k == "vocab_size" else f.default, FIXED, None, MODEL_MEANINGS.get(k, "see GPTConfig"))
+       for k, f in MODEL_FIELDS.items()},
     # AdamW and the learning-rate schedule: linear warmup, then cosine (or linear) decay to min_lr
-    learning_rate=(6e-4, "peak AdamW learning rate, reached after warmup_iters"),
-    max_iters=(60000, "optimizer steps to train"),
-    weight_decay=(0.1, "AdamW weight decay (on tensors of 2 or more dimensions only)"),
-    beta1=(0.9, "AdamW beta1"),
-    beta2=(0.95, "AdamW beta2"),
-    grad_clip=(1.0, "clip the gradient norm to this; 0 = no clipping"),
-    decay_lr=(True, "warmup, then decay to min_lr; False: learning_rate throughout, no warmup"),
-    lr_schedule=("cosine", "the decay's shape after warmup: cosine or linear"),
-    warmup_iters=(2000, "steps of linear warmup up to learning_rate"),
-    lr_decay_iters=(None, "the step at which the decay reaches min_lr; None = max_iters (a resumed run: "
-                          "its checkpoint's)"),
-    min_lr=(6e-5, "the learning rate at the end of the decay"),
-    max_nonfinite_steps=(10, "stop (exit status 3) after this many consecutive steps with a NaN/inf loss"),
+    learning_rate=(6e-4, FIXED, ">0", "peak AdamW learning rate, reached after warmup_iters"),
+    max_iters=(60000, RUN, ">=0", "optimizer steps to train"),
+    weight_decay=(0.1, FIXED, ">=0", "AdamW weight decay (on tensors of 2 or more dimensions only)"),
+    beta1=(0.9, FIXED, "[0,1)", "AdamW beta1"),
+    beta2=(0.95, FIXED, "[0,1)", "AdamW beta2"),
+    grad_clip=(1.0, FIXED, ">=0", "clip the gradient norm to this; 0 = no clipping"),
+    decay_lr=(True, FIXED, None, "warmup, then decay to min_lr; False: learning_rate throughout, no warmup"),
+    lr_schedule=("cosine", FIXED, ("cosine", "linear"), "the decay's shape after warmup: cosine or linear"),
+    warmup_iters=(2000, FIXED, ">=0", "steps of linear warmup up to learning_rate"),
+    lr_decay_iters=(None, RUN, ">0", "the step at which the decay reaches min_lr; None = max_iters (a resumed run: "
+                                     "its checkpoint's)"),
+    min_lr=(6e-5, FIXED, ">=0", "the learning rate at the end of the decay"),
+    max_nonfinite_steps=(10, RUN, ">0", "stop (exit status 3) after this many consecutive steps with a NaN/inf loss"),
     # system
-    device=("auto", "auto (CUDA, else MPS, else CPU) | cpu | cuda | cuda:N | mps"),
-    dtype=("auto", "auto (bfloat16 on CUDA if supported, else float16; float32 elsewhere) | float32 | "
-                   "bfloat16 | float16"),
-    compile=(None, "torch.compile the model; None = on for CUDA, off elsewhere"),
-    fsdp=(False, "under torchrun: shard weights, gradients and AdamW states over the processes (FSDP2)"),
-    backend=(None, "torchrun's process-group backend: nccl | gloo; None = nccl on CUDA, gloo on the CPU"),
-    seed=(1337, "the initial weights, the training stream of windows and the eval windows"),
+    device=("auto", MACHINE, None, "auto (CUDA, else MPS, else CPU) | cpu | cuda | cuda:N | mps"),
+    dtype=("auto", MACHINE, None, "auto (bfloat16 on CUDA if supported, else float16; float32 elsewhere) | float32 "
+                                  "| bfloat16 | float16"),
+    compile=(None, MACHINE, (True, False, None), "torch.compile the model; None = on for CUDA, off elsewhere"),
+    fsdp=(False, MACHINE, None, "under torchrun: shard weights, gradients and AdamW states over the processes "
+                                "(FSDP2)"),
+    backend=(None, MACHINE, ("nccl", "gloo", None), "torchrun's process-group backend: nccl | gloo; None = nccl on "
+                                                    "CUDA, gloo on the CPU"),
+    seed=(1337, FIXED, None, "the initial weights, the training stream of windows and the eval windows"),
 )
-DEFAULTS = {key: default for key, (default, _) in SETTINGS.items()}
-# Keys that do not change a run's results; any other difference means another experiment (sweep.py, report.py)
-# (eval_iters is only another way to give eval_windows, which is compared)
-NOT_RESULTS = {"out_dir", "init_from", "log_interval", "wandb_log", "wandb_project", "wandb_run_name", "eval_iters",
-               "eval_only"}
-# ... and keys a run may change between starts (a resume on other hardware): the same run, made otherwise
-NOT_EXPERIMENT = NOT_RESULTS | {"device", "dtype", "compile", "fsdp", "backend"}
-# The type of each key whose default is None
-OPTIONAL_TYPES = dict(mlp_hidden=int, query_hidden=int, attn_scale=float, vocab_size=int, lr_decay_iters=int,
-                      compile=bool, eval_iters=int, backend=str)
-CHOICES = dict(lr_schedule=("cosine", "linear"), activation=tuple(GELU_APPROXIMATE), backend=("nccl", "gloo", None))
-POSITIVE = ("batch_size", "block_size", "gradient_accumulation_steps", "eval_windows", "eval_iters", "eval_interval",
-            "log_interval", "learning_rate", "lr_decay_iters", "max_nonfinite_steps", "vocab_size", "n_layer",
-            "n_head", "n_embd", "mlp_hidden", "query_hidden")
-NON_NEGATIVE = ("max_iters", "warmup_iters", "min_lr", "weight_decay", "grad_clip", "beta1", "beta2", "dropout")
+DEFAULTS = {key: default for key, (default, *_) in SETTINGS.items()}
+RESUME_FIXED = tuple(k for k, (_, kind, *_) in SETTINGS.items() if kind == FIXED)
+NOT_RESULTS = {k for k, (_, kind, *_) in SETTINGS.items() if kind == LOG}  # the same numbers whatever they are
+NOT_EXPERIMENT = NOT_RESULTS | {k for k, (_, kind, *_) in SETTINGS.items() if kind == MACHINE}
+_MODEL_TYPES = {k: (typing.get_args(f.type) or (f.type,))[0] for k, f in MODEL_FIELDS.items()}
+TYPES = {k: _MODEL_TYPES.get(k) or (type(d) if d is not None else int if rule == ">0" else type(rule[0]))
+         for k, (d, _, rule, _) in SETTINGS.items()}
 DEVICE_NAME = re.compile(r"auto|cpu|(cuda|mps)(:\d+)?")
 GPT2_HUB = ("gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl")  # init_from names of OpenAI's GPT-2 on the Hub
 
@@ -136,7 +129,7 @@ def settings_help():
     """Every config key as '--key=default  meaning', one line each, in SETTINGS' order (train.py --help)."""
     width = max(len(f"--{k}={d!r}") for k, d in DEFAULTS.items())
     return "\n".join(f"  {f'--{key}={default!r}':<{width}}  {meaning}"
-                     for key, (default, meaning) in SETTINGS.items())
+                     for key, (default, _, _, meaning) in SETTINGS.items())
 
 
 def format_config(cfg, width=110):
@@ -164,8 +157,8 @@ def check_value(key, value):
     if key not in DEFAULTS:
         match = difflib.get_close_matches(key, DEFAULTS, n=1, cutoff=0.8)  # a typo, not another key
         raise ValueError(f"unknown config key {key!r}" + (f", did you mean {match[0]!r}?" if match else ""))
-    want = OPTIONAL_TYPES.get(key, type(DEFAULTS[key]))
-    if value is None and key in OPTIONAL_TYPES:
+    want = TYPES[key]
+    if value is None and DEFAULTS[key] is None:
         return None
     if want is float and type(value) is int:
         return float(value)
@@ -201,7 +194,7 @@ def read_config_file(path):
                                                        else ""))
     namespace = {}
     try:
-        with open(path) as f:
+        with open(path, "rb") as f:  # bytes: read as Python reads a .py file (a byte-order mark, # -*- coding)
             exec(compile(f.read(), path, "exec"), namespace)
     except Exception as e:  # a failing line: say which file, not a traceback
         raise ValueError(f"{path} failed: {type(e).__name__}: {e}") from e
@@ -235,19 +228,18 @@ def parse_config(argv):
 
 def validate(cfg):
     """ValueError naming the first setting out of range, the model's included (GPTConfig)."""
-    for key in POSITIVE + NON_NEGATIVE:
+    for key, (_, _, rule, _) in SETTINGS.items():
         value = cfg[key]
-        if value is not None and not (math.isfinite(value) and (value > 0 if key in POSITIVE else value >= 0)):
-            raise ValueError(f"config key {key!r} = {value} must be {'> 0' if key in POSITIVE else '>= 0'}")
-    for key in ("beta1", "beta2", "dropout"):
-        if not cfg[key] < 1:
-            raise ValueError(f"config key {key!r} = {cfg[key]} must be < 1")
+        if isinstance(rule, tuple) and value not in rule:
+            raise ValueError(f"{key}={value!r}; use {' or '.join(map(str, rule))}")
+        if rule in (">0", ">=0", "[0,1)") and value is not None:
+            if not (math.isfinite(value) and (value > 0 if rule == ">0" else value >= 0)):
+                raise ValueError(f"config key {key!r} = {value} must be {'> 0' if rule == '>0' else '>= 0'}")
+            if rule == "[0,1)" and not value < 1:
+                raise ValueError(f"config key {key!r} = {value} must be < 1")
     if cfg["decay_lr"] and cfg["min_lr"] > cfg["learning_rate"]:
         raise ValueError(f"min_lr={cfg['min_lr']:g} is above learning_rate={cfg['learning_rate']:g}: the schedule "
                          f"would rise instead of decay")
-    for key, choices in CHOICES.items():
-        if cfg[key] not in choices:
-            raise ValueError(f"{key}={cfg[key]!r}; use {' or '.join(map(str, choices))}")
     if cfg["init_from"] not in ("scratch", "resume") and not is_weights_source(cfg["init_from"]):
         raise ValueError(f"init_from={cfg['init_from']!r}; use scratch, resume, a GPT-2 name "
                          f"({', '.join(GPT2_HUB)}), a local transformers GPT-2 folder, an nlq export or a "
@@ -255,6 +247,17 @@ def validate(cfg):
     if not DEVICE_NAME.fullmatch(cfg["device"]):
         raise ValueError(f"device={cfg['device']!r}; use auto, cpu, cuda, cuda:N or mps")
     model_config(cfg, data_vocab_size=cfg["vocab_size"] or 1)
+
+
+def differing(before, after, ignore):
+    """{key: (before's, after's)} for every setting not in ignore that differs between two config dicts. Not
+    differences: a query mode and its alias, and one step's windows split into other micro-batches."""
+    named = lambda k, v: QUERY_MODE_ALIASES.get(v, v) if k == "query_mode" else v
+    step = lambda c: c["batch_size"] * c["gradient_accumulation_steps"]  # windows a step
+    if step(before) == step(after):
+        ignore = ignore | {"batch_size", "gradient_accumulation_steps"}
+    return {k: (before[k], after[k]) for k in DEFAULTS
+            if k not in ignore and named(k, before[k]) != named(k, after[k])}
 
 
 def is_weights_source(init_from):
@@ -272,11 +275,12 @@ def model_config(cfg, data_vocab_size=None):
     config's, else data_vocab_size rounded up to a multiple of 64 (faster matmuls; the extra rows go unused).
     """
     data_vocab_size = data_vocab_size or cfg["vocab_size"] or 50257
-    vocab_size = cfg["vocab_size"] or -(-data_vocab_size // 64) * 64
+    vocab_size = -(-data_vocab_size // 64) * 64 if cfg["vocab_size"] is None else cfg["vocab_size"]
+    model_cfg = GPTConfig(**{**{k: cfg[k] for k in MODEL_KEYS}, "vocab_size": vocab_size,
+                             "data_vocab_size": data_vocab_size})  # ValueError for a size out of range
     if data_vocab_size > vocab_size:
         raise ValueError(f"vocab_size={vocab_size} is smaller than the dataset's vocabulary ({data_vocab_size})")
-    return GPTConfig(**{**{k: cfg[k] for k in MODEL_KEYS}, "vocab_size": vocab_size,
-                        "data_vocab_size": data_vocab_size})
+    return model_cfg
 
 
 def upgrade(saved):

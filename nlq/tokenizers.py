@@ -9,10 +9,17 @@ Tokenizers: text to token ids and back, for the three kinds a dataset's meta.jso
 
 prepare_data.py, sample.py, eval.py and the Hugging Face exports all tokenize through this module. GPT-2's
 files ship in tests/data/gpt2 and are never downloaded.
+
+Text, for every tokenizer: files are read by read_text, as UTF-8, a leading byte-order mark dropped and Windows
+line ends (\\r\\n) read as \\n, as Python's text mode (and nanoGPT) reads them. A lone surrogate (half of a
+UTF-16 pair: no UTF-8 file holds one, but a JSON escape such as "\\ud83d" does) becomes U+FFFD, the
+replacement character, as GPT-2's tokenizer (tiktoken) makes it.
 """
+import codecs
 import functools
 import hashlib
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -28,6 +35,32 @@ BPE_SHA256 = {"encoder.json": "196139668be63f3b5d6574427317ae82f612a97c5d1cdaf36
 
 class DataError(ValueError):
     """Bad input data or files; the message names the file and the fix."""
+
+
+def read_text(path):
+    """A file's text, without a leading UTF-8 byte-order mark and with \\r\\n read as \\n (editors on Windows
+    write them; a mark would become a U+FEFF token, or hide a WikiExtractor file's <doc). DataError naming the
+    file if it cannot be read or is not UTF-8 text."""
+    try:
+        data = Path(path).read_bytes()
+    except OSError as e:  # missing, a folder, no permission
+        raise DataError(f"cannot read {path} ({e.strerror or e}); give a UTF-8 text file") from None
+    bom = len(codecs.BOM_UTF8) if data.startswith(codecs.BOM_UTF8) else 0
+    try:
+        text = data[bom:].decode("utf-8")
+    except UnicodeDecodeError as e:
+        at = bom + e.start  # the offset in the file
+        raise DataError(f"{path}: not valid UTF-8 (byte {at}: {data[at:at + 4]!r}); convert it (e.g. iconv -f "
+                        "latin1 -t utf-8), decompress it, or remove it") from e
+    if "\x00" in text:  # valid UTF-8 but not text: UTF-16 without a byte-order mark, or a binary file
+        raise DataError(f"{path}: holds NUL characters (byte {data.index(0)}): UTF-16 or not text; convert it "
+                        "(iconv -f utf-16le -t utf-8) or remove it")
+    return text.replace("\r\n", "\n")
+
+
+def valid_text(text):
+    """text with each lone surrogate replaced by U+FFFD (the module's docstring says why)."""
+    return re.sub("[\ud800-\udfff]", "\ufffd", text)
 
 
 def gpt2_encoding(bpe_dir=None):
@@ -77,7 +110,7 @@ def get_codec(meta, bpe_dir=None):
         enc = gpt2_encoding(bpe_dir)
         return enc.encode_ordinary, lambda ids: enc.decode(np.asarray(ids).tolist())
     if kind == "byte":  # invalid UTF-8 (a sample cut mid-character) decodes to U+FFFD
-        return (lambda s: list(s.encode("utf-8")),
+        return (lambda s: list(valid_text(s).encode("utf-8")),
                 lambda ids: np.asarray(ids, dtype=np.uint8).tobytes().decode("utf-8", errors="replace"))
     if kind == "char":
         chars = meta.get("chars")
@@ -86,6 +119,7 @@ def get_codec(meta, bpe_dir=None):
         stoi = {c: i for i, c in enumerate(chars)}
 
         def encode(s):
+            s = valid_text(s)
             unknown = sorted(set(s) - stoi.keys())
             if unknown:
                 raise ValueError(f"characters {unknown[:10]} are not in the vocabulary of dataset "

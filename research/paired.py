@@ -9,15 +9,13 @@ changes with size, and multiplier turns a gap into the size the reference would 
 import math
 
 import numpy as np
-from scipy import stats
+from scipy import optimize, stats
 
 
 def summarize(values):
     """Final losses -> (mean, sample std with ddof=1, n); std is nan for n < 2, mean nan for n = 0."""
     n = len(values)
-    mean = sum(values) / n if n else math.nan
-    std = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1)) if n > 1 else math.nan
-    return mean, std, n
+    return float(np.mean(values)) if n else math.nan, float(np.std(values, ddof=1)) if n > 1 else math.nan, n
 
 
 def paired_difference(arm, ref, confidence=0.95):
@@ -44,7 +42,7 @@ def mean_ci(values, confidence=0.95):
     mean, std, n = summarize(values)
     if n < 2:
         return mean, None
-    half = stats.t.ppf(0.5 + confidence / 2, n - 1) * std / math.sqrt(n)
+    half = stats.t.ppf(0.5 + confidence / 2, n - 1) * std / math.sqrt(n)  # (t.interval refuses a zero spread)
     return mean, (mean - half, mean + half)
 
 
@@ -113,29 +111,51 @@ def trend(sizes, values, confidence=0.95):
     than 3 rungs.
 
     Why unweighted, with t on k − 2 df: each rung's Δ carries its seeds' noise and noise of its own (the rate its
-    search chose, its data order), and with 3 seeds a rung's se is itself a guess on 2 df. Weighting rungs by
-    1 / se², treating those weights as known and using z = 1.96 (this function before) covered the true slope in
-    78% of simulated null ladders, 71% with rung-level noise. The rungs' scatter about the line measures both
-    noises at once; with equal seeds per rung the interval is exact for normal noise, and tests/test_paired.py
-    measures it at 95% with and without rung-level noise. Its price is width: 4 rungs leave 2 df (t = 4.30)."""
+    search chose, its data order), and with 3 seeds a rung's se is itself a guess on 2 df, so weights 1 / se²
+    taken as known undercover. The rungs' scatter about the line measures both noises at once; with equal seeds
+    per rung the interval is exact for normal noise (tests/test_paired.py measures its coverage). Its price is
+    width: 4 rungs leave 2 df (t = 4.30)."""
     fit = line_fit(np.log10(sizes), values, confidence=confidence)
     return None if fit is None else dict(slope=fit["slope"], ci=fit["ci"], k=fit["k"])
 
 
-def multiplier(sizes, ref_losses, arm_losses, confidence=0.95):
-    """The effective-size multiplier of an arm over the reference at each rung: how many times the size the
-    reference would need to reach the arm's loss, from a power law L = a · size^(−α) fitted to each arm's rung
-    means (least squares on logs). The two fits' difference at size N is the line fitted to the rungs' log loss
-    ratios g = log(L_arm / L_ref), so M(N) = exp(−g(N) / α_ref), and its CI is g's (line_fit: t on k − 2 df, as
-    trend) divided by the reference's fitted α, taken as known (it rests on the whole fall of the loss over the
-    ladder, the gap on a fraction of a percent). -> dict(alpha, at=[(size, M, (lo, hi))]), or None with fewer
-    than 3 rungs or a reference whose loss does not fall with size. A bootstrap over seeds would miss the
-    rungs' own noise, as the old trend did; tests/test_paired.py measures this interval's coverage."""
-    x = np.log(sizes)
-    ref_fit = line_fit(x, np.log(ref_losses))
-    gap = line_fit(x, np.log(np.asarray(arm_losses) / np.asarray(ref_losses)), at=x, confidence=confidence)
-    if ref_fit is None or ref_fit["slope"] >= 0:
+def floor_fit(sizes, losses):
+    """The reference's loss along a ladder as a power law with a floor, L(N) = E + B·N^(−α) (the form of
+    Kaplan et al. and Hoffmann et al.: a curve that flattens towards E, where a pure power law stays straight
+    on log axes), least squares over the rung means -> (E, B, α), or None with fewer than 3 rungs or a loss
+    that does not fall with size. For each α, E and B are a linear least squares; α in (0, 3] minimises it."""
+    n, y = np.asarray(sizes, dtype=float), np.asarray(losses, dtype=float)
+    if len(set(n.tolist())) < 3:
         return None
-    alpha = -ref_fit["slope"]
-    return dict(alpha=alpha, at=[(float(math.exp(x0)), math.exp(-g / alpha),
-                                  (math.exp(-ci[1] / alpha), math.exp(-ci[0] / alpha))) for x0, g, ci in gap["at"]])
+    x = n / n[0]  # sizes relative to the smallest rung, so that x^(−α) stays near 1
+
+    def solve(alpha):
+        design = np.stack([np.ones_like(x), x ** -alpha], axis=1)
+        coef = np.linalg.lstsq(design, y, rcond=None)[0]
+        return coef, ((design @ coef - y) ** 2).sum()
+    alpha = optimize.minimize_scalar(lambda a: solve(a)[1], bounds=(1e-3, 3.0), method="bounded",
+                                     options=dict(xatol=1e-9)).x
+    (floor, b), _ = solve(alpha)
+    return None if b <= 0 else (float(floor), float(b * n[0] ** alpha), float(alpha))
+
+
+def multiplier(sizes, ref_means, gaps):
+    """The effective-size multiplier of an arm at each rung: how many times the size the reference would need
+    to reach the arm's loss. The reference's curve is floor_fit's, L(N) = E + B·N^(−α); the arm's loss at a
+    rung is L(N) + Δ, Δ the rung's paired difference (gaps: paired_difference's dicts), so M solves
+    L(M·N) = L(N) + Δ:  M = (N^(−α) + Δ / B)^(−1/α) / N  (inf where L(N) + Δ is at or below the floor E: no
+    size of the reference gets there). Its 95% CI is the paired Δ's t interval mapped through the same curve,
+    the curve taken as known: it rests on the whole fall of the loss over the ladder, Δ on a fraction of a
+    percent, and tests/test_paired.py measures the coverage this gives with a floor at α 0.2-0.4.
+    -> dict(floor E, alpha, at=[(size, M, (lo, hi) or None)]), or None without a falling curve."""
+    fit = floor_fit(sizes, ref_means)
+    if fit is None:
+        return None
+    floor, b, alpha = fit
+
+    def m(size, delta):
+        u = size ** -alpha + delta / b
+        return math.inf if u <= 0 else u ** (-1 / alpha) / size
+    at = [(float(size), m(size, d["mean"]), d["ci"] and (m(size, d["ci"][1]), m(size, d["ci"][0])))
+          for size, d in zip(sizes, gaps)]
+    return dict(floor=floor, alpha=alpha, at=at)

@@ -1,10 +1,10 @@
 """
 The report of a sweep.py study: paired statistics over seeds, the learning-rate search, plots. Or, given run
-folders instead of a study file, a side-by-side look at plain train.py runs (no statistics).
+folders instead of a study file, a side-by-side look at plain train.py runs (no statistics: research/compare.py).
 
     python -m research.report studies/enwiki_cpu.py                   # -> results/enwiki_cpu/README.md and plots
     python -m research.report studies/enwiki_cpu.py --out /tmp/rep    # elsewhere
-    python -m research.report out/a out/b                             # a table and out/compare/val_loss.png
+    python -m research.report out/a out/b                             # -> out/compare/README.md and val_loss.png
 
 Everything is rebuilt from the runs' metrics.jsonl and config.json alone (results/<study>/runs/ is committed),
 so anyone can recompute the tables. Run it from the repository root: the study's paths are relative.
@@ -18,276 +18,31 @@ get the same statistics between two other arms. Missing and unfinished runs are 
 """
 import argparse
 import datetime
-import io
-import json
 import math
 import os
 import pathlib
 import platform
-import re
 import shlex
 import sys
 
 import numpy as np
 import torch
 
-try:  # the report's libraries, beyond the core install
-    import matplotlib
-    matplotlib.use("Agg")  # files only, no display needed
-    import matplotlib.pyplot as plt
-    import scipy  # noqa: F401  (paired.py's statistics)
-except ImportError as e:
-    sys.exit(f"error: report.py needs {e.name}, which is not installed: pip install -r requirements-report.txt "
-             f"(scipy and matplotlib)")
-
-from model import QUERY_MODE_ALIASES, GPTConfig
 from nlq import settings
-from nlq.checkpoint import check_same_dataset, read_metrics, replace_atomically
-from nlq.data import load_meta
 from nlq.settings import HelpFormatter, model_config
-from nlq.tokenizers import token_bytes
+from research.compare import (COMPARED, compare, fmt_loss, plt, png, table,  # plt: matplotlib's, imported there or
+                              write_files)  # an error naming the install command
 from research.paired import (fmt_ci, mean_ci, multiplier, paired_difference, robust_shift, seeds_needed, summarize,
                              trend, verdict, welch_p)
-from research.study import (QUICK_DIR, QUICK_FRACTION, STALL_RULE, STALL_TEXT, arm_config, final_seeds, final_val_loss,
-                            group_of, is_diverged, is_final, load_study, pick_best_lr, plan, quick_option,
-                            read_saved_config, run_config, run_dir, run_tokens, rungs_of, value_name)
-from research.study import is_stalled as stalled_rows
-
-
-def fmt_loss(x):
-    return "—" if x is None else f"{x:.4f}"
-
-
-def table(cols, rows, align=None):
-    """A markdown table; align: 'l' or 'r' per column (default: the first left, the rest right)."""
-    align = align or "l" + "r" * (len(cols) - 1)
-    rule = "|" + "".join("---|" if a == "l" else "---:|" for a in align)
-    return "\n".join(["| " + " | ".join(cols) + " |", rule] + ["| " + " | ".join(r) + " |" for r in rows])
-
-
-# ------------------------------------------------------------------------------------------- the runs
-def read_run(study, arm, lr, seed):
-    """One run (load_study has checked its settings) -> dict(status: done | diverged | unfinished | missing,
-    final: its final loss once done, rows, config, ...)."""
-    out_dir = run_dir(study, arm, lr, seed)
-    rows, max_iters = read_metrics(out_dir), run_config(study, arm, lr, seed)["max_iters"]
-    last = rows[-1] if rows else {}
-    status = ("missing" if not rows else "diverged" if is_diverged(last) else
-              "done" if last["iter"] >= max_iters else "unfinished")
-    return dict(arm=arm, lr=lr, seed=seed, out_dir=out_dir, status=status, iter=last.get("iter"),
-                max_iters=max_iters, final=final_val_loss(last) if status == "done" else None, rows=rows,
-                config=read_saved_config(os.path.join(out_dir, "config.json")))
-
-
-def collect(study):
-    """{arm: dict(plan=plan(...), search={(lr, seed): run}, finals={seed: run at the chosen lr})}."""
-    data = {}
-    for arm in study["arms"]:
-        p = plan(study, arm)
-        search = {(lr, s): read_run(study, arm, lr, s) for lr in p["swept"] for s in study["selection_seeds"]}
-        finals = ({s: read_run(study, arm, p["chosen"], s) for s in final_seeds(study, arm)}
-                  if p["chosen"] is not None else {})
-        data[arm] = dict(plan=p, search=search, finals=finals)
-    return data
-
-
-def all_runs(data):
-    return [r for d in data.values() for r in (*d["search"].values(), *d["finals"].values())]
-
-
-def final_losses(d):
-    """{seed: final loss} of an arm's finished final runs."""
-    return {s: r["final"] for s, r in d["finals"].items() if r["final"] is not None}
-
-
-def swept_rates(data):
-    return sorted({lr for d in data.values() for lr in d["plan"]["swept"]})
-
-
-def elapsed_seconds(rows):
-    """Training seconds at each eval row (evals excluded): the running sum of ms_per_iter x iterations."""
-    t, out, prev = 0.0, [], 0
-    for row in rows:
-        t += (row.get("ms_per_iter") or 0.0) / 1000 * (row["iter"] - prev)
-        out.append(t)
-        prev = row["iter"]
-    return out
-
-
-def png(fig, axes=(), empty=None):
-    """A grid and a legend (or the text empty, where nothing was drawn) on each of axes; the figure as PNG."""
-    for ax in axes:
-        ax.grid(alpha=0.3)
-        if ax.lines:
-            ax.legend(fontsize=8)
-        elif empty:
-            ax.text(0.5, 0.5, empty, ha="center", transform=ax.transAxes)
-    fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, dpi=120, format="png")
-    plt.close(fig)
-    return buf.getvalue()
-
-
-# ---------------------------------------------------------------------------------- plain runs compared
-
-
-def tokens_per_byte(config, cache, bpe_dir=None):
-    """Target tokens per UTF-8 byte of the run's whole val split, or a str saying why they cannot be counted:
-    from the val.bin the run was trained on (gpt2: with GPT-2's BPE files)."""
-    meta = config.get("dataset_meta") or {}
-    if meta.get("tokenizer") == "byte":
-        return 1.0
-    folder = os.path.join(config["data_dir"], config["dataset"])
-    if folder not in cache:
-        try:
-            found = load_meta(folder)
-            check_same_dataset(meta, found, folder)
-            ids = np.memmap(os.path.join(folder, "val.bin"), dtype=found["dtype"], mode="r")[1:]
-            counts = np.bincount(ids, minlength=found["vocab_size"])
-            cache[folder] = 1 / (int(counts @ token_bytes(found, bpe_dir)) / len(ids))
-        except (OSError, ValueError, RuntimeError) as e:  # RuntimeError: DataError (no GPT-2 BPE files)
-            cache[folder] = f"{folder}: {e}"
-    return cache[folder]
-
-
-def compare_table(runs, bpe_dir=None):
-    """Plain runs -> (markdown table, [notes])."""
-    rows, notes, cache = [], [], {}
-    for run in runs:
-        last, cfg = run["rows"][-1], run["config"]
-        status = "" if is_final(last, cfg["max_iters"]) else f" (unfinished: max_iters {cfg['max_iters']})"
-        full, bpb = last.get("val_loss_full"), "—"
-        if full is not None:
-            per_byte = tokens_per_byte(cfg, cache, bpe_dir)
-            if isinstance(per_byte, str):
-                notes.append(f"bits/byte of {run['name']}: not counted ({per_byte})")
-            else:
-                bpb = f"{full / math.log(2) * per_byte:.4f}"
-        if last.get("elapsed_s") is not None:
-            wall = f"{last['elapsed_s']:.0f} s"
-        else:  # runs made before metrics.jsonl had elapsed_s: the step times alone
-            wall = f"{elapsed_seconds(run['rows'])[-1]:.0f} s*"
-            notes.append(f"* {run['name']}: training steps only (evals not counted; the run predates elapsed_s)")
-        val = "diverged" if is_diverged(last) else fmt_loss(last.get("val_loss"))
-        rows.append([run["name"], f"{last['iter']:,}{status}", f"{last.get('tokens', 0):,}", val, fmt_loss(full),
-                     bpb, wall])
-    cols = ["run", "iters", "tokens", "val loss (fixed windows)", "val loss (whole split)", "bits/byte",
-            "wall time"]
-    return table(cols, rows), notes
-
-
-def setting(config, key):
-    """A run's value of one key as the model was built: a size left at None is the one model_args resolved, an
-    alias the query mode it names, attn_scale given as the mode's own default None (as if left out)."""
-    value = config[key]
-    if key == "query_mode":
-        value = QUERY_MODE_ALIASES.get(value, value)
-    elif key == "attn_scale" and value is not None:
-        default = GPTConfig(n_embd=config["n_embd"], n_head=config["n_head"], query_mode=config["query_mode"])
-        value = None if math.isclose(value, default.attn_scale) else value
-    elif value is None and key != "attn_scale":
-        value = (config.get("model_args") or {}).get(key)
-    return value
-
-
-class Changed(str):
-    """A setting that a resume changed half-way ("4, then 8 from iter 20"), shown as it is, not quoted."""
-    __repr__ = str.__str__
-
-
-def setting_over_time(config, key):
-    """setting(config, key), or, for a key a resume changed (config.json's "resumes"), each value in turn."""
-    steps = [(r["iter"], r["changed"][key]) for r in config.get("resumes") or [] if key in r["changed"]]
-    if not steps:
-        return setting(config, key)
-    return Changed(", then ".join([repr(steps[0][1][0])] + [f"{now!r} from iter {it}" for it, (_, now) in steps]))
-
-
-def config_differences(runs):
-    """{key: [value per run]} for the settings (and the dataset's contents) that differ between the runs."""
-    keys = sorted({k for run in runs for k in run["config"]
-                   if k in settings.DEFAULTS and k not in settings.NOT_EXPERIMENT})
-    diffs = {k: [setting_over_time(run["config"], k) for run in runs] for k in keys}
-    diffs = {k: v for k, v in diffs.items() if any(x != v[0] for x in v)}
-    # where the weights started; a run saved before train.py recorded it: its init_from, unless that says resume
-    origins = [c.get("initialised_from") or ("not recorded" if c["init_from"] == "resume" else c["init_from"])
-               for c in (run["config"] for run in runs)]
-    if any(o != origins[0] for o in origins):
-        diffs["initialised_from"] = origins
-    shas = [json.dumps((run["config"].get("dataset_meta") or {}).get("sha256"), sort_keys=True) for run in runs]
-    if len(set(shas)) > 1:  # a sha per run would be noise: say which runs share their data
-        groups = {sha: i + 1 for i, sha in enumerate(dict.fromkeys(shas))}
-        diffs["dataset contents"] = [f"data {groups[sha]}" for sha in shas]
-    return diffs
-
-
-def plot_runs(runs):
-    """Each run's val loss against training tokens; its whole-split val loss as an x at its last point."""
-    fig, ax = plt.subplots(figsize=(8, 4.5))
-    for run in runs:
-        rows = [r for r in run["rows"] if r["iter"] > 0 and r.get("val_loss") is not None]
-        if not rows:
-            continue
-        line, = ax.plot([r["tokens"] for r in rows], [r["val_loss"] for r in rows], marker="o", ms=3,
-                        label=run["name"])
-        if rows[-1].get("val_loss_full") is not None:
-            ax.plot(rows[-1]["tokens"], rows[-1]["val_loss_full"], "x", ms=8, color=line.get_color())
-    ax.set(xlabel="training tokens", ylabel="val loss (nats/token; ×: whole split)",
-           title="val loss of each run (one seed each: no call)")
-    return png(fig, [ax])
-
-
-def compare(paths, out, bpe_dir=None):
-    """Print a table of plain train.py runs, the settings that differ and what such a comparison cannot tell;
-    plot their val-loss curves to <out>/val_loss.png."""
-    runs = [dict(name=p, rows=read_metrics(p), config=read_saved_config(os.path.join(p, "config.json")))
-            for p in paths]
-    empty = [run["name"] for run in runs if not run["rows"] or run["config"] is None]
-    if empty:
-        raise ValueError(f"{empty[0]} is not a train.py run folder with results (metrics.jsonl and config.json)")
-    table_text, notes = compare_table(runs, bpe_dir)
-    diffs = config_differences(runs)
-    show = lambda k, values: ", ".join(f"{run['name']}: {v if k == 'dataset contents' else repr(v)}"
-                                       for run, v in zip(runs, values))
-    if not diffs:
-        differ = "Their settings are the same (" + ", ".join(sorted(settings.NOT_EXPERIMENT)) + " not compared)."
-    elif len(diffs) == 1:
-        (key, values), = diffs.items()
-        differ = f"They differ only in {key}: {show(key, values)}."
-    else:
-        width = max(len(k) for k in diffs)
-        differ = "Settings that differ:\n" + "\n".join(f"  {k:<{width}}  {show(k, v)}" for k, v in diffs.items())
-    if "dataset contents" in diffs:
-        notes.append(f"Their data differ ({show('dataset contents', diffs['dataset contents'])}: other text, or the "
-                     f"same split otherwise): their val losses are not over the same tokens.")
-    changed = [run["name"] for run in runs
-               if any(r["changed"].keys() - settings.NOT_EXPERIMENT for r in run["config"].get("resumes") or [])]
-    if changed:
-        notes.append(f"{', '.join(changed)} changed settings when resumed (shown as 'A, then B from iter N'): not "
-                     f"the curves of straight runs at their final settings.")
-    tokenizers = [(run["config"].get("dataset_meta") or {}).get("tokenizer") for run in runs]
-    if len(set(tokenizers)) > 1:  # a char's nats and a BPE token's nats are different units
-        notes.append(f"Their tokenizers differ ({show('tokenizer', tokenizers)}): val loss is in nats per token "
-                     f"of each run's own tokenizer, so only bits/byte compares them.")
-    seeds = ", ".join(map(str, sorted({run["config"]["seed"] for run in runs})))
-    caveat = (f"One seed per run (seeds {seeds}): a gap can be seed noise, so this comparison supports no call; "
-              f"for one, write a study (studies/*.py) and run python -m research.sweep STUDY, then "
-              f"python -m research.report STUDY. "
-              f"Wall time is the machine's during each run; bench.py compares speed.")
-    write_files(out, {"val_loss.png": plot_runs(runs)})
-    plot = os.path.join(out, "val_loss.png")
-    text = "\n\n".join([table_text, *(["\n".join(notes)] if notes else []), differ, caveat,
-                        f"val-loss curves: {plot}"])
-    print(text)
-    return text
+from research.study import (QUICK_DIR, QUICK_FRACTION, STALL_RULE, STALL_TEXT, all_runs, arm_config, collect, count,
+                            elapsed_seconds, final_losses, group_of, load_study, pick_best_lr, quick_option, run_tokens,
+                            rungs_of, swept_rates, value_name)
 
 
 # ------------------------------------------------------------------------------------------- the report
 def header(study_path, study, out):
     """Title, the study file's comment, the commands that produce the report, date and machine."""
-    with open(study_path) as f:
-        comment = [line[1:].strip() for line in f.read().splitlines() if line.startswith("#")]
+    comment = [line[1:].strip() for line in pathlib.Path(study_path).read_text().splitlines() if line[:1] == "#"]
     cmds = [c for c in comment if c.startswith("python ")] or [f"python -m research.sweep {shlex.quote(study_path)}"]
     if not any(c.startswith("python -m research.report") for c in cmds):
         cmds.append(f"python -m research.report {shlex.quote(study_path)}"
@@ -312,8 +67,7 @@ def header(study_path, study, out):
 def method(study, tokenizer):
     ref = study["reference"]
     bpb = " Bits per byte = loss / ln 2 (byte-level data: one token per byte)." if tokenizer == "byte" else ""
-    first = next(iter(study["arms"]))
-    if arm_config(study, first)["eval_full_at_end"]:
+    if arm_config(study, next(iter(study["arms"])))["eval_full_at_end"]:
         final, key = "its val loss over the whole val split, every val token once", "`val_loss_full`"
     else:
         final, key = ("its last fixed-window val loss", "`val_loss`: these runs skip the whole-split eval "
@@ -361,27 +115,20 @@ def results_table(study, data, tokenizer):
     ref_losses = final_losses(data[ref])
     rows = []
     for arm, d in data.items():
-        cfg = arm_config(study, arm)
-        counts = settings.param_counts(model_config(cfg))  # as this clone's model.py builds it
+        counts = settings.param_counts(model_config(arm_config(study, arm)))  # as this clone's model.py builds it
         losses = final_losses(d)
         mean, std, n = summarize(list(losses.values()))
         chosen = d["plan"]["chosen"]
-        diverged = sum(r["status"] == "diverged" for r in d["finals"].values())
+        diverged = count(d["finals"].values(), "diverged")
         cells = [d.get("label", arm), f"{counts['non_embedding']:,}", f"{counts['non_embedding_matrix']:,}",
                  "—" if chosen is None else f"{chosen:g}",
                  ("—" if not n else f"{mean:.4f} ± {std:.4f} ({n})" if n > 1 else f"{mean:.4f} (1)")
                  + (f"; {diverged} diverged" if diverged else ""),
-                 f"{stalled_count(d['finals'].values())} of {n}" if n else "—"]
+                 f"{sum(r['stalled'] for r in d['finals'].values())} of {n}" if n else "—"]
         cells += [f"{mean / math.log(2):.4f}" if n else "—"] if byte else []
-        if arm == ref or not (losses and ref_losses):
-            cells += ["—"] * 8
-        else:
-            pd = paired_difference(losses, ref_losses)
-            wp = welch_p(list(losses.values()), list(ref_losses.values()))
-            cells += [f"{pd['mean']:+.4f} (n={pd['n']})", fmt_ci(pd["ci"]), f"{pd['rel']:+.2f}%",
-                      "—" if pd["p"] is None else f"{pd['p']:.3g}", "—" if wp is None else f"{wp:.3g}",
-                      verdict(pd["ci"], study.get("quick")), *robust_cells(pd)]
-        rows.append(cells)
+        pd = paired_difference(losses, ref_losses if arm != ref else {})
+        wp = welch_p(list(losses.values()), list(ref_losses.values())) if pd["n"] else None
+        rows.append(cells + delta_cells(pd, study.get("quick"), f"{pd['rel']:+.2f}%", fmt_p(pd["p"]), fmt_p(wp)))
     cols = ["arm", "non-embedding params", "non-embedding matrix", "chosen lr", "final loss, mean ± std (n)",
             "stalled", *(["bits/byte"] if byte else []), f"Δ vs {ref} (paired, nats)", "95% CI", "rel",
             "paired p", "Welch p", "call", *ROBUST_COLS]
@@ -395,13 +142,18 @@ ROBUST_TEXT = ("Beside each t interval, 'HL shift' is the Hodges–Lehmann shift
                "pair moves them by one rank, not by its size. The call is the t interval's.")
 
 
-def robust_cells(pd):
-    """The robust summaries of a paired_difference: the Hodges–Lehmann shift [its CI], the Wilcoxon p."""
+def fmt_p(p):
+    return "—" if p is None else f"{p:.3g}"
+
+
+def delta_cells(pd, quick, *middle):
+    """A paired_difference's cells: Δ (n), its 95% CI, the middle cells given, the call, the robust summaries
+    (the Hodges–Lehmann shift [its CI], the Wilcoxon p); every cell '—' where no seed is shared."""
+    if not pd["n"]:
+        return ["—"] * (5 + len(middle))
     r = robust_shift(pd["diffs"])
-    if r["hl"] is None:
-        return ["—", "—"]
-    return [f"{r['hl']:+.4f} " + (fmt_ci(r["ci"]) if r["ci"] else "(no CI at n ≤ 5)"),
-            "—" if r["p"] is None else f"{r['p']:.3g}"]
+    return [f"{pd['mean']:+.4f} (n={pd['n']})", fmt_ci(pd["ci"]), *middle, verdict(pd["ci"], quick),
+            f"{r['hl']:+.4f} " + (fmt_ci(r["ci"]) if r["ci"] else "(no CI at n ≤ 5)"), fmt_p(r["p"])]
 
 
 def contrasts_table(study, data):
@@ -409,9 +161,7 @@ def contrasts_table(study, data):
     rows = []
     for arm, other, isolates in study["contrasts"]:
         pd = paired_difference(final_losses(data[arm]), final_losses(data[other]))
-        rows.append([f"{arm} − {other}", isolates, "—" if not pd["n"] else f"{pd['mean']:+.4f} (n={pd['n']})",
-                     fmt_ci(pd["ci"]), "—" if pd["p"] is None else f"{pd['p']:.3g}",
-                     verdict(pd["ci"], study.get("quick")) if pd["n"] else "—", *robust_cells(pd)])
+        rows.append([f"{arm} − {other}", isolates, *delta_cells(pd, study.get("quick"), fmt_p(pd["p"]))])
     cols = ["arm − other", "what the pair isolates", "Δ (paired, nats)", "95% CI", "paired p", "call", *ROBUST_COLS]
     return table(cols, rows, "llrrrlrr")
 
@@ -441,18 +191,9 @@ def precision_table(study, data):
 
 
 # ------------------------------------------------------------------------------- learning-rate curves
-def is_stalled(run):
-    """A read_run run: stalled (study.STALL_TEXT), True, False or None while it cannot tell."""
-    return stalled_rows(run["rows"], run["max_iters"])
-
-
-def stalled_count(runs):
-    return sum(bool(r["status"] == "done" and is_stalled(r)) for r in runs)
-
-
 def stall_caution(data):
     """[paragraphs] on the final runs that stalled, and the arms all of whose final runs stalled."""
-    hit = [(arm, stalled_count(d["finals"].values()), len(final_losses(d))) for arm, d in data.items()]
+    hit = [(arm, sum(r["stalled"] for r in d["finals"].values()), len(final_losses(d))) for arm, d in data.items()]
     hit = [f"{arm} {k} of {n}" for arm, k, n in hit if k]
     out = []
     if hit:
@@ -461,7 +202,7 @@ def stall_caution(data):
                    f"not how well the query learns, so a difference over such runs is about plateaus as much as "
                    f"about the method: more steps, another learning rate or more seeds tell the two apart.")
     blind = [f"{arm} ({d['plan']['chosen']:g})" for arm, d in data.items()
-             if d["finals"] and all(r["status"] == "done" and is_stalled(r) for r in d["finals"].values())]
+             if d["finals"] and all(r["stalled"] for r in d["finals"].values())]
     if blind:
         out.append(f"**Every final run stalled: {', '.join(blind)}.** None of these arms' final runs left the "
                    f"early plateau by half-way, so their results say little about the query, and the chosen "
@@ -471,21 +212,15 @@ def stall_caution(data):
     return out
 
 
-def selection_losses(study, d, lr):
-    """{selection seed: final loss} of an arm's finished selection runs at one rate."""
-    return {s: d["search"][(lr, s)]["final"] for s in study["selection_seeds"]
-            if d["search"][(lr, s)]["final"] is not None}
-
-
 def curve_points(study, d):
-    """An arm's learning-rate curve: {lr: dict(losses of the finished selection runs, and how many stalled,
-    diverged, unfinished)}."""
+    """An arm's learning-rate curve: {lr: dict(losses={selection seed: final loss} of its finished runs, and how
+    many stalled, diverged, unfinished)}."""
     points = {}
     for lr in d["plan"]["swept"]:
         runs = [d["search"][(lr, s)] for s in study["selection_seeds"]]
-        points[lr] = dict(losses=list(selection_losses(study, d, lr).values()), stalled=stalled_count(runs),
-                          diverged=sum(r["status"] == "diverged" for r in runs),
-                          unfinished=sum(r["status"] in ("missing", "unfinished") for r in runs))
+        points[lr] = dict(losses={r["seed"]: r["final"] for r in runs if r["final"] is not None},
+                          stalled=sum(r["stalled"] for r in runs), diverged=count(runs, "diverged"),
+                          unfinished=count(runs, "missing", "unfinished"))
     return points
 
 
@@ -512,7 +247,7 @@ def curve_table(study, data):
         p = curves[arm].get(lr)
         if p is None:
             return "·"
-        mean, ci = mean_ci(p["losses"])
+        mean, ci = mean_ci(list(p["losses"].values()))
         marks = [f"{p[k]} {k}" for k in ("stalled", "diverged", "unfinished") if p[k]]
         return ("—" if not p["losses"] else f"{mean:.4f} {fmt_ci(ci)} (n={len(p['losses'])})") + (
             "; " + ", ".join(marks) if marks else "")
@@ -530,11 +265,13 @@ def reference_of(study, arm):
 
 def curve_gap_table(study, data):
     """Per rate and arm: arm − reference at that rate, paired by selection seed, its 95% CI and the call."""
+    curves = {arm: curve_points(study, d) for arm, d in data.items()}
+
     def cell(lr, arm):
         ref = reference_of(study, arm)
-        if lr not in data[arm]["plan"]["swept"] or lr not in data[ref]["plan"]["swept"]:
+        if lr not in curves[arm] or lr not in curves[ref]:
             return "·"
-        d = paired_difference(selection_losses(study, data[arm], lr), selection_losses(study, data[ref], lr))
+        d = paired_difference(curves[arm][lr]["losses"], curves[ref][lr]["losses"])
         return ("—" if not d["n"] else
                 f"{d['mean']:+.4f} {fmt_ci(d['ci'])} (n={d['n']}) {verdict(d['ci'], study.get('quick'))}")
     others = [arm for arm in data if arm != reference_of(study, arm)]
@@ -555,8 +292,8 @@ def band_table(study, data):
                      ", ".join(f"{lr:g}" for lr in rates) or "—",
                      f"×{max(rates) / min(rates):.2f}" if rates else "—",
                      f"{sum(p['stalled'] for p in points)} / {sum(p['diverged'] for p in points)} of {curve_runs}",
-                     f"{stalled_count(finals)} / {sum(r['status'] == 'diverged' for r in finals)} of "
-                     f"{sum(r['status'] in ('done', 'diverged') for r in finals)}"])
+                     f"{sum(r['stalled'] for r in finals)} / {count(finals, 'diverged')} of "
+                     f"{count(finals, 'done', 'diverged')}"])
     cols = ["arm", "best lr", "mean at best", "rates within 1% of best", "band width",
             "curve runs stalled / diverged", "final runs stalled / diverged"]
     return table(cols, rows)
@@ -573,7 +310,7 @@ def plot_lr_curves(study, data):
         xs = [lr for lr in sorted(points) if points[lr]["losses"]]
         if not xs and not any(p["diverged"] for p in points.values()):
             continue
-        stats_at = {lr: mean_ci(points[lr]["losses"]) for lr in xs}
+        stats_at = {lr: mean_ci(list(points[lr]["losses"].values())) for lr in xs}
         line, = ax.plot([x * shift for x in xs], [stats_at[x][0] for x in xs], marker="o", ms=4, label=arm)
         color = line.get_color()
         for x in xs:
@@ -584,7 +321,7 @@ def plot_lr_curves(study, data):
             if run["status"] == "diverged":
                 ax.plot(lr * shift, top, marker="^", ms=7, color=color, clip_on=False)
             elif run["final"] is not None:
-                stalled = is_stalled(run)
+                stalled = run["stalled"]
                 ax.plot(lr * shift, run["final"], marker="x" if stalled else ".", ms=7 if stalled else 5,
                         color=color, alpha=0.7, ls="none")
     ax.set_xscale("log", base=2)
@@ -836,6 +573,13 @@ def ladder_axis(rungs):
     return "training tokens a run", {r: run_tokens(c) for r, c in cfgs.items()}
 
 
+def ladder_flops(rungs):
+    """{x on ladder_axis: the training FLOPs of a final run of the reference} over a ladder's rungs."""
+    _, xs = ladder_axis(rungs)
+    cfgs = {s["rung"]: arm_config(s, s["reference"]) for s in rungs}
+    return {xs[r]: run_tokens(c) * settings.flops_per_token(model_config(c)) for r, c in cfgs.items()}
+
+
 def ladder_gaps(views):
     """[(study, data) of each rung, by_arm's] -> {(arm, other): [(rung, x, paired_difference)]}: each arm against
     the reference, and the study's contrasts, at every rung, smallest first; x is the rung's size on ladder_axis."""
@@ -856,9 +600,7 @@ def rel_ci(d):
 
 
 def ladder_table(gaps, quick, axis):
-    rows = [[f"{arm} − {other}", rung, f"{x:,}", f"{d['mean']:+.4f} (n={d['n']})" if d["n"] else "—",
-             fmt_ci(d["ci"]), rel_ci(d) if d["n"] else "—", verdict(d["ci"], quick) if d["n"] else "—",
-             *robust_cells(d)]
+    rows = [[f"{arm} − {other}", rung, f"{x:,}", *delta_cells(d, quick, rel_ci(d))]
             for (arm, other), points in gaps.items() for rung, x, d in points]
     return table(["pair", "rung", axis, "Δ (paired, nats)", "95% CI", "Δ in % of other [95% CI]", "call",
                   *ROBUST_COLS], rows, "llrrrrlrr")
@@ -882,9 +624,10 @@ def plot_ladder(gaps, axis):
     return png(fig, axes, empty="no rung has a paired difference yet")
 
 
-def ladder_reading(gaps, quick, axis):
+def ladder_reading(gaps, quick, axis, flops):
     """What the data support, pair by pair: the rungs whose CI excludes 0, the fitted change with size (called
-    only where its CI excludes 0, on the rungs it rests on), and the reference's multiplier at each rung."""
+    only where its CI excludes 0, on the rungs it rests on), and the reference's multiplier at each rung (flops:
+    {x: a final run's training FLOPs})."""
     lines = []
     for (arm, other), points in gaps.items():
         called = [f"{verdict(d['ci'], quick)} at {rung}" for rung, _, d in points
@@ -905,21 +648,27 @@ def ladder_reading(gaps, quick, axis):
             text += (f"; across the {k} rungs Δ changes by {fit['slope']:+.4f} {fmt_ci(fit['ci'])} nats, "
                      f"{rel['slope']:+.2f}% [{rel['ci'][0]:+.2f}, {rel['ci'][1]:+.2f}] of {other}'s loss, per 10× "
                      f"{axis} (least squares over the {k} rungs' mean Δ, t on {k - 2} df): {what}")
-            text += multiplier_text(arm, other, paired, axis)
+            text += multiplier_text(arm, other, paired, axis, flops)
         lines.append(text + ".")
     return "\n".join(lines)
 
 
-def multiplier_text(arm, other, paired, axis):
-    """'; other would need M× ...' at each rung, from power laws fitted to each arm's rung means (paired.multiplier)."""
-    ref = [d["ref_mean"] for _, d in paired]
-    fit = multiplier([x for x, _ in paired], ref, [r + d["mean"] for r, (_, d) in zip(ref, paired)])
+def multiplier_text(arm, other, paired, axis, flops):
+    """'. To reach arm's loss, other would need M× ...' at each rung (paired.multiplier: the reference's curve with
+    a loss floor), in the ladder's axis and in training FLOPs along its recipe (flops: {x: a final run's FLOPs}):
+    M^b, b the local exponent of FLOPs against x between neighbouring rungs (tokens grow with parameters, so b
+    is not 2, nor the same at every rung)."""
+    xs = [x for x, _ in paired]
+    fit = multiplier(xs, [d["ref_mean"] for _, d in paired], [d for _, d in paired])
     if fit is None:
         return f"; no multiplier: {other}'s loss does not fall along the rungs"
-    what = "parameters (× M² training FLOPs at a fixed tokens per parameter)" if "param" in axis else "tokens"
-    at = ", ".join(f"×{m:.3g} [{lo:.3g}, {hi:.3g}] at {x:,.0f}" for x, m, (lo, hi) in fit["at"])
-    return (f". To reach {arm}'s loss, {other} would need M times the {what}: {at} (power laws in {axis}, "
-            f"{other}'s exponent {fit['alpha']:.3f}; 95% CIs as the trend's; M > 1: {arm} is worth more)")
+    b = np.gradient(np.log([flops[x] for x in xs]), np.log(xs))
+    cell = lambda m, ci, e: f"×{m ** e:.3g}" + (f" [{ci[0] ** e:.3g}, {ci[1] ** e:.3g}]" if ci else "")
+    at = ", ".join(f"{cell(m, ci, 1)} ({cell(m, ci, e)} training FLOPs) at {x:,.0f}"
+                   for (x, m, ci), e in zip(fit["at"], b))
+    return (f". To reach {arm}'s loss, {other} would need M times the {axis}: {at} ({other}'s loss fitted as "
+            f"E + B·N^(−α) over the rungs, floor E = {fit['floor']:.3f}, α = {fit['alpha']:.3f}; each rung's "
+            f"95% CI is its paired Δ's; M > 1: {arm} is worth more)")
 
 
 def render_ladder(study_path, ladder, datas, out):
@@ -936,7 +685,7 @@ def render_ladder(study_path, ladder, datas, out):
              f"given in % of the other arm's mean loss (the losses fall along the rungs, so a constant relative "
              f"gain shrinks in nats). {STALL_TEXT}", ladder_table(gaps, ladder["quick"], axis),
              "![gap against size](gap_vs_size.png)", "**What the data support.**",
-             ladder_reading(gaps, ladder["quick"], axis)]
+             ladder_reading(gaps, ladder["quick"], axis, ladder_flops([study for study, _ in views]))]
     parts += [*reading_section(out), "## Method", method(views[0][0], tokenizer)]
     for searched, (study, data) in zip(rungs, views):
         rung, cfg = study["rung"], arm_config(study, study["reference"])
@@ -950,25 +699,6 @@ def render_ladder(study_path, ladder, datas, out):
     return text, {"README.md": text.encode(), **files}
 
 
-GENERATED = re.compile(r"^Generated .* UTC on .*$", re.MULTILINE)  # the README's date line
-
-
-def write_files(out, files):
-    """Write {name: bytes} into out, each file atomically, but for those that already say the same (a README's
-    date line aside: a rebuild of unchanged runs leaves git clean). Returns (paths written, names kept)."""
-    os.makedirs(out, exist_ok=True)
-    written, kept = [], []
-    for name in sorted(files):
-        path, new = os.path.join(out, name), files[name]
-        undated = lambda b: GENERATED.sub("", b.decode("utf-8", "replace")) if name.endswith(".md") else b
-        if os.path.isfile(path) and undated(pathlib.Path(path).read_bytes()) == undated(new):
-            kept.append(name)
-            continue
-        replace_atomically(path, lambda tmp: pathlib.Path(tmp).write_bytes(new))
-        written.append(path)
-    return written, kept
-
-
 def default_out(study):
     return os.path.join(QUICK_DIR if study.get("quick") else "results", study["name"])
 
@@ -976,10 +706,10 @@ def default_out(study):
 def check_out(p, out, study_name):
     """argparse error if --out holds a README.md that is not a report of study_name (None: run folders
     compared, whose plot must not replace a report's)."""
-    if os.path.isfile(os.path.join(out, "README.md")):
-        with open(os.path.join(out, "README.md"), errors="replace") as f:
-            title = f.readline().rstrip("\n")
-        if study_name is None or title != f"# Study {study_name}":
+    readme = pathlib.Path(out, "README.md")
+    if readme.is_file():
+        title = readme.read_text(errors="replace").split("\n", 1)[0]
+        if title != (COMPARED if study_name is None else f"# Study {study_name}"):
             p.error(f"--out {out} holds a README.md that is not a report of "
                     f"{'these runs' if study_name is None else 'study ' + study_name} (its first line: "
                     f"{title[:60]!r}); the report would replace its files: choose another --out")

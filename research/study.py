@@ -32,11 +32,12 @@ import math
 import os
 import re
 
-from model import QUERY_MODE_ALIASES
+import numpy as np
+
 from nlq.checkpoint import read_metrics, read_saved_config
 from nlq.data import load_meta, open_split
-from nlq.settings import (NOT_EXPERIMENT, check_value, flops_per_token, model_config, param_counts, parse_config,
-                          read_config_file)
+from nlq.settings import (NOT_EXPERIMENT, check_value, differing, model_config, param_counts,
+                          parse_config, read_config_file)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository
 REQUIRED = ("name", "config", "overrides", "arms", "learning_rates", "selection_seeds", "seeds")
@@ -357,12 +358,7 @@ def settings_diff(study, arm, lr, seed):
                              f"cannot be checked; restore config.json, or delete the folder to run it again")
         return {}
     wanted = run_config(study, arm, lr, seed)
-    named = lambda k, v: QUERY_MODE_ALIASES.get(v, v) if k == "query_mode" else v  # 'original' is linear
-    diff = {k: (saved[k], v) for k, v in wanted.items()
-            if k not in NOT_EXPERIMENT and named(k, saved[k]) != named(k, v)}
-    step = lambda c: c["batch_size"] * c["gradient_accumulation_steps"]  # sequences a step
-    if step(saved) == step(wanted):
-        diff = {k: v for k, v in diff.items() if k not in ("batch_size", "gradient_accumulation_steps")}
+    diff = differing(saved, wanted, NOT_EXPERIMENT)
     origin = saved.get("initialised_from")  # init_from says 'resume' once a run resumed; this keeps the start
     if origin is not None and origin != wanted["init_from"]:
         diff["initialised_from"] = (origin, wanted["init_from"])
@@ -498,6 +494,12 @@ def is_final(row, max_iters):
     return row is not None and (is_diverged(row) or row["iter"] >= max_iters)
 
 
+def elapsed_seconds(rows):
+    """Training seconds at each metrics row (evals excluded): the running sum of ms_per_iter x iterations."""
+    steps = np.diff([0] + [row["iter"] for row in rows])
+    return np.cumsum([(row.get("ms_per_iter") or 0.0) / 1000 * n for row, n in zip(rows, steps)]).tolist()
+
+
 def is_finished(study, arm, lr, seed):
     """True for a run that reached max_iters, or that diverged."""
     return is_final(final_row(run_dir(study, arm, lr, seed)), run_config(study, arm, lr, seed)["max_iters"])
@@ -535,12 +537,10 @@ STALL_TEXT = (f"A run is *stalled* when at the first eval at or after {STALL_AT:
               f"(it has not left the early plateau).")
 STALL_RULE = ("With stall_margin m, a rate is chosen only if no selection run stalled or diverged at it or at any "
               "swept rate less than m times above it (a 1% allowance for the 3-digit rates): m = 2 keeps the "
-              "choice a x2 step below the first failure above it. A rate next to one whose runs stall stalls on "
-              "other seeds too: on the CPU curves (results/lr_sensitivity_cpu) the mean over 3 selection seeds "
-              "chose the nonlinear query's rate one √2 step below its first stalled selection run, and 5 of its 12 "
-              "final runs there stalled or left the plateau late. Failures below a rate do not count against it "
-              "(a rate too low to leave the plateau by half-way reads as stalled too). The search runs no half "
-              "step the rule rules out, and extends downward while it rules out every swept rate.")
+              "choice a x2 step below the first failure above it, since a rate next to one whose runs stall stalls "
+              "on other seeds too (results/lr_sensitivity_cpu/reading.md). Failures below a rate do not count "
+              "against it (a rate too low to leave the plateau by half-way reads as stalled too). The search runs "
+              "no half step the rule rules out, and extends downward while it rules out every swept rate.")
 
 
 def is_stalled(rows, max_iters):
@@ -687,232 +687,51 @@ def study_progress(study):
     return f"{finished} of the study's {fewest if fewest == most else f'{fewest}-{most}'} runs finished"
 
 
-# ------------------------------------------------------------------------- the plan and its cost (--dry_run)
-# bench.py's one-H200 figures at the paper's shapes (bench/RESULTS.md): what --dry_run counts with by default
-DEFAULT_BENCH_JSON = os.path.join(ROOT, "bench", "results", "h200_2026-11-30", "bench_nlq_small.json")
+# ------------------------------------------------------------------------------ a study's runs, as read for its report
+def read_run(study, arm, lr, seed):
+    """One run (load_study has checked its settings) -> dict(status: done | diverged | unfinished | missing,
+    final: its final loss once done, rows, config, ...)."""
+    out_dir = run_dir(study, arm, lr, seed)
+    rows, max_iters = read_metrics(out_dir), run_config(study, arm, lr, seed)["max_iters"]
+    last = rows[-1] if rows else {}
+    status = ("missing" if not rows else "diverged" if is_diverged(last) else
+              "done" if last["iter"] >= max_iters else "unfinished")
+    return dict(arm=arm, lr=lr, seed=seed, out_dir=out_dir, status=status, iter=last.get("iter"),
+                max_iters=max_iters, final=final_val_loss(last) if status == "done" else None, rows=rows,
+                stalled=status == "done" and bool(is_stalled(rows, max_iters)),
+                config=read_saved_config(os.path.join(out_dir, "config.json")))
+
+
+def collect(study):
+    """{arm: dict(plan=plan(...), search={(lr, seed): run}, finals={seed: run at the chosen lr})}."""
+    data = {}
+    for arm in study["arms"]:
+        p = plan(study, arm)
+        search = {(lr, s): read_run(study, arm, lr, s) for lr in p["swept"] for s in study["selection_seeds"]}
+        finals = ({s: read_run(study, arm, p["chosen"], s) for s in final_seeds(study, arm)}
+                  if p["chosen"] is not None else {})
+        data[arm] = dict(plan=p, search=search, finals=finals)
+    return data
+
+
+def all_runs(data):
+    return [r for d in data.values() for r in (*d["search"].values(), *d["finals"].values())]
+
+
+def count(runs, *statuses):
+    return sum(r["status"] in statuses for r in runs)
+
+
+def final_losses(d):
+    """{seed: final loss} of an arm's finished final runs."""
+    return {s: r["final"] for s, r in d["finals"].items() if r["final"] is not None}
+
+
+def swept_rates(data):
+    return sorted({lr for d in data.values() for lr in d["plan"]["swept"]})
+
 
 
 def run_tokens(cfg):
     """Training tokens of one run of a resolved config: max_iters x accumulation x micro-batch x block_size."""
     return cfg["max_iters"] * cfg["gradient_accumulation_steps"] * cfg["batch_size"] * cfg["block_size"]
-
-
-def run_timing(study):
-    """{arm: (seconds a training step, seconds a run outside its steps (evals, start-up), or None where a run
-    did not log elapsed_s)}, measured on the study's finished runs."""
-    measured = {}
-    for run in existing_runs(study):
-        rows = read_metrics(run_dir(study, *run))
-        if rows and rows[-1]["iter"] > 0 and not is_diverged(rows[-1]):
-            steps = sum((r.get("ms_per_iter") or 0) / 1000 * (r["iter"] - p["iter"]) for p, r in zip(rows, rows[1:]))
-            elapsed = rows[-1].get("elapsed_s")
-            if steps > 0:  # (no step times logged: nothing to time it by)
-                rest = None if elapsed is None else max(0.0, elapsed - steps)
-                measured.setdefault(run[0], []).append((steps, rows[-1]["iter"], rest))
-    return {arm: (sum(s for s, _, _ in m) / sum(n for _, n, _ in m),
-                  None if any(o is None for *_, o in m) else sum(o for *_, o in m) / len(m))
-            for arm, m in measured.items()}
-
-
-def bench_speeds(study, cfgs, path):
-    """{arm: tokens/s} from bench.py's --json rows: the row of the arm's query mode measured at the model size
-    closest to the arm's, scaled by its FLOPs per token / the arm's (the same MFU). A row records its model's
-    FLOPs per token; rows written before it did were measured on config/nlq_small.py (DEFAULT_BENCH_JSON) or,
-    for another file, on the study's own model (its config and overrides)."""
-    try:
-        with open(path) as f:
-            rows = [(r["query_mode"], float(r["tokens_per_s"]), r.get("flops_per_token")) for r in json.load(f)]
-    except (OSError, ValueError, TypeError, KeyError) as e:
-        raise ValueError(f"--bench_json {path}: not bench.py's JSON (a list of rows with query_mode and "
-                         f"tokens_per_s): {type(e).__name__}: {e}") from e
-    measured_on = ([os.path.join(ROOT, "config", "nlq_small.py")] if path == DEFAULT_BENCH_JSON else
-                   [study["config"]] + [f"--{k}={v}" for k, v in study["overrides"].items()])
-    flops_of = lambda mode, flops: flops or flops_per_token(model_config(parse_config(
-        measured_on + [f"--query_mode={mode}"])))
-    speeds = {}
-    for arm, cfg in cfgs.items():
-        found = [(speed, flops_of(mode, flops)) for mode, speed, flops in rows if mode == cfg["query_mode"]]
-        if not found:
-            raise ValueError(f"{path} has no row for query_mode {cfg['query_mode']} (arm {arm}); it has "
-                             f"{', '.join(dict.fromkeys(mode for mode, _, _ in rows))}: measure it with bench.py, "
-                             f"or pass --tokens_per_s")
-        arm_flops = flops_per_token(model_config(cfg))
-        speed, flops = min(found, key=lambda sf: abs(math.log(sf[1] / arm_flops)))
-        speeds[arm] = speed * flops / arm_flops
-    return speeds
-
-
-def arm_costs(study, tokens_per_s=None, bench_json=None):
-    """-> (unit, where the figures come from, {arm: (tokens/s, hours a final run, hours a selection run)}; nan
-    where unknown; the two runs differ where final_overrides change the horizon): tokens_per_s
-    for every arm, else bench_json's figures (bench_speeds; by default DEFAULT_BENCH_JSON's), but a study on
-    the CPU given neither is timed on its own finished runs (run_timing): CPU-hours of one process."""
-    cfgs = {arm: arm_config(study, arm) for arm in study["arms"]}
-    selection = {arm: arm_config(study, arm, final=False) for arm in study["arms"]}
-    on_cpu = next(iter(cfgs.values()))["device"] == "cpu"
-    unit, rest_s = "CPU" if on_cpu else "GPU", dict.fromkeys(cfgs, 0)  # seconds of a run outside its steps
-    if on_cpu and not (tokens_per_s or bench_json):
-        timing = run_timing(study)
-        if not timing and study.get("quick"):  # a --quick try's steps run at the speed of the study's own runs
-            study = {**study, "runs_dir": study["study_runs_dir"]}
-            timing = {arm: (step_s, None) for arm, (step_s, _) in run_timing(study).items()}
-        speeds = {arm: run_tokens(cfg) / cfg["max_iters"] / timing[arm][0] if arm in timing else math.nan
-                  for arm, cfg in cfgs.items()}
-        rest_s.update({arm: rest or 0 for arm, (_, rest) in timing.items()})
-        evals = ("evals and start-up included" if all(rest is not None for _, rest in timing.values()) else
-                 "the steps alone: evals and start-up not counted" if study.get("quick") else
-                 "evals not included where the runs did not log elapsed_s")
-        modes = ",".join(dict.fromkeys(cfg["query_mode"] for cfg in cfgs.values()))
-        source = (f"CPU-hours of one process, timed on the runs in {study['runs_dir']} ({evals}; each arm's speed "
-                  f"as its runs met the machine's load, so tokens/s does not rank the arms: bench.py does)"
-                  if timing else f"CPU-hours: unknown, no finished run of this study to time yet; measure a run's "
-                  f"speed with python bench.py {study['config']} --threads=1 --query_modes={modes} and pass its "
-                  f"tokens/s as --tokens_per_s")
-    else:
-        path = bench_json or DEFAULT_BENCH_JSON
-        speeds = dict.fromkeys(cfgs, tokens_per_s) if tokens_per_s else bench_speeds(study, cfgs, path)
-        source = (f"{unit}-hours = tokens / tokens per second per {'process' if on_cpu else 'GPU'} / 3600, from "
-                  + (f"--tokens_per_s {tokens_per_s:,.0f} for every arm" if tokens_per_s else
-                     f"{os.path.relpath(path)}, each arm at its query mode's tokens/s, scaled by FLOPs per token "
-                     f"where the arm changes the model's size") + "; evals not counted")
-    hours = lambda cfg, arm: (run_tokens(cfg) / speeds[arm] + rest_s[arm]) / 3600
-    return unit, source, {arm: (speed, hours(cfgs[arm], arm), hours(selection[arm], arm))
-                          for arm, speed in speeds.items()}
-
-
-def span(lo, hi, fmt):
-    """'lo-hi' in format fmt, or one number where both read the same."""
-    return f"{lo:{fmt}}" if f"{lo:{fmt}}" == f"{hi:{fmt}}" else f"{lo:{fmt}}-{hi:{fmt}}"
-
-
-LEGEND = ("finished: runs done; due now: what the sweep would start now; first wave: the base grid on the selection "
-          "seeds (with no selection seeds: the final runs); fewest / most: the whole study without / with every grid "
-          "extension the search may add (half steps and final seeds included); a / b: a selection run / a final run, "
-          "where final_overrides make them differ; an also_search arm's final runs are counted on its first variant")
-
-
-def plan_table(study, unit, costs):
-    """One study's (or rung's) plan by arm as markdown lines, its summary line, and its totals (runs due now,
-    fewest, most; hours fewest, most): runs finished, due now, in the first wave, the fewest and the most the
-    search can make, with tokens and hours a run (arm_costs)."""
-    due = due_runs(study)
-    lines = [f"| arm | query_mode | tokens/s | tokens a run | {unit}-h a run | finished | due now | first wave "
-             f"| fewest | most | {unit}-h first wave | {unit}-h most |",
-             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
-    total = [0] * 8  # runs finished, due now, first wave, fewest, most; hours first wave, fewest, most
-    for arm in study["arms"]:
-        cfg, tokens = arm_config(study, arm), [run_tokens(arm_config(study, arm, final)) for final in (False, True)]
-        speed, h_final, h_sel = costs[arm]
-        first, fewest, most, finals = arm_run_counts(study, arm)
-        h_first = first * h_sel if first else finals * h_final  # with no search the final runs come first
-        first = first or finals
-        h_fewest, h_most = fewest * h_sel + finals * h_final, most * h_sel + finals * h_final
-        finished = sum(is_finished(study, *run) for run in run_list(study, arm))
-        now = sum(run[0] == arm for run in due)
-        total = [t + n for t, n in zip(total, (finished, now, first, fewest + finals, most + finals,
-                                               h_first, h_fewest, h_most))]
-        both = lambda a, b, fmt: f"{b:{fmt}}" if f"{a:{fmt}}" == f"{b:{fmt}}" else f"{a:{fmt}} / {b:{fmt}}"
-        lines.append(f"| {arm} | {cfg['query_mode']} | {speed:,.0f} | {both(*tokens, ',')} | "
-                     f"{both(h_sel, h_final, '.2f')} | {finished} | {now} | {first} | {fewest + finals} | "
-                     f"{most + finals} | {h_first:,.1f} | {h_most:,.1f} |")
-    finished, now, first, fewest, most, h_first, h_fewest, h_most = total
-    lines.append(f"| **all** | | | | | {finished} | {now} | {first} | {fewest} | {most} | {h_first:,.1f} "
-                 f"| {h_most:,.1f} |")
-    untimed = [arm for arm, (speed, *_) in costs.items() if math.isnan(speed)]
-    cost = (f"{span(h_fewest, h_most, ',.1f')} {unit}-hours (first wave: {first} runs, {h_first:,.1f} {unit}-hours)"
-            if not untimed else f"{unit}-hours unknown until {' and '.join(untimed)} ha{'ve' if untimed[1:] else 's'} "
-                                f"a finished run to time (first wave: {first} runs)")
-    summary = (f"{span(fewest, most, 'd')} runs, {cost}; {finished} finished, {now} due now."
-               + (" Complete: the sweep has nothing to run; report.py writes its report, and --quick tries the "
-                  "study in the scratch folder." if now == 0 else ""))
-    table = re.sub(r"(?<=\| )nan(?= \|)", "?", "\n".join(lines))
-    return table, summary, (now, fewest, most, h_fewest, h_most)
-
-
-def reference_arm(study):
-    """The arm whose runs stand for the reference: the reference, or its first also_search variant."""
-    ref = study["reference"]
-    return next(iter(study["groups"][ref])) if study.get("groups") else ref
-
-
-def data_vocab(study, cfg):
-    """The vocabulary of the runs' data, which sizes the embeddings: its meta.json where it is prepared, else a
-    run's record of it, else None (GPT-2's, model_config's default)."""
-    try:
-        return load_meta(os.path.join(cfg["data_dir"], cfg["dataset"]))["vocab_size"]
-    except (FileNotFoundError, ValueError):
-        saved = (read_saved_config(os.path.join(run_dir(study, *run), "config.json")) for run in existing_runs(study))
-        return next(((c.get("dataset_meta") or {}).get("vocab_size") for c in saved if c), None)
-
-
-def budget(study, cfg):
-    """A run's training budget both ways -> dict(tokens, total and non-embedding parameters, tokens per
-    parameter on each, training FLOPs = FLOPs per token (6 x matmul parameters + attention) x tokens)."""
-    model, tokens = model_config(cfg, data_vocab(study, cfg)), run_tokens(cfg)
-    counts = param_counts(model)
-    return dict(tokens=tokens, total=counts["total"], non_embedding=counts["non_embedding"],
-                per_param=tokens / counts["total"], per_non_embedding=tokens / counts["non_embedding"],
-                flops=flops_per_token(model) * tokens)
-
-
-def budget_text(study):
-    """The dry run's budget line(s): a final run of the reference arm (and a selection run where final_overrides
-    make it differ), in tokens per parameter, the convention (total parameters, embeddings included, as
-    Chinchilla counts them), in tokens per non-embedding parameter (Kaplan et al.'s count) and in FLOPs."""
-    arm, lines = reference_arm(study), []
-    for final in (True, False) if study["final_overrides"] and study["selection_seeds"] else (True,):
-        b = budget(study, arm_config(study, arm, final))
-        lines.append(f"budget of a {'final' if final else 'selection'} run ({arm}): {b['tokens']:,} tokens = "
-                     f"{b['per_param']:.1f} tokens per parameter ({b['total']:,} parameters, embeddings included: "
-                     f"the convention) = {b['per_non_embedding']:.1f} per non-embedding parameter "
-                     f"({b['non_embedding']:,}); {b['flops']:.3g} training FLOPs")
-    return "\n".join(lines)
-
-
-def dry_run(study, tokens_per_s=None, bench_json=None):
-    """The study's plan and its cost, as text (plan_table; a run on N GPUs takes 1/N of the time for the same
-    GPU-hours, if it scales perfectly). Runs nothing."""
-    unit, source, costs = arm_costs(study, tokens_per_s, bench_json)
-    table, summary, (now, *_) = plan_table(study, unit, costs)
-    return "\n".join([f"plan of study {study['name']} (dry run: nothing is started); runs in {study['runs_dir']}",
-                      source, budget_text(study), "", table, "", LEGEND, "", f"The study: {summary}",
-                      data_status(study, complete=now == 0)])
-
-
-def ladder_dry_run(ladder, tokens_per_s=None, bench_json=None):
-    """A ladder's plan: each rung's table (plan_table), then the cost by model size and in all."""
-    parts, rows, total, data = [], [], [0, 0, 0.0, 0.0], []
-    for study in rungs_of(ladder):
-        unit, source, costs = arm_costs(study, tokens_per_s, bench_json)
-        table, summary, (now, *cost) = plan_table(study, unit, costs)
-        parts.append(f"## rung {study['rung']}\n\nruns in {study['runs_dir']}\n{budget_text(study)}\n\n{table}\n\n"
-                     f"The rung: {summary}")
-        status = data_status(study, complete=now == 0)
-        data += [] if status in data else [status]
-        total = [t + c for t, c in zip(total, cost)]
-        b = budget(study, arm_config(study, reference_arm(study)))
-        rows.append(f"| {study['rung']} | {b['total']:,} | {b['non_embedding']:,} | {b['tokens']:,} | "
-                    f"{b['per_param']:.1f} | {b['per_non_embedding']:.1f} | {b['flops']:.3g} "
-                    f"| {span(*cost[:2], 'd')} | {span(*cost[2:], ',.1f')} |")
-    return "\n\n".join([f"plan of ladder {ladder['name']} (dry run: nothing is started)", source, LEGEND] + parts + [
-        f"## the ladder {ladder['name']}: cost by rung", f"A final run of the reference arm: tokens per parameter on "
-        f"total parameters (embeddings included: the convention), and on non-embedding parameters; training FLOPs = "
-        f"FLOPs per token x tokens.\n\n| rung | parameters | non-embedding | tokens a final run | tokens per parameter "
-        f"| per non-embedding parameter | training FLOPs | runs | {unit}-hours |\n"
-        f"|---|---:|---:|---:|---:|---:|---:|---:|---:|\n" + "\n".join(rows)
-        + f"\n| **all** | | | | | | | {span(*total[:2], 'd')} | {span(*total[2:], ',.1f')} |",
-        f"The ladder: {span(*total[:2], 'd')} runs, {span(*total[2:], ',.1f')} {unit}-hours (fewest-most: without and "
-        f"with every grid extension the searches may add).", *data])
-
-
-def data_status(study, complete=False):
-    """One line for --dry_run: the datasets the runs read are prepared, or what check_data would stop on
-    (complete: the study has nothing left to run, so only a --quick try would need them)."""
-    try:
-        folders = check_data(study)
-    except (FileNotFoundError, ValueError) as e:
-        return (f"data: not ready for a sweep (the report does not need it): {e}" if complete else
-                f"data: not ready, so the sweep would stop at once: {e}")
-    trial = [f for f in folders if "tests/data/" in load_meta(f).get("source", "")]  # (README: for --quick)
-    return f"data: {', '.join(folders)} prepared" + (f" ({', '.join(trial)}: from a small file shipped in tests/data: "
-                                                     f"fine for --quick, not for a study's results)" if trial else "")

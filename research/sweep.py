@@ -42,9 +42,10 @@ from nlq.distributed import resolve_device
 from nlq.preemption import EXIT_DIVERGED, EXIT_INTERRUPTED, EXIT_PREEMPTED
 from nlq.settings import HelpFormatter
 from research import study as study_file
-from research.study import (QUICK_DIR, QUICK_FRACTION, ROOT, arm_config, check_data, check_settings, dry_run, due_runs,
-                            final_row, final_val_loss, is_diverged, is_finished, ladder_dry_run, load_study, plan,
-                            quick_option, run_args, run_config, run_dir, rungs_of, still_searching, study_progress)
+from research.plan import dry_run, ladder_dry_run
+from research.study import (QUICK_DIR, QUICK_FRACTION, ROOT, arm_config, check_data, check_settings, due_runs,
+                            final_row, final_val_loss, is_diverged, is_finished, load_study, plan, quick_option,
+                            run_args, run_config, run_dir, rungs_of, still_searching, study_progress)
 
 TRAIN_PY = os.path.join(ROOT, "train.py")
 

@@ -4,8 +4,7 @@
 # Large found it matches the nonlinear query) and nonlinear (the paper's).
 # Token budget (the convention of every study: tokens per parameter on total parameters, embeddings included, as
 # Chinchilla counts them): each final run trains on 20 tokens per parameter, Chinchilla's compute-optimal ratio
-# (Hoffmann et al. 2022), so every rung sits in the same regime (the earlier version's 20 per non-embedding
-# parameter gave 3.9 to 13.7 per parameter: a regime that changed with size). The dry run prints it both ways.
+# (Hoffmann et al. 2022), so every rung sits in the same regime. The dry run prints it both ways.
 # Tokens per step grow with size as in GPT-3's and Pythia's recipes (64K to the paper's 491,520); warmup 5% of a
 # final run's steps, then a cosine to lr / 10.
 # Tuning, the same for every rung and arm: a base grid of x2 steps around GPT-3's and Pythia's rates for the size

@@ -10,16 +10,8 @@
 # re-run's best variant), wide (+12.5% non-embedding matrix parameters: mlp_hidden 3648 = 4.75 x 768) and
 # identity (q = x).
 #
-# Cost, from bench/RESULTS.md's one-H200 figures (compiled, bf16, micro-batch 12, tokens/s per GPU: linear
-# 458,941, identity 471,958, nonlinear 409,215; wide and the QK-norm arms were not measured: the QK-norm arms
-# are counted at their query mode's speed, wide at linear's MFU, 0.93x its tokens/s for 7% more FLOPs a token):
-# a run is 29.5B tokens, 17.85 GPU-hours for linear, 17.36 for identity, 20.02 for nonlinear, 19.18 for wide.
-# An arm makes 4 search runs, 0-2 extensions, 2 half steps and 3 final runs: 9-11 runs, 54-66 in all,
-# 1011-1235 H200 GPU-hours (first wave: 24 runs, 449 GPU-hours); the evals
-# add about 0.3% (60 evals of 2400 windows per split, forward only). nonlinear's figure predates the fused query
-# (model.py: W1 joins the keys' and values' matmul, f is recomputed in the backward pass), which aims at
-# linear's speed; its GPU figure is not measured yet. At linear's speed the study would cost 971-1187
-# GPU-hours. `sweep.py --dry_run` recomputes all of this from any bench.py JSON or --tokens_per_s.
+# Cost: an arm makes 9-11 runs, 54-66 in all, 1011-1235 H200 GPU-hours at bench/RESULTS.md's one-H200 speeds
+# (docs/cluster.md); the --dry_run line below prints the plan and recomputes it from any bench.py JSON.
 # Budget: 29.5B tokens a run, 237 tokens per parameter (124.4M parameters, embeddings included: the convention of
 # every study; 347 per non-embedding parameter), the paper's own, far past compute-optimal (~20).
 #   python -m research.sweep studies/paper_small.py --dry_run --bench_json bench/results/h200_2026-11-30/bench_nlq_small.json

@@ -120,6 +120,32 @@ def test_an_unwritable_out_dir_fails_before_anything_is_written(tmp_path):
         train.train(tiny_cfg(tmp_path / "data", tmp_path / "file" / "sub"))
 
 
+def test_outputs_that_cannot_be_written_fail_before_the_work_and_say_why(trained, tmp_path, monkeypatch):
+    """eval.py --json into a folder it cannot write was a traceback after scoring the whole split: now one line
+    before it (a file where the folder would be; chmod does not stop root, who runs CI), as for a folder or a
+    file eval.py did not write, which it would replace (docs/evaluation.md said so; it did not). A checkpoint that
+    cannot be written for want of permission (what open() raises in a read-only folder) was said to need free
+    space."""
+    import eval as nlq_eval
+    data, out = trained
+    (tmp_path / "file.txt").write_text("x")
+    monkeypatch.setattr(nlq_eval, "evaluate", lambda *a: pytest.fail("scored before --json was checked"))
+    with pytest.raises(ValueError, match=r"cannot write to --json's folder .*file.txt \(Not a directory\); "
+                                         r"choose another"):
+        nlq_eval.main(["--out_dir", str(out), "--full", "--json", str(tmp_path / "file.txt" / "val.json")])
+    for path in (tmp_path / "file.txt", tmp_path):  # a user's file, a folder: refused, not replaced
+        with pytest.raises(ValueError, match=r"--json .* is a folder or a file eval.py did not write; give a new"):
+            nlq_eval.main(["--out_dir", str(out), "--json", str(path)])
+    assert (tmp_path / "file.txt").read_text() == "x"
+    def denied(obj, path):
+        raise PermissionError(13, "Permission denied", path)
+    monkeypatch.setattr(checkpoint.torch, "save", denied)
+    with pytest.raises(checkpoint.CheckpointNotWritten, match=r"could not write the checkpoint at iter 0 \(\[Errno "
+                       r"13\] Permission denied: .*\); the previous one is intact: make the folder writable and "
+                       r"continue with --init_from=resume$"):
+        train.train(tiny_cfg(data, tmp_path / "denied"))
+
+
 def test_an_interrupted_save_leaves_the_old_checkpoint_and_no_temp_file(tmp_path, monkeypatch):
     path = str(tmp_path / "ckpt.pt")
     save = lambda obj: checkpoint.replace_atomically(path, lambda tmp: torch.save(obj, tmp))
@@ -258,10 +284,37 @@ def test_a_hellaswag_file_that_is_not_text_or_a_folder_is_refused(trained, tmp_p
     _, out = trained
     line = b'{"ctx": "a", "endings": ["a", "b", "c", "d"], "label": 0}\n'
     (tmp_path / "hs.jsonl").write_bytes(line + b"\xff\xfe")
-    with pytest.raises(UnicodeDecodeError):  # a ValueError: one line from the command line
+    with pytest.raises(ValueError, match=r"hs.jsonl: not valid UTF-8 \(byte 58: b'\\xff\\xfe'\); convert it"):
         nlq_eval.main(["--out_dir", str(out), "--hellaswag", str(tmp_path / "hs.jsonl")])
     with pytest.raises(FileNotFoundError, match=r"HellaSwag file .* is a folder; download hellaswag_val"):
         nlq_eval.main(["--out_dir", str(out), "--hellaswag", str(tmp_path)])
+
+
+def test_every_text_nlq_reads_takes_a_bom_and_windows_line_ends_and_names_other_encodings(tmp_path):
+    """Corpora, prompts, HellaSwag files and config files, each as a Windows editor saves it (a byte-order mark,
+    \\r\\n) reads as without; not UTF-8 is one line naming the file and the fix. A lone surrogate, which only a
+    JSON escape or a command line's undecodable bytes give, is U+FFFD in every tokenizer."""
+    import eval as nlq_eval
+    import prepare_data
+    import sample
+    from nlq import tokenizers
+    hs = json.dumps(dict(activity_label="Caf\u00e9", ctx_a="b", ctx_b="c", endings=["d", "e", "f", "g"], label=1),
+                    ensure_ascii=False)
+    lines = "x = 'caf\u00e9'\nn_layer = 3\n", f"{hs}\n{hs}\n", "one line\nand \u00e9 another\n"
+    for name, text in zip(("config.py", "hs.jsonl", "corpus.txt"), lines):
+        (tmp_path / name).write_text(text, newline="\n")
+        (tmp_path / f"bom_{name}").write_bytes(b"\xef\xbb\xbf" + text.replace("\n", "\r\n").encode())
+        (tmp_path / f"latin1_{name}").write_bytes(text.encode("latin-1"))
+    read = dict(config=lambda p: settings.read_config_file(str(p)), hs=lambda p: nlq_eval.read_hellaswag(str(p)),
+                corpus=prepare_data.read_documents, prompt=lambda p: sample.prompt_ids(f"FILE:{p}", None, list))
+    for kind, name in (("config", "config.py"), ("hs", "hs.jsonl"), ("corpus", "corpus.txt"),
+                       ("prompt", "corpus.txt")):
+        assert read[kind](tmp_path / f"bom_{name}") == read[kind](tmp_path / name), kind
+        with pytest.raises(ValueError, match=rf"latin1_{name}.*(not valid UTF-8 \(byte|codec can't decode byte)"):
+            read[kind](tmp_path / f"latin1_{name}")
+    for meta in (dict(tokenizer="byte"), dict(tokenizer="char", chars=list("ab \ufffd")), dict(tokenizer="gpt2")):
+        encode, decode = tokenizers.get_codec(meta)
+        assert decode(encode("a \ud83d b")) == "a \ufffd b", meta
 
 
 # ------------------------------------------------------------------------------------------ study files

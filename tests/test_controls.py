@@ -10,6 +10,7 @@ from test_train import data_dir, tiny_cfg  # noqa: F401  (data_dir is a fixture)
 import train
 from model import GPT, GPTConfig
 from nlq import checkpoint, settings
+from nlq.schedule import get_lr
 
 SMALL = dict(block_size=16, vocab_size=64, n_layer=1, n_head=2, n_embd=32, query_mode="nonlinear")
 
@@ -48,15 +49,15 @@ def test_query_hidden_sets_the_width_of_f():
 def test_linear_schedule_reaches_min_lr_at_lr_decay_iters():
     cfg = dict(settings.DEFAULTS, learning_rate=1e-3, min_lr=0.0, warmup_iters=10, lr_decay_iters=110,
                lr_schedule="linear")
-    lrs = [train.get_lr(i, cfg) for i in range(130)]
+    lrs = [get_lr(i, cfg, 110) for i in range(130)]
     assert lrs[10] == pytest.approx(1e-3) and lrs[110] == lrs[129] == 0.0
     assert lrs[60] == pytest.approx(0.5e-3)  # half way: half the peak
     steps = [lrs[i] - lrs[i + 1] for i in range(10, 110)]
     assert all(s == pytest.approx(1e-5) for s in steps)  # straight: 1e-3 / 100 per step
-    cosine = train.get_lr(60, {**cfg, "lr_schedule": "cosine"})
+    cosine = get_lr(60, {**cfg, "lr_schedule": "cosine"}, 110)
     assert cosine == pytest.approx(0.5e-3)  # both pass through the middle; in between they differ
-    assert (train.get_lr(35, cfg) == pytest.approx(0.75e-3)
-            != pytest.approx(train.get_lr(35, {**cfg, "lr_schedule": "cosine"})))
+    assert (get_lr(35, cfg, 110) == pytest.approx(0.75e-3)
+            != pytest.approx(get_lr(35, {**cfg, "lr_schedule": "cosine"}, 110)))
     with pytest.raises(ValueError, match="lr_schedule='step'; use cosine or linear"):
         settings.parse_config(["--lr_schedule=step"])
 

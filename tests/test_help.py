@@ -1,6 +1,7 @@
 """--help teaches: every train.py key with its default, a meaning and its allowed values; every script's
 options with their defaults; sample.py and eval.py check the dataset's tokenizer before reading weights."""
 import dataclasses
+import inspect
 import re
 
 import pytest
@@ -28,9 +29,18 @@ def test_train_help_gives_every_key_a_meaning():
 
 
 def test_defaults_and_help_come_from_one_table():
-    assert settings.DEFAULTS == {k: default for k, (default, _) in settings.SETTINGS.items()}
+    """A key's default, kind and meaning are written once: SETTINGS, and for the model GPTConfig's fields and the
+    comments beside them; the tables the resume check and the study machinery read are SETTINGS' kinds."""
+    assert settings.DEFAULTS == {k: default for k, (default, *_) in settings.SETTINGS.items()}
     fields = {f.name: f.default for f in dataclasses.fields(GPTConfig)}
     assert all(settings.DEFAULTS[k] == fields[k] for k in settings.MODEL_KEYS if k != "vocab_size")
+    text = train.usage()
+    source = inspect.getsource(GPTConfig)
+    assert all(f"  # {meaning}\n" in source or k == "query_mode" for k, meaning in settings.MODEL_MEANINGS.items())
+    assert set(settings.MODEL_MEANINGS) > set(settings.MODEL_KEYS) and "model width d\n" in text
+    kinds = {k: kind for k, (_, kind, *_) in settings.SETTINGS.items()}
+    assert set(settings.RESUME_FIXED) == {k for k, kind in kinds.items() if kind == "fixed"} >= {"seed", "n_layer"}
+    assert settings.NOT_EXPERIMENT == {k for k, kind in kinds.items() if kind in ("log", "machine")}
 
 
 @pytest.mark.parametrize("main, expected", [

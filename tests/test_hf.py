@@ -458,6 +458,50 @@ def test_init_from_an_export_that_transformers_resaved_in_shards(tmp_path):
     assert (logits["export"] - nlq_logits(model, x)).abs().max().item() <= 1e-5
 
 
+@pytest.mark.parametrize("targets", ["c_attn", "all-linear"])
+def test_a_lora_fine_tune_of_a_nonlinear_export_merges_and_loads_back_exactly(targets, tmp_path):
+    """peft's LoRA on a nonlinear export: on c_attn, peft's GPT-2 target (it failed: the attention read
+    c_attn.nf, which peft's wrapper lacks), or on every linear layer, f's w1 and w2 included, with gradient
+    checkpointing. A few steps, then what a user does: the adapter saved and loaded again gives the same logits;
+    merge_and_unload and save_pretrained give a folder that generates as the tuned model and that train.py
+    --init_from loads into nlq with the same logits."""
+    import peft
+    import transformers
+    model = random_gpt(query_mode="nonlinear", vocab_size=256, data_vocab_size=256)
+    hf.export(model, BYTE_META, str(tmp_path / "export"))
+    h = load_hf(tmp_path / "export")
+    if targets == "all-linear":
+        h.activation_checkpointing_enable()
+    tuned = peft.get_peft_model(h, peft.LoraConfig(r=4, target_modules=[targets] if targets == "c_attn" else targets))
+    assert {n.split(".lora_")[0].split(".")[-1] for n, _ in tuned.named_parameters() if "lora_" in n} == (
+        {"c_attn"} if targets == "c_attn" else {"c_attn", "c_proj", "c_fc", "w1", "w2"})
+    x = torch.randint(0, 256, (4, 16), generator=torch.Generator().manual_seed(2))
+    tuned.train()
+    opt = torch.optim.AdamW([p for p in tuned.parameters() if p.requires_grad], lr=1e-2)
+    for _ in range(3):
+        tuned(x, labels=x).loss.backward()
+        opt.step()
+        opt.zero_grad()
+    tuned.eval()
+    with torch.no_grad():
+        want = tuned(x).logits
+        assert (want - nlq_logits(model, x)).abs().max().item() > 1e-3  # the fine-tune changed the model
+        tuned.save_pretrained(str(tmp_path / "adapter"))
+        again = peft.PeftModel.from_pretrained(load_hf(tmp_path / "export"), str(tmp_path / "adapter")).eval()
+        assert (again(x).logits - want).abs().max().item() <= 1e-5
+        tuned.merge_and_unload().save_pretrained(str(tmp_path / "merged"))
+        transformers.AutoTokenizer.from_pretrained(str(tmp_path / "export")).save_pretrained(str(tmp_path / "merged"))
+        merged = load_hf(tmp_path / "merged")
+        assert (merged(x).logits - want).abs().max().item() <= 1e-5
+    write_byte_dataset(tmp_path / "tiny")
+    train.train(small_cfg(tmp_path, tmp_path / "run", init_from=str(tmp_path / "merged"), max_iters=0))
+    loaded, _ = checkpoint.load_run(str(tmp_path / "run"))
+    assert (nlq_logits(loaded, x) - want).abs().max().item() <= 1e-5
+    greedy = merged.generate(x[:1, :5], attention_mask=torch.ones(1, 5, dtype=torch.long), max_new_tokens=8,
+                             do_sample=False)
+    assert greedy.tolist() == loaded.generate(x[:1, :5], 8, temperature=0).tolist()
+
+
 def test_init_from_refuses_other_folders_before_transformers_reads_them(tmp_path):
     """An nlq run folder, another model type or a damaged config.json: one line naming the fix, from
     config.json read as JSON."""
@@ -539,12 +583,16 @@ def test_a_run_never_writes_into_an_export_or_its_init_from_folder(tmp_path):
 # ------------------------------------------------------------------------------------ bad input: export
 def test_an_out_folder_that_cannot_be_made_is_one_line_before_the_checkpoint_is_read(tmp_path, monkeypatch):
     """--out under a file was a FileExistsError traceback; an empty --out staged a temporary folder in the parent
-    of the working folder and failed renaming it to ''. Now each is named before the run folder is read."""
+    of the working folder and failed renaming it to ''; a folder that may not be written was a PermissionError
+    traceback (here a file where the folder would be: chmod does not stop root, who runs CI). Now each is named
+    before the run folder is read."""
     (tmp_path / "file.txt").write_text("x")
     work = tmp_path / "work"
     work.mkdir()
     monkeypatch.chdir(work)
-    for out, message in ((str(tmp_path / "file.txt"), r"file.txt exists; choose a new --out folder"),):
+    for out, message in ((str(tmp_path / "file.txt"), r"file.txt exists; choose a new --out folder"),
+                         (str(tmp_path / "file.txt" / "hf"), r"cannot write to --out's parent folder .*file.txt "
+                                                             r"\(Not a directory\); choose another")):
         with pytest.raises(ValueError, match=message):
             convert.main(["hf", str(tmp_path / "no_run"), f"--out={out}"])  # --out first: no run needed
         with pytest.raises(ValueError, match=message):

@@ -10,6 +10,10 @@ from conftest import ROOT
 SCRIPTS = {"model.py", "train.py", "prepare_data.py", "sample.py", "eval.py", "bench.py"}
 PACKAGES = ("nlq", "research", "interop")
 LAYER = {"model": 0, "nlq": 1, "interop": 2, "research": 2}  # root scripts other than model.py: 3
+# where the non-test Python lives, by the folders its line budget is counted in
+FOLDERS = {"root": ["*.py"], "nlq/": ["nlq/*.py"], "research/": ["research/*.py"], "interop/": ["interop/*.py"],
+           "bench/": ["bench/*.py"], "studies and config": ["studies/*.py", "config/*.py"]}
+MAX_MODULE_LINES = 900
 
 
 def project_modules():
@@ -75,3 +79,28 @@ def test_no_import_circle():
             state[name] = "done"
     for name in sorted(graph):
         visit(name, [])
+
+
+def line_counts():
+    """{folder: {path: lines}} of the non-test Python, by FOLDERS."""
+    return {folder: {str(p.relative_to(ROOT)): len(p.read_text().splitlines())
+                     for pattern in patterns for p in sorted(ROOT.glob(pattern))}
+            for folder, patterns in FOLDERS.items()}
+
+
+def test_line_counts_and_no_module_over_the_limit():
+    """Minimal, measured: non-test Python lines per folder and in all (python tests/test_house.py prints them),
+    every such file in a counted folder, and no module over MAX_MODULE_LINES lines."""
+    counts = line_counts()
+    print("\n".join(f"{folder:<20}{sum(files.values()):>6,}" for folder, files in counts.items()))
+    print(f"{'total':<20}{sum(n for files in counts.values() for n in files.values()):>6,}")
+    counted = {path for files in counts.values() for path in files}
+    python = {str(p.relative_to(ROOT)) for p in ROOT.rglob("*.py")}
+    python = {path for path in python if not path.startswith((".", "tests"))}
+    assert python - counted == set()
+    long = {path: n for files in counts.values() for path, n in files.items() if n > MAX_MODULE_LINES}
+    assert long == {}
+
+
+if __name__ == "__main__":
+    test_line_counts_and_no_module_over_the_limit()

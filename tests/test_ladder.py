@@ -75,7 +75,7 @@ def test_a_tiny_ladder_runs_and_reports_the_gap_against_size(tiny_ladder, tmp_pa
                 f"[") in text and f"| {mean / ref * 100:+.2f}% [" in text
     assert "- **nonlinear − linear**: " in text and "across the 3 rungs Δ changes by " in text
     assert "per 10× non-embedding parameters (least squares over the 3 rungs' mean Δ, t on 1 df)" in text
-    assert "To reach nonlinear's loss, linear would need M times the parameters" in text  # the multiplier
+    assert "To reach nonlinear's loss, linear would need M times the non-embedding parameters: " in text
     assert "## Rung 1x16: 1 × 16, 1,280 tokens a final run" in text and "## Rung 2x32: 2 × 32" in text
     for png in ("gap_vs_size.png", "probe_1x16.png", "probe_2x48.png"):  # the probe: every run wrote its columns
         assert (tmp_path / "report" / png).read_bytes().startswith(b"\x89PNG")

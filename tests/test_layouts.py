@@ -13,8 +13,7 @@ from conftest import ROOT, write_tiny_dataset
 
 import train
 from nlq import distributed, settings
-from nlq.schedule import schedule_notes
-from train import get_lr
+from nlq.schedule import get_lr, schedule_notes
 
 pytestmark = pytest.mark.xdist_group("layouts")  # one worker makes the module's shared runs once
 
@@ -97,17 +96,16 @@ def test_one_process_checkpoint_resumed_on_two_ranks(runs):
     assert torch.equal(rng[0]["train"], rng[1]["train"])  # the window stream is one, global
 
 
-def test_restore_rng_on_fewer_gpus_and_on_more_ranks(monkeypatch):
-    """A checkpoint written with one CUDA RNG state per visible device (4 here, faked on the CPU) restores on
-    a machine that sees fewer: this rank's device gets the first state. A rank beyond the saved ones gets a
+def test_restore_rng_on_cuda_and_on_more_ranks(monkeypatch):
+    """A rank's CUDA RNG state (faked on the CPU) goes back to its device. A rank beyond the saved ones gets a
     fresh dropout stream, unlike any saved one."""
     calls = []
     monkeypatch.setattr(torch.cuda, "set_rng_state", lambda state, device: calls.append((state, device)))
     gen = torch.Generator().manual_seed(5)
-    cuda_states = [torch.full((16,), i, dtype=torch.uint8) for i in range(4)]
-    saved = [dict(train=gen.get_state(), torch=torch.get_rng_state(), cuda=cuda_states)]
+    cuda_state = torch.full((16,), 3, dtype=torch.uint8)
+    saved = [dict(train=gen.get_state(), torch=torch.get_rng_state(), cuda=cuda_state)]
     distributed.restore_rng(saved, 0, torch.Generator(), "cuda:0", seed=1, iter_num=3)
-    assert len(calls) == 1 and torch.equal(calls[0][0], cuda_states[0]) and calls[0][1] == "cuda:0"
+    assert len(calls) == 1 and torch.equal(calls[0][0], cuda_state) and calls[0][1] == "cuda:0"
     distributed.restore_rng(saved, 0, torch.Generator(), "cpu", seed=1, iter_num=3)
     after_rank0 = torch.get_rng_state()
     other = torch.Generator()
@@ -126,7 +124,7 @@ def test_a_run_that_is_all_warmup_is_warned_about():
     cfg = schedule(max_iters=5)
     lrs = [get_lr(i, cfg, 5) for i in range(5)]
     assert lrs[0] == pytest.approx(6e-4 / 2001) and max(lrs) == pytest.approx(6e-4 * 5 / 2001)
-    assert schedule_notes(cfg, 5, get_lr) == [("warning", "the whole run is warmup (warmup_iters=2000 >= "
+    assert schedule_notes(cfg, 5) == [("warning", "the whole run is warmup (warmup_iters=2000 >= "
                                              "max_iters=5): the learning rate rises from 3.00e-07 to 1.50e-06 "
                                              "and never reaches learning_rate=0.0006; lower warmup_iters")]
 
@@ -136,7 +134,7 @@ def test_a_warmup_longer_than_the_decay_is_warned_about_and_the_notes_are_true()
     cfg = schedule(warmup_iters=4, lr_decay_iters=2, max_iters=5)
     lrs = [get_lr(i, cfg, 2) for i in range(5)]
     assert lrs[:4] == pytest.approx([6e-4 * k / 5 for k in (1, 2, 3, 4)]) and lrs[4] == 6e-5
-    assert schedule_notes(cfg, 2, get_lr) == [
+    assert schedule_notes(cfg, 2) == [
         ("warning", "the warmup (warmup_iters=4) does not end before the decay does (lr_decay_iters=2): the "
                     "learning rate rises to 4.80e-04 until iteration 4, then drops straight to min_lr=6e-05, "
                     "with no decay; set lr_decay_iters above warmup_iters"),
@@ -148,12 +146,12 @@ def test_the_flat_tail_and_the_early_stop_notes_are_true():
     cfg = schedule(warmup_iters=2, max_iters=20)
     lrs = [get_lr(k - 1, cfg, 10) for k in range(1, 21)]  # iteration k runs at get_lr(k - 1)
     assert lrs[9] > 6e-5 and lrs[10:] == [6e-5] * 10  # iterations 11-20 at min_lr
-    assert schedule_notes(cfg, 10, get_lr) == [("note", "the last 10 of 20 steps (iterations 11-20) run at "
+    assert schedule_notes(cfg, 10) == [("note", "the last 10 of 20 steps (iterations 11-20) run at "
                                                       "min_lr=6e-05: the schedule reaches min_lr at "
                                                       "lr_decay_iters=10")]
     cfg = schedule(warmup_iters=2, max_iters=10)
-    (kind, text), = schedule_notes(cfg, 20, get_lr)
+    (kind, text), = schedule_notes(cfg, 20)
     assert kind == "note" and text.endswith(f"its last step runs at {get_lr(9, cfg, 20):.2e} "
                                      f"(--lr_decay_iters=10 decays to min_lr by the last step)")
     assert get_lr(9, cfg, 20) > 6e-5 and not math.isclose(get_lr(9, cfg, 20), 6e-5)
-    assert schedule_notes(schedule(warmup_iters=2, max_iters=10), 10, get_lr) == []  # the ordinary case
+    assert schedule_notes(schedule(warmup_iters=2, max_iters=10), 10) == []  # the ordinary case

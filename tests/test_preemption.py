@@ -248,3 +248,56 @@ def test_two_ranks_stop_together_when_one_is_signalled_and_resume_exactly(two_ra
     straight = tmp / ("straight_eval" if during_eval else "straight")
     assert_same_weights(straight, out)
     assert [r["val_loss"] for r in rows(out)] == [r["val_loss"] for r in rows(straight)]
+
+
+def catches(pid, sig):
+    """Whether process pid has a handler of its own for sig (Linux: /proc/PID/status's SigCgt mask)."""
+    with open(f"/proc/{pid}/status") as f:
+        mask = next(line.split()[1] for line in f if line.startswith("SigCgt:"))
+    return int(mask, 16) >> (sig - 1) & 1
+
+
+@pytest.fixture(scope="module")
+def finished(data_dir, tmp_path_factory):
+    """A finished 6-step run of the tiny dataset: (its out_dir, the train.py arguments that made it)."""
+    out = tmp_path_factory.mktemp("finished") / "run"
+    run(data_dir, out)
+    return out, args(data_dir, out)
+
+
+STOPPED_MODES = {  # script and arguments after the run's out_dir; the signal
+    "train.py eval_only": (["train.py", "--eval_only=True", "--init_from=resume", "--eval_windows=4000"],
+                           signal.SIGTERM),
+    "eval.py": (["eval.py"], signal.SIGUSR1),
+    "eval.py --full --json": (["eval.py", "--full", "--json=scores/val.json"], signal.SIGTERM),
+    "sample.py": (["sample.py", "--max_new_tokens=100000"], signal.SIGUSR1),
+}
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/PID/status")
+@pytest.mark.parametrize("mode", STOPPED_MODES)
+def test_a_stop_signal_ends_every_mode_with_the_documented_status(finished, mode, tmp_path):
+    """A real signal to a real process, once its handler is in place: train.py --eval_only=True (an EvalStopped
+    traceback and status 1), eval.py and sample.py (killed by the signal) end with one line and status 144, the
+    status a requeueing wrapper reads; nothing is written."""
+    out, train_args = finished
+    script, *extra = STOPPED_MODES[mode][0]
+    sig = STOPPED_MODES[mode][1]
+    given = [*train_args, *extra] if script == "train.py" else [f"--out_dir={out}", *extra]
+    before = sorted(os.listdir(out))
+    proc = subprocess.Popen([sys.executable, str(ROOT / script), *given], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, cwd=tmp_path)
+    try:
+        while proc.poll() is None and not catches(proc.pid, sig):
+            time.sleep(0.01)
+        proc.send_signal(sig)
+        output, _ = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert proc.returncode == preemption.EXIT_PREEMPTED == 144, output[-2000:]
+    last = output.strip().splitlines()[-1]
+    assert last == (f"stopped by {sig.name} during eval_only; nothing written" if script == "train.py" else
+                    f"stopped by {sig.name}; run the same command again"), output[-2000:]
+    assert "Traceback" not in output and sorted(os.listdir(out)) == before
+    assert not (tmp_path / "scores" / "val.json").exists()

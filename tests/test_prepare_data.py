@@ -208,6 +208,25 @@ def test_local_formats_keep_every_document(speeches, fmt, tmp_path):
     assert sorted(text.split(tokenizers.DOC_SEPARATOR)[:-1]) == sorted(docs)
 
 
+@pytest.mark.parametrize("tokenizer", ["byte", "char", "gpt2"])
+def test_jsonl_keeps_unicode_line_separators_and_replaces_a_lone_surrogate(speeches, tokenizer, tmp_path):
+    """JSON Lines as json.dumps(ensure_ascii=False) writes them, with CRLF line ends: records whose strings hold
+    U+2028, U+2029 and U+0085 (str.splitlines broke them: 'malformed') are read whole; a JSON-escaped lone
+    surrogate (a traceback in the byte and char tokenizers) becomes U+FFFD in every tokenizer, as GPT-2's does."""
+    docs = [d + ("\u2028", "\u2029", "\x85", "")[i % 4] + "end" for i, d in enumerate(speeches[:400])]
+    docs[7] = "half \ud83d of a pair, then a whole one: \ud83d\ude00"
+    src = tmp_path / "c.jsonl"
+    src.write_bytes("".join(json.dumps({"text": d}, ensure_ascii=i == 7) + "\r\n"
+                            for i, d in enumerate(docs)).encode("utf-8", "surrogatepass"))
+    assert "\\ud83d of" in src.read_text("utf-8") and "\u2028" in src.read_text("utf-8")
+    meta = prepare(tmp_path / "out", "local", "--input", str(src), "--name", "c", "--tokenizer", tokenizer)
+    assert (meta["train_docs"], meta["val_docs"]) == (360, 40)
+    text = decoded(tmp_path / "out" / "c", meta)
+    separator = "<|endoftext|>" if tokenizer == "gpt2" else tokenizers.DOC_SEPARATOR
+    docs[7] = "half \ufffd of a pair, then a whole one: \U0001f600"
+    assert sorted(text.split(separator)[:-1]) == sorted(docs)
+
+
 def test_val_fraction_counts_documents_and_a_csv_is_read_as_text(tmp_path):
     """--val_fraction counts documents: with 3 of them val holds one whole document. One file of another
     suffix is read as plain text, all of it (a folder would skip it)."""
@@ -605,7 +624,8 @@ def test_unwritable_target_fails_before_any_work(case, tmp_path, monkeypatch):
     if case == "name too long":  # a folder name over the file system's 255 bytes: an error, not a traceback
         data_dir = tmp_path / ("d" * 300)
         message = fails(data_dir, "local", "--input", "c.txt", "--name", "x", "--tokenizer", "byte")
-        assert message == f"error: cannot write the output folder {data_dir / 'x'} (File name too long)"
+        assert message == (f"error: cannot write to the output folder {data_dir / 'x'} (File name too long); "
+                           f"choose another")
         assert list(tmp_path.iterdir()) == []
         return
     if case == "data_dir is a file":
@@ -618,7 +638,7 @@ def test_unwritable_target_fails_before_any_work(case, tmp_path, monkeypatch):
             raise OSError(errno.EROFS, "Read-only file system")
         monkeypatch.setattr(P.tempfile, "TemporaryFile", read_only)
     message = fails(data_dir, "local", "--input", "c.txt", "--name", "x", "--tokenizer", "byte")
-    assert message.startswith(f"error: cannot write the output folder {data_dir / 'x'} (")
+    assert message.startswith(f"error: cannot write to the output folder {data_dir / 'x'} (")
     if case == "read-only":
         assert not data_dir.exists()  # the folders made for the check are gone again
     else:

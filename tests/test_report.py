@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from nlq import settings
-from research import report, sweep
+from research import compare, report, sweep
 from research import study as nlq_study  # study.py (a study's runs and its search)
 
 # Two made-up comparisons with the reference arm "linear", final seeds 11, 12, 13 (final losses, nats/token).
@@ -157,7 +157,7 @@ def test_a_rebuild_of_the_same_runs_leaves_the_files_as_they_are(tmp_path, monke
     capsys.readouterr()
     before = {p.name: p.read_bytes() for p in out.iterdir()}
     generated = [line for line in before["README.md"].decode().splitlines() if line.startswith("Generated ")]
-    assert len(generated) == 1 and report.GENERATED.match(generated[0])
+    assert len(generated) == 1 and compare.GENERATED.match(generated[0])
     real_datetime = report.datetime.datetime
     class Later(real_datetime):
         @classmethod
@@ -273,7 +273,7 @@ def test_report_with_no_runs(tmp_path):
 
 def test_elapsed_seconds_sums_step_times():
     rows = [dict(iter=0, ms_per_iter=None), dict(iter=10, ms_per_iter=100.0), dict(iter=30, ms_per_iter=50.0)]
-    assert report.elapsed_seconds(rows) == pytest.approx([0.0, 1.0, 2.0])
+    assert nlq_study.elapsed_seconds(rows) == pytest.approx([0.0, 1.0, 2.0])
 
 
 # ------------------------------------------------------------------------------- learning-rate curves
@@ -307,8 +307,10 @@ def test_diverged_runs_are_listed_with_the_finished_ones():
 
 
 def test_stalled_final_runs_are_said_in_words():
-    run = lambda mid: dict(status="done", max_iters=100, final=2.0, rows=[
-        dict(iter=25, val_loss=2.60), dict(iter=50, val_loss=mid), dict(iter=100, val_loss=2.0)])
+    def run(mid, status="done"):  # as read_run reads it
+        rows = [dict(iter=25, val_loss=2.60), dict(iter=50, val_loss=mid), dict(iter=100, val_loss=2.0)]
+        return dict(status=status, final=2.0, rows=rows,
+                    stalled=status == "done" and bool(nlq_study.is_stalled(rows, 100)))
     data = {"linear": dict(plan=dict(chosen=4e-3), finals={1: run(2.0), 2: run(2.0)}),
             "nonlinear": dict(plan=dict(chosen=4e-3), finals={1: run(2.59), 2: run(2.0)})}
     assert report.stall_caution(data) == [
@@ -327,7 +329,7 @@ def test_stalled_final_runs_are_said_in_words():
                "(learning_rates as a dict arm -> grid: python -m research.sweep --help) or more steps (the full study, "
                "if this is a --quick try).")
     assert report.stall_caution(data)[1] == caution
-    data["nonlinear"]["finals"][3] = dict(run(2.59), status="running")
+    data["nonlinear"]["finals"][3] = run(2.59, "running")
     assert caution not in report.stall_caution(data)
     data["nonlinear"]["finals"][3] = run(2.0)
     assert caution not in report.stall_caution(data)
@@ -335,17 +337,15 @@ def test_stalled_final_runs_are_said_in_words():
 
 def test_is_stalled_at_half_way():
     """Stalled: at the first eval at or after half of max_iters, still within 5% of the first eval's loss."""
-    run = lambda evals: dict(max_iters=100, rows=[dict(iter=0, val_loss=5.5)] + [
-        dict(iter=i, val_loss=v) for i, v in evals])
-    assert report.is_stalled(run([(25, 2.60), (50, 2.48), (100, 2.0)])) is True   # 2.48 > 0.95 x 2.60 = 2.47
-    assert report.is_stalled(run([(25, 2.60), (50, 2.46), (100, 2.0)])) is False
-    assert report.is_stalled(run([(25, 2.60), (40, 2.40), (60, 2.50)])) is True   # the eval at 60 decides
-    assert report.is_stalled(run([(50, 2.60), (100, 2.0)])) is None  # the first eval is the half-way one
-    assert report.is_stalled(run([(25, 2.60)])) is None  # not half way yet
+    stalled = lambda evals: nlq_study.is_stalled([dict(iter=0, val_loss=5.5)] + [
+        dict(iter=i, val_loss=v) for i, v in evals], 100)
+    assert stalled([(25, 2.60), (50, 2.48), (100, 2.0)]) is True   # 2.48 > 0.95 x 2.60 = 2.47
+    assert stalled([(25, 2.60), (50, 2.46), (100, 2.0)]) is False
+    assert stalled([(25, 2.60), (40, 2.40), (60, 2.50)]) is True   # the eval at 60 decides
+    assert stalled([(50, 2.60), (100, 2.0)]) is None  # the first eval is the half-way one
+    assert stalled([(25, 2.60)]) is None  # not half way yet
 
 
-# scipy's paired t-test warns of precision loss on differences that are equal by construction (below)
-@pytest.mark.filterwarnings("ignore:Precision loss:RuntimeWarning")
 def test_curve_and_band_tables_by_hand(tmp_path):
     """Two arms on a fixed grid with 3 selection seeds per rate: the mean and t-CI at each rate, the stalled,
     diverged and unfinished counts, the best rate and the band within 1% of its mean, all by hand."""
@@ -472,6 +472,9 @@ def test_compare_plain_runs(tmp_path, capsys, monkeypatch):
     write_plain_run("out/c", [dict(iter=40, tokens=2560, val_loss=2.0, val_loss_full=1.5, ms_per_iter=1.0,
                                    elapsed_s=1.0)],
                     max_iters=80, data_dir="data", dataset="chars", dataset_meta=meta)
+    legend = []
+    plot_runs = compare.plot_runs
+    monkeypatch.setattr(compare, "plot_runs", lambda runs, names: legend.extend(names) or plot_runs(runs, names))
     text = report.main(["out/a", "out/b", "out/c"])
     assert text == capsys.readouterr().out.rstrip("\n")
     assert text.splitlines()[2:5] == [
@@ -481,13 +484,17 @@ def test_compare_plain_runs(tmp_path, capsys, monkeypatch):
     assert "* out/b: training steps only" in text
     assert ("Their tokenizers differ (out/a: 'byte', out/b: 'byte', out/c: 'char'): val loss is in nats per "
             "token of each run's own tokenizer, so only bits/byte compares them.") in text
-    assert ("Settings that differ:\n"
-            "  dataset     out/a: 'enwiki_bytes', out/b: 'enwiki_bytes', out/c: 'chars'\n"
-            "  max_iters   out/a: 100, out/b: 100, out/c: 80\n"
-            "  query_mode  out/a: 'nonlinear', out/b: 'linear', out/c: 'linear'\n\n") in text  # not out_dir
+    assert ("Settings that differ:\n\n| setting | out/a | out/b | out/c |\n|---|---:|---:|---:|\n"
+            "| dataset | 'enwiki_bytes' | 'enwiki_bytes' | 'chars' |\n| max_iters | 100 | 100 | 80 |\n"
+            "| query_mode | 'nonlinear' | 'linear' | 'linear' |\n\n") in text  # not out_dir
     assert "supports no call" in text and "python -m research.sweep STUDY" in text
-    assert os.path.getsize("out/compare/val_loss.png") > 0
-    assert text.endswith("val-loss curves: out/compare/val_loss.png")
+    assert text.endswith("Written to out/compare: README.md (this text) and val_loss.png (the val-loss curves)")
+    # the table beside the plot, and the plot names each run by the settings it differs in
+    assert open("out/compare/README.md").read() == ("# Runs compared\n\n" + text.rsplit("\n\n", 1)[0]
+                                                    + "\n\n![val-loss curves](val_loss.png)\n")
+    assert legend == ["dataset='enwiki_bytes', max_iters=100, nonlinear (out/a)",
+                      "dataset='enwiki_bytes', max_iters=100, linear (out/b)",
+                      "dataset='chars', max_iters=80, linear (out/c)"]
 
 
 def test_compare_names_the_one_difference_and_refuses_a_folder_without_results(tmp_path):
@@ -502,6 +509,7 @@ def test_compare_names_the_one_difference_and_refuses_a_folder_without_results(t
     assert "mlp_hidden" not in text  # a's None was built as 512
     a, b = tmp_path / "a", tmp_path / "b"
     assert f"They differ only in query_mode: {a}: 'nonlinear', {b}: 'linear'." in text
+    assert f"Written to {tmp_path / 'cmp'}: README.md" in text
     # an alias is the mode it names; an attn_scale given as the mode's default is that default (n_embd 768,
     # 12 heads: 1/(2 sqrt(64)) for nonlinear)
     write_plain_run(tmp_path / "a2", rows, max_iters=10, query_mode="residual_gelu", attn_scale=0.0625,
@@ -558,7 +566,8 @@ def test_without_its_libraries_report_names_the_install_command(library, monkeyp
     """matplotlib and scipy are extras: without one, report.py ends with one line naming the file of those two
     (it named requirements-extra.txt, 1.9 GB with transformers and lm-eval)."""
     monkeypatch.setitem(sys.modules, library, None)  # an import of it now fails, as where it is not installed
-    monkeypatch.delitem(sys.modules, "research.report")
+    for module in ("research.report", "research.compare"):  # (compare.py imports them for both)
+        monkeypatch.delitem(sys.modules, module)
     with pytest.raises(SystemExit) as e:
         importlib.import_module("research.report")
     assert e.value.code == (f"error: report.py needs {library}, which is not installed: "

@@ -1,4 +1,5 @@
 """sample.py and eval.py on a tiny checkpoint, plus an end-to-end run on the real Tiny Shakespeare."""
+import codecs
 import hashlib
 import json
 import math
@@ -183,10 +184,22 @@ def test_prompt_ids(tmp_path):
         sample.prompt_ids("abcé", char, encode)
 
 
-def test_start_file_errors(tmp_path):
-    byte = dict(tokenizer="byte", vocab_size=256, eot_token=None)
-    with pytest.raises(FileNotFoundError, match="binary.dat"):
-        sample.prompt_ids(f"FILE:{tmp_path / 'binary.dat'}", byte, tokenizers.get_codec(byte)[0])
+def test_a_prompt_file_with_a_byte_order_mark_samples_as_without_it(run, tmp_path):
+    """A prompt file saved with a byte-order mark started the prompt with U+FEFF (other samples than the same
+    file without it); Windows line ends read as \\n, as the corpus's were; a folder, a missing file or one that
+    is not UTF-8 is one line naming it."""
+    (tmp_path / "plain.txt").write_bytes(b"The quick\nbrown")
+    (tmp_path / "bom.txt").write_bytes(codecs.BOM_UTF8 + b"The quick\r\nbrown")  # Windows line ends too
+    (tmp_path / "latin1.txt").write_bytes("caf\u00e9".encode("latin-1"))
+    out = run[1]
+    texts = [sample.main(["--out_dir", str(out), f"--start=FILE:{tmp_path / f}", "--max_new_tokens=8"])
+             for f in ("plain.txt", "bom.txt")]
+    assert texts[0] == texts[1] and texts[0][0].startswith("The quick\nbrown")
+    for start, message in ((tmp_path, r"cannot read .* \(Is a directory\); give a UTF-8 text file"),
+                           (tmp_path / "binary.dat", r"cannot read .*binary.dat \(No such file or directory\)"),
+                           (tmp_path / "latin1.txt", r"latin1.txt: not valid UTF-8 \(byte 3: b'\\xe9'\); convert it")):
+        with pytest.raises(ValueError, match=message):  # printed as one line by sample.py
+            sample.main(["--out_dir", str(out), f"--start=FILE:{start}"])
 
 
 @pytest.mark.parametrize("extra, expected", [([], "no checkpoint at {ckpt}"),

@@ -16,7 +16,8 @@ from conftest import ROOT, write_tiny_dataset
 
 from nlq import checkpoint, preemption, settings
 from research import report, sweep
-from research.study import (check_data, check_settings, data_status, due_runs, final_row, is_finished, load_study, plan,
+from research.plan import data_status
+from research.study import (check_data, check_settings, due_runs, final_row, is_finished, load_study, plan,
                             quick_option, run_config, run_dir, rungs_of, selection_loss, settings_diff)
 
 
