@@ -57,6 +57,7 @@ def test_correctness_catches_a_recompute_that_is_off(monkeypatch):
     import gpu_check
     torch._dynamo.reset()
     monkeypatch.setattr(model, "checkpoint", lambda f, x, **k: 1.1 * checkpoint(f, x, **k))
+    monkeypatch.setitem(model.QUERY_MODES, "plain_f", gpu_check.PlainF)  # (the check registers it; gone after)
     row = gpu_check.correctness(smoke=True)
     ok = {name: c["error"] <= c["bound"] for name, c in row["checks"].items()}
     assert ok == dict(float32_eager=True, float32_compiled=False, bfloat16_eager=True, bfloat16_compiled=False)
