@@ -34,8 +34,9 @@ from nlq.settings import parse_config  # noqa: E402
 # bench.py arguments: the paper's 124M (config/nlq_small.py: 12 x 768, block 1024, micro-batch 12, bf16, compiled),
 # or, with --cpu-smoke, a tiny eager model
 BENCH = ["config/nlq_small.py", "--compile=True", "--warmup=5", "--steps=20", "--rounds=1"]
-SMOKE = ["--n_layer=2", "--n_head=2", "--n_embd=32", "--block_size=16", "--batch_size=2", "--vocab_size=64",
-         "--device=cpu", "--dtype=float32", "--compile=False", "--warmup=1", "--steps=2"]
+TINY = dict(n_layer=2, n_head=2, n_embd=32, block_size=16, vocab_size=64)
+SMOKE = [f"--{k}={v}" for k, v in TINY.items()] + ["--batch_size=2", "--device=cpu", "--dtype=float32",
+                                                    "--compile=False", "--warmup=1", "--steps=2"]
 
 
 class PlainF(model.NonlinearQuery):
@@ -63,8 +64,7 @@ def correctness(smoke):
     device = "cpu" if smoke else "cuda"
     torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
     model.QUERY_MODES["plain_f"] = PlainF
-    shape = (dict(n_layer=2, n_head=2, n_embd=32, block_size=16, vocab_size=64) if smoke else
-             dict(n_layer=2, n_head=4, n_embd=256, block_size=256, vocab_size=512))
+    shape = TINY if smoke else dict(n_layer=2, n_head=4, n_embd=256, block_size=256, vocab_size=512)
     torch.manual_seed(0)
     default = model.GPT(model.GPTConfig(query_mode="nonlinear", **shape)).to(device)
     with torch.no_grad():  # gains and biases off their init's ones and zeros, which would hide a misplaced one
@@ -90,7 +90,7 @@ def correctness(smoke):
 
 
 def run_bench(mode, smoke):
-    """bench.bench for one query mode (under torchrun: DDP over its ranks) -> its row, or None off rank 0."""
+    """bench.bench for one query mode (under torchrun: DDP over its ranks) -> its row."""
     opts, rest = bench.split_args(BENCH + [f"--query_modes={mode}"] + (SMOKE if smoke else []))
     rows, device = bench.bench(parse_config(rest), opts)
     row = rows[0]
@@ -100,8 +100,7 @@ def run_bench(mode, smoke):
 def graph_breaks(smoke):
     """dynamo's view of a training forward of the 124M nonlinear GPT (tiny with --cpu-smoke): one graph."""
     device = "cpu" if smoke else "cuda"
-    shape = dict(n_layer=2, n_head=2, n_embd=32, block_size=16, vocab_size=64) if smoke else {}
-    gpt = model.GPT(model.GPTConfig(query_mode="nonlinear", **shape)).to(device).train()
+    gpt = model.GPT(model.GPTConfig(query_mode="nonlinear", **(TINY if smoke else {}))).to(device).train()
     idx = torch.randint(gpt.config.vocab_size, (2, gpt.config.block_size), device=device)
     with torch.autocast(device, dtype=torch.bfloat16, enabled=not smoke):
         found = torch._dynamo.explain(gpt)(idx, idx)
@@ -125,14 +124,10 @@ def main(argv=None):
     parser.add_argument("--cpu-smoke", action="store_true", help="tiny shapes on the CPU (the suite's check)")
     args = parser.parse_args(argv)
     t0 = time.time()
-    if args.step == "env":
-        row = environment(args.cpu_smoke)
-    elif args.step in ("bench", "ddp"):
+    if args.step in ("bench", "ddp"):
         row = run_bench(args.mode, args.cpu_smoke)
-    elif args.step == "correctness":
-        row = correctness(args.cpu_smoke)
     else:
-        row = graph_breaks(args.cpu_smoke)
+        row = dict(env=environment, correctness=correctness, graph_breaks=graph_breaks)[args.step](args.cpu_smoke)
     if int(os.environ.get("RANK", 0)) == 0:
         row = {"step": args.step if args.step != "bench" else f"bench {args.mode}", **row,
                "seconds": round(time.time() - t0, 1)}
