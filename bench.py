@@ -138,7 +138,9 @@ def peak_mem_mb(device_type, allocated_before=0):
 
 
 def bench(cfg, opts):
-    """Time every query mode; returns (one row (dict) per mode, device), the same on every rank."""
+    """Time every query mode; returns (one row (dict) per mode, device), the same on every rank. The modes are
+    built in order, the first (the baseline) first; one that fails in one process (an out-of-memory, a compile
+    error) gets a row {"query_mode", "failed": the error} and the others go on."""
     if opts["threads"]:
         torch.set_num_threads(opts["threads"])
     job = start_job(cfg)
@@ -147,17 +149,25 @@ def bench(cfg, opts):
     parallel = "fsdp" if cfg["fsdp"] else "ddp" if dist.is_initialized() else "single"
     modes = opts["query_modes"].split(",")
     next_batch = batch_source(cfg, opts, model_config(cfg, data_vocab_size(cfg)).vocab_size, device)
-    runners, times, mems = {}, {m: [] for m in modes}, {}
+    runners, times, mems, failed = {}, {m: [] for m in modes}, {}, {}
     busy = busy_warning(device_type)
     if busy:
         progress(busy)
     for mode in modes:
         t0 = time.perf_counter()
         allocated_before = start_memory_count(device_type)
-        runners[mode] = make_runner(cfg, mode, device, device_type, ptdtype, ctx)
-        for _ in range(opts["warmup"]):  # includes torch.compile's first-call compilation
-            runners[mode][1](*next_batch())
-        sync(device_type)
+        try:
+            runners[mode] = make_runner(cfg, mode, device, device_type, ptdtype, ctx)
+            for _ in range(opts["warmup"]):  # includes torch.compile's first-call compilation
+                runners[mode][1](*next_batch())
+            sync(device_type)
+        except RuntimeError as e:  # an out-of-memory, a compile error: this mode's row says so, the others run
+            if world_size > 1:  # (the ranks would have to agree on it)
+                raise
+            failed[mode] = (str(e).strip() or type(e).__name__).splitlines()[0]
+            runners.pop(mode, None)
+            progress(f"{mode}: failed: {failed[mode]}")
+            continue
         progress(f"{mode}: built, {opts['warmup']} warm-up step{'s' * (opts['warmup'] != 1)}: "
                  f"{time.perf_counter() - t0:.1f} s")
         mems[mode] = [peak_mem_mb(device_type, allocated_before)]
@@ -166,7 +176,7 @@ def bench(cfg, opts):
             dist.all_gather_object(mems[mode], peak_mem_mb(device_type, allocated_before))
     per_round = max(1, opts["steps"] // opts["rounds"])
     for done in range(1, opts["rounds"] + 1):
-        for mode in modes:
+        for mode in runners:
             for _ in range(per_round):
                 x, y = next_batch()
                 sync(device_type)
@@ -175,9 +185,12 @@ def bench(cfg, opts):
                 sync(device_type)
                 times[mode].append(time.perf_counter() - t0)
         progress(f"round {done} of {opts['rounds']}: " + ", ".join(
-            f"{m} {1000 * statistics.median(times[m]):.1f}" for m in modes) + " ms/iter (medians so far)")
+            f"{m} {1000 * statistics.median(times[m]):.1f}" for m in runners) + " ms/iter (medians so far)")
     rows = []
     for mode in modes:
+        if mode in failed:
+            rows.append(dict(query_mode=mode, failed=failed[mode]))
+            continue
         model, _, compiled = runners[mode]
         dt = statistics.median(times[mode])
         mfu = model.estimate_mfu(cfg["batch_size"], dt)
@@ -216,24 +229,30 @@ SPREAD_WARNING = 1.5  # p90 / p10 of a mode's step times above which table() say
 
 
 def table(rows, device):
-    """Rows as a markdown table, with each mode's tokens/s relative to the first mode."""
-    ref = rows[0]["tokens_per_s"]
-    ranks, cuda = rows[0]["world_size"], device.startswith("cuda")
-    how = ("one process" if rows[0]["parallel"] == "single" else
-           f"{rows[0]['parallel'].upper()}, {ranks} rank{'s' if ranks > 1 else ''} (figures per rank)")
+    """Rows as a markdown table, with each mode's tokens/s relative to the first mode that ran; a mode that
+    failed has its error in its row."""
+    done = [r for r in rows if "failed" not in r]
+    if not done:
+        return "\n".join(f"{r['query_mode']}: failed: {r['failed']}" for r in rows)
+    first = done[0]
+    ref, ranks, cuda = first["tokens_per_s"], first["world_size"], device.startswith("cuda")
+    how = ("one process" if first["parallel"] == "single" else
+           f"{first['parallel'].upper()}, {ranks} rank{'s' if ranks > 1 else ''} (figures per rank)")
     lines = [f"device: {device_name(device)}, torch {torch.__version__}, {time.strftime('%Y-%m-%d')}, "
-             f"vocab {rows[0]['vocab_size']}, {rows[0]['params']:,} parameters ({rows[0]['query_mode']}), "
-             f"{how}",
+             f"vocab {first['vocab_size']}, {first['params']:,} parameters ({first['query_mode']}), {how}",
              "| query_mode | compile | dtype | batch x block | ms/iter (median) | p10-p90 ms | tokens/s | "
-             f"vs {rows[0]['query_mode']} | MFU | {'peak mem MB' if cuda else 'process peak RSS MB so far'} |",
+             f"vs {first['query_mode']} | MFU | {'peak mem MB' if cuda else 'process peak RSS MB so far'} |",
              "|---|---|---|---|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
+        if "failed" in r:
+            lines.append(f"| {r['query_mode']} | failed: {r['failed']} |||||||||")
+            continue
         mfu = f"{100 * r['mfu']:.1f}%" if r["mfu"] is not None else "n/a"
         lines.append(f"| {r['query_mode']} | {r['compile']} | {r['dtype']} | {r['batch_size']} x "
                      f"{r['block_size']} | {r['ms_per_iter']:.1f} | {r['ms_p10']:.1f}-{r['ms_p90']:.1f} "
                      f"| {r['tokens_per_s']:,.0f} | {r['tokens_per_s'] / ref:.3f} | {mfu} "
                      f"| {r['peak_mem_mb']:,.0f} |")
-    spread, mode = max((r["ms_p90"] / r["ms_p10"], r["query_mode"]) for r in rows)
+    spread, mode = max((r["ms_p90"] / r["ms_p10"], r["query_mode"]) for r in done)
     if spread > SPREAD_WARNING:
         lines += [f"(the step times spread widely: {mode}'s p90 is {spread:.1f}x its p10, so the ratios are "
                   f"uncertain: run again on idle cores, or with more --rounds)"]
@@ -242,7 +261,7 @@ def table(rows, device):
                   "python bench/saved_activations.py counts their activation memory)"]
     if ranks > 1:
         lines += [f"peak mem MB of ranks 0..{ranks - 1}: " + "; ".join(
-            f"{r['query_mode']} " + ", ".join(f"{m:,.0f}" for m in r["peak_mem_mb_per_rank"]) for r in rows)]
+            f"{r['query_mode']} " + ", ".join(f"{m:,.0f}" for m in r["peak_mem_mb_per_rank"]) for r in done)]
     return "\n".join(lines)
 
 
@@ -267,6 +286,8 @@ def main(argv):
     print(table(rows, device))
     if opts["json"]:
         atomic_write_text(opts["json"], json.dumps(rows, indent=1))
+    if any("failed" in r for r in rows):
+        sys.exit(1)
 
 
 if __name__ == "__main__":

@@ -16,12 +16,10 @@ The halving is folded into the attention scale, 1/(2·sqrt(head_dim)). Keys and 
     linear_residual  q = x + x W_Q       (the official code's "residual" ablation; scale 1/(2 sqrt(hd)))
     nonlinear        q = x + f(x)        (the paper's method; scale 1/(2 sqrt(hd)))
 
-Read in order: GPTConfig, the query modes, attention, the GPT. The last section, FusedF, is an optimisation
-only: the same f at linear's memory, which runs on CUDA (GPTConfig.fused_f); elsewhere f runs as written.
+Read in order: GPTConfig, the query modes, attention, the GPT.
 
 Shapes: B batch, T time (≤ block_size), C = n_embd, nh = n_head, hd = C // nh.
 """
-import contextlib
 import math
 from dataclasses import dataclass
 from typing import Optional
@@ -51,7 +49,6 @@ class GPTConfig:
     query_hidden: Optional[int] = None  # width r of f's hidden layer (nonlinear); None = n_embd // 2 (f: d² + 2d)
     query_norm_in: bool = True        # nonlinear: f's input RMSNorm (False: f(x) = LN(W2 GELU(W1 x)), an ablation)
     query_norm_out: bool = True       # nonlinear: f's output LayerNorm (False: f(x) = W2 GELU(W1 RMSNorm(x)))
-    fused_f: Optional[bool] = None    # nonlinear: True FusedF (linear's memory), False f as written; None: on CUDA
     attn_scale: Optional[float] = None  # attention scale; None = the mode's default, 1/sqrt(head_dim) or half that
     qk_norm: bool = False             # RMS-normalise each head's q and k before their dot product
     dropout: float = 0.0              # dropout probability
@@ -90,11 +87,9 @@ class GPTConfig:
 class QueryMode(nn.Module):
     """Base class of the query modes: forward(x, xw) -> q, each (B, T, C).
 
-    x is the attention input LN1(h). A mode may have x·Wᵀ for a weight W of its own computed inside the
-    attention's input matmul, with the keys and values (one matmul, one read of x):
-    - fuse_w_q = True: W_Q lives in c_attn itself (its first C rows); xw = x·W_Qᵀ. `linear` does this.
-    - input_weight() returns an (m, C) weight built from the mode's own parameters; xw = x·weightᵀ, (B, T, m).
-    Otherwise xw is None.
+    x is the attention input LN1(h). xw is x·W_Q when the class sets fuse_w_q = True: W_Q lives in the
+    attention's c_attn (its first C rows), so the one matmul that computes the keys and values computes it too
+    (one read of x). `linear` does this. Otherwise xw is None.
     scale_factor: the default attention scale is scale_factor / sqrt(head_dim): 1.0 is the standard GPT, 0.5
     folds the paper's Q = (X + f(X)) / 2 into the scale.
     """
@@ -103,10 +98,6 @@ class QueryMode(nn.Module):
 
     def __init__(self, cfg: GPTConfig):
         super().__init__()
-
-    def input_weight(self):
-        """None, or an (m, C) weight whose product with x the attention computes with its keys and values."""
-        return None
 
     def forward(self, x, xw):
         raise NotImplementedError
@@ -147,12 +138,11 @@ class NonlinearQuery(QueryMode):
     W1: C -> r, W2: r -> C with r = query_hidden (C/2 in the paper): 2·C·r + 2·C parameters with bias=False,
     d² + 2d for r = d/2, what W_Q has. query_norm_in / query_norm_out = False drop a norm (ablations).
 
-    f below is the paper's f as written, and what runs on a CPU (fused_f=None, the default) or with
-    fused_f=False. On CUDA (or with fused_f=True) FusedF computes the same numbers at linear's memory:
-    RMSNorm(x)·W1ᵀ = rstd(x) ⊙ (x·(W1·diag γ)ᵀ), rstd(x) = 1/sqrt(mean(x²) + eps), so W1 (its gain γ folded
-    in) joins the keys' and values' matmul (input_weight) and the rest of f runs in FusedF (the end of this
-    file), which keeps three floats per token for the backward pass. An edit to f needs the same edit in
-    FusedF to run on a GPU (tests/test_fused_query.py checks that the two agree).
+    f below is the only f there is: an edit to it runs everywhere. When autograd records on a GPU or under
+    torch.compile (the main job's training path), f runs under torch.utils.checkpoint: the backward pass keeps
+    only x, which the attention keeps anyway, and runs f again instead of storing its intermediates (3C + 2r
+    floats a token), so nonlinear keeps what linear keeps (bench/RESULTS.md), with the same numbers. On a CPU,
+    eager (the quick start), where memory is not what limits a run, f runs plainly.
     """
     scale_factor = 0.5
 
@@ -162,28 +152,16 @@ class NonlinearQuery(QueryMode):
         self.w1 = nn.Linear(cfg.n_embd, cfg.query_hidden, bias=cfg.bias)
         self.w2 = nn.Linear(cfg.query_hidden, cfg.n_embd, bias=cfg.bias)
         self.norm_out = nn.LayerNorm(cfg.n_embd, eps=1e-5, bias=cfg.bias) if cfg.query_norm_out else nn.Identity()
-        self.fused_f = cfg.fused_f
 
     def f(self, x):
         """The residual f as the paper defines it: (B, T, C) -> (B, T, C)."""
         return self.norm_out(self.w2(F.gelu(self.w1(self.norm_in(x)))))
 
-    @property
-    def fused(self):
-        """Whether FusedF computes f: fused_f, or where it is None, on CUDA only (where its memory pays)."""
-        return self.fused_f if self.fused_f is not None else self.w1.weight.is_cuda
-
-    def input_weight(self):
-        """W1·diag γ, (r, C): W1 with the input RMSNorm's gain folded in (W1 alone without the norm)."""
-        if not self.fused:
-            return None
-        return self.w1.weight * self.norm_in.weight if isinstance(self.norm_in, nn.RMSNorm) else self.w1.weight
-
     def forward(self, x, xw):
-        """x (B, T, C), xw = x·input_weight()ᵀ (B, T, r) or None -> q (B, T, C)."""
-        if not self.fused:
-            return x + self.f(x)
-        return fused_query(self, x, xw)
+        """x (B, T, C) -> q = x + f(x), (B, T, C)."""
+        if torch.is_grad_enabled() and (x.is_cuda or torch.compiler.is_compiling()):
+            return x + checkpoint(self.f, x, use_reentrant=False, preserve_rng_state=False)  # f draws no RNG
+        return x + self.f(x)
 
 
 QUERY_MODES = {"linear": LinearQuery, "identity": IdentityQuery, "linear_residual": LinearResidualQuery,
@@ -249,17 +227,9 @@ class CausalSelfAttention(nn.Module):
             # autocast would cast x for every matmul that reads it and keep each copy for the backward pass:
             # cast it once, so that the query, the keys and the values read (and keep) one copy
             x = x.to(torch.get_autocast_dtype(x.device.type))
-        w_query = self.query.input_weight()
-        if w_query is None:  # x -> [x·W_Q (linear only),] x·W_K, x·W_V
-            xw_kv = self.c_attn(x)
-        else:  # the query's own rows first: x -> x·w_queryᵀ, x·W_K, x·W_V, still one matmul
-            bias = self.c_attn.bias
-            if bias is not None:
-                bias = torch.cat([bias.new_zeros(w_query.size(0)), bias])
-            xw_kv = F.linear(x, torch.cat([w_query, self.c_attn.weight]), bias)
-        # (B, T, m + 2C) -> xw (B, T, m), k, v (B, T, C); m = C (linear), r (fused nonlinear) or 0
+        xw_kv = self.c_attn(x)  # x -> [x·W_Q (fuse_w_q: linear),] x·W_K, x·W_V in one matmul
         xw, k, v = xw_kv.split([xw_kv.size(-1) - 2 * C, C, C], dim=-1)
-        q = self.query(x, xw if xw.size(-1) else None)
+        q = self.query(x, xw if self.query.fuse_w_q else None)
         q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
                    for t in (q, k, v))  # (B, nh, T, hd)
         if self.qk_norm:
@@ -497,124 +467,3 @@ def peak_flops(device):
         return None
     name = torch.cuda.get_device_name(device)
     return next((peak for key, peak in PEAK_FLOPS if key in name), None)
-
-
-# ---------------------------------------------------------------------- f's fused forward and backward
-# An optimisation of NonlinearQuery (on CUDA, or fused_f=True): the maths of f written out once, so that autograd
-# keeps three floats per token instead of f's intermediates. A reader who wants the model can stop above.
-
-def fused_query(query, x, xw):
-    """q = x + f(x) for a NonlinearQuery, from xw = x·query.input_weight()ᵀ (or None: computed here)."""
-    if xw is None:  # called on its own, outside the attention
-        xw = F.linear(x, query.input_weight())
-    eps_in = query.norm_in.eps if isinstance(query.norm_in, nn.RMSNorm) else None
-    ln = query.norm_out if isinstance(query.norm_out, nn.LayerNorm) else None
-    args = (x, xw, query.w1.bias, query.w2.weight, query.w2.bias, eps_in, ln and ln.weight, ln and ln.bias,
-            ln and ln.eps)
-    if torch.compiler.is_compiling() and torch.is_grad_enabled():
-        # torch.compile traces FusedF's forward and backward into the model's graph and re-decides what to
-        # save: it would store f's intermediates again (1.12-1.16x linear's bytes per layer). Under
-        # checkpoint it must recompute them (1.03x; bench/saved_activations.py --compile).
-        return checkpoint(FusedF.apply, *args, use_reentrant=False, preserve_rng_state=False)
-    return FusedF.apply(*args)
-
-
-class FusedF(torch.autograd.Function):
-    """q = x + f(x) from xw = x·(W1·diag γ)ᵀ, with a backward pass written out (no activations of f stored).
-
-    Forward, per token (x: C, xw: r; the matmul in xw's dtype, the rest in float32, or float64 for float64 x):
-        rstd = 1 / sqrt(|x|² / C + eps_in)        the input RMSNorm, one number (none without query_norm_in)
-        h = rstd · xw + b1                         = W1 · RMSNorm(x) + b1
-        z = W2 · GELU(h) + b2
-        q = x + LayerNorm(z)                       (q = x + z without query_norm_out)
-    Saved: x and xw (the attention keeps both anyway: x for its input matmul's weight gradient, xw inside that
-    matmul's output), rstd and the LayerNorm's mean and 1/std, three floats per token. h, GELU(h) and z are
-    recomputed in the backward pass, which is, with g = ∂loss/∂q:
-        ∂z, ∂γ_out, ∂β_out = LayerNorm's backward of g     ∂W2 = Σ_tokens ∂z ⊗ GELU(h),  ∂b2 = Σ_tokens ∂z
-        ∂h = GELU'(h) ⊙ (W2ᵀ ∂z),  ∂b1 = Σ_tokens ∂h       ∂xw = rstd · ∂h
-        ∂x = g − (rstd³ / C) (∂h · xw) x                   (the RMSNorm's path: ∂rstd/∂x = −rstd³ x / C)
-    The same maths autograd does on f as written (tests/test_fused_query.py checks every gradient).
-    """
-
-    @staticmethod
-    def forward(ctx, x, xw, b1, w2, b2, eps_in, ln_weight, ln_bias, eps_out):
-        """x (B, T, C), xw (B, T, r); b1 (r,) or None, w2 (C, r), b2 (C,) or None; eps_in None = no RMSNorm;
-        ln_weight (C,), ln_bias (C,) or None, eps_out: the output LayerNorm (None = none) -> q (B, T, C)."""
-        with FusedF.no_autocast(x):  # the dtypes below are explicit
-            rstd = FusedF.rstd(x, eps_in)
-            h, a, z = FusedF.hidden(xw, rstd, b1, w2, b2)
-            stats = ()
-            if eps_out is not None:
-                f, mean, inv_std = torch.native_layer_norm(z, z.shape[-1:], FusedF.acc(ln_weight),
-                                                           FusedF.acc(ln_bias), eps_out)
-                stats = (mean, inv_std)  # (B, T, 1) each
-            else:
-                f = z
-        ctx.eps_in = eps_in
-        ctx.save_for_backward(x, xw, rstd, b1, w2, b2, ln_weight, ln_bias, *stats)
-        return x + f.to(x.dtype)  # q in the dtype of k and v
-
-    @staticmethod
-    def no_autocast(x):
-        """A context in which autocast is off on x's device (a no-op where it is off already)."""
-        on = torch.is_autocast_enabled(x.device.type)
-        return torch.autocast(x.device.type, enabled=False) if on else contextlib.nullcontext()
-
-    @staticmethod
-    def rstd(x, eps_in):
-        """The input RMSNorm's 1/sqrt(|x|²/C + eps_in), (B, T, 1), |x|² in float32 also for bf16 x; None
-        without the norm (eps_in None)."""
-        if eps_in is None:
-            return None
-        norm = torch.linalg.vector_norm(x, dim=-1, keepdim=True, dtype=FusedF.acc_dtype(x))
-        return torch.rsqrt(norm.square() / x.size(-1) + eps_in)
-
-    @staticmethod
-    def hidden(xw, rstd, b1, w2, b2):
-        """h = rstd·xw + b1 (B, T, r), GELU(h) (B, T, r) and z = W2·GELU(h) + b2 (B, T, C), in float32 (or
-        float64); W2's matmul in xw's dtype (bf16 under autocast)."""
-        h = FusedF.acc(xw) if rstd is None else xw * rstd
-        if b1 is not None:
-            h = h + b1
-        a = F.gelu(h)
-        z = F.linear(a.to(xw.dtype), w2.to(xw.dtype), None if b2 is None else b2.to(xw.dtype))
-        return h, a, FusedF.acc(z)
-
-    @staticmethod
-    def acc_dtype(t):
-        """The dtype f's pointwise maths runs in for a tensor of t's dtype: float32, or float64 for float64."""
-        return torch.promote_types(t.dtype, torch.float32)
-
-    @staticmethod
-    def acc(t):
-        """t in acc_dtype (None stays None): bf16 activations and parameters go up to float32."""
-        return t if t is None else t.to(FusedF.acc_dtype(t))
-
-    @staticmethod
-    def backward(ctx, g):
-        """g = ∂loss/∂q (B, T, C) -> the gradient of each input of forward (None for the non-tensors)."""
-        x, xw, rstd, b1, w2, b2, ln_weight, ln_bias, *stats = ctx.saved_tensors
-        with FusedF.no_autocast(x):
-            if torch.is_grad_enabled():  # backward(create_graph=True): a second derivative must see rstd
-                rstd = FusedF.rstd(x, ctx.eps_in)  # depend on x, so it is recomputed from x (same values)
-            h, a, z = FusedF.hidden(xw, rstd, b1, w2, b2)  # recomputed
-            g_ln_w = g_ln_b = None
-            if stats:
-                g_z, g_ln_w, g_ln_b = torch.ops.aten.native_layer_norm_backward(
-                    FusedF.acc(g), z, z.shape[-1:], *stats, FusedF.acc(ln_weight), FusedF.acc(ln_bias),
-                    [True, ln_weight is not None, ln_bias is not None])
-                g_ln_w = g_ln_w if g_ln_w is None else g_ln_w.to(ln_weight.dtype)
-                g_ln_b = g_ln_b if g_ln_b is None else g_ln_b.to(ln_bias.dtype)
-            else:
-                g_z = g
-            dt = xw.dtype  # W2's matmul, backward too, in the dtype forward ran it in
-            g_z_dt = g_z.to(dt)
-            g_w2 = (g_z_dt.flatten(0, -2).T @ a.to(dt).flatten(0, -2)).to(w2.dtype)  # (C, r)
-            g_b2 = None if b2 is None else g_z.flatten(0, -2).sum(0).to(b2.dtype)
-            g_h = torch.ops.aten.gelu_backward(g_z_dt @ w2.to(dt), h)  # (B, T, r), h's dtype
-            g_b1 = None if b1 is None else g_h.flatten(0, -2).sum(0).to(b1.dtype)
-            if rstd is None:
-                return g.to(x.dtype), g_h.to(xw.dtype), g_b1, g_w2, g_b2, None, g_ln_w, g_ln_b, None
-            g_rstd = torch.linalg.vecdot(g_h, FusedF.acc(xw)).unsqueeze(-1)  # (B, T, 1)
-            g_x = torch.addcmul(g, x, g_rstd * rstd.pow(3), value=-1.0 / x.size(-1))
-            return g_x.to(x.dtype), (g_h * rstd).to(xw.dtype), g_b1, g_w2, g_b2, None, g_ln_w, g_ln_b, None

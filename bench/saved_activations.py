@@ -22,9 +22,9 @@ graph's inputs other than the gradients), found by running that partitioner on t
 kernels, so it holds on any device; the double difference again removes what does not grow with layers and
 tokens. (It counts before inductor's own graph rewrites, which can fuse but do not store more.)
 
-The nonlinear query's FusedF saves through the same hooks (ctx.save_for_backward): x and a view of the attention's
-input matmul output (storages the keys and values keep anyway), the input RMSNorm's rstd and the output
-LayerNorm's mean and 1/std, each (B, T, 1), all counted above.
+The nonlinear query counts as it runs on the device: in a training step on CUDA (and under --compile) f runs
+under torch.utils.checkpoint and keeps only its input x (a storage the attention's input matmul keeps anyway),
+its intermediates recomputed; on the CPU, eager, it runs plainly and its intermediates count.
 """
 import argparse
 import os
@@ -91,9 +91,8 @@ def saved_bytes_per_layer_token(query_mode, dtype=None, n_embd=768, n_head=12, b
                                 device="cpu", compiled=False, **keys):
     """Bytes saved for the backward pass per layer and per token of one query mode (float): the double
     difference of saved_bytes (compiled_saved_bytes if compiled) over n_layer (n_layer, 2·n_layer) and
-    sequences (1, 2). keys: more GPTConfig fields (qk_norm, query_hidden, ...; nonlinear: FusedF, as on CUDA,
-    unless fused_f=False). The vocabulary is small (256): the LM head is outside the difference anyway."""
-    keys.setdefault("fused_f", True)
+    sequences (1, 2). keys: more GPTConfig fields (qk_norm, query_hidden, ...). The vocabulary is small (256):
+    the LM head is outside the difference anyway."""
     count_bytes = compiled_saved_bytes if compiled else saved_bytes
     def count(layers, sequences):
         cfg = GPTConfig(n_layer=layers, n_head=n_head, n_embd=n_embd, block_size=block_size, vocab_size=256,

@@ -1,7 +1,6 @@
 # GPU study scale (not a paper setting): a 6-layer, 384-wide GPT on GPT-2-tokenised English Wikipedia
 # (6.8M tokens; one pass over the train split in 750 steps of 32 x 256 tokens), bf16, eager (runs this short
-# would spend longer compiling than training). studies/enwiki_gpu.py runs every arm; bench/gpu_check.sh
-# runs it.
+# would spend longer compiling than training). studies/enwiki_gpu.py runs every arm (python -m research.sweep).
 #   python prepare_data.py local --input ../shared/data/enwiki2015/AA --name enwiki_gpt2 --tokenizer gpt2
 out_dir = "out/enwiki_gpu"
 dataset = "enwiki_gpt2"

@@ -11,6 +11,6 @@ weight_decay = 0.1
 beta1 = 0.9
 beta2 = 0.95
 grad_clip = 1.0
-eval_windows = 400        # the fixed-window evals along training: 0.4M tokens per split, cheap beside a run
+eval_windows = 384        # the fixed-window evals along training: 12 batches of 32, 0.39M tokens per split
 log_interval = 50
 eval_full_at_end = True

@@ -126,13 +126,11 @@ class NlqConfig(GPT2Config):
 
 
 class NlqAttention(GPT2Attention):
-    """GPT2Attention whose q is the query mode's: c_attn computes K and V (and W_Q for linear, fuse_w_q).
-    nonlinear's f runs as written (fused_f=False, the same numbers): FusedF saves memory in nlq's training,
-    plain modules cost fewer operations per generated token and are what tools built on transformers expect."""
+    """GPT2Attention whose q is the query mode's: c_attn computes K and V (and W_Q for linear, fuse_w_q)."""
 
     def __init__(self, config, layer_idx=None):
         super().__init__(config, layer_idx=layer_idx)
-        cfg = GPTConfig(n_embd=config.n_embd, n_head=config.n_head, fused_f=False,
+        cfg = GPTConfig(n_embd=config.n_embd, n_head=config.n_head,
                         **{k: getattr(config, k) for k in NlqConfig.__annotations__})  # the query's settings
         self.query = QUERY_MODES[cfg.query_mode](cfg)
         C = self.embed_dim

@@ -159,6 +159,7 @@ def load_checkpoint(path, mmap=False):
             if "num_heads" in (args or {}) else f" (it is nanoGPT's: start an nlq run from its weights with "
             f"--init_from={path} and a new out_dir)" if "n_head" in (args or {}) else ""))
     cfg = ckpt["config"] = upgrade(ckpt["config"])
+    args.pop("fused_f", None)  # (see settings.upgrade)
     ckpt["model"] = {_upgrade_name(k): v for k, v in ckpt["model"].items()}
     # what checkpoints older than their record held: where the weights started, the tokens trained on, where the
     # decay ends

@@ -66,9 +66,9 @@ SETTINGS = dict(
     dataset=("openwebtext", FIXED, None, "the dataset: data_dir/dataset/{train,val}.bin and meta.json"),
     batch_size=(12, RUN, ">0", "windows of block_size tokens per micro-batch, per process"),
     gradient_accumulation_steps=(40, RUN, ">0", "micro-batches per optimizer step, over all processes together"),
-    # the model: GPTConfig's fields (model.py); fused_f computes the same numbers another way
-    **{k: (None if k == "vocab_size" else f.default, MACHINE if k == "fused_f" else FIXED, None,
-           MODEL_MEANINGS.get(k, "see GPTConfig")) for k, f in MODEL_FIELDS.items()},
+    # the model: GPTConfig's fields (model.py)
+    **{k: (None if k == "vocab_size" else f.default, FIXED, None, MODEL_MEANINGS.get(k, "see GPTConfig"))
+       for k, f in MODEL_FIELDS.items()},
     # AdamW and the learning-rate schedule: linear warmup, then cosine (or linear) decay to min_lr
     learning_rate=(6e-4, FIXED, ">0", "peak AdamW learning rate, reached after warmup_iters"),
     max_iters=(60000, RUN, ">=0", "optimizer steps to train"),
@@ -288,6 +288,7 @@ def upgrade(saved):
     since take their defaults, and eval_iters x batch_size (the eval set before eval_windows) becomes
     eval_windows."""
     saved = dict(saved)
+    saved.pop("fused_f", None)  # how f was computed (FusedF or as written), once a setting: the same numbers
     if saved.get("eval_windows") is None and saved.get("eval_iters") is not None:
         saved["eval_windows"] = saved["eval_iters"] * saved["batch_size"]
     return {**DEFAULTS, **saved}

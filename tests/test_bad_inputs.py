@@ -488,11 +488,11 @@ def test_a_run_that_ends_without_an_error_but_unfinished_is_not_launched_forever
 def test_small_options_named_as_the_other_scripts_name_them(tmp_path, capsys):
     """An empty prompt file is an error (it fell back to the default start without a word); bench.py takes the
     query modes' aliases as train.py does and names an unknown mode before building any model;
-    bench/gpu_sanity.py answers --help and refuses other arguments (it ran the whole check)."""
+    bench/gpu_check.py answers --help and refuses other arguments."""
     import bench
     import sample
     sys.path.insert(0, str(ROOT / "bench"))
-    import gpu_sanity
+    import gpu_check
     (tmp_path / "prompt.txt").write_text("ab")
     assert sample.prompt_ids(f"FILE:{tmp_path / 'prompt.txt'}", dict(tokenizer="char"), lambda t: [7] * len(t)) \
         == [7, 7]
@@ -501,10 +501,10 @@ def test_small_options_named_as_the_other_scripts_name_them(tmp_path, capsys):
     with pytest.raises(ValueError, match="--query_modes: unknown nonlinar; registered: linear"):
         bench.split_args(["--query_modes=linear,nonlinar"])
     with pytest.raises(SystemExit) as e:
-        gpu_sanity.main(["--help"])
-    assert e.value.code == 0 and "Numerical checks that only a GPU can run" in capsys.readouterr().out
+        gpu_check.main(["--help"])
+    assert e.value.code == 0 and "The steps of bench/gpu_check.sh" in capsys.readouterr().out
     with pytest.raises(SystemExit) as e:
-        gpu_sanity.main(["--steps=3"])
+        gpu_check.main(["env", "--out=rows.jsonl", "--steps=3"])
     assert e.value.code == 2 and "unrecognized arguments: --steps=3" in capsys.readouterr().err
 
 

@@ -1,130 +1,117 @@
-"""bench/gpu_check.sh, checked on the CPU before a GPU is ever lent: with python3 and nvidia-smi replaced by
-stubs that record their arguments, the script runs its steps in order, each command's arguments are ones
-the real scripts accept (parsed by their own parsers), a budget too small skips steps by name, and bad
-BUDGET or STEPS values stop it before anything runs."""
+"""bench/gpu_check.sh, checked on the CPU before a GPU is ever lent: --cpu-smoke runs every step at tiny shapes
+and each appends its row; the steps' limits fit the 8 minutes; a step that fails gets a row and the next runs;
+without CUDA and --cpu-smoke it stops at once. And bench.py: a mode that fails loses no other mode's numbers."""
 import json
 import os
-import signal
+import re
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
-from test_sweep import command_lines
+import torch
+from torch.utils.checkpoint import checkpoint
 
 import bench
+import model
 from nlq import settings
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "bench"))
-import kv_cache  # noqa: E402
-import saved_activations  # noqa: E402
-
-STUB = """#!/usr/bin/env python3
-import json, os, sys, time
-with open(os.environ["GPU_CHECK_LOG"], "a") as f:
-    f.write(json.dumps([os.path.basename(sys.argv[0])] + sys.argv[1:]) + "\\n")
-if sys.argv[0].endswith("python3") and sys.argv[1] != "-c":  # a step: GPU_CHECK_STEP_S long (a measurement)
-    time.sleep(float(os.environ.get("GPU_CHECK_STEP_S", 0)))
-"""
+SCRIPT = (ROOT / "bench" / "gpu_check.sh").read_text()
+STEPS = ["env", "bench linear", "correctness", "bench nonlinear", "graph_breaks", "ddp"]
 
 
-def stubbed_env(tmp_path, **env):
-    """The environment in which gpu_check.sh's python3 and nvidia-smi are stubs that log their arguments."""
-    stubs = tmp_path / "bin"
-    stubs.mkdir(exist_ok=True)
-    for name in ("python3", "nvidia-smi"):
-        (stubs / name).write_text(STUB.replace("#!/usr/bin/env python3", f"#!{sys.executable}"))
-        (stubs / name).chmod(0o755)
-    (tmp_path / "calls.jsonl").unlink(missing_ok=True)
-    return {**os.environ, "PATH": f"{stubs}:{os.environ['PATH']}", "GPU_CHECK_LOG": str(tmp_path / "calls.jsonl"),
-            "OUT": str(tmp_path / "out"), **env}
+def rows_of(out):
+    return [json.loads(line) for line in (out / "gpu_check.jsonl").read_text().splitlines()]
 
 
-def run_script(tmp_path, **env):
-    """Run gpu_check.sh with stubbed python3 and nvidia-smi -> (completed process, recorded python3 argvs)."""
-    log = tmp_path / "calls.jsonl"
-    result = subprocess.run(["bash", "bench/gpu_check.sh"], cwd=ROOT, env=stubbed_env(tmp_path, **env),
-                            capture_output=True, text=True, timeout=60)
-    calls = [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
-    return result, [c[1:] for c in calls if c[0] == "python3" and c[1] != "-c"]  # -c: the torch version line
+def test_the_steps_run_in_order_within_480_seconds():
+    """The linear baseline is the first measurement; the steps' own limits add up to 8 minutes at most."""
+    steps = re.findall(r'^step ("[^"]+"|\S+) (\d+) ', SCRIPT, re.M)
+    assert [name.strip('"') for name, _ in steps] == STEPS
+    assert sum(int(limit) for _, limit in steps) <= 480
 
 
-def test_every_step_runs_in_order_with_arguments_the_scripts_accept(tmp_path, monkeypatch):
-    result, calls = run_script(tmp_path)
+def test_cpu_smoke_runs_every_step_and_each_appends_its_row(tmp_path):
+    result = subprocess.run(["bash", "bench/gpu_check.sh", "--cpu-smoke"], cwd=ROOT, capture_output=True, text=True,
+                            timeout=400, env={**os.environ, "OUT": str(tmp_path), "OMP_NUM_THREADS": "1"})
     assert result.returncode == 0, result.stderr
-    scripts = [c[0] for c in calls]
-    assert scripts == ["bench/saved_activations.py"] + ["bench.py"] * 4 + ["bench/gpu_sanity.py",
-                                                                             "bench/kv_cache.py"]
-    assert "not run" not in result.stdout
-    # saved_activations.py: its own parser (the counting itself replaced: it is what the GPU is for)
-    monkeypatch.setattr(saved_activations, "saved_bytes_per_layer_token", lambda *a, **k: 1.0)
-    saved_activations.main([a if a != "--device=cuda" else "--device=cpu" for a in calls[0][1:]])  # (no GPU here)
-    assert "--device=cuda" in calls[0]
-    # bench.py: the micro-batches in order of what they decide, each a config train.py would accept
-    batches = []
-    for call in calls[1:5]:
-        opts, rest = bench.split_args(call[1:])
-        cfg = settings.parse_config(rest)
-        assert cfg["compile"] is True and opts["json"].endswith(f"bench_nlq_small_b{cfg['batch_size']}.json")
-        batches.append((cfg["batch_size"], opts["query_modes"]))
-    assert batches == [(12, "linear,identity,nonlinear"), (64, "linear,nonlinear"), (32, "linear,nonlinear"),
-                       (16, "linear,nonlinear")]
-    # kv_cache.py: its parser checks the shape and the prompt + new tokens against the block; the device is
-    # checked on this machine's CPU instead of CUDA
-    args = kv_cache.parse_args([a if a != "--device=cuda" else "--device=cpu" for a in calls[-1][1:]])
-    assert (args.n_layer, args.n_embd, args.block_size, args.dtype) == (12, 768, 1024, "bfloat16")
-    steps_log = (tmp_path / "out" / "steps.log").read_text()
-    assert steps_log.count("ended with status 0") == 7
+    rows = rows_of(tmp_path)
+    assert [r["step"] for r in rows] == STEPS and all(r["ok"] for r in rows), rows
+    env, linear, correctness, nonlinear, graphs, ddp = rows
+    assert env["torch"] and env["commit"]
+    assert linear["query_mode"] == "linear" and nonlinear["query_mode"] == ddp["query_mode"] == "nonlinear"
+    assert all(r["tokens_per_s"] > 0 and r["peak_mem_mb"] > 0 for r in (linear, nonlinear, ddp))
+    assert (ddp["parallel"], ddp["world_size"]) == ("ddp", 1)
+    checks = correctness["checks"]
+    assert set(checks) == {"float32_eager", "float32_compiled", "bfloat16_eager", "bfloat16_compiled"}
+    assert all(0 < c["error"] <= c["bound"] for c in checks.values())
+    assert checks["float32_eager"]["bound"] == 1e-4 < checks["bfloat16_eager"]["bound"]
+    assert (graphs["graphs"], graphs["graph_breaks"]) == (1, 0)
 
 
-def test_a_small_budget_skips_steps_by_name_and_steps_selects_them(tmp_path):
-    result, calls = run_script(tmp_path, BUDGET="0")
-    assert result.returncode == 0 and calls == []
-    assert ("not run, the budget of 0s would not hold them: 1:saved_activations.md 2:bench_nlq_small_b12.md "
-            "3:bench_nlq_small_b64.md 3:bench_nlq_small_b32.md 3:bench_nlq_small_b16.md 4:gpu_sanity.md "
-            "5:kv_cache.md") in result.stdout
-    result, calls = run_script(tmp_path, STEPS="4,5")
-    assert [c[0] for c in calls] == ["bench/gpu_sanity.py", "bench/kv_cache.py"]
+def test_correctness_catches_a_recompute_that_is_off(monkeypatch):
+    """f's checkpointed path made 10% off (a wrong recompute would be off by more): the compiled checks, which
+    take that path on the CPU, fail in float32 and in bf16; the eager ones (f run plainly here) pass."""
+    sys.path.insert(0, str(ROOT / "bench"))
+    import gpu_check
+    torch._dynamo.reset()
+    monkeypatch.setattr(model, "checkpoint", lambda f, x, **k: 1.1 * checkpoint(f, x, **k))
+    monkeypatch.setitem(model.QUERY_MODES, "plain_f", gpu_check.PlainF)  # (the check registers it; gone after)
+    row = gpu_check.correctness(smoke=True)
+    ok = {name: c["error"] <= c["bound"] for name, c in row["checks"].items()}
+    assert ok == dict(float32_eager=True, float32_compiled=False, bfloat16_eager=True, bfloat16_compiled=False)
+    assert not row["ok"]
 
 
-@pytest.mark.parametrize("env,message", [({"BUDGET": "ten"}, "BUDGET=ten: give whole seconds"),
-                                         ({"STEPS": "3;6"}, "STEPS=3;6: give step numbers 1-5")])
-def test_bad_settings_stop_before_anything_runs(tmp_path, env, message):
-    result, calls = run_script(tmp_path, **env)
-    assert result.returncode == 2 and message in result.stderr
-    assert calls == [] and not (tmp_path / "out").exists()
-
-
-def test_a_signal_stops_the_step_under_way_too(tmp_path):
-    """Killed while a step ran, the script went and left the step's benchmark on the GPU (up to its timeout):
-    now the step's processes get the signal too, and steps.log says where it stopped."""
-    env = stubbed_env(tmp_path, GPU_CHECK_STEP_S="60")
-    script = subprocess.Popen(["bash", "bench/gpu_check.sh"], cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL)
-    steps_log = tmp_path / "out" / "steps.log"
-    deadline = time.time() + 30
-    while not (steps_log.exists() and "== step 1" in steps_log.read_text()) and time.time() < deadline:
-        time.sleep(0.1)
-    time.sleep(0.5)  # the step's stub is asleep now
-    stub = [pid for pid, cmd in command_lines().items() if str(tmp_path / "bin" / "python3") in cmd]
-    assert len(stub) == 1
-    script.send_signal(signal.SIGTERM)
-    assert script.wait(timeout=30) == 130
-    deadline = time.time() + 10
-    while stub[0] in command_lines() and time.time() < deadline:
-        time.sleep(0.1)
-    assert stub[0] not in command_lines()  # the step's process ended with the script
-    assert steps_log.read_text().splitlines()[-1].startswith("== stopped by a signal after ")
+def test_a_step_that_fails_gets_a_row_and_the_next_step_runs(tmp_path):
+    """python3 replaced by one that fails every step at once: each step still leaves its row, in order."""
+    stub = tmp_path / "bin" / "python3"
+    stub.parent.mkdir()
+    stub.write_text("#!/bin/sh\nexit 3\n")
+    stub.chmod(0o755)
+    result = subprocess.run(["bash", "bench/gpu_check.sh", "--cpu-smoke"], cwd=ROOT, capture_output=True, text=True,
+                            timeout=60, env={**os.environ, "OUT": str(tmp_path / "out"),
+                                             "PATH": f"{stub.parent}:{os.environ['PATH']}"})
+    assert result.returncode == 0
+    rows = rows_of(tmp_path / "out")
+    assert [r["step"] for r in rows] == STEPS
+    assert all(not r["ok"] and r["exit_status"] == 3 and r["timed_out"] is False for r in rows)
 
 
 def test_without_cuda_it_stops_before_anything_runs(tmp_path):
-    """On a machine without CUDA it ran every step on the CPU, each to its timeout (minutes of nothing)."""
-    env = {k: v for k, v in os.environ.items() if k != "PATH"}
-    env.update(PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}", OUT=str(tmp_path / "out"),
-               CUDA_VISIBLE_DEVICES="")  # this machine's real python3, with no GPU to see
-    result = subprocess.run(["bash", "bench/gpu_check.sh"], cwd=ROOT, env=env, capture_output=True, text=True,
-                            timeout=120)
-    assert result.returncode == 2 and "no CUDA GPU here (torch.cuda.is_available() is False)" in result.stderr
+    result = subprocess.run(["bash", "bench/gpu_check.sh"], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                            env={**os.environ, "OUT": str(tmp_path / "out"), "CUDA_VISIBLE_DEVICES": ""})
+    assert result.returncode == 2 and "no CUDA GPU here" in result.stderr
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("config", sorted((ROOT / "config").glob("*.py")), ids=lambda p: p.name)
+def test_every_config_evaluates_in_whole_batches(config):
+    """eval_windows a multiple of batch_size: a last, smaller eval batch is one more shape to compile (a third
+    graph), which config/ladder_gpu.py had (400 windows of 32: a last batch of 16)."""
+    cfg = settings.parse_config([str(config)])
+    assert cfg["eval_windows"] % cfg["batch_size"] == 0, (cfg["eval_windows"], cfg["batch_size"])
+
+
+class Failing(model.LinearQuery):
+    def forward(self, x, xw):
+        raise RuntimeError("out of memory (a stand-in)\nmore lines")
+
+
+def test_a_mode_that_fails_loses_no_other_modes_numbers(monkeypatch, capsys, tmp_path):
+    """bench.py with a mode that fails between linear and nonlinear: both are timed and printed, the failure
+    has its own row with its error, and the exit status says something failed."""
+    monkeypatch.setitem(model.QUERY_MODES, "failing", Failing)
+    argv = ["--query_modes=linear,failing,nonlinear", "--warmup=1", "--steps=2", "--rounds=2", "--n_layer=1",
+            "--n_head=2", "--n_embd=32", "--block_size=16", "--batch_size=2", "--device=cpu", "--vocab_size=64",
+            "--compile=False", f"--json={tmp_path / 'rows.json'}"]
+    with pytest.raises(SystemExit) as exit:
+        bench.main(argv)
+    assert exit.value.code == 1
+    out = capsys.readouterr().out
+    assert "| failing | failed: out of memory (a stand-in) |" in out
+    assert re.search(r"\| linear \| False .* \| 1\.000 \|", out) and re.search(r"\| nonlinear \| False ", out)
+    rows = json.loads((tmp_path / "rows.json").read_text())
+    assert [r["query_mode"] for r in rows] == ["linear", "failing", "nonlinear"]
+    assert rows[1] == {"query_mode": "failing", "failed": "out of memory (a stand-in)"}

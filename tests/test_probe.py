@@ -38,7 +38,7 @@ def by_hand(model, idx):
 
 
 @pytest.mark.parametrize("mode,extra", [("linear", {}), ("linear", dict(qk_norm=True, bias=True)),
-                                        ("nonlinear", dict(fused_f=False)), ("nonlinear", dict(fused_f=True))])
+                                        ("nonlinear", {})])
 @torch.no_grad()
 def test_the_probe_against_attention_by_hand(mode, extra):
     torch.manual_seed(0)
