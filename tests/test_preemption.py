@@ -268,7 +268,7 @@ def finished(data_dir, tmp_path_factory):
 STOPPED_MODES = {  # script and arguments after the run's out_dir; the signal
     "train.py eval_only": (["train.py", "--eval_only=True", "--init_from=resume", "--eval_windows=4000"],
                            signal.SIGTERM),
-    "eval.py": (["eval.py"], signal.SIGUSR1),
+    "eval.py": (["eval.py", "--split=train", "--full", "--batch_size=1"], signal.SIGUSR1),  # long enough to catch
     "eval.py --full --json": (["eval.py", "--full", "--json=scores/val.json"], signal.SIGTERM),
     "sample.py": (["sample.py", "--max_new_tokens=100000"], signal.SIGUSR1),
 }
