@@ -60,6 +60,12 @@ def verdict(ci, quick=False):
     return "lower" if ci[1] < 0 else "higher" if ci[0] > 0 else "no call"
 
 
+def rate_ci(k, n, confidence=0.95):
+    """k events in n trials (a stall rate) -> the exact (Clopper–Pearson) CI of their rate, (lo, hi)."""
+    ci = stats.binomtest(k, n).proportion_ci(confidence, method="exact")
+    return ci.low, ci.high
+
+
 def fmt_ci(ci):
     return "—" if ci is None else f"[{ci[0]:+.4f}, {ci[1]:+.4f}]"
 
