@@ -34,7 +34,7 @@ from research.compare import (COMPARED, compare, fmt_loss, plt, png, table,  # p
                               write_files)  # an error naming the install command
 from research.paired import (fmt_ci, mean_ci, multiplier, paired_difference, rate_ci, robust_shift, seeds_needed,
                              summarize, trend, verdict, welch_p)
-from research.study import (QUICK_DIR, QUICK_FRACTION, STALL_RULE, STALL_TEXT, all_runs, arm_config,
+from research.study import (LADDER_FLAGS, QUICK_DIR, QUICK_FRACTION, STALL_RULE, STALL_TEXT, all_runs, arm_config,
                             collect, count, elapsed_seconds, final_losses, group_of, load_study, pick_best_lr,
                             quick_option, run_tokens, rungs_of, swept_rates, value_name)
 
@@ -599,11 +599,11 @@ def ladder_gaps(views):
     the reference, and the study's contrasts, at every rung, smallest first; x is the rung's size on ladder_axis."""
     gaps, (_, xs) = {}, ladder_axis([study for study, _ in views])
     for study, data in views:
-        ref, finals = study["reference"], {arm: final_losses(d) for arm, d in data.items()}
+        ref = study["reference"]
         pairs = [(arm, ref) for arm in study["arms"] if arm != ref] + [(a, o) for a, o, _ in study["contrasts"]]
         for arm, other in pairs:
             gaps.setdefault((arm, other), []).append(
-                (study["rung"], xs[study["rung"]], paired_difference(finals[arm], finals[other])))
+                (study["rung"], xs[study["rung"]], unflagged_gap(data[arm], data[other])))  # LADDER_FLAGS
     return gaps
 
 
@@ -614,10 +614,10 @@ def rel_ci(d):
 
 
 def ladder_table(gaps, quick, axis):
-    rows = [[f"{arm} − {other}", rung, f"{x:,}", *delta_cells(d, quick, rel_ci(d))]
+    rows = [[f"{arm} − {other}", rung, f"{x:,}", *delta_cells(d, quick, rel_ci(d)), str(d["left_out"])]
             for (arm, other), points in gaps.items() for rung, x, d in points]
     return table(["pair", "rung", axis, "Δ (paired, nats)", "95% CI", "Δ in % of other [95% CI]", "call",
-                  *ROBUST_COLS], rows, "llrrrrlrr")
+                  *ROBUST_COLS, "flagged pairs left out"], rows, "llrrrrlrrr")
 
 
 def plot_ladder(gaps, axis):
@@ -651,14 +651,16 @@ def ladder_reading(gaps, quick, axis, flops):
         paired = [(x, d) for _, x, d in points if d["n"] >= 2]  # rungs with a paired Δ
         fit, rel = [None if quick else trend([x for x, _ in paired], [d[key] for _, d in paired])
                     for key in ("mean", "rel")]  # (a --quick try calls no trend)
+        left = sum(d["left_out"] for _, _, d in points)
+        lost = f" ({left} flagged pairs left out: less power than the design, not evidence of none)" if left else ""
         if fit is None and not quick:
-            text += f"; no trend: a fit needs 3 or more rungs with 2 or more pairs, and {len(paired)} have them"
+            text += f"; no trend: a fit needs 3 or more rungs with 2 or more pairs, and {len(paired)} have them{lost}"
         elif fit is not None:
             k = fit["k"]
             excludes = not fit["ci"][0] <= 0 <= fit["ci"][1]
             what = (f"{arm} gains on {other} as the rungs grow" if excludes and fit["slope"] < 0 else
                     f"{arm} loses ground to {other} as the rungs grow" if excludes else
-                    "no change along the rungs is supported (its CI includes 0)")
+                    f"no change along the rungs is supported (its CI includes 0){lost}")
             text += (f"; across the {k} rungs Δ changes by {fit['slope']:+.4f} {fmt_ci(fit['ci'])} nats, "
                      f"{rel['slope']:+.2f}% [{rel['ci'][0]:+.2f}, {rel['ci'][1]:+.2f}] of {other}'s loss, per 10× "
                      f"{axis} (least squares over the {k} rungs' mean Δ, t on {k - 2} df): {what}")
@@ -697,7 +699,7 @@ def render_ladder(study_path, ladder, datas, out):
              f"The same study at {len(rungs)} rungs, each with its own learning-rate search; every Δ is a "
              f"paired difference over final seeds (Method, below), a call only where its 95% CI excludes 0, also "
              f"given in % of the other arm's mean loss (the losses fall along the rungs, so a constant relative "
-             f"gain shrinks in nats). {STALL_TEXT}", ladder_table(gaps, ladder["quick"], axis),
+             f"gain shrinks in nats). {STALL_TEXT} {LADDER_FLAGS}", ladder_table(gaps, ladder["quick"], axis),
              "![gap against size](gap_vs_size.png)", "**What the data support.**",
              ladder_reading(gaps, ladder["quick"], axis, ladder_flops([study for study, _ in views]))]
     parts += [*reading_section(out), "## Method", method(views[0][0], tokenizer)]
