@@ -125,6 +125,16 @@ def trend(sizes, values, confidence=0.95):
     return None if fit is None else dict(slope=fit["slope"], ci=fit["ci"], k=fit["k"])
 
 
+def trend_power(sizes, seeds, slope, sd, confidence=0.95):
+    """The chance that trend's CI excludes 0 on the slope's side for a gap that changes by slope per 10× size,
+    each rung's Δ the mean of seeds pairs of sd sd (normal noise, none of the rungs' own): the fitted slope over
+    its standard error is then a noncentral t on k − 2 df."""
+    x = np.log10(np.asarray(sizes, dtype=float))
+    k, sxx = len(x), ((x - x.mean()) ** 2).sum()
+    ncp = abs(slope) * math.sqrt(sxx * seeds) / sd
+    return float(stats.nct.sf(stats.t.ppf(0.5 + confidence / 2, k - 2), k - 2, ncp))
+
+
 def floor_fit(sizes, losses):
     """The reference's loss along a ladder as a power law with a floor, L(N) = E + B·N^(−α) (the form of
     Kaplan et al. and Hoffmann et al.: a curve that flattens towards E, where a pure power law stays straight

@@ -10,7 +10,7 @@ from conftest import ROOT, write_tiny_dataset
 
 import bench
 from nlq import settings
-from research import report, sweep
+from research import paired, report, sweep
 from research import study as nlq_study
 
 sys.path.insert(0, str(ROOT / "bench"))
@@ -59,6 +59,9 @@ def test_a_tiny_ladder_runs_and_reports_the_gap_against_size(tiny_ladder, tmp_pa
         assert (f"| {rung} | {n['total']:,} | {n['non_embedding']:,} | 1,280 | {1280 / n['total']:.1f} | "
                 f"{1280 / n['non_embedding']:.1f} | ") in dry  # per non-embedding parameter
     assert "| **all** | | | | | | | 12 |" in dry and "The ladder: 12 runs" in dry  # 3 rungs x 2 arms x 2 seeds
+    sizes = [n["non_embedding"] for n in params.values()]
+    assert (f"Trend power: {paired.trend_power(sizes, 2, -0.025, 0.014):.0%} of ladders of these 3 rungs x 2 seeds "
+            f"find a gap that changes by -0.025 nats per 10x non-embedding parameters") in dry
     sweep.main([str(tiny_ladder), "--jobs", "2", "--threads", "1"])
     assert all(nlq_study.is_finished(s, arm, 1e-2, seed) for s in ladder["rungs"].values() for arm in s["arms"]
                for seed in (1, 2))

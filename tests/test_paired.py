@@ -9,7 +9,7 @@ import pytest
 from conftest import ROOT
 
 from research import report
-from research.paired import multiplier, paired_difference, robust_shift, trend
+from research.paired import multiplier, paired_difference, robust_shift, trend, trend_power
 
 # the GPU ladder's rungs (non-embedding parameters), 3 paired seeds each, a paired Δ's sd as measured on the CPU
 SIZES = [3_148_032, 10_621_824, 25_174_528, 84_953_856]
@@ -144,4 +144,15 @@ def test_a_stalled_seed_left_out_by_the_ladder_rule_costs_trend_little_power():
     power = dict(none=calls((arm - ref).mean(axis=2)), kept=calls((stalled - ref).mean(axis=2)),
                  left_out=calls([[g["mean"] for g in gaps] for gaps in left_out]))
     print(power)
+    assert power["none"] == pytest.approx(trend_power(SIZES, SEEDS, -0.025, SD), abs=0.05)  # 0.43: its formula
     assert 0.3 <= power["none"] <= 0.55 and power["kept"] < 0.05 and power["left_out"] >= power["none"] - 0.1
+
+
+def test_the_dry_runs_pair_sd_is_the_committed_runs(monkeypatch):
+    """plan.PAIR_SD, the pair sd the ladder's dry-run power uses: shared_rate_cpu's nonlinear − linear without the
+    flagged pairs (27 of 30; with them 0.083)."""
+    from research import plan, study
+    monkeypatch.chdir(ROOT)  # the study file's paths are the repository's
+    data = study.collect(study.load_study("studies/shared_rate_cpu.py"))
+    gap = report.unflagged_gap(data["nonlinear"], data["linear"])
+    assert gap["n"] == 27 and gap["left_out"] == 3 and round(gap["sd"], 3) == plan.PAIR_SD
