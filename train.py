@@ -16,7 +16,8 @@ nlq/data.py (the windows). The rest of nlq/ is machinery called once per concern
 process's Job (rank, device, dtype), the clock, stop signals.
 
 The run's folder, out_dir, holds ckpt.pt (written atomically at every eval), config.json and metrics.jsonl (a
-row per eval); the same command with --init_from=resume continues the run bit for bit. How a run ends:
+row per eval, and the step's train loss every log_interval); the same command with --init_from=resume
+continues the run bit for bit. How a run ends:
     0    done (after a last eval over every val token once: eval_full_at_end)
     3    the loss went NaN/inf: logged as the last row; the last finite checkpoint stays
     130  Ctrl-C: during a step the last checkpoint stays; during an eval the step boundary is saved first
@@ -164,11 +165,13 @@ class Loop:
                 loss = (loss_sum / self.job.world_size).item()  # the step's mean loss over the ranks
                 dt = self.progress.step_done(state.iter_num)
                 nonfinite_steps = 0 if math.isfinite(loss) else nonfinite_steps + 1
+                row = dict(iter=state.iter_num, tokens=state.tokens, lr=lr, train_loss=loss)  # a train row
+                if state.iter_num % cfg["log_interval"] == 0:
+                    self.run_folder.log_metrics(row)  # the step's loss between evals: when a run left its plateau
                 if state.iter_num % cfg["log_interval"] == 0 or nonfinite_steps == 1:
                     self.job.log(self.progress.log_line(state.iter_num, loss, lr, dt))
                 if nonfinite_steps >= cfg["max_nonfinite_steps"]:
-                    self.diverged(dict(iter=state.iter_num, tokens=state.tokens, lr=lr, train_loss=loss),
-                                  f"the training loss was not finite for {nonfinite_steps} consecutive steps")
+                    self.diverged(row, f"the training loss was not finite for {nonfinite_steps} consecutive steps")
                 if ranks_stopping.item() > 0:  # a preemption or the time limit is near: checkpoint here, then exit
                     raise StopAtBoundary(self.is_eval_iter(state.iter_num), f"after iter {state.iter_num}")
         except StopAtBoundary as s:

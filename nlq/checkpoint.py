@@ -4,7 +4,8 @@ A training run's folder (out_dir) and its files:
     ckpt.pt        the whole training state at the last eval: weights, AdamW, every rank's RNG states, where the
                    run is (TrainState), its settings and its dataset's meta.json; written atomically
     config.json    the settings of this start, the model built and the code that built it
-    metrics.jsonl  one JSON row per eval: iter, tokens, lr, train/val loss, ms/iter, tokens/s, MFU, elapsed_s
+    metrics.jsonl  one JSON row per eval: iter, tokens, lr, train/val loss, ms/iter, tokens/s, MFU, elapsed_s;
+                   and a train row every log_interval steps: iter, tokens, lr, train_loss (the step's loss)
                    (also sent to Weights & Biases with wandb_log=True)
 
 RunFolder is what train.py calls: it refuses a folder that holds another program's files, locks it for one
@@ -109,9 +110,10 @@ def is_locked(path):
     return False
 
 
-def read_metrics(out_dir):
-    """The rows of out_dir/metrics.jsonl as dicts; [] for a run not started yet. A last line cut short by a
-    killed process is dropped (it is rewritten when the run resumes); another bad line is a ValueError."""
+def read_metrics(out_dir, train_rows=False):
+    """The eval rows of out_dir/metrics.jsonl as dicts (and a diverged run's last row), with its train rows too
+    (they have no val_loss) where train_rows; [] for a run not started yet. A last line cut short by a killed
+    process is dropped (it is rewritten when the run resumes); another bad line is a ValueError."""
     path = os.path.join(out_dir, "metrics.jsonl")
     if not os.path.exists(path):
         return []
@@ -124,7 +126,7 @@ def read_metrics(out_dir):
         except json.JSONDecodeError:
             if i < len(lines) - 1:
                 raise ValueError(f"{path}: line {i + 1} is not JSON; restore the log or delete that line") from None
-    return rows
+    return [r for r in rows if train_rows or "val_loss" in r or r.get("diverged")]
 
 
 def read_saved_config(path):
@@ -336,15 +338,16 @@ class RunFolder:
 
     def start(self, config, state):
         """Write config.json (the settings of this start, config: what else to record) and start the metrics
-        log: a new run's anew, a resumed one's cut after its checkpoint (and the checkpoint's own iter when
-        its eval is still to come)."""
+        log: a new run's anew, a resumed one's cut after its checkpoint (its eval row too when that eval is
+        still to come)."""
         if not self.master:
             return
         atomic_write_text(os.path.join(self.dir, "config.json"), json.dumps(
             {**self.cfg, **config, "initialised_from": state.initialised_from, "resumes": state.resumes,
              "param_counts": param_counts(GPTConfig(**config["model_args"])), "code": code_version()}, indent=2))
-        last = -1 if state.resumed_at is None else state.resumed_at - state.eval_pending
-        rows = [r for r in read_metrics(self.dir) if r["iter"] <= last]
+        trained = -1 if state.resumed_at is None else state.resumed_at
+        rows = [r for r in read_metrics(self.dir, train_rows=True)
+                if r["iter"] <= trained - ("val_loss" in r and state.eval_pending)]
         atomic_write_text(os.path.join(self.dir, "metrics.jsonl"), "".join(json.dumps(r) + "\n" for r in rows))
         if self.wandb is not None:
             self.wandb.init(project=self.cfg["wandb_project"], name=self.cfg["wandb_run_name"], config=self.cfg)
@@ -360,7 +363,7 @@ class RunFolder:
                 f"compare: python -m research.report {out} OTHER_RUN")
 
     def log_metrics(self, row):
-        """Append one eval's row to metrics.jsonl (NaN/inf written as null: JSON has no NaN), and to wandb."""
+        """Append one row to metrics.jsonl (NaN/inf written as null: JSON has no NaN), and to wandb."""
         if not self.master:
             return
         row = {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in row.items()}

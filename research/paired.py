@@ -60,6 +60,12 @@ def verdict(ci, quick=False):
     return "lower" if ci[1] < 0 else "higher" if ci[0] > 0 else "no call"
 
 
+def rate_ci(k, n, confidence=0.95):
+    """k events in n trials (a stall rate) -> the exact (Clopper–Pearson) CI of their rate, (lo, hi)."""
+    ci = stats.binomtest(k, n).proportion_ci(confidence, method="exact")
+    return ci.low, ci.high
+
+
 def fmt_ci(ci):
     return "—" if ci is None else f"[{ci[0]:+.4f}, {ci[1]:+.4f}]"
 
@@ -117,6 +123,16 @@ def trend(sizes, values, confidence=0.95):
     width: 4 rungs leave 2 df (t = 4.30)."""
     fit = line_fit(np.log10(sizes), values, confidence=confidence)
     return None if fit is None else dict(slope=fit["slope"], ci=fit["ci"], k=fit["k"])
+
+
+def trend_power(sizes, seeds, slope, sd, confidence=0.95):
+    """The chance that trend's CI excludes 0 on the slope's side for a gap that changes by slope per 10× size,
+    each rung's Δ the mean of seeds pairs of sd sd (normal noise, none of the rungs' own): the fitted slope over
+    its standard error is then a noncentral t on k − 2 df."""
+    x = np.log10(np.asarray(sizes, dtype=float))
+    k, sxx = len(x), ((x - x.mean()) ** 2).sum()
+    ncp = abs(slope) * math.sqrt(sxx * seeds) / sd
+    return float(stats.nct.sf(stats.t.ppf(0.5 + confidence / 2, k - 2), k - 2, ncp))
 
 
 def floor_fit(sizes, losses):

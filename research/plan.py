@@ -223,7 +223,28 @@ def ladder_dry_run(ladder, tokens_per_s=None, bench_json=None):
         f"|---|---:|---:|---:|---:|---:|---:|---:|---:|\n" + "\n".join(rows)
         + f"\n| **all** | | | | | | | {span(*total[:2], 'd')} | {span(*total[2:], ',.1f')} |",
         f"The ladder: {span(*total[:2], 'd')} runs, {span(*total[2:], ',.1f')} {unit}-hours (fewest-most: without and "
-        f"with every grid extension the searches may add).", *data])
+        f"with every grid extension the searches may add).", power_text(rungs_of(ladder)), *data])
+
+
+# the gap's change a ladder is built to see (nats per 10x), and the sd of a linear - nonlinear pair on the CPU
+# studies without flagged pairs (results/shared_rate_cpu, 27 pairs; 0.017 with the late pair kept)
+TREND_SLOPE, PAIR_SD = -0.025, 0.014
+
+
+def power_text(rungs):
+    """One line for a ladder's dry run: the share of ladders like it whose trend sees TREND_SLOPE at PAIR_SD."""
+    try:
+        from research.paired import trend_power  # scipy: the report's libraries
+    except ImportError:
+        return "trend power: needs scipy (pip install -r requirements-report.txt)"
+    b = [budget(s, arm_config(s, reference_arm(s))) for s in rungs]
+    key, axis = (("non_embedding", "non-embedding parameters") if len({x["non_embedding"] for x in b}) > 1 else
+                 ("tokens", "training tokens"))  # the report's axis (report.ladder_axis)
+    sizes, seeds = [x[key] for x in b], len(rungs[0]["seeds"])
+    power = trend_power(sizes, seeds, TREND_SLOPE, PAIR_SD) if len(set(sizes)) >= 3 else 0.0
+    return (f"Trend power: {power:.0%} of ladders of these {len(b)} rungs x {seeds} seeds find a gap that changes by "
+            f"{TREND_SLOPE} nats per 10x {axis} (trend's 95% CI excludes 0), at the CPU studies' pair sd without "
+            f"flagged pairs, {PAIR_SD} (aim for 60% or more: add rungs, then seeds).")
 
 
 def data_status(study, complete=False):

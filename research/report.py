@@ -32,11 +32,11 @@ from nlq import settings
 from nlq.settings import HelpFormatter, model_config
 from research.compare import (COMPARED, compare, fmt_loss, plt, png, table,  # plt: matplotlib's, imported there or
                               write_files)  # an error naming the install command
-from research.paired import (fmt_ci, mean_ci, multiplier, paired_difference, robust_shift, seeds_needed, summarize,
-                             trend, verdict, welch_p)
-from research.study import (QUICK_DIR, QUICK_FRACTION, STALL_RULE, STALL_TEXT, all_runs, arm_config, collect, count,
-                            elapsed_seconds, final_losses, group_of, load_study, pick_best_lr, quick_option, run_tokens,
-                            rungs_of, swept_rates, value_name)
+from research.paired import (fmt_ci, mean_ci, multiplier, paired_difference, rate_ci, robust_shift, seeds_needed,
+                             summarize, trend, verdict, welch_p)
+from research.study import (LADDER_FLAGS, QUICK_DIR, QUICK_FRACTION, STALL_RULE, STALL_TEXT, all_runs, arm_config,
+                            collect, count, elapsed_seconds, final_losses, group_of, load_study, pick_best_lr,
+                            quick_option, run_tokens, rungs_of, swept_rates, value_name)
 
 
 # ------------------------------------------------------------------------------------------- the report
@@ -191,16 +191,30 @@ def precision_table(study, data):
 
 
 # ------------------------------------------------------------------------------- learning-rate curves
-def stall_caution(data):
-    """[paragraphs] on the final runs that stalled, and the arms all of whose final runs stalled."""
-    hit = [(arm, sum(r["stalled"] for r in d["finals"].values()), len(final_losses(d))) for arm, d in data.items()]
-    hit = [f"{arm} {k} of {n}" for arm, k, n in hit if k]
-    out = []
-    if hit:
-        out.append(f"**Stalled final runs: {', '.join(hit)}.** A stalled run is still on the early plateau "
-                   f"half-way through (Method). Its final loss mostly says whether and when it left the plateau, "
-                   f"not how well the query learns, so a difference over such runs is about plateaus as much as "
-                   f"about the method: more steps, another learning rate or more seeds tell the two apart.")
+def unflagged_gap(d, other):
+    """The paired Δ of two arms' data (collect's) over the pairs where neither final run is flagged
+    (STALL_TEXT), with left_out: how many pairs that leaves out."""
+    gap = paired_difference(final_losses(d, flagged=False), final_losses(other, flagged=False))
+    return {**gap, "left_out": len(set(final_losses(d)) & set(final_losses(other))) - gap["n"]}
+
+
+def stall_caution(study, data):
+    """[paragraphs]: per arm its flagged final runs and why, its stall rate with an exact 95% CI and the paired Δ
+    without the flagged pairs; and the arms all of whose final runs stalled."""
+    ref, rows = study["reference"], []
+    for arm, d in data.items():
+        flagged = [f"{s} {r['flag']} ({r['why']})" for s, r in d["finals"].items() if r["flag"]]
+        k, n = len(flagged), count(d["finals"].values(), "done")
+        lo, hi = rate_ci(k, n) if n else (None, None)
+        gap = unflagged_gap(d, data[ref]) if arm != ref else dict(n=0)
+        rows.append([d.get("label", arm), "; ".join(flagged) or "none",
+                     f"{k} of {n}: {k / n:.0%} [{lo:.0%}, {hi:.0%}]" if n else "—",
+                     f"{gap['mean']:+.4f} (n={gap['n']}) {fmt_ci(gap['ci'])}" if gap["n"] else "—"])
+    out = [f"**Stalls (final runs; Method).** Each arm's flagged runs and why, its stall rate (stalled + late) "
+           f"with its exact (Clopper–Pearson) 95% interval, and Δ vs {ref} over the pairs where neither run is "
+           f"flagged (beside the all-pairs Δ above, paired t 95% CI).",
+           table(["arm", "flagged final runs", "stall rate [95% CI]", f"Δ vs {ref} without flagged pairs"], rows,
+                 "llrr")]
     blind = [f"{arm} ({d['plan']['chosen']:g})" for arm, d in data.items()
              if d["finals"] and all(r["stalled"] for r in d["finals"].values())]
     if blind:
@@ -550,7 +564,7 @@ def render(study_path, study, data, out):
         curves += ["## Inside attention (the probe)", PROBE_CAPTION, "![probe](probe.png)"]
     text = "\n\n".join([
         header(study_path, study, out), "## Results", method(study, tokenizer),
-        results_table(study, data, tokenizer), *stall_caution(data), *precision, "![forest plot](forest.png)",
+        results_table(study, data, tokenizer), *stall_caution(study, data), *precision, "![forest plot](forest.png)",
         *contrasts, "![val loss](val_loss.png)", CURVES_CAPTION, *curves, *reading_section(out),
         (f"## Learning-rate search (mean final loss over selection seeds {study['selection_seeds']})"
          if study["selection_seeds"] else "## Learning rates (one per arm, given by the study: no search)"),
@@ -585,11 +599,11 @@ def ladder_gaps(views):
     the reference, and the study's contrasts, at every rung, smallest first; x is the rung's size on ladder_axis."""
     gaps, (_, xs) = {}, ladder_axis([study for study, _ in views])
     for study, data in views:
-        ref, finals = study["reference"], {arm: final_losses(d) for arm, d in data.items()}
+        ref = study["reference"]
         pairs = [(arm, ref) for arm in study["arms"] if arm != ref] + [(a, o) for a, o, _ in study["contrasts"]]
         for arm, other in pairs:
             gaps.setdefault((arm, other), []).append(
-                (study["rung"], xs[study["rung"]], paired_difference(finals[arm], finals[other])))
+                (study["rung"], xs[study["rung"]], unflagged_gap(data[arm], data[other])))  # LADDER_FLAGS
     return gaps
 
 
@@ -600,10 +614,10 @@ def rel_ci(d):
 
 
 def ladder_table(gaps, quick, axis):
-    rows = [[f"{arm} − {other}", rung, f"{x:,}", *delta_cells(d, quick, rel_ci(d))]
+    rows = [[f"{arm} − {other}", rung, f"{x:,}", *delta_cells(d, quick, rel_ci(d)), str(d["left_out"])]
             for (arm, other), points in gaps.items() for rung, x, d in points]
     return table(["pair", "rung", axis, "Δ (paired, nats)", "95% CI", "Δ in % of other [95% CI]", "call",
-                  *ROBUST_COLS], rows, "llrrrrlrr")
+                  *ROBUST_COLS, "flagged pairs left out"], rows, "llrrrrlrrr")
 
 
 def plot_ladder(gaps, axis):
@@ -637,14 +651,16 @@ def ladder_reading(gaps, quick, axis, flops):
         paired = [(x, d) for _, x, d in points if d["n"] >= 2]  # rungs with a paired Δ
         fit, rel = [None if quick else trend([x for x, _ in paired], [d[key] for _, d in paired])
                     for key in ("mean", "rel")]  # (a --quick try calls no trend)
+        left = sum(d["left_out"] for _, _, d in points)
+        lost = f" ({left} flagged pairs left out: less power than the design, not evidence of none)" if left else ""
         if fit is None and not quick:
-            text += f"; no trend: a fit needs 3 or more rungs with 2 or more pairs, and {len(paired)} have them"
+            text += f"; no trend: a fit needs 3 or more rungs with 2 or more pairs, and {len(paired)} have them{lost}"
         elif fit is not None:
             k = fit["k"]
             excludes = not fit["ci"][0] <= 0 <= fit["ci"][1]
             what = (f"{arm} gains on {other} as the rungs grow" if excludes and fit["slope"] < 0 else
                     f"{arm} loses ground to {other} as the rungs grow" if excludes else
-                    "no change along the rungs is supported (its CI includes 0)")
+                    f"no change along the rungs is supported (its CI includes 0){lost}")
             text += (f"; across the {k} rungs Δ changes by {fit['slope']:+.4f} {fmt_ci(fit['ci'])} nats, "
                      f"{rel['slope']:+.2f}% [{rel['ci'][0]:+.2f}, {rel['ci'][1]:+.2f}] of {other}'s loss, per 10× "
                      f"{axis} (least squares over the {k} rungs' mean Δ, t on {k - 2} df): {what}")
@@ -683,14 +699,14 @@ def render_ladder(study_path, ladder, datas, out):
              f"The same study at {len(rungs)} rungs, each with its own learning-rate search; every Δ is a "
              f"paired difference over final seeds (Method, below), a call only where its 95% CI excludes 0, also "
              f"given in % of the other arm's mean loss (the losses fall along the rungs, so a constant relative "
-             f"gain shrinks in nats). {STALL_TEXT}", ladder_table(gaps, ladder["quick"], axis),
+             f"gain shrinks in nats). {STALL_TEXT} {LADDER_FLAGS}", ladder_table(gaps, ladder["quick"], axis),
              "![gap against size](gap_vs_size.png)", "**What the data support.**",
              ladder_reading(gaps, ladder["quick"], axis, ladder_flops([study for study, _ in views]))]
     parts += [*reading_section(out), "## Method", method(views[0][0], tokenizer)]
     for searched, (study, data) in zip(rungs, views):
         rung, cfg = study["rung"], arm_config(study, study["reference"])
         parts += [f"## Rung {rung}: {cfg['n_layer']} × {cfg['n_embd']}, {run_tokens(cfg):,} tokens a final run",
-                  results_table(study, data, tokenizer), *stall_caution(data),
+                  results_table(study, data, tokenizer), *stall_caution(study, data),
                   search_table(searched, datas[rung])]
         if has_probe(all_runs(data)):
             files[f"probe_{rung}.png"] = plot_probe(data)

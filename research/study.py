@@ -529,12 +529,18 @@ def round_lr(lr):
     return float(f"{lr:.3g}")
 
 
-# A stalled run has not left the early plateau half-way through training; one definition for the stall rule
-# and every report table.
-STALL_AT, STALL_DROP = 0.5, 0.05
+# A final run that has not trained like its arm's others by half-way is flagged: one definition for the search's
+# stall rule (stalled alone: selection runs have no group), every report table and a ladder's handling of flags.
+STALL_AT, STALL_DROP, LATE_BY, LATE_GROUP = 0.5, 0.05, 0.05, 3
 STALL_TEXT = (f"A run is *stalled* when at the first eval at or after {STALL_AT:.0%} of its steps its val loss "
-              f"(fixed windows) is still within {STALL_DROP:.0%} of its loss at the first eval after step 0 "
-              f"(it has not left the early plateau).")
+              f"(fixed windows) is still within {STALL_DROP:.0%} of its loss at the first eval after step 0 (it has "
+              f"not left the early plateau). A final run is *late* when it is not stalled but its val loss there is "
+              f"{LATE_BY:.0%} or more above the median of its arm's final runs (all at one rate and horizon; "
+              f"{LATE_GROUP} or more of them, else only the plateau rule applies): it left the plateau later "
+              f"than they did. Both are *flagged*; an arm's stall rate counts both.")
+LADDER_FLAGS = ("In a ladder, a pair with a flagged final run is left out of its rung's Δ and so of the trend over "
+                "the rungs (the table counts them): one stalled seed would otherwise decide the slope. A reading "
+                "that finds no change where pairs were left out says so: it has less power than the design.")
 STALL_RULE = ("With stall_margin m, a rate is chosen only if no selection run stalled or diverged at it or at any "
               "swept rate less than m times above it (a 1% allowance for the 3-digit rates): m = 2 keeps the "
               "choice a x2 step below the first failure above it, since a rate next to one whose runs stall stalls "
@@ -543,14 +549,34 @@ STALL_RULE = ("With stall_margin m, a rate is chosen only if no selection run st
               "no half step the rule rules out, and extends downward while it rules out every swept rate.")
 
 
-def is_stalled(rows, max_iters):
-    """True or False (STALL_TEXT) for a run's metrics rows, None while it cannot tell (no eval yet at STALL_AT
-    after the first one)."""
+def half_way(rows, max_iters):
+    """A run's (first eval after step 0, first eval at or after STALL_AT of its steps) rows, or None while it
+    has no such second eval."""
     evals = [r for r in rows if r["iter"] > 0 and r.get("val_loss") is not None and math.isfinite(r["val_loss"])]
     mid = next((r for r in evals if r["iter"] >= STALL_AT * max_iters), None)
-    if mid is None or mid is evals[0]:
-        return None
-    return mid["val_loss"] > (1 - STALL_DROP) * evals[0]["val_loss"]
+    return None if mid is None or mid is evals[0] else (evals[0], mid)
+
+
+def is_stalled(rows, max_iters):
+    """True or False (STALL_TEXT) for a run's metrics rows, None while it cannot tell (half_way)."""
+    half = half_way(rows, max_iters)
+    return None if half is None else half[1]["val_loss"] > (1 - STALL_DROP) * half[0]["val_loss"]
+
+
+def flag_finals(finals):
+    """{seed: read_run} of one arm's final runs -> each run's flag ("stalled", "late" or None: STALL_TEXT) and
+    why (what the rule read), set in place."""
+    half = {s: half_way(r["rows"], r["max_iters"]) for s, r in finals.items() if r["status"] == "done"}
+    half = {s: h for s, h in half.items() if h}
+    median = float(np.median([mid["val_loss"] for _, mid in half.values()])) if len(half) >= LATE_GROUP else math.inf
+    for s, r in finals.items():
+        first, mid = half.get(s, (None, None))
+        if r["stalled"]:
+            r["why"] = f"{mid['val_loss'] / first['val_loss'] - 1:+.1%} from iter {first['iter']}"
+        elif mid and mid["val_loss"] >= (1 + LATE_BY) * median:
+            r["flag"], r["why"] = "late", f"{mid['val_loss'] / median - 1:+.1%} over the median {median:.3f}"
+        if r["flag"]:
+            r["why"] = f"{mid['val_loss']:.3f} at iter {mid['iter']}, {r['why']}"
 
 
 def stall_rule(study, arm, swept):
@@ -690,7 +716,7 @@ def study_progress(study):
 # ------------------------------------------------------------------------------ a study's runs, as read for its report
 def read_run(study, arm, lr, seed):
     """One run (load_study has checked its settings) -> dict(status: done | diverged | unfinished | missing,
-    final: its final loss once done, rows, config, ...)."""
+    final: its final loss once done, rows (eval rows), stalled, flag (collect sets late), config, ...)."""
     out_dir = run_dir(study, arm, lr, seed)
     rows, max_iters = read_metrics(out_dir), run_config(study, arm, lr, seed)["max_iters"]
     last = rows[-1] if rows else {}
@@ -698,7 +724,8 @@ def read_run(study, arm, lr, seed):
               "done" if last["iter"] >= max_iters else "unfinished")
     return dict(arm=arm, lr=lr, seed=seed, out_dir=out_dir, status=status, iter=last.get("iter"),
                 max_iters=max_iters, final=final_val_loss(last) if status == "done" else None, rows=rows,
-                stalled=status == "done" and bool(is_stalled(rows, max_iters)),
+                stalled=(stalled := status == "done" and bool(is_stalled(rows, max_iters))),
+                flag="stalled" if stalled else None, why=None,
                 config=read_saved_config(os.path.join(out_dir, "config.json")))
 
 
@@ -710,6 +737,7 @@ def collect(study):
         search = {(lr, s): read_run(study, arm, lr, s) for lr in p["swept"] for s in study["selection_seeds"]}
         finals = ({s: read_run(study, arm, p["chosen"], s) for s in final_seeds(study, arm)}
                   if p["chosen"] is not None else {})
+        flag_finals(finals)
         data[arm] = dict(plan=p, search=search, finals=finals)
     return data
 
@@ -722,9 +750,9 @@ def count(runs, *statuses):
     return sum(r["status"] in statuses for r in runs)
 
 
-def final_losses(d):
-    """{seed: final loss} of an arm's finished final runs."""
-    return {s: r["final"] for s, r in d["finals"].items() if r["final"] is not None}
+def final_losses(d, flagged=True):
+    """{seed: final loss} of an arm's finished final runs, the flagged ones (STALL_TEXT) left out unless flagged."""
+    return {s: r["final"] for s, r in d["finals"].items() if r["final"] is not None and (flagged or not r["flag"])}
 
 
 def swept_rates(data):

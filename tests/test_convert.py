@@ -163,7 +163,7 @@ def test_converted_run_resumes_samples_and_evaluates(mode, converted, tmp_path):
                                "--compile=False"])
     losses = train.train(cfg)
     assert np.isfinite([losses["train"], losses["val"]]).all()
-    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    rows = checkpoint.read_metrics(str(out))  # the eval rows
     assert [r["iter"] for r in rows] == [2, 4]  # resumed at the converted iteration, 1
     ckpt = checkpoint.load_checkpoint(str(out / "ckpt.pt"))
     assert ckpt["iter_num"] == 4 and ckpt["model_args"]["query_mode"] == MODES[mode]

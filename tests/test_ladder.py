@@ -10,7 +10,7 @@ from conftest import ROOT, write_tiny_dataset
 
 import bench
 from nlq import settings
-from research import report, sweep
+from research import paired, report, sweep
 from research import study as nlq_study
 
 sys.path.insert(0, str(ROOT / "bench"))
@@ -59,6 +59,9 @@ def test_a_tiny_ladder_runs_and_reports_the_gap_against_size(tiny_ladder, tmp_pa
         assert (f"| {rung} | {n['total']:,} | {n['non_embedding']:,} | 1,280 | {1280 / n['total']:.1f} | "
                 f"{1280 / n['non_embedding']:.1f} | ") in dry  # per non-embedding parameter
     assert "| **all** | | | | | | | 12 |" in dry and "The ladder: 12 runs" in dry  # 3 rungs x 2 arms x 2 seeds
+    sizes = [n["non_embedding"] for n in params.values()]
+    assert (f"Trend power: {paired.trend_power(sizes, 2, -0.025, 0.014):.0%} of ladders of these 3 rungs x 2 seeds "
+            f"find a gap that changes by -0.025 nats per 10x non-embedding parameters") in dry
     sweep.main([str(tiny_ladder), "--jobs", "2", "--threads", "1"])
     assert all(nlq_study.is_finished(s, arm, 1e-2, seed) for s in ladder["rungs"].values() for arm in s["arms"]
                for seed in (1, 2))
@@ -108,3 +111,21 @@ def test_the_gpu_ladders_pilot_runs_the_smallest_rungs_selection_runs():
         study_cfg = nlq_study.run_config(smallest, cfg["query_mode"], cfg["learning_rate"], cfg["seed"])
         same = lambda c: {k: v for k, v in c.items() if k not in ("out_dir", "data_dir", "dataset", "compile")}
         assert same(cfg) == same(study_cfg) and cfg["dataset"] == "enwiki_gpt2"
+
+
+def test_a_ladder_reading_that_lost_pairs_to_flags_says_so():
+    """A rung's flagged pair is left out of its Δ (report.unflagged_gap, LADDER_FLAGS) and counted; a trend that
+    then finds no change says it has less power than the design, not that there is none."""
+    finals = lambda losses, flagged=None: dict(finals={s: dict(final=v, flag="stalled" if s == flagged else None)
+                                                       for s, v in enumerate(losses)})
+    ref = [3.9, 3.91, 3.92]
+    points = [(f"r{i}", x, report.unflagged_gap(finals([r + d for r, d in zip(ref, gaps)], flagged), finals(ref)))
+              for i, (x, gaps, flagged) in enumerate([(10**6, (0.01, -0.01, 0.5), 2), (10**7, (0.03, 0.01, 0.02), None),
+                                                      (10**8, (0.0, 0.01, -0.01), None)])]
+    assert [d["left_out"] for _, _, d in points] == [1, 0, 0] and points[0][2]["n"] == 2
+    text = report.ladder_reading({("nonlinear", "linear"): points}, None, "non-embedding parameters",
+                                 {10**6: 1e12, 10**7: 1e14, 10**8: 1e16})
+    assert "no change along the rungs is supported (its CI includes 0) (1 flagged pairs left out: less power " \
+           "than the design, not evidence of none)" in text
+    row = report.ladder_table({("nonlinear", "linear"): points}, None, "x").splitlines()[2]
+    assert row.startswith("| nonlinear − linear | r0 | 1,000,000 | +0.0000 (n=2) |") and row.endswith(" | 1 |")

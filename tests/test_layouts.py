@@ -12,7 +12,7 @@ import torch
 from conftest import ROOT, write_tiny_dataset
 
 import train
-from nlq import distributed, settings
+from nlq import checkpoint, distributed, settings
 from nlq.schedule import get_lr, schedule_notes
 
 pytestmark = pytest.mark.xdist_group("layouts")  # one worker makes the module's shared runs once
@@ -36,7 +36,7 @@ def args(data_dir, out, **kw):
 
 
 def rows(out):
-    return [json.loads(line) for line in open(out / "metrics.jsonl")]
+    return checkpoint.read_metrics(str(out))  # the eval rows
 
 
 def weights(out):

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 from conftest import ROOT
 
-from research.paired import multiplier, paired_difference, robust_shift, trend
+from research import report
+from research.paired import multiplier, paired_difference, robust_shift, trend, trend_power
 
 # the GPU ladder's rungs (non-embedding parameters), 3 paired seeds each, a paired Δ's sd as measured on the CPU
 SIZES = [3_148_032, 10_621_824, 25_174_528, 84_953_856]
@@ -121,3 +122,37 @@ def test_the_shared_rate_study_by_its_median_shift():
     r = robust_shift(pd["diffs"])
     assert r["hl"] == pytest.approx(-0.0005, abs=1e-4) and r["ci"] == pytest.approx((-0.0065, 0.0057), abs=1e-4)
     assert r["p"] == pytest.approx(0.792, abs=1e-3) and sum(d > 0 for d in pd["diffs"]) == 13
+
+
+def test_a_stalled_seed_left_out_by_the_ladder_rule_costs_trend_little_power():
+    """600 ladders of 4 rungs x 3 seeds (pair sd 0.014) whose gap falls 0.025 nats per 10x: trend calls the
+    fall in about 40% of them. One stalled run (+0.35 nats, as the CPU studies' stalls end) at a random rung
+    drives that to near 0 when its pair is kept, and costs at most 0.1 of it when the ladder's rule
+    (study.LADDER_FLAGS, report.unflagged_gap) leaves the pair out."""
+    n, rng, x = 600, np.random.default_rng(63), np.log10(np.array(SIZES) / SIZES[0])
+    ref = rng.normal(3.5, 0.05, (n, len(SIZES), SEEDS))
+    arm = ref - 0.025 * x[:, None] + rng.normal(0, SD, ref.shape)
+    rung, seed = rng.integers(len(SIZES), size=n), rng.integers(SEEDS, size=n)
+    stalled = arm.copy()
+    stalled[np.arange(n), rung, seed] += 0.35
+    calls = lambda gaps: np.mean([trend(SIZES, g)["ci"][1] < 0 for g in gaps])
+    finals = lambda losses, flagged=None: dict(finals={s: dict(final=v, flag="stalled" if s == flagged else None)
+                                                       for s, v in enumerate(losses)})
+    left_out = [[report.unflagged_gap(finals(stalled[k, i], seed[k] if i == rung[k] else None), finals(ref[k, i]))
+                 for i in range(len(SIZES))] for k in range(n)]
+    assert all(sum(g["left_out"] for g in gaps) == 1 for gaps in left_out)
+    power = dict(none=calls((arm - ref).mean(axis=2)), kept=calls((stalled - ref).mean(axis=2)),
+                 left_out=calls([[g["mean"] for g in gaps] for gaps in left_out]))
+    print(power)
+    assert power["none"] == pytest.approx(trend_power(SIZES, SEEDS, -0.025, SD), abs=0.05)  # 0.43: its formula
+    assert 0.3 <= power["none"] <= 0.55 and power["kept"] < 0.05 and power["left_out"] >= power["none"] - 0.1
+
+
+def test_the_dry_runs_pair_sd_is_the_committed_runs(monkeypatch):
+    """plan.PAIR_SD, the pair sd the ladder's dry-run power uses: shared_rate_cpu's nonlinear − linear without the
+    flagged pairs (27 of 30; with them 0.083)."""
+    from research import plan, study
+    monkeypatch.chdir(ROOT)  # the study file's paths are the repository's
+    data = study.collect(study.load_study("studies/shared_rate_cpu.py"))
+    gap = report.unflagged_gap(data["nonlinear"], data["linear"])
+    assert gap["n"] == 27 and gap["left_out"] == 3 and round(gap["sd"], 3) == plan.PAIR_SD

@@ -17,7 +17,7 @@ from conftest import ROOT
 from test_layouts import args as layout_args, data_dir  # noqa: F401  (data_dir: the tiny dataset fixture)
 
 import train
-from nlq import data, preemption, settings
+from nlq import checkpoint, data, preemption, settings
 
 
 def args(data_dir, out, **kw):
@@ -35,7 +35,11 @@ def ckpt(out):
 
 
 def rows(out):
-    return [json.loads(line) for line in open(out / "metrics.jsonl")]
+    return checkpoint.read_metrics(str(out))  # the eval rows
+
+
+def train_rows(out):
+    return [r for r in checkpoint.read_metrics(str(out), train_rows=True) if "val_loss" not in r]
 
 
 def assert_same_weights(a, b):
@@ -79,6 +83,7 @@ def test_signal_mid_step_checkpoints_at_the_boundary_and_resumes_exactly(data_di
     assert [r["iter"] for r in resumed] == [0, 3, 6]
     assert [(r["val_loss"], r["train_loss"], r["tokens"]) for r in resumed] == [
         (r["val_loss"], r["train_loss"], r["tokens"]) for r in straight]
+    assert train_rows(tmp_path / "stopped") == train_rows(tmp_path / "straight")  # every step's, once
 
 
 @pytest.mark.parametrize("how", ["SIGTERM", "Ctrl-C"])
@@ -116,6 +121,7 @@ def test_a_stop_during_an_eval_ends_it_and_the_resumed_run_evaluates_again(data_
     straight, resumed = rows(tmp_path / "straight"), rows(tmp_path / "stopped")
     assert [(r["iter"], r["val_loss"], r.get("val_loss_full")) for r in resumed] == [
         (r["iter"], r["val_loss"], r.get("val_loss_full")) for r in straight]
+    assert train_rows(tmp_path / "stopped") == train_rows(tmp_path / "straight")  # every step's, once
 
 
 def test_ctrl_c_during_the_first_eval_of_a_fresh_run_writes_no_checkpoint(data_dir, tmp_path, monkeypatch):

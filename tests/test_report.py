@@ -9,9 +9,10 @@ import sys
 
 import numpy as np
 import pytest
+from scipy import stats
 
 from nlq import settings
-from research import compare, report, sweep
+from research import compare, paired, report, sweep
 from research import study as nlq_study  # study.py (a study's runs and its search)
 
 # Two made-up comparisons with the reference arm "linear", final seeds 11, 12, 13 (final losses, nats/token).
@@ -103,7 +104,10 @@ def test_report_tables_from_run_files(tmp_path, capsys):
     assert (out / "README.md").read_text() == text
     for png in ("forest.png", "val_loss.png"):
         assert (out / png).read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
-    rows = {line.split(" | ")[0][2:]: line for line in text.splitlines() if line.startswith("| ")}
+    # each arm's row of the results table (its first), then of the stalls table
+    rows = {line.split(" | ")[0][2:]: line for line in reversed(text.splitlines()) if line.startswith("| ")}
+    stalls = text.split("**Stalls (final runs; Method).**")[1]
+    assert "| linear | none | 0 of 3: 0% [0%, 71%] | — |" in stalls
     assert "| 0.002 | 2.1000 ± 0.1000 (3) | 0 of 3 | 3.0297 | — | — |" in rows["linear"]
     assert "| -0.0217 (n=3) | [-0.0406, -0.0027] | -1.03% | 0.039 | 0.799 | lower |" in rows["paired_wins"]
     # welch_wins against LINEAR (not LINEAR_2): d = (-0.01, -0.13, -0.25), CI includes 0; beside it the robust
@@ -306,33 +310,43 @@ def test_diverged_runs_are_listed_with_the_finished_ones():
         "- r/linear/lr1e+06_seed1: diverged (iter 3)\n- r/linear/lr1e+06_seed2: diverged (iter 4)\n")
 
 
-def test_stalled_final_runs_are_said_in_words():
-    def run(mid, status="done"):  # as read_run reads it
-        rows = [dict(iter=25, val_loss=2.60), dict(iter=50, val_loss=mid), dict(iter=100, val_loss=2.0)]
-        return dict(status=status, final=2.0, rows=rows,
-                    stalled=status == "done" and bool(nlq_study.is_stalled(rows, 100)))
-    data = {"linear": dict(plan=dict(chosen=4e-3), finals={1: run(2.0), 2: run(2.0)}),
-            "nonlinear": dict(plan=dict(chosen=4e-3), finals={1: run(2.59), 2: run(2.0)})}
-    assert report.stall_caution(data) == [
-        "**Stalled final runs: nonlinear 1 of 2.** A stalled run is still on the early plateau half-way through "
-        "(Method). Its final loss mostly says whether and when it left the plateau, not how well the query "
-        "learns, so a difference over such runs is about plateaus as much as about the method: more steps, "
-        "another learning rate or more seeds tell the two apart."]
-    data["nonlinear"]["finals"][1] = run(2.0)
-    assert report.stall_caution(data) == []
-    # every final run stalled (a fresh clone's --quick try of the README's lowrank example): the arm is named;
-    # not while one is unfinished, nor when one left the plateau
-    data["nonlinear"]["finals"] = {1: run(2.59), 2: run(2.58)}
+def test_flagged_final_runs_and_stall_rates_per_arm():
+    """A plateaued run (stalled) and a late leaver (not stalled, but 5% or more above its arm's median half-way)
+    are flagged and said with why; a run 4.3% above is not; with fewer than 3 runs only the plateau rule
+    applies. Each arm's stall rate has its exact 95% interval, and Δ is also given without the flagged pairs."""
+    def run(mid, final, status="done"):  # as read_run reads it
+        rows = [dict(iter=25, val_loss=2.60), dict(iter=50, val_loss=mid), dict(iter=100, val_loss=final)]
+        stalled = status == "done" and bool(nlq_study.is_stalled(rows, 100))
+        return dict(status=status, final=final if status == "done" else None, rows=rows, max_iters=100,
+                    stalled=stalled, flag="stalled" if stalled else None, why=None)
+    mids = [2.59, 2.42, 2.40, 2.2, 2.2, 2.3, 2.3]  # the median 2.3: 2.42 is +5.2%, 2.40 +4.3%
+    data = {"linear": dict(plan=dict(chosen=4e-3), finals={s: run(2.2, 2.0 + s / 100) for s in range(7)}),
+            "nonlinear": dict(plan=dict(chosen=4e-3), finals={s: run(m, 2.0 + m / 10) for s, m in enumerate(mids)})}
+    for d in data.values():
+        nlq_study.flag_finals(d["finals"])
+    assert [r["flag"] for r in data["nonlinear"]["finals"].values()] == ["stalled", "late"] + [None] * 5
+    assert not any(r["flag"] for r in data["linear"]["finals"].values())
+    low, high = stats.beta.ppf(0.025, 2, 6), stats.beta.ppf(0.975, 3, 5)  # Clopper–Pearson, 2 of 7
+    assert paired.rate_ci(2, 7) == pytest.approx((low, high), abs=1e-12) and paired.rate_ci(0, 7)[0] == 0
+    gap = paired.paired_difference(*({s: data[arm]["finals"][s]["final"] for s in range(2, 7)}
+                                     for arm in ("nonlinear", "linear")))
+    text = report.stall_caution(dict(reference="linear"), data)
+    assert text[1].splitlines()[2:] == [
+        "| linear | none | 0 of 7: 0% [0%, 41%] | — |",
+        "| nonlinear | 0 stalled (2.590 at iter 50, -0.4% from iter 25); 1 late (2.420 at iter 50, +5.2% over the "
+        f"median 2.300) | 2 of 7: 29% [{low:.0%}, {high:.0%}] | {gap['mean']:+.4f} (n=5) {paired.fmt_ci(gap['ci'])} |"]
+    few = {s: run(mid, 2.0) for s, mid in ((1, 2.2), (2, 2.4))}  # 2 runs: +9% is not late
+    nlq_study.flag_finals(few)
+    assert [r["flag"] for r in few.values()] == [None, None]
+    data["nonlinear"]["finals"] = {1: run(2.59, 2.3), 2: run(2.58, 2.3)}  # every final run stalled: the arm is named
     caution = ("**Every final run stalled: nonlinear (0.004).** None of these arms' final runs left the early "
                "plateau by half-way, so their results say little about the query, and the chosen rate (in "
                "brackets) may be far from the arm's best, often a lower one. Give such an arm lower rates "
                "(learning_rates as a dict arm -> grid: python -m research.sweep --help) or more steps (the full study, "
                "if this is a --quick try).")
-    assert report.stall_caution(data)[1] == caution
-    data["nonlinear"]["finals"][3] = run(2.59, "running")
-    assert caution not in report.stall_caution(data)
-    data["nonlinear"]["finals"][3] = run(2.0)
-    assert caution not in report.stall_caution(data)
+    assert report.stall_caution(dict(reference="linear"), data)[2] == caution
+    data["nonlinear"]["finals"][3] = run(2.59, 2.3, "running")  # not while one is unfinished
+    assert caution not in report.stall_caution(dict(reference="linear"), data)
 
 
 def test_is_stalled_at_half_way():

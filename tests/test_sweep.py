@@ -105,8 +105,8 @@ def test_killed_sweep_restarts_without_rerunning_finished_runs(one_arm_study):
     assert starts(os.path.join(first, "train.log")) == 1  # not rerun
     assert os.path.getmtime(os.path.join(first, "metrics.jsonl")) == first_mtime
     assert "resumed from" in open(os.path.join(second, "train.log")).read()
-    iters = [json.loads(line)["iter"] for line in open(os.path.join(second, "metrics.jsonl"))]
-    assert iters == sorted(set(iters)) and iters[-1] == 20  # no duplicated lines from the killed attempt
+    rows = [(r["iter"], "val_loss" in r) for r in checkpoint.read_metrics(second, train_rows=True)]
+    assert rows == sorted(set(rows)) and rows[-1] == (20, True)  # no duplicated lines from the killed attempt
 
 
 def test_chosen_lr_and_print_mode(study_file, capsys):

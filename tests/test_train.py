@@ -64,8 +64,13 @@ def test_exact_resume(mode, data_dir, tmp_path):
     assert not any(k.startswith(("_orig_mod.", "module.")) for k in a)
     rows = [json.loads(line) for line in open(tmp_path / "resumed" / "metrics.jsonl")]
     straight = [json.loads(line) for line in open(tmp_path / "straight" / "metrics.jsonl")]
-    assert [r["iter"] for r in rows] == [0, 3, 6]
-    assert [r["val_loss"] for r in rows] == [r["val_loss"] for r in straight]
+    # a train row every step (log_interval=1: iter, tokens, lr and the step's loss), an eval row every 3
+    assert [(r["iter"], "val_loss" in r) for r in rows] == [(0, True), (1, False), (2, False), (3, False), (3, True),
+                                                           (4, False), (5, False), (6, False), (6, True)]
+    train_rows = lambda rows: [r for r in rows if "val_loss" not in r]
+    assert train_rows(rows) == train_rows(straight) and set(rows[1]) == {"iter", "tokens", "lr", "train_loss"}
+    assert [r["val_loss"] for r in rows if "val_loss" in r] == [r["val_loss"] for r in straight if "val_loss" in r]
+    assert checkpoint.read_metrics(str(tmp_path / "resumed")) == [r for r in rows if "val_loss" in r]
     assert rows[-1]["val_loss"] < rows[0]["val_loss"]
     assert set(rows[-1]) >= {"iter", "tokens", "lr", "train_loss", "val_loss", "ms_per_iter", "tokens_per_s",
                              "mfu"}
@@ -78,7 +83,7 @@ def test_resume_drops_metrics_written_after_the_checkpoint(data_dir, tmp_path):
     with open(tmp_path / "metrics.jsonl", "a") as f:  # as if the run had gone on to iter 4 and crashed
         f.write(json.dumps(dict(iter=4, val_loss=9.0)) + "\n")
     train.train({**cfg, "max_iters": 6, "init_from": "resume"})
-    assert [json.loads(line)["iter"] for line in open(tmp_path / "metrics.jsonl")] == [0, 3, 6]
+    assert [r["iter"] for r in checkpoint.read_metrics(str(tmp_path))] == [0, 3, 6]
 
 
 def test_without_always_save_checkpoint_the_last_line_names_the_checkpoints_iter(data_dir, tmp_path, capsys,
@@ -653,7 +658,7 @@ def test_whole_split_eval_announces_itself_and_the_log_times_each_interval(data_
                                              if "val loss (whole split)" in line)
     logged = [line for line in printed if line.startswith("iter ")]
     assert [line.split(":")[0] for line in logged] == ["iter 3", "iter 6"]
-    rows = [json.loads(line) for line in open(tmp_path / "run" / "metrics.jsonl")]
+    rows = checkpoint.read_metrics(str(tmp_path / "run"))  # the eval rows
     ms = [float(line.split(" ms/iter")[0].rsplit(", ", 1)[1]) for line in logged]
     assert ms == [round(r["ms_per_iter"], 1) for r in rows[1:]]
     assert all(", elapsed " in line and ", ETA " in line for line in logged)
