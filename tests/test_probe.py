@@ -64,11 +64,12 @@ def test_the_probe_writes_its_columns_and_changes_no_other_number(data_dir, tmp_
     monkeypatch.setattr(train, "attention_probe", lambda *a, **k: {})
     train.train(tiny_cfg(data_dir, tmp_path / "without", query_mode="nonlinear"))
     read = lambda name: [json.loads(line) for line in (tmp_path / name / "metrics.jsonl").read_text().splitlines()]
-    with_probe, without = read("with"), read("without")
-    assert [r["iter"] for r in with_probe] == [0, 3, 6]
-    for row in with_probe:
+    with_probe, without = read("with"), read("without")  # every row: the train rows too must not move
+    evals = [r for r in with_probe if "val_loss" in r]
+    assert [r["iter"] for r in evals] == [0, 3, 6]
+    for row in evals:
         assert len(row["attn_logit_max"]) == len(row["f_ratio"]) == 2 and all(v > 0 for v in row["f_ratio"])
     timing = {"ms_per_iter", "tokens_per_s", "mfu", "elapsed_s", "attn_logit_max", "f_ratio"}
     same = lambda rows: [{k: v for k, v in r.items() if k not in timing} for r in rows]
     assert same(with_probe) == same(without)
-    assert with_probe[-1]["attn_logit_max"] != with_probe[0]["attn_logit_max"]  # it follows training
+    assert evals[-1]["attn_logit_max"] != evals[0]["attn_logit_max"]  # it follows training

@@ -243,7 +243,7 @@ def test_eval_reproduces_metrics_and_bits_per_byte(run, tmp_path):
     _, out = run
     # folder is created
     r = nlq_eval.main(["--out_dir", str(out), "--json", str(tmp_path / "new" / "r.json")])
-    rows = {row["iter"]: row for row in map(json.loads, (out / "metrics.jsonl").read_text().splitlines())}
+    rows = {row["iter"]: row for row in checkpoint.read_metrics(str(out))}  # the eval rows
     assert r["iter"] == 6 and abs(r["loss"] - rows[6]["val_loss"]) < 1e-4
     assert r["tokens"] == r["bytes"] == 3 * 4 * 16  # eval_windows x block_size; byte data
     assert r["bits_per_byte"] == pytest.approx(r["loss"] / math.log(2), rel=1e-12)
