@@ -30,7 +30,7 @@ def test_the_readmes_cpu_line_is_nanogpts_baby_model():
     """The README's nanoGPT line on a CPU: nanoGPT's own overrides shrink the file's model to the quick start's
     size (4 x 128 at 64 tokens, what runs in minutes), with nanoGPT's 20 eval batches as fixed windows."""
     readme = " ".join((ROOT / "README.md").read_text().split())
-    line = readme.split("`python train.py ../nanoGPT/config/train_shakespeare_char.py ", 1)[1].split("`", 1)[0]
+    line = readme.split("`python train.py tests/data/nanogpt/config/train_shakespeare_char.py ", 1)[1].split("`", 1)[0]
     cfg = settings.parse_config([str(NANOGPT / "config" / "train_shakespeare_char.py"), *line.split()])
     assert (cfg["n_layer"], cfg["n_embd"], cfg["block_size"], cfg["batch_size"]) == (4, 128, 64, 12)
     assert (cfg["eval_windows"], cfg["max_iters"], cfg["lr_decay_iters"], cfg["device"]) == (240, 2000, 2000, "cpu")
