@@ -13,7 +13,7 @@ import time
 
 import pytest
 import torch
-from conftest import ROOT
+from conftest import ROOT, write_tiny_dataset
 from test_layouts import args as layout_args, data_dir  # noqa: F401  (data_dir: the tiny dataset fixture)
 
 import train
@@ -264,18 +264,22 @@ def catches(pid, sig):
 
 
 @pytest.fixture(scope="module")
-def finished(data_dir, tmp_path_factory):
-    """A finished 6-step run of the tiny dataset: (its out_dir, the train.py arguments that made it)."""
-    out = tmp_path_factory.mktemp("finished") / "run"
-    run(data_dir, out)
-    return out, args(data_dir, out)
+def finished(tmp_path_factory):
+    """A finished 6-step run of a tiny dataset whose val split (194K tokens) takes eval.py --full seconds window
+    by window, and whose meta.json lists its characters (bits per byte): (its out_dir, its train.py arguments)."""
+    root = tmp_path_factory.mktemp("finished")
+    folder = write_tiny_dataset(root / "data" / "tiny", val_repeats=2000)
+    meta = json.loads((folder / "meta.json").read_text())
+    (folder / "meta.json").write_text(json.dumps({**meta, "chars": [chr(48 + i) for i in range(64)]}))
+    run(root / "data", root / "run")
+    return root / "run", args(root / "data", root / "run")
 
 
 STOPPED_MODES = {  # script and arguments after the run's out_dir; the signal
     "train.py eval_only": (["train.py", "--eval_only=True", "--init_from=resume", "--eval_windows=4000"],
                            signal.SIGTERM),
-    "eval.py": (["eval.py", "--split=train", "--full", "--batch_size=1"], signal.SIGUSR1),  # long enough to catch
-    "eval.py --full --json": (["eval.py", "--full", "--json=scores/val.json"], signal.SIGTERM),
+    "eval.py": (["eval.py", "--full", "--batch_size=1"], signal.SIGUSR1),  # still scoring when signalled
+    "eval.py --full --json": (["eval.py", "--full", "--batch_size=1", "--json=scores/val.json"], signal.SIGTERM),
     "sample.py": (["sample.py", "--max_new_tokens=100000"], signal.SIGUSR1),
 }
 
