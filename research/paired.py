@@ -93,24 +93,6 @@ def robust_shift(diffs, confidence=0.95):
     return dict(hl=float(np.median(walsh)), ci=(float(walsh[accepted[0] - 1]), float(walsh[accepted[-1]])), p=p)
 
 
-def line_fit(x, y, at=(), confidence=0.95):
-    """Least squares of y on x over k points, the points' scatter about the line estimated from them ->
-    dict(slope, ci (Student's t on k − 2 df), k, at=[(x0, fitted value, its CI)] for each x0 in at), or None
-    with fewer than 3 distinct x (no degree of freedom left for the scatter)."""
-    x, y = np.asarray(x, dtype=float), np.asarray(y, dtype=float)
-    k = len(x)
-    if len(set(x.tolist())) < 3:
-        return None
-    fit = stats.linregress(x, y)
-    sxx = ((x - x.mean()) ** 2).sum()
-    s = fit.stderr * math.sqrt(sxx)  # the residual sd, sqrt(SSE / (k - 2))
-    t = stats.t.ppf(0.5 + confidence / 2, k - 2)
-    fitted = [(x0, fit.intercept + fit.slope * x0, t * s * math.sqrt(1 / k + (x0 - x.mean()) ** 2 / sxx))
-              for x0 in at]
-    return dict(slope=float(fit.slope), ci=(float(fit.slope - t * fit.stderr), float(fit.slope + t * fit.stderr)),
-                k=k, at=[(x0, float(v), (v - h, v + h)) for x0, v, h in fitted])
-
-
 def trend(sizes, values, confidence=0.95):
     """How a paired gap changes with size over a ladder's rungs: least squares of the rungs' gaps (values: each
     rung's mean Δ, or its rel) on log10(size) -> dict(slope per 10× size, its CI, k rungs), or None with fewer
@@ -121,8 +103,12 @@ def trend(sizes, values, confidence=0.95):
     taken as known undercover. The rungs' scatter about the line measures both noises at once; with equal seeds
     per rung the interval is exact for normal noise (tests/test_paired.py measures its coverage). Its price is
     width: 4 rungs leave 2 df (t = 4.30)."""
-    fit = line_fit(np.log10(sizes), values, confidence=confidence)
-    return None if fit is None else dict(slope=fit["slope"], ci=fit["ci"], k=fit["k"])
+    x, k = np.log10(np.asarray(sizes, dtype=float)), len(sizes)
+    if len(set(x.tolist())) < 3:  # no degree of freedom left for the rungs' scatter
+        return None
+    fit = stats.linregress(x, values)
+    half = stats.t.ppf(0.5 + confidence / 2, k - 2) * fit.stderr
+    return dict(slope=float(fit.slope), ci=(float(fit.slope - half), float(fit.slope + half)), k=k)
 
 
 def trend_power(sizes, seeds, slope, sd, confidence=0.95):
