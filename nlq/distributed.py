@@ -93,8 +93,12 @@ class Job:
     local_rank: int
     world_size: int
     device: str
-    device_type: str
     dtype: torch.dtype
+
+    @property
+    def device_type(self):
+        """cuda, cpu or mps: the device without its index."""
+        return self.device.split(":")[0]
 
     @property
     def master(self):
@@ -126,7 +130,7 @@ def start_job(cfg):
     device, device_type, dtype = resolve_device(cfg, local_rank, world)
     if cfg["fsdp"]:
         check_fsdp_support(device_type, dtype)
-    return Job(rank, local_rank, world, device, device_type, dtype)
+    return Job(rank, local_rank, world, device, dtype)
 
 
 def end_distributed():
