@@ -29,8 +29,9 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.utils.checkpoint import checkpoint
 
-# GPTConfig.activation -> F.gelu's approximate argument: exact erf GELU, or GPT-2's tanh approximation
-GELU_APPROXIMATE = {"gelu": "none", "gelu_tanh": "tanh"}
+# GPTConfig.activation -> the MLP's nonlinearity: exact erf GELU, GPT-2's tanh approximation, or ReLU squared
+ACTIVATIONS = {"gelu": F.gelu, "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),
+               "relu2": lambda x: F.relu(x).square()}
 
 
 @dataclass
@@ -52,7 +53,8 @@ class GPTConfig:
     bias: bool = False                # biases in the Linear and LayerNorm layers
     tie_weights: bool = True          # share the token embedding with the LM head
     flash: bool = True                # F.scaled_dot_product_attention; False: plain matmul-softmax (same maths)
-    activation: str = "gelu"          # the MLP's GELU: gelu (exact) or gelu_tanh (GPT-2's; init_from=gpt2 sets it)
+    activation: str = "gelu"          # the MLP's: gelu (exact), gelu_tanh (GPT-2's; init_from=gpt2 sets it), relu2
+    pos_embedding: str = "learned"    # positions: learned (GPT-2's wpe) or rope (rotary, on each head's q and k)
     data_vocab_size: Optional[int] = None  # the tokenizer's vocabulary (the data's); generate() never returns more
 
     def __post_init__(self):
@@ -62,13 +64,16 @@ class GPTConfig:
                 raise ValueError(f"config key {name!r} = {getattr(self, name)} must be > 0")
         if not 0 <= self.dropout < 1:
             raise ValueError(f"config key 'dropout' = {self.dropout} must be >= 0 and < 1")
-        if self.activation not in GELU_APPROXIMATE:
-            raise ValueError(f"activation={self.activation!r}; use {' or '.join(GELU_APPROXIMATE)}")
+        if self.activation not in ACTIVATIONS:
+            raise ValueError(f"activation={self.activation!r}; use {' or '.join(ACTIVATIONS)}")
+        if self.pos_embedding not in ("learned", "rope"):
+            raise ValueError(f"pos_embedding={self.pos_embedding!r}; use learned or rope")
         self.query_mode = QUERY_MODE_ALIASES.get(self.query_mode, self.query_mode)
         if self.query_mode not in QUERY_MODES:
             raise ValueError(f"unknown query_mode {self.query_mode!r}; valid modes: {', '.join(QUERY_MODES)}")
-        if self.n_embd % self.n_head:
-            raise ValueError(f"n_embd={self.n_embd} is not divisible by n_head={self.n_head}")
+        if self.n_embd % self.n_head or (self.pos_embedding == "rope" and self.n_embd // self.n_head % 2):
+            raise ValueError(f"n_embd={self.n_embd} is not divisible by n_head={self.n_head}"
+                             + (" (rope: into heads of an even size)" if self.pos_embedding == "rope" else ""))
         self.mlp_hidden = 4 * self.n_embd if self.mlp_hidden is None else self.mlp_hidden
         self.query_hidden = self.n_embd // 2 if self.query_hidden is None else self.query_hidden
         self.data_vocab_size = self.vocab_size if self.data_vocab_size is None else self.data_vocab_size
@@ -82,37 +87,36 @@ class GPTConfig:
 # every mode-generic test (causality, SDPA = plain attention, resume, parameter accounting) picks it up.
 
 class QueryMode(nn.Module):
-    """Base class of the query modes: forward(x, xw) -> q, each (B, T, C).
+    """Base class of the query modes: forward(x) -> q, each (B, T, C); x is the attention input LN1(h).
 
-    x is the attention input LN1(h). xw is x·W_Q when the class sets fuse_w_q = True: W_Q lives in the
-    attention's c_attn (its first C rows), so the one matmul that computes the keys and values computes it too
-    (one read of x). `linear` does this. Otherwise xw is None.
     scale_factor: the default attention scale is scale_factor / sqrt(head_dim): 1.0 is the standard GPT, 0.5
     folds the paper's Q = (X + f(X)) / 2 into the scale.
     """
-    fuse_w_q = False
     scale_factor = 1.0
 
     def __init__(self, cfg: GPTConfig):
         super().__init__()
 
-    def forward(self, x, xw):
+    def forward(self, x):
         raise NotImplementedError
 
 
 class LinearQuery(QueryMode):
-    """q = x·W_Q, the standard GPT query; W_Q is the first C outputs of the attention's c_attn."""
-    fuse_w_q = True
+    """q = x·W_Q, the standard GPT query."""
 
-    def forward(self, x, xw):
-        return xw
+    def __init__(self, cfg: GPTConfig):
+        super().__init__(cfg)
+        self.c_q = nn.Linear(cfg.n_embd, cfg.n_embd, bias=cfg.bias)
+
+    def forward(self, x):
+        return self.c_q(x)
 
 
 class IdentityQuery(QueryMode):
     """q = x: W_Q fixed to the identity (the paper's basis-change argument: no loss of expressivity)."""
     scale_factor = 0.5
 
-    def forward(self, x, xw):
+    def forward(self, x):
         return x
 
 
@@ -124,7 +128,7 @@ class LinearResidualQuery(QueryMode):
         super().__init__(cfg)
         self.w_q = nn.Linear(cfg.n_embd, cfg.n_embd, bias=cfg.bias)
 
-    def forward(self, x, xw):
+    def forward(self, x):
         return x + self.w_q(x)
 
 
@@ -154,7 +158,7 @@ class NonlinearQuery(QueryMode):
         """The residual f as the paper defines it: (B, T, C) -> (B, T, C)."""
         return self.norm_out(self.w2(F.gelu(self.w1(self.norm_in(x)))))
 
-    def forward(self, x, xw):
+    def forward(self, x):
         """x (B, T, C) -> q = x + f(x), (B, T, C)."""
         if torch.is_grad_enabled() and (x.is_cuda or torch.compiler.is_compiling()):
             return x + checkpoint(self.f, x, use_reentrant=False, preserve_rng_state=False)  # f draws no RNG
@@ -168,12 +172,42 @@ QUERY_MODE_ALIASES = {"original": "linear", "residual": "linear_residual", "resi
 
 
 # ------------------------------------------------------------------------------------------------ attention
+def rotary(positions, head_dim, base=10000.0):
+    """RoPE (Su et al. 2021): position m turns the pair (i, i + hd/2) of each head's q and k by the angle m·θ_i,
+    θ_i = base^(-2i/hd), so that q_m·k_n depends on m - n only. positions (T,) -> cos, sin: (2, T, hd/2), float32."""
+    theta = base ** (-torch.arange(0, head_dim, 2, dtype=torch.float32, device=positions.device) / head_dim)
+    angles = positions.float()[:, None] * theta
+    return torch.stack((angles.cos(), angles.sin()))
+
+
+def rotate(x, cos_sin):
+    """x (B, nh, T, hd) turned by rotary's angles (2, T, hd/2), computed in float32."""
+    (x1, x2), (cos, sin) = x.float().chunk(2, dim=-1), cos_sin
+    return torch.cat((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1).type_as(x)
+
+
+def split_c_attn(sd, n_embd):
+    """A state dict whose attention has one fused c_attn (nanoGPT's, GPT-2's, the official code's, nlq's older
+    checkpoints) -> model.py's names: its rows [W_Q;] W_K; W_V go to c_k, c_v and, where there are 3C of them,
+    the query's c_q. Every other entry as it is, in its place (a new dict)."""
+    out = {}
+    for name, t in sd.items():
+        if ".attn.c_attn." not in name:
+            out[name] = t
+            continue
+        head, tail = name.split(".c_attn.")
+        *q, out[f"{head}.c_k.{tail}"], out[f"{head}.c_v.{tail}"] = t.split(n_embd)
+        if q:
+            out[f"{head}.query.c_q.{tail}"] = q[0]
+    return out
+
+
 class KVCache:
     """One attention layer's keys and values for positions 0..length-1 of a batch (GPT.generate's cache).
 
     The buffers, (B, nh, size, hd) each, are allocated on the first append with the batch size, dtype and
-    device of the keys. Positions are absolute (learned position embeddings), so a full cache cannot slide:
-    GPT.generate starts a new one and fills it again.
+    device of the keys. Keys are stored as they were made at their positions (learned embeddings, or turned by
+    RoPE), so a full cache cannot slide: GPT.generate starts a new one and fills it again.
     """
 
     def __init__(self, size):
@@ -201,15 +235,17 @@ class CausalSelfAttention(nn.Module):
     def __init__(self, cfg: GPTConfig):
         super().__init__()
         C, self.n_head = cfg.n_embd, cfg.n_head
-        Query = QUERY_MODES[cfg.query_mode]
-        # K and V (and W_Q, for a mode that fuses it) in one matmul: x -> [x·W_Q,] x·W_K, x·W_V
-        self.c_attn = nn.Linear(C, (C if Query.fuse_w_q else 0) + 2 * C, bias=cfg.bias)
-        self.query = Query(cfg)
+        self.c_k = nn.Linear(C, C, bias=cfg.bias)  # W_K, W_V: made before the query's weights (the init's order)
+        self.c_v = nn.Linear(C, C, bias=cfg.bias)
+        self.query = QUERY_MODES[cfg.query_mode](cfg)
         self.c_proj = nn.Linear(C, C, bias=cfg.bias)
         self.qk_norm = cfg.qk_norm
         if cfg.qk_norm:
             self.q_norm = nn.RMSNorm(C // cfg.n_head, eps=1e-5)
             self.k_norm = nn.RMSNorm(C // cfg.n_head, eps=1e-5)
+        self.rope = cfg.pos_embedding == "rope"
+        if self.rope:  # cos, sin of every position: (2, block_size, hd/2)
+            self.register_buffer("cos_sin", rotary(torch.arange(cfg.block_size), C // cfg.n_head), persistent=False)
         self.scale, self.flash, self.dropout = cfg.attn_scale, cfg.flash, cfg.dropout
         self.resid_dropout = nn.Dropout(cfg.dropout)
 
@@ -217,20 +253,21 @@ class CausalSelfAttention(nn.Module):
         """x: (B, T, C), the block's LN1 output -> (B, T, C), before the residual add.
 
         cache: a KVCache holding the keys and values of the L - T tokens before these T, or None (L = T). The
-        query is per token (any query mode), so only keys and values need a cache.
+        query is per token (any query mode), so only keys and values need a cache. RoPE turns q and k at their
+        positions, L - T onward, after the query mode (and qk_norm).
         """
         B, T, C = x.shape
         if torch.is_autocast_enabled(x.device.type):
             # autocast would cast x for every matmul that reads it and keep each copy for the backward pass:
             # cast it once, so that the query, the keys and the values read (and keep) one copy
             x = x.to(torch.get_autocast_dtype(x.device.type))
-        xw_kv = self.c_attn(x)  # x -> [x·W_Q (fuse_w_q: linear),] x·W_K, x·W_V in one matmul
-        xw, k, v = xw_kv.split([xw_kv.size(-1) - 2 * C, C, C], dim=-1)
-        q = self.query(x, xw if self.query.fuse_w_q else None)
         q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
-                   for t in (q, k, v))  # (B, nh, T, hd)
+                   for t in (self.query(x), self.c_k(x), self.c_v(x)))  # (B, nh, T, hd)
         if self.qk_norm:
             q, k = self.q_norm(q), self.k_norm(k)
+        if self.rope:
+            start = cache.length if cache is not None else 0
+            q, k = rotate(q, self.cos_sin[:, start:start + T]), rotate(k, self.cos_sin[:, start:start + T])
         if cache is not None:
             k, v = cache.append(k, v)  # (B, nh, L, hd)
         L = k.size(2)  # the L - T cached keys, then these T
@@ -253,17 +290,17 @@ class CausalSelfAttention(nn.Module):
 
 # ------------------------------------------------------------------------------------------------ the GPT
 class MLP(nn.Module):
-    """Position-wise GELU MLP, C -> mlp_hidden -> C. (B, T, C) -> (B, T, C)."""
+    """Position-wise MLP, C -> mlp_hidden -> C, with the config's activation. (B, T, C) -> (B, T, C)."""
 
     def __init__(self, cfg: GPTConfig):
         super().__init__()
         self.c_fc = nn.Linear(cfg.n_embd, cfg.mlp_hidden, bias=cfg.bias)
         self.c_proj = nn.Linear(cfg.mlp_hidden, cfg.n_embd, bias=cfg.bias)
         self.dropout = nn.Dropout(cfg.dropout)
-        self.approximate = GELU_APPROXIMATE[cfg.activation]
+        self.activation = ACTIVATIONS[cfg.activation]
 
     def forward(self, x):
-        return self.dropout(self.c_proj(F.gelu(self.c_fc(x), approximate=self.approximate)))
+        return self.dropout(self.c_proj(self.activation(self.c_fc(x))))
 
 
 class Block(nn.Module):
@@ -294,14 +331,15 @@ def check_sampling(max_new_tokens, temperature, top_k):
 
 
 class GPT(nn.Module):
-    """Token + position embeddings, n_layer Blocks, a final LayerNorm and the LM head (tied to wte by default)."""
+    """Token (+ learned position) embeddings, n_layer Blocks, a final LayerNorm and the LM head (tied to wte by
+    default)."""
 
     def __init__(self, cfg: GPTConfig):
         super().__init__()
         self.config = cfg
         self.transformer = nn.ModuleDict(dict(
             wte=nn.Embedding(cfg.vocab_size, cfg.n_embd),
-            wpe=nn.Embedding(cfg.block_size, cfg.n_embd),
+            **({"wpe": nn.Embedding(cfg.block_size, cfg.n_embd)} if cfg.pos_embedding == "learned" else {}),
             drop=nn.Dropout(cfg.dropout),
             h=nn.ModuleList([Block(cfg) for _ in range(cfg.n_layer)]),
             ln_f=nn.LayerNorm(cfg.n_embd, bias=cfg.bias),
@@ -334,8 +372,10 @@ class GPT(nn.Module):
         start = cache[0].length if cache else 0
         if start + T > self.config.block_size:
             raise ValueError(f"{start + T} positions exceed block_size {self.config.block_size}; crop the input")
-        pos = torch.arange(start, start + T, device=idx.device)
-        h = self.transformer.drop(self.transformer.wte(idx) + self.transformer.wpe(pos))
+        h = self.transformer.wte(idx)
+        if "wpe" in self.transformer:
+            h = h + self.transformer.wpe(torch.arange(start, start + T, device=idx.device))
+        h = self.transformer.drop(h)
         for i, block in enumerate(self.transformer.h):
             h = block(h, cache[i] if cache else None)
         h = self.transformer.ln_f(h)
@@ -398,20 +438,18 @@ class GPT(nn.Module):
         non_embedding (total minus embeddings and an untied LM head, Kaplan et al.'s convention) and
         non_embedding_matrix (weights of the Linear layers inside the blocks only). The paper's "+12.5%" for
         mlp_hidden = 4.75·d is in non_embedding_matrix: 13.5d² vs 12d² per block. attn_q is everything the
-        query mode owns, plus W_Q where it is fused into c_attn: the whole of f in nonlinear mode (d² + 2d per
-        block); identity has attn_q = 0.
+        query mode owns (linear's W_Q in c_q): the whole of f in nonlinear mode (d² + 2d per block); identity has
+        attn_q = 0.
         """
         n = lambda m: sum(p.numel() for p in m.parameters()) if m is not None else 0
-        C = self.config.n_embd
-        c = dict(embedding=n(self.transformer.wte) + n(self.transformer.wpe),
+        c = dict(embedding=n(self.transformer.wte) + n(getattr(self.transformer, "wpe", None)),
                  lm_head=0 if self.config.tie_weights else n(self.lm_head),
                  attn_q=0, attn_kv=0, attn_out=0, mlp=0, norms=n(self.transformer.ln_f),
                  non_embedding_matrix=0)
         for block in self.transformer.h:
             a = block.attn
-            kv = 2 * C * C + (2 * C if self.config.bias else 0)
-            c["attn_kv"] += kv
-            c["attn_q"] += n(a.c_attn) - kv + n(a.query)
+            c["attn_kv"] += n(a.c_k) + n(a.c_v)
+            c["attn_q"] += n(a.query)
             c["attn_out"] += n(a.c_proj)
             c["mlp"] += n(block.mlp)
             c["norms"] += (n(block.ln_1) + n(block.ln_2) + n(getattr(a, "q_norm", None))
@@ -431,14 +469,30 @@ class GPT(nn.Module):
         """Weights that take part in a matmul for every token: all Linear weights, LM head included."""
         return sum(m.weight.numel() for m in self.modules() if isinstance(m, nn.Linear))
 
-    def configure_optimizers(self, weight_decay, learning_rate, betas, device_type):
-        """AdamW with weight decay on ≥2-D tensors (matmul weights, embeddings) only. Fused on CUDA;
-        elsewhere foreach (one call per step for all tensors, bit-identical to the plain loop)."""
+    def configure_optimizers(self, weight_decay, learning_rate, betas, device_type, optimizer="adamw",
+                             embedding_lr=None, unembedding_lr=None):
+        """The optimizer, its groups' "lr_scale" (a group's rate / learning_rate; the schedule scales them all).
+
+        adamw: AdamW, weight decay on ≥2-D tensors (matmul weights, embeddings) only. Fused on CUDA; elsewhere
+        foreach (one call per step for all tensors, bit-identical to the plain loop).
+        muon: torch.optim.Muon at learning_rate, with weight decay, for the 2-D weights inside the blocks (W_Q,
+        W_K, W_V, f's W1 and W2, each its own matrix); AdamW, no weight decay, for the rest: the embeddings at
+        embedding_lr, the LM head (a tied one too), norms and biases at unembedding_lr (nanochat's groups).
+        """
         params = [p for p in self.parameters() if p.requires_grad]
-        groups = [{"params": [p for p in params if p.dim() >= 2], "weight_decay": weight_decay},
-                  {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
-        return torch.optim.AdamW(groups, lr=learning_rate, betas=betas, fused=(device_type == "cuda"),
-                                 foreach=(device_type != "cuda"))
+        adamw = dict(betas=betas, fused=(device_type == "cuda"), foreach=(device_type != "cuda"))
+        if optimizer == "adamw":
+            groups = [{"params": [p for p in params if p.dim() >= 2], "weight_decay": weight_decay},
+                      {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
+            return torch.optim.AdamW(groups, lr=learning_rate, **adamw)
+        matrices = [p for p in self.transformer.h.parameters() if p.requires_grad and p.dim() == 2]
+        embeddings = [m.weight for m in self.transformer.values() if isinstance(m, nn.Embedding)
+                      and m.weight is not self.lm_head.weight]
+        rest = [p for p in params if not any(p is q for q in matrices + embeddings)]
+        groups = [{"params": ps, "lr": lr, "lr_scale": lr / learning_rate, "weight_decay": 0.0}
+                  for ps, lr in ((embeddings, embedding_lr), (rest, unembedding_lr)) if ps]
+        muon = torch.optim.Muon([{"params": matrices, "lr_scale": 1.0}], lr=learning_rate, weight_decay=weight_decay)
+        return Optimizers(muon, torch.optim.AdamW(groups, lr=learning_rate, **adamw))
 
     def flops_per_token(self, seq_len=None):
         """Training FLOPs per token (forward + backward): 6·N + 12·L·H·Q·T (PaLM, Chowdhery et al. 2022,
@@ -455,6 +509,33 @@ class GPT(nn.Module):
             return None
         T = seq_len or self.config.block_size
         return self.flops_per_token(T) * T * fwdbwd_per_iter / dt / peak
+
+
+class Optimizers:
+    """Several optimizers stepped as one (muon: Muon and AdamW): what train.py, GradScaler and a checkpoint use
+    of torch.optim.Optimizer."""
+
+    def __init__(self, *optimizers):
+        self.optimizers = optimizers
+
+    @property
+    def param_groups(self):
+        return [g for o in self.optimizers for g in o.param_groups]
+
+    def step(self):
+        for o in self.optimizers:
+            o.step()
+
+    def zero_grad(self, set_to_none=True):
+        for o in self.optimizers:
+            o.zero_grad(set_to_none=set_to_none)
+
+    def state_dict(self):
+        return {"optimizers": [o.state_dict() for o in self.optimizers]}
+
+    def load_state_dict(self, state):
+        for o, s in zip(self.optimizers, state["optimizers"]):
+            o.load_state_dict(s)
 
 
 # Dense bf16 peak FLOP/s by device-name substring, most specific first. Unknown devices get no MFU at all.

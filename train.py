@@ -93,8 +93,9 @@ def train(cfg):
             shard_model(model, job.device_type, job.dtype)  # in place, each block's shard on its device
         else:
             model.to(job.device)
-        optimizer = model.configure_optimizers(cfg["weight_decay"], cfg["learning_rate"],
-                                               (cfg["beta1"], cfg["beta2"]), job.device_type)
+        optimizer = model.configure_optimizers(cfg["weight_decay"], cfg["learning_rate"], (cfg["beta1"], cfg["beta2"]),
+                                               job.device_type, cfg["optimizer"], cfg["embedding_lr"],
+                                               cfg["unembedding_lr"])  # AdamW, or Muon for the matrices
         loop = Loop(cfg, job, data, run, stop, model, optimizer)  # resumes the checkpoint, if any
         if cfg["eval_only"]:  # nanoGPT's eval_only: the losses on the fixed eval windows; nothing is written
             try:
@@ -180,7 +181,7 @@ class Loop:
     def step(self, lr):
         """One optimizer step at learning rate lr -> the mean loss over its micro-batches (a tensor)."""
         for group in self.optimizer.param_groups:
-            group["lr"] = lr
+            group["lr"] = lr * group.get("lr_scale", 1.0)  # groups with their own rates (muon) take the same share
         # every rank draws the whole step's windows, (accum, B), and takes its rows: rank r gets micro-batches
         # r * local_accum ... (r + 1) * local_accum - 1 of the global stream
         starts = self.data.batch_starts(self.train_gen, self.cfg["gradient_accumulation_steps"], self.cfg["batch_size"])

@@ -42,7 +42,7 @@ SMOKE = [f"--{k}={v}" for k, v in TINY.items()] + ["--batch_size=2", "--device=c
 class PlainF(model.NonlinearQuery):
     """f as written, run plainly: autograd keeps its intermediates (no checkpoint)."""
 
-    def forward(self, x, xw):
+    def forward(self, x):
         return x + self.f(x)
 
 

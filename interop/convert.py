@@ -24,7 +24,8 @@ agree within 1e-6 (tests/test_convert.py).
                  vocab_size, n_layer, n_embd, bias, tie_weights, dropout as they are. head_size is unused: the
                  official model splits heads as n_embd // num_heads; head_size only fed its default scale.
     weights      the "_orig_mod." prefix of torch.compile is dropped. linear_residual: rows [0, C) of the
-                 official c_attn (its W_Q) become attn.query.w_q, rows [C, 3C) stay c_attn (K, V).
+                 official c_attn (its W_Q) become attn.query.w_q (linear: attn.query.c_q), the K and V rows after
+                 it attn.c_k and attn.c_v.
                  residual_gelu: attn.residual_rmsnorm_input / residual_in / residual_out /
                  residual_layernorm_output become attn.query.norm_in / w1 / w2 / norm_out.
     optimizer    converted exactly: AdamW's state (step, exp_avg, exp_avg_sq) of each official parameter,
@@ -150,11 +151,11 @@ def nlq_model_config(model_args, data_vocab_size):
 # ------------------------------------------------------------------------------------------ the parameters
 def official_source(name, query_mode, C):
     """Where the nlq tensor `name` comes from -> (official name, rows): rows is None (the whole tensor) or a
-    slice of its first dimension (linear_residual's W_Q, split out of the official c_attn)."""
-    if query_mode == "linear_residual" and ".attn.query.w_q." in name:
-        return name.replace(".attn.query.w_q.", ".attn.c_attn."), slice(0, C)
-    if query_mode == "linear_residual" and ".attn.c_attn." in name:
-        return name, slice(C, 3 * C)
+    slice of its first dimension (W_Q, W_K, W_V, split out of the official c_attn: [W_Q;] W_K; W_V)."""
+    first = int(query_mode in ("linear", "linear_residual"))  # the official c_attn has W_Q's rows first
+    for part, i in ((".attn.query.c_q.", 0), (".attn.query.w_q.", 0), (".attn.c_k.", first), (".attn.c_v.", first + 1)):
+        if part in name:
+            return name.replace(part, ".attn.c_attn."), slice(i * C, (i + 1) * C)
     for official, ours in F_NAMES.items():
         name = name.replace(ours, official)
     return name, None
@@ -179,7 +180,7 @@ def map_tensors(official, targets, query_mode, C):
         if tuple(t.shape) != tuple(targets[name]):
             raise ValueError(f"{src}{'' if rows is None else f' rows {rows.start}:{rows.stop}'} has shape "
                              f"{tuple(t.shape)}; the model_args give {name} the shape {tuple(targets[name])}")
-        out[name] = t if rows is None else t.clone()  # a clone: the two halves of c_attn are saved separately
+        out[name] = t if rows is None else t.clone()  # a clone: the parts of c_attn are saved separately
     return out
 
 

@@ -7,13 +7,14 @@ nlq and the Hugging Face ecosystem: export a run to a `transformers` folder, imp
 hf.py is a library for those two commands; docs/huggingface.md has the details.
 
 Export. Every model becomes transformers' GPT-2: nn.Linear weights are transposed into GPT-2's Conv1D layout
-(c_attn's [W_Q; W_K; W_V] rows become its columns), missing biases of GPT-2's layers (bias=False) are saved as
+(c_q, c_k and c_v become c_attn's [W_Q; W_K; W_V] columns), missing biases of GPT-2's layers (bias=False) are saved as
 zeros, activation_function is "gelu" (exact erf GELU, nlq's default) or "gelu_pytorch_tanh" (nlq's gelu_tanh:
 the same F.gelu call), and the whole embedding is saved, its padding rows included (50304 rows for GPT-2's 50257
-tokens). A `linear` model at the standard scale 1/sqrt(head_dim) without qk_norm is a plain GPT2LMHeadModel.
+tokens). A `linear` model at the standard scale 1/sqrt(head_dim) without qk_norm or RoPE is a plain GPT2LMHeadModel.
 Every other model gets modeling_nlq.py (trust_remote_code=True): model.py's source, then GPT2_WITH_NLQ_QUERY
 below, GPT-2 whose attention takes q from model.py's query-mode class (one source of the maths). c_attn holds K
-and V (and linear's W_Q); the query mode's own parameters keep nlq's names (attn.query.w1...). All the rest is
+and V (and linear's W_Q); the query mode's own parameters keep nlq's names (attn.query.w1...). A rope model's
+wpe is zeros and its attention turns q and k by model.py's rotary at GPT-2's position_ids. All the rest is
 GPT-2's own: KV cache, padding and causal masks, SDPA or eager attention, generate, save_pretrained.
 
 Import. GPT-2's weights (a Hub name, through the normal Hugging Face cache, or a local folder) load into nlq
@@ -45,7 +46,7 @@ EXPORT_ACTIVATIONS = {"gelu": "gelu", "gelu_tanh": "gelu_pytorch_tanh"}
 MODELING_FILE = "modeling_nlq.py"
 END_OF_TEXT = "<|endoftext|>"  # byte and char exports' end-of-text token (vocab_tokenizer), named as GPT-2's
 # nlq's query settings in an export's config.json (NlqConfig, with bias); init_from an export takes them
-QUERY_KEYS = ("query_mode", "query_hidden", "query_norm_in", "query_norm_out", "attn_scale", "qk_norm")
+QUERY_KEYS = ("query_mode", "query_hidden", "query_norm_in", "query_norm_out", "attn_scale", "qk_norm", "pos_embedding")
 CONV1D = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight")  # (in, out) in GPT-2
 GPT2_BIASED = ("ln_1", "ln_2", "ln_f", "attn.c_attn", "attn.c_proj", "mlp.c_fc", "mlp.c_proj")  # GPT-2 has biases
 
@@ -70,6 +71,8 @@ def gpt2_blockers(cfg: GPTConfig):
         out.append(f"attn_scale {cfg.attn_scale:.6g} (GPT-2 uses 1/sqrt(head_dim) = {standard:.6g})")
     if cfg.qk_norm:
         out.append("qk_norm (GPT-2 has none)")
+    if cfg.pos_embedding == "rope":
+        out.append("rotary position embeddings (GPT-2's are learned)")
     return out
 
 
@@ -84,11 +87,15 @@ def gpt2_config(cfg: GPTConfig, config_class=None, **extra):
 
 
 def to_gpt2_state_dict(sd):
-    """An nlq model's state dict -> the export's {name: tensor}, GPT-2's names and layout: c_attn, c_proj and
-    c_fc become Conv1D weights, nn.Linear's transposed, (in, out); absent biases of GPT-2's layers (bias=False)
-    become zeros; the query mode's own parameters (attn.query.*, qk_norm's attn.q_norm and attn.k_norm) stay
-    as they are."""
-    out = {}
+    """An nlq model's state dict -> the export's {name: tensor}, GPT-2's names and layout: [c_q;] c_k; c_v
+    become c_attn; c_attn, c_proj and c_fc become Conv1D weights, nn.Linear's transposed, (in, out); absent biases
+    of GPT-2's layers (bias=False) become zeros; the query mode's own parameters (attn.query.*, qk_norm's
+    attn.q_norm and attn.k_norm) stay as they are."""
+    out, sd = {}, dict(sd)
+    for name in [k for k in sd if ".attn.c_k." in k]:  # W_Q (linear), W_K, W_V -> GPT-2's c_attn rows
+        head, tail = name.split(".c_k.")
+        q = [sd.pop(f"{head}.query.c_q.{tail}")] if f"{head}.query.c_q.{tail}" in sd else []
+        sd[f"{head}.c_attn.{tail}"] = torch.cat([*q, sd.pop(name), sd.pop(f"{head}.c_v.{tail}")])
     for name, t in sd.items():
         out[name] = t.t() if name.endswith(CONV1D) else t
         layer = name.removesuffix(".weight")
@@ -122,20 +129,21 @@ class NlqConfig(GPT2Config):
     query_norm_out: bool = True
     attn_scale: float | None = None
     qk_norm: bool = False
+    pos_embedding: str = "learned"
     bias: bool = True
 
 
 class NlqAttention(GPT2Attention):
-    """GPT2Attention whose q is the query mode's: c_attn computes K and V (and W_Q for linear, fuse_w_q)."""
+    """GPT2Attention whose q is the query mode's: c_attn computes K and V (and linear's W_Q)."""
 
     def __init__(self, config, layer_idx=None):
         super().__init__(config, layer_idx=layer_idx)
         cfg = GPTConfig(n_embd=config.n_embd, n_head=config.n_head,
                         **{k: getattr(config, k) for k in NlqConfig.__annotations__})  # the query's settings
-        self.query = QUERY_MODES[cfg.query_mode](cfg)
-        C = self.embed_dim
-        self.c_attn = Conv1D((C if self.query.fuse_w_q else 0) + 2 * C, C)
-        self.scaling, self.qk_norm = cfg.attn_scale, cfg.qk_norm
+        linear, C = cfg.query_mode == "linear", self.embed_dim
+        self.query = None if linear else QUERY_MODES[cfg.query_mode](cfg)  # linear: W_Q in c_attn
+        self.c_attn = Conv1D((C if linear else 0) + 2 * C, C)
+        self.scaling, self.qk_norm, self.rope = cfg.attn_scale, cfg.qk_norm, cfg.pos_embedding == "rope"
         if cfg.qk_norm:
             self.q_norm = nn.RMSNorm(self.head_dim, eps=1e-5)
             self.k_norm = nn.RMSNorm(self.head_dim, eps=1e-5)
@@ -144,10 +152,13 @@ class NlqAttention(GPT2Attention):
         x, C = hidden_states, self.embed_dim
         xwkv = self.c_attn(x)  # (B, T, [C +] 2C): sized by its output, as c_attn may be peft's LoRA wrapper
         xw, k, v = xwkv.split([xwkv.size(-1) - 2 * C, C, C], dim=-1)
-        q = self.query(x, xw if xw.size(-1) else None)
+        q = self.query(x) if self.query is not None else xw
         q, k, v = (t.view(*x.shape[:-1], -1, self.head_dim).transpose(1, 2) for t in (q, k, v))  # (B, nh, T, hd)
         if self.qk_norm:
             q, k = self.q_norm(q), self.k_norm(k)
+        if self.rope:  # at GPT-2's positions (B, T), which follow its KV cache
+            cos_sin = rotary(kwargs["position_ids"], self.head_dim)[:, :, None]  # (2, B, 1, T, hd/2)
+            q, k = rotate(q, cos_sin), rotate(k, cos_sin)
         if past_key_values is not None:
             k, v = past_key_values.update(k, v, self.layer_idx)
         attention = ALL_ATTENTION_FUNCTIONS.get_interface(self.config._attn_implementation, eager_attention_forward)
@@ -298,7 +309,10 @@ def export(model, meta, hf_dir, bpe_dir=None, code="auto", source=""):
                                                            **ids))
         else:
             hf_model = t.GPT2LMHeadModel(gpt2_config(cfg, **ids))
-        hf_model.load_state_dict(to_gpt2_state_dict(model.state_dict()))
+        weights = model.state_dict()
+        if cfg.pos_embedding == "rope":  # GPT-2 adds wpe: zeros add nothing
+            weights["transformer.wpe.weight"] = torch.zeros(cfg.block_size, cfg.n_embd)
+        hf_model.load_state_dict(to_gpt2_state_dict(weights))
         padding = list(range(cfg.data_vocab_size, cfg.vocab_size))  # never generated, as by GPT.generate
         hf_model.generation_config = t.GenerationConfig(**ids, **({"suppress_tokens": padding} if padding else {}))
         hf_model.save_pretrained(tmp)

@@ -13,6 +13,7 @@ computes the source's function exactly; in the others W_Q is mapped as interop/h
 import torch
 
 from interop import hf, nanogpt
+from model import split_c_attn
 
 
 class Pretrained:
@@ -45,7 +46,7 @@ def load_weights(model, sd, conv1d=True):
     from its settings (in place, no grad); returns the names of the nlq parameters it did not set.
 
     conv1d: the weights are in transformers' Conv1D layout (in, out) and are transposed. A GPT-2's c_attn
-    gives K and V to c_attn and W_Q by query mode (interop/hf.py's docstring); an export's query parameters
+    gives K and V to c_k and c_v and W_Q by query mode (interop/hf.py's docstring); an export's query parameters
     keep their names; wpe is cropped to block_size. A bias=False export has no query biases: theirs stay zero,
     as initialised. ValueError if a shape does not fit.
     """
@@ -56,14 +57,17 @@ def load_weights(model, sd, conv1d=True):
         if name == "lm_head.weight" and cfg.tie_weights:
             continue
         t = t.t() if conv1d and name.endswith(hf.CONV1D) else t
+        if name == "transformer.wpe.weight" and cfg.pos_embedding == "rope" and not t.any():
+            continue  # a rope export's zero wpe (interop/hf.py)
         if name == "transformer.wpe.weight":
             t = t[:cfg.block_size]
-        if ".attn.c_attn." in name and cfg.query_mode != "linear" and t.size(0) == 3 * C:  # the source's W_Q
-            w_q, t = t[:C], t[C:]
-            if cfg.query_mode == "linear_residual":
-                w_q = w_q - torch.eye(C, dtype=t.dtype) if name.endswith("weight") else w_q
-                out[name.replace(".c_attn.", ".query.w_q.")] = w_q
         out[name] = t
+    out = split_c_attn(out, C)
+    for name in [k for k in out if ".attn.query.c_q." in k and cfg.query_mode != "linear"]:  # the source's W_Q
+        w_q = out.pop(name)
+        if cfg.query_mode == "linear_residual":
+            w_q = w_q - torch.eye(C, dtype=w_q.dtype) if name.endswith("weight") else w_q
+            out[name.replace(".c_q.", ".w_q.")] = w_q
     for name, t in out.items():
         if name not in mine or mine[name].shape != t.shape:
             raise ValueError(f"the pretrained {name} {tuple(t.shape)} does not fit the nlq model "

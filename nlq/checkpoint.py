@@ -16,6 +16,7 @@ import errno
 import json
 import math
 import os
+import re
 import shlex
 import tempfile
 import uuid
@@ -24,7 +25,7 @@ from typing import Optional
 
 import torch
 
-from model import GPT, GPTConfig
+from model import GPT, GPTConfig, split_c_attn
 from nlq.data import BIN_FILES
 from nlq.distributed import full_state_dicts, gather_rng_states, load_full_state_dicts, restore_rng
 from nlq.progress import clock
@@ -163,6 +164,9 @@ def load_checkpoint(path, mmap=False):
     cfg = ckpt["config"] = upgrade(ckpt["config"])
     args.pop("fused_f", None)  # (see settings.upgrade)
     ckpt["model"] = {_upgrade_name(k): v for k, v in ckpt["model"].items()}
+    if any(".attn.c_attn." in k for k in ckpt["model"]):  # one fused c_attn: c_k, c_v (and c_q) now
+        ckpt["optimizer"] = _split_adamw_state(ckpt["optimizer"], ckpt["model"], args)
+        ckpt["model"] = split_c_attn(ckpt["model"], args["n_embd"])
     # what checkpoints older than their record held: where the weights started, the tokens trained on, where the
     # decay ends
     ckpt.setdefault("initialised_from", None if cfg["init_from"] == "resume" else cfg["init_from"])
@@ -179,6 +183,25 @@ def _upgrade_name(name):
         return name
     residual = name.endswith((".attn.q_proj.weight", ".attn.q_proj.bias"))
     return name.replace(".attn.q_proj.", ".attn.query.w_q." if residual else ".attn.query.")
+
+
+def _split_adamw_state(opt, weights, args):
+    """AdamW's state of a checkpoint with a fused c_attn (weights: its state dict), split as split_c_attn splits
+    the weights. AdamW numbers the parameters group by group (≥2-D, then <2-D: configure_optimizers), each in
+    the model's order, which is the state dict's (less a tied LM head); the split ones take c_attn's place."""
+    C, tied = args["n_embd"], args.get("tie_weights", True)
+    order = lambda sd: ([k for k in sd if sd[k].dim() >= 2 and not (tied and k == "lm_head.weight")]
+                        + [k for k in sd if sd[k].dim() < 2])
+    state = {name: opt["state"][i] for i, name in enumerate(order(weights)) if i in opt["state"]}
+    moments = {m: split_c_attn({k: s[m] for k, s in state.items()}, C) for m in ("exp_avg", "exp_avg_sq")}
+    split = split_c_attn(weights, C)
+    fused = lambda k: re.sub(r"\.(c_k|c_v|query\.c_q)\.", ".c_attn.", k)  # where a split parameter's state was
+    new = order(split)
+    matrices = sum(split[k].dim() >= 2 for k in new)
+    groups = [{**g, "params": list(ids)} for g, ids in zip(opt["param_groups"], (range(matrices),
+                                                                                range(matrices, len(new))))]
+    return dict(param_groups=groups, state={i: {"step": state[fused(k)]["step"], **{m: moments[m][k] for m in moments}}
+                                            for i, k in enumerate(new) if fused(k) in state})
 
 
 def check_same_dataset(trained, meta, folder):

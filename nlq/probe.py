@@ -10,18 +10,17 @@ Per layer, written into the eval's metrics row:
   nonlinear residual adds to the attention input.
 
 One forward pass of the model, in eval mode and without gradients, with a hook on each attention's query
-module: the hook sees the attention input x and the query q the attention itself computed (fused or not), and
-recomputes the keys from the attention's own c_attn weights, as its forward does (its last 2C output rows are
-W_K and W_V in every query mode). The probe reads no random numbers and changes no weights, so a run's other
-numbers are the same with it as without it. Under FSDP every rank runs it (the forward gathers the weights).
+module: the hook sees the attention input x and the query q the attention itself computed, and recomputes the
+keys with the attention's own c_k (and qk_norm, and RoPE at positions 0..T-1), as its forward does. The probe
+reads no random numbers and changes no weights, so a run's other numbers are the same with it as without it.
+Under FSDP every rank runs it (the forward gathers the weights).
 """
 import math
 from contextlib import nullcontext
 
 import torch
-import torch.nn.functional as F
 
-from model import CausalSelfAttention, NonlinearQuery
+from model import CausalSelfAttention, NonlinearQuery, rotate
 from nlq.data import get_batch
 
 PROBE_WINDOWS = 4  # the first eval windows of the val split: a batch fixed by the seed, the same at every eval
@@ -37,12 +36,12 @@ def probe_batch(data, device, n_windows=PROBE_WINDOWS):
 def layer_stats(attn, x, q):
     """One attention layer's probe numbers from its input x and its query q, each (B, T, C) -> dict."""
     B, T, C = x.shape
-    w, b = attn.c_attn.weight[-2 * C:-C], attn.c_attn.bias  # W_K: the rows before W_V's
-    k = F.linear(x, w, None if b is None else b[-2 * C:-C])
     heads = lambda t: t.view(B, T, attn.n_head, C // attn.n_head).transpose(1, 2)  # (B, nh, T, hd)
-    qh, kh = heads(q), heads(k)
+    qh, kh = heads(q), heads(attn.c_k(x))
     if attn.qk_norm:
         qh, kh = attn.q_norm(qh), attn.k_norm(kh)
+    if attn.rope:
+        qh, kh = rotate(qh, attn.cos_sin[:, :T]), rotate(kh, attn.cos_sin[:, :T])
     logits = (qh.float() @ kh.float().transpose(-2, -1)) * attn.scale  # (B, nh, T, T)
     causal = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()
     out = dict(attn_logit_max=logits.masked_fill(~causal, float("-inf")).amax().item())

@@ -1,7 +1,8 @@
 """
-The learning-rate schedule: linear warmup, then a cosine or linear decay to min_lr at the decay's horizon, then
-flat at min_lr. get_lr is the schedule; decay_horizon says, once per start, where the decay ends (a resumed run
-keeps its checkpoint's) and what the schedule does that a reader may not expect.
+The learning-rate schedule: linear warmup, then a cosine or linear decay to min_lr at the decay's horizon (or wsd:
+the rate held, then a linear decay over the horizon's last warmdown_ratio), then flat at min_lr. get_lr is the
+schedule; decay_horizon says, once per start, where the decay ends (a resumed run keeps its checkpoint's) and what
+the schedule does that a reader may not expect.
 """
 import math
 import warnings
@@ -9,7 +10,8 @@ import warnings
 
 def get_lr(it, cfg, decay_iters):
     """The learning rate of step it (0-based; iteration k of the log runs at get_lr(k - 1)): linear warmup
-    (lr(0) > 0), then a cosine or linear decay (lr_schedule) to min_lr at decay_iters, then flat at min_lr."""
+    (lr(0) > 0), then a cosine, linear or wsd decay (lr_schedule) to min_lr at decay_iters, then flat at min_lr.
+    Optimizer groups with their own rates take the same share of theirs (train.py: lr_scale)."""
     if not cfg["decay_lr"]:
         return cfg["learning_rate"]
     if it < cfg["warmup_iters"]:
@@ -17,21 +19,38 @@ def get_lr(it, cfg, decay_iters):
     if it >= decay_iters:
         return cfg["min_lr"]
     progress = (it - cfg["warmup_iters"]) / max(1, decay_iters - cfg["warmup_iters"])  # 0 -> 1
-    weight = 1 - progress if cfg["lr_schedule"] == "linear" else 0.5 * (1 + math.cos(math.pi * progress))
+    if cfg["lr_schedule"] == "wsd":  # 1 until decay_start, then linearly down to 0 at decay_iters
+        weight = min(1.0, (decay_iters - it) / (decay_iters - decay_start(cfg, decay_iters)))
+    else:
+        weight = 1 - progress if cfg["lr_schedule"] == "linear" else 0.5 * (1 + math.cos(math.pi * progress))
     return cfg["min_lr"] + weight * (cfg["learning_rate"] - cfg["min_lr"])
+
+
+def decay_start(cfg, decay_iters):
+    """wsd: the first step of the decay, warmdown_ratio of decay_iters before it (at least one step)."""
+    return decay_iters - max(1, round(cfg["warmdown_ratio"] * decay_iters))
 
 
 def decay_horizon(cfg, trained, iter_num, log):
     """The iteration at which the rate reaches min_lr. A new run (trained None): lr_decay_iters, else max_iters.
     A resumed run keeps its checkpoint's (trained), so raising max_iters trains on at min_lr; an explicit
-    lr_decay_iters that differs wins, with a warning naming the jump. Notes on what the schedule does that a
-    reader may not expect are printed for a run with steps left (schedule_notes)."""
+    lr_decay_iters that differs wins, with a warning naming the jump; for wsd, that is a cool-down branched at
+    another horizon, refused (ValueError) from a checkpoint inside either horizon's decay. Notes on what the
+    schedule does that a reader may not expect are printed for a run with steps left (schedule_notes)."""
     decay_iters = cfg["lr_decay_iters"] or trained or cfg["max_iters"]
     if iter_num >= cfg["max_iters"] or not cfg["decay_lr"]:
         return decay_iters
     if trained is not None and cfg["lr_decay_iters"] is None and trained != cfg["max_iters"]:
         log(f"note: lr_decay_iters is unset; keeping the checkpoint's schedule (decay to min_lr at iter "
             f"{trained}), not max_iters={cfg['max_iters']}; pass --lr_decay_iters=N to change it")
+    elif trained not in (None, decay_iters) and cfg["lr_schedule"] == "wsd":
+        start = decay_start(cfg, decay_iters)
+        if iter_num > min(start, decay_start(cfg, trained)):
+            raise ValueError(f"the checkpoint at iter {iter_num} is inside a wsd decay (lr_decay_iters={trained} "
+                             f"decays from iter {decay_start(cfg, trained)}, {decay_iters} from iter {start}): branch "
+                             f"a cool-down from a stable-phase checkpoint, or resume with lr_decay_iters={trained}")
+        log(f"note: a wsd cool-down at another horizon: the rate holds until iter {start}, then decays to min_lr at "
+            f"iter {decay_iters} (the checkpoint's decayed at {trained})")
     elif trained not in (None, decay_iters):
         warnings.warn(f"lr_decay_iters={decay_iters} differs from the checkpoint's {trained}: the learning rate "
                       f"at iter {iter_num} changes from {get_lr(iter_num, cfg, trained):.3e} to "

@@ -69,15 +69,26 @@ SETTINGS = dict(
     # the model: GPTConfig's fields (model.py)
     **{k: (None if k == "vocab_size" else f.default, FIXED, None, MODEL_MEANINGS.get(k, "see GPTConfig"))
        for k, f in MODEL_FIELDS.items()},
-    # AdamW and the learning-rate schedule: linear warmup, then cosine (or linear) decay to min_lr
-    learning_rate=(6e-4, FIXED, ">0", "peak AdamW learning rate, reached after warmup_iters"),
+    # the optimizer and the learning-rate schedule: linear warmup, then a cosine, linear or wsd decay to min_lr
+    optimizer=("adamw", FIXED, ("adamw", "muon"), "adamw: AdamW for every tensor (GPT-2's); muon: torch.optim.Muon "
+                                                  "for the 2-D weights inside the blocks, AdamW for the rest "
+                                                  "(embedding_lr, unembedding_lr; nanochat's groups)"),
+    learning_rate=(6e-4, FIXED, ">0", "peak learning rate, reached after warmup_iters (muon: Muon's, the matrices')"),
+    embedding_lr=(0.2, FIXED, ">0", "muon: AdamW's peak rate for the embeddings (nanochat's 0.2 at n_embd 768; it "
+                                    "scales its AdamW rates by (n_embd/768)^-0.5: 0.49 at 128)"),
+    unembedding_lr=(0.004, FIXED, ">0", "muon: AdamW's peak rate for the LM head (a tied one too), norms and biases "
+                                        "(nanochat's 0.004 at n_embd 768; 0.0098 at 128)"),
     max_iters=(60000, RUN, ">=0", "optimizer steps to train"),
-    weight_decay=(0.1, FIXED, ">=0", "AdamW weight decay (on tensors of 2 or more dimensions only)"),
-    beta1=(0.9, FIXED, "[0,1)", "AdamW beta1"),
+    weight_decay=(0.1, FIXED, ">=0", "weight decay of the tensors of 2 or more dimensions (muon: of Muon's matrices; "
+                                     "its AdamW groups get none, as nanochat's)"),
+    beta1=(0.9, FIXED, "[0,1)", "AdamW beta1 (muon: of its AdamW groups; Muon's momentum is 0.95, Nesterov)"),
     beta2=(0.95, FIXED, "[0,1)", "AdamW beta2"),
     grad_clip=(1.0, FIXED, ">=0", "clip the gradient norm to this; 0 = no clipping"),
     decay_lr=(True, FIXED, None, "warmup, then decay to min_lr; False: learning_rate throughout, no warmup"),
-    lr_schedule=("cosine", FIXED, ("cosine", "linear"), "the decay's shape after warmup: cosine or linear"),
+    lr_schedule=("cosine", FIXED, ("cosine", "linear", "wsd"), "the decay's shape after warmup: cosine, linear or wsd "
+                 "(warmup-stable-decay: constant, then linear over the last warmdown_ratio; a cool-down branched from "
+                 "a stable-phase checkpoint: docs/training.md#cool-downs)"),
+    warmdown_ratio=(0.2, FIXED, "[0,1)", "wsd: the decay's share of lr_decay_iters (nanochat's name)"),
     warmup_iters=(2000, FIXED, ">=0", "steps of linear warmup up to learning_rate"),
     lr_decay_iters=(None, RUN, ">0", "the step at which the decay reaches min_lr; None = max_iters (a resumed run: "
                                      "its checkpoint's)"),
@@ -237,6 +248,9 @@ def validate(cfg):
                 raise ValueError(f"config key {key!r} = {value} must be {'> 0' if rule == '>0' else '>= 0'}")
             if rule == "[0,1)" and not value < 1:
                 raise ValueError(f"config key {key!r} = {value} must be < 1")
+    if cfg["fsdp"] and cfg["optimizer"] == "muon":
+        raise ValueError("fsdp=True with optimizer=muon: Muon orthogonalises whole matrices, which FSDP shards; "
+                         "train with DDP (fsdp=False) or optimizer=adamw")
     if cfg["decay_lr"] and cfg["min_lr"] > cfg["learning_rate"]:
         raise ValueError(f"min_lr={cfg['min_lr']:g} is above learning_rate={cfg['learning_rate']:g}: the schedule "
                          f"would rise instead of decay")
