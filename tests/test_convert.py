@@ -72,7 +72,8 @@ def test_logits_and_loss_equal_the_official_code(mode, official, converted):
     if mode == "residual":  # W_Q: the first n_embd rows of the official c_attn, exactly
         c_attn = raw["model"]["_orig_mod.transformer.h.1.attn.c_attn.weight"]
         assert torch.equal(model.transformer.h[1].attn.query.w_q.weight, c_attn[:64])
-        assert torch.equal(model.transformer.h[1].attn.c_attn.weight, c_attn[64:])
+        assert torch.equal(model.transformer.h[1].attn.c_k.weight, c_attn[64:128])
+        assert torch.equal(model.transformer.h[1].attn.c_v.weight, c_attn[128:])
 
 
 def test_settings_carried_and_recorded(official, converted, data_dir):

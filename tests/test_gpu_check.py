@@ -95,7 +95,7 @@ def test_every_config_evaluates_in_whole_batches(config):
 
 
 class Failing(model.LinearQuery):
-    def forward(self, x, xw):
+    def forward(self, x):
         raise RuntimeError("out of memory (a stand-in)\nmore lines")
 
 

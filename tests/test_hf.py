@@ -129,7 +129,7 @@ def test_a_query_mode_defined_outside_model_py_is_not_exported(tmp_path, monkeyp
     that cannot load ('unknown query_mode'), so it is refused before anything is written."""
     class Elsewhere(nlq_model.QueryMode):
         scale_factor = 0.5
-        def forward(self, x, xw):
+        def forward(self, x):
             return 2 * x
     monkeypatch.setitem(nlq_model.QUERY_MODES, "elsewhere", Elsewhere)
     with pytest.raises(ValueError, match="query mode 'elsewhere' \\(Elsewhere\\) is defined in test_hf, not in "

@@ -38,8 +38,9 @@ def test_identity_equals_linear_with_identity_wq():
     C = SMALL["n_embd"]
     with torch.no_grad():
         for b_lin, b_id in zip(linear.transformer.h, identity.transformer.h):
-            b_lin.attn.c_attn.weight[:C] = torch.eye(C)           # W_Q = I
-            b_lin.attn.c_attn.weight[C:] = b_id.attn.c_attn.weight  # same W_K, W_V
+            b_lin.attn.query.c_q.weight.copy_(torch.eye(C))  # W_Q = I
+            b_lin.attn.c_k.weight.copy_(b_id.attn.c_k.weight)  # same W_K, W_V
+            b_lin.attn.c_v.weight.copy_(b_id.attn.c_v.weight)
     idx = random_idx()
     diff = (all_logits(linear, idx) - all_logits(identity, idx)).abs().max().item()
     assert diff < 1e-5
@@ -127,20 +128,20 @@ def test_param_counts():
 @pytest.mark.parametrize("mode", QUERY_MODES)
 def test_param_accounting(mode):
     """Any query mode (a new one too: pytest -k MODE selects this): its parts sum to the total; attn_q is all
-    the mode adds over identity, its own parameters plus W_Q's rows where it fuses them into c_attn; the FLOPs
-    count every matmul weight it adds."""
+    the mode adds over identity, its own parameters (linear's W_Q is c_q); the FLOPs count every matmul weight
+    it adds."""
     model, identity = build(query_mode=mode), build(query_mode="identity")
     c, base = model.param_breakdown(), identity.param_breakdown()
     parts = ("embedding", "lm_head", "attn_q", "attn_kv", "attn_out", "mlp", "norms")
     assert sum(c[k] for k in parts) == c["total"] == sum(p.numel() for p in model.parameters())
     C, L = model.config.n_embd, model.config.n_layer
-    q_width = model.transformer.h[0].attn.c_attn.out_features - 2 * C  # W_Q's rows fused into c_attn
     queries = [block.attn.query for block in model.transformer.h]
     own = sum(p.numel() for q in queries for p in q.parameters())
-    assert c["attn_q"] == own + L * q_width * (C + model.config.bias) == c["total"] - base["total"]
+    assert c["attn_q"] == own == c["total"] - base["total"]
+    assert c["attn_kv"] == L * 2 * C * (C + model.config.bias)
     assert c["non_embedding"] - base["non_embedding"] == c["attn_q"]
     matmul = sum(m.weight.numel() for q in queries for m in q.modules() if isinstance(m, torch.nn.Linear))
-    assert model.flops_per_token() - identity.flops_per_token() == 6 * (matmul + L * q_width * C)
+    assert model.flops_per_token() - identity.flops_per_token() == 6 * matmul
 
 
 def test_flops_and_mfu():
@@ -207,7 +208,7 @@ def test_init_statistics():
     model = GPT(GPTConfig(block_size=64, vocab_size=512, n_layer=8, n_head=4, n_embd=256,
                           query_mode="nonlinear"))
     h0 = model.transformer.h[0]
-    assert h0.attn.c_attn.weight.std().item() == pytest.approx(0.02, rel=0.05)
+    assert h0.attn.c_k.weight.std().item() == pytest.approx(0.02, rel=0.05)
     assert h0.attn.query.w1.weight.std().item() == pytest.approx(0.02, rel=0.05)
     for proj in (h0.attn.c_proj, h0.mlp.c_proj):
         assert proj.weight.std().item() == pytest.approx(0.02 / math.sqrt(16), rel=0.05)
@@ -281,9 +282,10 @@ def test_basis_change_invariance_the_paper_builds_on():
     identity = CausalSelfAttention(GPTConfig(**cfg, query_mode="identity", attn_scale=linear.scale)).double()
     A = torch.randn(d, d, dtype=torch.float64)
     with torch.no_grad():
-        Wq_t, Wk_t, Wv_t = linear.c_attn.weight.split(d)  # nn.Linear stores Wᵀ: y = x Wᵀ
+        Wq_t, Wk_t, Wv_t = linear.query.c_q.weight, linear.c_k.weight, linear.c_v.weight  # nn.Linear stores Wᵀ
         Wq_inv = torch.linalg.inv(Wq_t.T)
-        identity.c_attn.weight.copy_(torch.cat([(Wq_inv @ Wk_t.T).T, (Wq_inv @ Wv_t.T).T]))
+        identity.c_k.weight.copy_((Wq_inv @ Wk_t.T).T)
+        identity.c_v.weight.copy_((Wq_inv @ Wv_t.T).T)
         identity.c_proj.weight.copy_(linear.c_proj.weight)
         X3 = X.unsqueeze(0)
         torch.testing.assert_close(identity(X3 @ A @ Wq_t.T), linear(X3 @ A), rtol=1e-9, atol=1e-9)

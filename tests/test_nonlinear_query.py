@@ -32,7 +32,7 @@ class ReferenceNonlinearQuery(nlq.NonlinearQuery):
         super().__init__(cfg)
         self.config = cfg
 
-    def forward(self, x, xw):
+    def forward(self, x):
         h = x
         if self.config.query_norm_in:  # RMSNorm: x / sqrt(mean(x²) + eps) · γ
             h = h / torch.sqrt((h * h).mean(-1, keepdim=True) + 1e-5) * self.norm_in.weight
@@ -104,8 +104,8 @@ def test_f_equals_the_paper_f(norm_in, norm_out, bias, hidden, qk_norm, dropout,
         monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
     x = torch.randn(3, 16, C)
     with torch.no_grad():
-        q = model.transformer.h[0].attn.query(x, None)
-    torch.testing.assert_close(q, reference.transformer.h[0].attn.query(x, None), rtol=0, atol=1e-5)
+        q = model.transformer.h[0].attn.query(x)
+    torch.testing.assert_close(q, reference.transformer.h[0].attn.query(x), rtol=0, atol=1e-5)
     assert calls == []
     idx = torch.randint(50, (3, 16))
     torch.manual_seed(1)  # the same dropout masks: both draw them in the same order
@@ -134,13 +134,14 @@ def test_f_with_the_kv_cache(norm_in, norm_out, bias, hidden):
 
 
 def test_parameters_and_state_dict_keys():
-    """f's parameters and their names, which checkpoints and exports carry: W_Q's C rows are not in c_attn."""
+    """f's parameters and their names, which checkpoints and exports carry: W_K and W_V are c_k and c_v, made
+    before f (the initial weights' order of the fused c_attn they replaced)."""
     model, reference = pair()
     assert list(model.state_dict()) == list(reference.state_dict())
     names = [n for n, _ in model.transformer.h[0].attn.named_parameters()]
-    assert names == ["c_attn.weight", "query.norm_in.weight", "query.w1.weight", "query.w2.weight",
+    assert names == ["c_k.weight", "c_v.weight", "query.norm_in.weight", "query.w1.weight", "query.w2.weight",
                      "query.norm_out.weight", "c_proj.weight"]
-    assert model.transformer.h[0].attn.c_attn.weight.shape == (2 * C, C)
+    assert model.transformer.h[0].attn.c_k.weight.shape == (C, C)
 
 
 def test_a_compiled_training_step_of_the_nonlinear_query_has_no_graph_break():

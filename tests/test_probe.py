@@ -13,17 +13,18 @@ from nlq import probe
 
 def by_hand(model, idx):
     """Every layer's largest scale · q·kᵀ over heads and causal pairs, and mean ‖f(x)‖ / ‖x‖, written out:
-    q = x·W_Q (the first C rows of c_attn) or x + f(x) (the unfused f), k = x·W_K, layer by layer."""
+    q = x·W_Q (c_q) or x + f(x), k = x·W_K (c_k), layer by layer."""
     cfg, T = model.config, idx.size(1)
     C, nh = cfg.n_embd, cfg.n_head
     h = model.transformer.wte(idx) + model.transformer.wpe(torch.arange(T))
     logit_max, ratios = [], []
     for block in model.transformer.h:
         attn, x = block.attn, block.ln_1(h)
-        w, b = attn.c_attn.weight, attn.c_attn.bias
-        k = x @ w[-2 * C:-C].T + (0 if b is None else b[-2 * C:-C])
+        w, b = attn.c_k.weight, attn.c_k.bias
+        k = x @ w.T + (0 if b is None else b)
         if cfg.query_mode == "linear":
-            q = x @ w[:C].T + (0 if b is None else b[:C])
+            w, b = attn.query.c_q.weight, attn.query.c_q.bias
+            q = x @ w.T + (0 if b is None else b)
         else:
             fx = attn.query.f(x)
             q = x + fx

@@ -1,0 +1,23 @@
+# Today's recipe (config/modern_small.py: RoPE, QK-norm, ReLU², untied embeddings, Muon, WSD) at the CPU study's
+# scale (config/enwiki_bytes.py: 4 x 128, byte-level enwiki, 1200 steps of 16 x 128 bytes). nanochat scales its
+# AdamW rates by (n_embd / 768)^-0.5 = 2.45 at 128: embedding 0.49, unembedding 0.0098; Muon's rate is not scaled.
+#   python prepare_data.py local --input ../shared/data/enwiki2015/AA --name enwiki_bytes --tokenizer byte --val_fraction 0.03
+#   python train.py config/modern_cpu.py --query_mode=nonlinear
+from config.enwiki_bytes import *
+
+out_dir = "out/modern_cpu"
+pos_embedding = "rope"
+qk_norm = True
+activation = "relu2"
+tie_weights = False
+optimizer = "muon"
+learning_rate = 0.02  # Muon's rate (the matrices)
+embedding_lr = 0.49
+unembedding_lr = 0.0098
+weight_decay = 0.0
+beta1 = 0.8
+beta2 = 0.95
+lr_schedule = "wsd"
+warmdown_ratio = 0.2
+warmup_iters = 0
+min_lr = 0.0
