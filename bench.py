@@ -2,6 +2,7 @@
 Training-step throughput, MFU and peak memory per query mode, side by side in one process.
 
     python bench.py config/shakespeare_char.py --query_modes=linear,identity,nonlinear
+    python bench.py config/modern_cpu.py --query_modes=linear,linear+optimizer=adamw+pos_embedding=learned
     python bench.py config/nlq_small.py --compile=True --json=bench/results/gpu.json      # one GPU
     torchrun --standalone --nproc_per_node=8 bench.py config/nlq_small.py --fsdp=True       # FSDP, 8 GPUs
 
@@ -11,7 +12,8 @@ counted). DDP replicates everything, so its memory per rank is the same for any 
 with the number of ranks, so one process measures FSDP with nothing sharded (its overhead, not its saving).
 
 A config file and --key=value overrides as in train.py, plus the bench's own options:
-    --query_modes=linear,identity,nonlinear   modes to compare (each gets its own model and optimizer)
+    --query_modes=linear,identity,nonlinear   modes to compare (each gets its own model and optimizer); a mode
+                                              may carry config keys of its own: nonlinear+optimizer=muon
     --warmup=10 --steps=50                    untimed and timed steps per mode
     --rounds=5                                timed steps are taken in this many rounds, modes interleaved, so
                                               slow drifts of the machine hit every mode alike
@@ -19,7 +21,7 @@ A config file and --key=value overrides as in train.py, plus the bench's own opt
                                               <data_dir>/<dataset>/train.bin
     --threads=N                               torch CPU threads (default: torch's choice)
     --json=PATH                               also write the rows as a JSON list (default: none)
-A step is one micro-batch (batch_size x block_size tokens) per rank: forward, backward, clip, AdamW step.
+A step is one micro-batch (batch_size x block_size tokens) per rank: forward, backward, clip, optimizer step.
 ms/iter, tokens/s and MFU are rank 0's (per rank); peak memory is each rank's own (the table: the largest).
 Peak memory on CUDA counts what the mode allocates (its model, optimizer, gradients, activations, buffers),
 not the models of the modes built before it; on the CPU it is the process's peak RSS so far.
@@ -41,7 +43,7 @@ from model import GPT, QUERY_MODE_ALIASES, QUERY_MODES
 from nlq.checkpoint import atomic_write_text
 from nlq.data import get_batch, load_meta, open_split, window_starts
 from nlq.distributed import end_distributed, shard_model, start_job, use_compile
-from nlq.settings import model_config, parse_config, settings_help
+from nlq.settings import check_value, model_config, parse_config, parse_override, settings_help, validate
 
 BENCH_DEFAULTS = dict(query_modes="linear,identity,nonlinear", warmup=10, steps=50, rounds=5,
                       data="synthetic", threads=None, json=None)
@@ -60,9 +62,11 @@ def split_args(argv):
         if opts[key] is not None:
             opts[key] = int(opts[key])
     modes = [QUERY_MODE_ALIASES.get(m, m) for m in opts["query_modes"].split(",")]  # original -> linear
-    unknown = [m for m in modes if m not in QUERY_MODES]  # before any model is built and compiled
+    unknown = [m for m in modes if m.split("+")[0] not in QUERY_MODES]  # before any model is built and compiled
     if unknown:
         raise ValueError(f"--query_modes: unknown {', '.join(unknown)}; registered: {', '.join(QUERY_MODES)}")
+    for override in (o for m in modes for o in m.split("+")[1:]):  # a mode's own settings: known keys, values
+        check_value(*parse_override(f"--{override}"))
     opts["query_modes"] = ",".join(modes)
     return opts, rest
 
@@ -89,17 +93,27 @@ def data_vocab_size(cfg):
     return load_meta(meta_dir)["vocab_size"] if os.path.exists(os.path.join(meta_dir, "meta.json")) else None
 
 
+def arm_config(cfg, arm):
+    """The config of one --query_modes entry: MODE, or MODE+key=value+... (its own settings, checked)."""
+    mode, *overrides = arm.split("+")
+    cfg = {**cfg, "query_mode": mode, **{k: check_value(k, v) for k, v in map(parse_override, (f"--{o}" for o in
+                                                                                             overrides))}}
+    validate(cfg)
+    return cfg
+
+
 def make_runner(cfg, mode, device, device_type, ptdtype, ctx):
-    """Build model + AdamW for one query mode, as train.py does: sharded with fsdp=True, in DDP under torchrun
-    otherwise. Returns (raw model, step function, compiled?)."""
+    """Build model + optimizer for one query mode (an arm_config entry), as train.py does: sharded with fsdp=True,
+    in DDP under torchrun otherwise. Returns (raw model, step function, compiled?)."""
     torch.manual_seed(cfg["seed"])
-    model = GPT(model_config({**cfg, "query_mode": mode}, data_vocab_size(cfg)))
+    cfg = arm_config(cfg, mode)
+    model = GPT(model_config(cfg, data_vocab_size(cfg)))
     if cfg["fsdp"]:
         shard_model(model, device_type, ptdtype)
     else:
         model.to(device)
     opt = model.configure_optimizers(cfg["weight_decay"], cfg["learning_rate"], (cfg["beta1"], cfg["beta2"]),
-                                     device_type)
+                                     device_type, cfg["optimizer"], cfg["embedding_lr"], cfg["unembedding_lr"])
     compiled = use_compile(cfg, device_type)
     fwd = torch.compile(model) if compiled else model
     if dist.is_initialized() and not cfg["fsdp"]:

@@ -174,9 +174,10 @@ QUERY_MODE_ALIASES = {"original": "linear", "residual": "linear_residual", "resi
 # ------------------------------------------------------------------------------------------------ attention
 def rotary(positions, head_dim, base=10000.0):
     """RoPE (Su et al. 2021): position m turns the pair (i, i + hd/2) of each head's q and k by the angle m·θ_i,
-    θ_i = base^(-2i/hd), so that q_m·k_n depends on m - n only. positions (T,) -> cos, sin: (2, T, hd/2), float32."""
+    θ_i = base^(-2i/hd), so that q_m·k_n depends on m - n only. positions (..., T) -> cos, sin: (2, ..., T, hd/2),
+    float32."""
     theta = base ** (-torch.arange(0, head_dim, 2, dtype=torch.float32, device=positions.device) / head_dim)
-    angles = positions.float()[:, None] * theta
+    angles = positions.float()[..., None] * theta
     return torch.stack((angles.cos(), angles.sin()))
 
 

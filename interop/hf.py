@@ -8,9 +8,10 @@ hf.py is a library for those two commands; docs/huggingface.md has the details.
 
 Export. Every model becomes transformers' GPT-2: nn.Linear weights are transposed into GPT-2's Conv1D layout
 (c_q, c_k and c_v become c_attn's [W_Q; W_K; W_V] columns), missing biases of GPT-2's layers (bias=False) are saved as
-zeros, activation_function is "gelu" (exact erf GELU, nlq's default) or "gelu_pytorch_tanh" (nlq's gelu_tanh:
-the same F.gelu call), and the whole embedding is saved, its padding rows included (50304 rows for GPT-2's 50257
-tokens). A `linear` model at the standard scale 1/sqrt(head_dim) without qk_norm or RoPE is a plain GPT2LMHeadModel.
+zeros, activation_function is "gelu" (exact erf GELU, nlq's default), "gelu_pytorch_tanh" (nlq's gelu_tanh:
+the same F.gelu call) or "relu2" (transformers' ReLU squared), and the whole embedding is saved, its padding
+rows included (50304 rows for GPT-2's 50257 tokens). A `linear` model at the standard scale 1/sqrt(head_dim)
+without qk_norm or RoPE is a plain GPT2LMHeadModel.
 Every other model gets modeling_nlq.py (trust_remote_code=True): model.py's source, then GPT2_WITH_NLQ_QUERY
 below, GPT-2 whose attention takes q from model.py's query-mode class (one source of the maths). c_attn holds K
 and V (and linear's W_Q); the query mode's own parameters keep nlq's names (attn.query.w1...). A rope model's
@@ -41,8 +42,8 @@ from nlq.settings import DEFAULTS, check_value
 from nlq.tokenizers import GPT2_BPE_DIR, GPT2_EOT, GPT2_VOCAB, gpt2_encoding
 
 # GPT-2's activation_function -> GPTConfig.activation (GPT-2 itself uses gelu_new, the tanh approximation)
-HF_ACTIVATIONS = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh"}
-EXPORT_ACTIVATIONS = {"gelu": "gelu", "gelu_tanh": "gelu_pytorch_tanh"}
+HF_ACTIVATIONS = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "relu2": "relu2"}
+EXPORT_ACTIVATIONS = {"gelu": "gelu", "gelu_tanh": "gelu_pytorch_tanh", "relu2": "relu2"}
 MODELING_FILE = "modeling_nlq.py"
 END_OF_TEXT = "<|endoftext|>"  # byte and char exports' end-of-text token (vocab_tokenizer), named as GPT-2's
 # nlq's query settings in an export's config.json (NlqConfig, with bias); init_from an export takes them

@@ -45,9 +45,10 @@ BYTE_META = dict(tokenizer="byte", vocab_size=256)
 
 
 # ------------------------------------------------------------------------------------------------ export
-# per query mode, each of qk_norm, bias and tie_weights on and off (every pair of them once)
+# per query mode, each of qk_norm, bias and tie_weights on and off (every pair of them once), and rotary positions
 VARIANTS = [dict(qk_norm=False, bias=False, tie_weights=True), dict(qk_norm=False, bias=True, tie_weights=False),
-            dict(qk_norm=True, bias=False, tie_weights=False), dict(qk_norm=True, bias=True, tie_weights=True)]
+            dict(qk_norm=True, bias=False, tie_weights=False), dict(qk_norm=True, bias=True, tie_weights=True),
+            dict(qk_norm=True, bias=False, tie_weights=False, pos_embedding="rope", activation="relu2")]
 
 
 def left_padded(prompts, pad=0):
