@@ -71,9 +71,8 @@ class GPTConfig:
         self.query_mode = QUERY_MODE_ALIASES.get(self.query_mode, self.query_mode)
         if self.query_mode not in QUERY_MODES:
             raise ValueError(f"unknown query_mode {self.query_mode!r}; valid modes: {', '.join(QUERY_MODES)}")
-        if self.n_embd % self.n_head or (self.pos_embedding == "rope" and self.n_embd // self.n_head % 2):
-            raise ValueError(f"n_embd={self.n_embd} is not divisible by n_head={self.n_head}"
-                             + (" (rope: into heads of an even size)" if self.pos_embedding == "rope" else ""))
+        if self.n_embd % self.n_head:
+            raise ValueError(f"n_embd={self.n_embd} is not divisible by n_head={self.n_head}")
         self.mlp_hidden = 4 * self.n_embd if self.mlp_hidden is None else self.mlp_hidden
         self.query_hidden = self.n_embd // 2 if self.query_hidden is None else self.query_hidden
         self.data_vocab_size = self.vocab_size if self.data_vocab_size is None else self.data_vocab_size

@@ -40,9 +40,9 @@ PROMPTS = ["The capital of France is", "Once upon a time, in a land far away, th
 def exported(shipped_data, tmp_path_factory):
     """(nlq run folder, transformers folder, HellaSwag file, task folder)."""
     root = tmp_path_factory.mktemp("lm_eval")
-    torch.manual_seed(0)
+    torch.manual_seed(1)  # (seed 0's rope model gets none of the 5 examples right: acc 0)
     cfg = GPTConfig(block_size=48, vocab_size=50304, data_vocab_size=50257, n_layer=2, n_head=2, n_embd=32,
-                    query_mode="nonlinear")
+                    query_mode="nonlinear", pos_embedding="rope")  # today's positions: the harness pads left
     model = GPT(cfg)
     with torch.no_grad():
         for p in model.parameters():
