@@ -1,8 +1,8 @@
 """
 A training run's folder (out_dir) and its files:
 
-    ckpt.pt        the whole training state at the last eval: weights, AdamW, every rank's RNG states, where the
-                   run is (TrainState), its settings and its dataset's meta.json; written atomically
+    ckpt.pt        the whole training state at the last eval: weights, the optimizer's state, every rank's RNG states,
+                   where the run is (TrainState), its settings and its dataset's meta.json; written atomically
     config.json    the settings of this start, the model built and the code that built it
     metrics.jsonl  one JSON row per eval: iter, tokens, lr, train/val loss, ms/iter, tokens/s, MFU, elapsed_s;
                    and a train row every log_interval steps: iter, tokens, lr, train_loss (the step's loss)

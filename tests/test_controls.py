@@ -34,7 +34,7 @@ def test_each_norm_drops_alone(norm_in, norm_out):
     h = F.rms_norm(x, (32,), q.norm_in.weight, eps=1e-5) if norm_in else x
     y = F.gelu(h @ q.w1.weight.T) @ q.w2.weight.T
     y = F.layer_norm(y, (32,), q.norm_out.weight, None, eps=1e-5) if norm_out else y
-    torch.testing.assert_close(q(x, None), x + y, rtol=0, atol=1e-5)
+    torch.testing.assert_close(q(x), x + y, rtol=0, atol=1e-5)
     full = query_of()
     params = sum(p.numel() for p in full.parameters()) - sum(p.numel() for p in q.parameters())
     assert params == 32  # the dropped norm's weight (bias=False)
@@ -58,7 +58,7 @@ def test_linear_schedule_reaches_min_lr_at_lr_decay_iters():
     assert cosine == pytest.approx(0.5e-3)  # both pass through the middle; in between they differ
     assert (get_lr(35, cfg, 110) == pytest.approx(0.75e-3)
             != pytest.approx(get_lr(35, {**cfg, "lr_schedule": "cosine"}, 110)))
-    with pytest.raises(ValueError, match="lr_schedule='step'; use cosine or linear"):
+    with pytest.raises(ValueError, match="lr_schedule='step'; use cosine or linear or wsd"):
         settings.parse_config(["--lr_schedule=step"])
 
 

@@ -185,7 +185,7 @@ def test_the_readme_command(official, data_dir, tmp_path):
                          cwd=ROOT, capture_output=True, text=True)
     assert res.returncode == 0, res.stderr
     assert "(official residual_gelu, iter 1)" in res.stdout and "(nlq nonlinear, 2 layers x 64" in res.stdout
-    assert "AdamW state of 23 tensors converted exactly" in res.stdout
+    assert "AdamW state of 25 tensors converted exactly" in res.stdout  # c_k and c_v of each layer
     assert "nlq's defaults used: min_lr=6e-05, warmup_iters=2000" in res.stdout
     assert sorted(p.name for p in out.iterdir()) == ["ckpt.pt", "train_config.py"]
 

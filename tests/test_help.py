@@ -25,7 +25,7 @@ def test_train_help_gives_every_key_a_meaning():
     assert all(f"--{k}={v!r} " in text for k, v in settings.DEFAULTS.items())  # with its default
     for mode in [*QUERY_MODES, *QUERY_MODE_ALIASES]:  # query_mode's allowed values, from model.QUERY_MODES
         assert re.search(rf"\b{mode}\b", lines["query_mode"]), mode
-    assert "cosine or linear" in lines["lr_schedule"] and "scratch" in lines["init_from"]
+    assert "cosine, linear or wsd" in lines["lr_schedule"] and "scratch" in lines["init_from"]
 
 
 def test_defaults_and_help_come_from_one_table():
