@@ -224,7 +224,7 @@ def table(rows, device):
                   f"uncertain: run again on idle cores, or with more --rounds)"]
     if not cuda:
         lines += ["(CPU: the process's peak RSS only rises from mode to mode, so it does not rank the modes; "
-                  "python bench/saved_activations.py counts their activation memory)"]
+                  "bench/RESULTS.md has their saved activations, counted exactly)"]
     if ranks > 1:
         lines += [f"peak mem MB of ranks 0..{ranks - 1}: " + "; ".join(
             f"{r['query_mode']} " + ", ".join(f"{m:,.0f}" for m in r["peak_mem_mb_per_rank"]) for r in rows)]
