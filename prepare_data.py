@@ -232,8 +232,8 @@ def write_dataset(out_dir, meta, pieces, min_val_tokens=MIN_VAL_TOKENS, total=No
             for w in out.values():
                 w.sync()
         check_lengths({s: w.count for s, w in out.items()}, meta["source"], meta["val_fraction"], min_val_tokens)
-        meta.update(train_tokens=out["train"].count, val_tokens=out["val"].count,
-                    sha256={f"{s}.bin": w.digest.hexdigest() for s, w in out.items()})
+        meta.update(sha256={f"{s}.bin": w.digest.hexdigest() for s, w in out.items()},
+                    train_tokens=out["train"].count, val_tokens=out["val"].count)
         return publish(stage, out_dir, meta)
 
 
