@@ -4,25 +4,14 @@ nlq and the Hugging Face ecosystem: export a run to a `transformers` folder, imp
     python -m interop.convert hf out/owt --out=hf/owt                                # export (convert.py calls export)
     python train.py --init_from=gpt2 --dataset=shakespeare --out_dir=out/gpt2_shakespeare   # import (train.py)
 
-hf.py is a library for those two commands; docs/huggingface.md has the details.
-
-Export. Every model becomes transformers' GPT-2: nn.Linear weights are transposed into GPT-2's Conv1D layout
-(c_attn's [W_Q; W_K; W_V] rows become its columns), missing biases of GPT-2's layers (bias=False) are saved as
-zeros, activation_function is "gelu" (exact erf GELU, nlq's default) or "gelu_pytorch_tanh" (nlq's gelu_tanh:
-the same F.gelu call), and the whole embedding is saved, its padding rows included (50304 rows for GPT-2's 50257
-tokens). A `linear` model at the standard scale 1/sqrt(head_dim) without qk_norm is a plain GPT2LMHeadModel.
-Every other model gets modeling_nlq.py (trust_remote_code=True): model.py's source, then GPT2_WITH_NLQ_QUERY
-below, GPT-2 whose attention takes q from model.py's query-mode class (one source of the maths). c_attn holds K
-and V (and linear's W_Q); the query mode's own parameters keep nlq's names (attn.query.w1...). All the rest is
-GPT-2's own: KV cache, padding and causal masks, SDPA or eager attention, generate, save_pretrained.
-
-Import. GPT-2's weights (a Hub name, through the normal Hugging Face cache, or a local folder) load into nlq
-exactly in `linear` mode, with bias=True and activation="gelu_tanh" (GPT-2's tanh approximation). In the other
-query modes K, V and the rest are GPT-2's; W_Q becomes: `linear_residual`: w_q = W_Q - I at the standard scale
-1/sqrt(head_dim), which is exact (q = x + x(W_Q - I) = x W_Q); `identity`: dropped (q = x); `nonlinear`:
-dropped, and f starts from its random initialisation (the run's seed). f's own GELU stays the exact one.
-An nlq export loads exactly in its own query mode and settings (read as JSON and safetensors: none of its code
-runs).
+Export. Every model becomes transformers' GPT-2 (nn.Linear weights transposed into its Conv1D layout, absent
+biases saved as zeros, the whole padded embedding): a `linear` model at the scale 1/sqrt(head_dim) without
+qk_norm is a plain GPT2LMHeadModel; every other model gets modeling_nlq.py (trust_remote_code=True), model.py's
+source and then GPT2_WITH_NLQ_QUERY below, GPT-2 whose attention takes q from model.py's query-mode class.
+Import. GPT-2's weights load into nlq exactly in `linear` mode; in the other modes K, V and the rest are GPT-2's
+and W_Q becomes w_q = W_Q - I (`linear_residual`, exact at 1/sqrt(head_dim)) or is dropped (`identity`,
+`nonlinear`). An nlq export loads exactly in its own query mode, read as JSON and safetensors (none of its code
+runs). docs/huggingface.md has the details.
 """
 import importlib.util
 import json
@@ -37,7 +26,7 @@ import model as nlq_model
 from model import GPTConfig
 from nlq.checkpoint import fix_for, writable_folder
 from nlq.settings import DEFAULTS, check_value
-from nlq.tokenizers import GPT2_BPE_DIR, GPT2_EOT, GPT2_VOCAB, gpt2_encoding
+from nlq.tokenizers import GPT2_BPE_DIR, GPT2_VOCAB, gpt2_encoding
 
 # GPT-2's activation_function -> GPTConfig.activation (GPT-2 itself uses gelu_new, the tanh approximation)
 HF_ACTIVATIONS = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh"}
@@ -349,26 +338,15 @@ def export_notes(cfg: GPTConfig, meta, eos):
 
 
 # ------------------------------------------------------------------------------------------------ import
-# the files from_pretrained reads a local folder's weights from; one of them must be there
-WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
-                "pytorch_model.bin.index.json")
-FROM_GPT2 = "give a GPT-2 folder or a Hub name (gpt2, gpt2-medium, gpt2-large, gpt2-xl)"
-
-
 def read_folder_config(folder):
     """A local folder's config.json as a dict, read as plain JSON: no code of the folder runs, and transformers
-    is not asked (it would offer to run an nlq export's modeling_nlq.py, interactively).
-
-    ValueError naming the problem and the fix for a folder init_from cannot load: no or a damaged config.json,
-    an nlq run folder (train.py's config.json), a model_type other than gpt2 or nlq (an nlq export), or no
-    weights file (WEIGHT_FILES).
-    """
+    is not asked (it would offer to run an nlq export's modeling_nlq.py, interactively). ValueError naming the
+    fix for a folder init_from cannot load: a damaged config.json, an nlq run folder (train.py's config.json),
+    or a model_type other than gpt2 or nlq (an nlq export)."""
     path = os.path.join(folder, "config.json")
     try:
         with open(path, encoding="utf-8") as f:
             config = json.load(f)
-    except FileNotFoundError:
-        raise ValueError(f"{folder} has no config.json, so it is not a transformers folder; {FROM_GPT2}") from None
     except (OSError, ValueError):  # unreadable, not UTF-8, not JSON
         config = None
     if not isinstance(config, dict):
@@ -380,10 +358,7 @@ def read_folder_config(folder):
                          f"init_from: python -m interop.convert hf {folder} --out=NEW_FOLDER)")
     if model_type not in ("gpt2", "nlq"):
         raise ValueError(f"{folder} holds a {model_type!r} model (config.json's model_type); init_from loads "
-                         f"GPT-2 (model_type gpt2) and nlq's exports (nlq) only: {FROM_GPT2}")
-    if not any(os.path.isfile(os.path.join(folder, name)) for name in WEIGHT_FILES):
-        raise ValueError(f"{folder} has a config.json but no weights (model.safetensors): the folder is "
-                         f"incomplete; export or download it again")
+                         f"GPT-2 (model_type gpt2) and nlq's exports (nlq) only")
     return config
 
 
@@ -436,65 +411,29 @@ def load_gpt2(name_or_path, config=None):
     except Exception as e:  # OSError (no weights), safetensors' SafetensorError (truncated), ...
         first = str(e).strip().splitlines()[0] if str(e).strip() else ""
         raise ValueError(f"cannot read the weights of {name_or_path} ({type(e).__name__}: {first}); they are "
-                         f"truncated or damaged: export or download them again") from e
+                         f"missing, truncated or damaged: export or download them again") from e
     return {k: v.detach() for k, v in hf.state_dict().items()}, config
-
-
-def folder_tokenizer(folder):
-    """The tokenizer a transformers folder ships, read from its tokenizer.json as plain JSON: a meta.json-like
-    dict(tokenizer=gpt2 | byte | char | None (one nlq does not make), vocab_size=N), with chars for char;
-    None if the folder has no readable tokenizer.json."""
-    try:
-        with open(os.path.join(folder, "tokenizer.json"), encoding="utf-8") as f:
-            tok = json.load(f)
-        model, added = tok["model"], tok.get("added_tokens") or []
-        vocab = dict(model["vocab"])
-        ids = set(vocab.values()) | {a["id"] for a in added}
-    except (OSError, ValueError, TypeError, KeyError):
-        return None
-    kind, chars = None, None
-    if model.get("type") == "BPE" and len(ids) == GPT2_VOCAB and vocab.get("<|endoftext|>") == GPT2_EOT:
-        kind = "gpt2"
-    elif model.get("type") == "BPE" and not model.get("merges") and len(ids) == 256:
-        kind = "byte"
-    elif model.get("type") == "WordLevel":  # vocab_tokenizer's char vocabulary: {char: its id}, END_OF_TEXT last
-        kind, chars = "char", [c for c, _ in sorted(vocab.items(), key=lambda kv: kv[1]) if c != END_OF_TEXT]
-    return dict(tokenizer=kind, vocab_size=len(chars) if kind == "char" else len(ids),
-                **({"chars": chars} if chars is not None else {}))
-
-
-# how to prepare a dataset with each tokenizer, for check_tokenizer's messages
-PREPARE_FOR = {"gpt2": "e.g. python prepare_data.py shakespeare, then --dataset=shakespeare",
-               "byte": "e.g. python prepare_data.py local --input TEXT --name NAME --tokenizer byte, then "
-                       "--dataset=NAME",
-               "char": "the dataset of the run it was exported from"}
 
 
 def check_tokenizer(config, cfg, meta):
     """ValueError, naming both and the fix, if the dataset (meta: its meta.json dict) is not tokenized as the
-    model of init_from (cfg["init_from"]; config: its GPT2Config) was trained. A folder that ships a tokenizer
-    nlq knows (tokenizer.json: GPT-2 BPE, byte or char) is compared token for token; otherwise a GPT-2-sized
-    embedding (50257 rows, or more: padded, as nlq's exports of GPT-2 BPE runs are) needs GPT-2 BPE data."""
-    data = (f"dataset {cfg['dataset']} is tokenized with {meta.get('tokenizer')!r} "
-            f"({meta.get('vocab_size')} tokens)")
-    source = cfg["init_from"]
-    theirs = folder_tokenizer(source) if os.path.isdir(source) else None
-    if theirs is not None and theirs["tokenizer"] is not None:
-        kind = theirs["tokenizer"]
-        if kind != meta.get("tokenizer") or theirs["vocab_size"] != meta.get("vocab_size"):
-            raise ValueError(f"{data}, but init_from {source} reads {kind!r} ids ({theirs['vocab_size']} tokens, "
-                             f"its tokenizer.json): the ids would mean other tokens; fine-tune it on data "
-                             f"prepared with its tokenizer ({PREPARE_FOR[kind]})")
-        if theirs.get("chars") is not None and meta.get("chars") is not None and theirs["chars"] != meta["chars"]:
-            raise ValueError(f"{data}, but init_from {source} has another character vocabulary (its "
-                             f"tokenizer.json): the ids would mean other characters; fine-tune it on data "
-                             f"prepared with its tokenizer ({PREPARE_FOR['char']})")
-        return
-    if config.vocab_size >= GPT2_VOCAB and meta.get("tokenizer") != "gpt2":
-        rows = (f"{config.vocab_size} rows: GPT-2's {GPT2_VOCAB} BPE tokens and padding"
-                if config.vocab_size > GPT2_VOCAB else f"{GPT2_VOCAB} tokens")
-        raise ValueError(f"{data}, but GPT-2 reads GPT-2 BPE ids (init_from {source}: {rows}); fine-tune it on "
-                         f"data prepared with the gpt2 tokenizer ({PREPARE_FOR['gpt2']})")
+    model of init_from (cfg["init_from"]; config: its GPT2Config) was trained. A folder's tokenizer.json must
+    hold the dataset's vocabulary, token for token (its end-of-text token aside: a byte or char model never saw
+    it); without one, a GPT-2-sized embedding (50257 rows, or more: padded, as nlq's exports of GPT-2 BPE runs
+    are) needs GPT-2 BPE data."""
+    data = f"dataset {cfg['dataset']} is tokenized with {meta['tokenizer']!r} ({meta['vocab_size']} tokens)"
+    source, file = cfg["init_from"], os.path.join(cfg["init_from"], "tokenizer.json")
+    if os.path.isfile(file):
+        theirs = _transformers().PreTrainedTokenizerFast(tokenizer_file=file).get_vocab()
+        ours = tokenizer_for(meta).get_vocab()
+        if {**theirs, END_OF_TEXT: None} != {**ours, END_OF_TEXT: None}:
+            raise ValueError(f"{data}, but init_from {source} has another vocabulary ({len(theirs)} tokens, its "
+                             f"tokenizer.json): the ids would mean other tokens; fine-tune it on data prepared "
+                             f"with its tokenizer")
+    elif config.vocab_size >= GPT2_VOCAB and meta["tokenizer"] != "gpt2":
+        raise ValueError(f"{data}, but GPT-2 reads GPT-2 BPE ids (init_from {source}: {config.vocab_size} rows); "
+                         f"fine-tune it on GPT-2 BPE data (e.g. python prepare_data.py shakespeare, then "
+                         f"--dataset=shakespeare)")
 
 
 def gpt2_settings(config, cfg, meta=None, bias=True, source="GPT-2"):
@@ -540,10 +479,7 @@ def gpt2_settings(config, cfg, meta=None, bias=True, source="GPT-2"):
         what = {"linear": "W_Q as it is", "linear_residual": "w_q = W_Q - I at attn_scale 1/sqrt(head_dim)",
                 "identity": "W_Q dropped (q = x)", "nonlinear": "W_Q dropped; f starts from its random init"}
         notes.append(f"query_mode {mode}: {what.get(mode, 'W_Q dropped')}; the model "
-                     + (f"computes {source}'s function exactly" if exact else f"does NOT compute {source}'s function"
-                        + (" (qk_norm)" if cfg["qk_norm"] else "")
-                        + (" (attn_scale differs from 1/sqrt(head_dim))" if mode in ("linear", "linear_residual")
-                           and not cfg["qk_norm"] else "")))
+                     + ("computes" if exact else "does NOT compute") + f" {source}'s function exactly")
     replaced = [f"{k}={cfg[k]!r} (now {v!r})" for k, v in settings.items()
                 if cfg.get(k, DEFAULTS[k]) not in (DEFAULTS[k], v)]
     if replaced:  # set by the config file or the command line, but the weights fix them
