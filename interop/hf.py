@@ -182,11 +182,8 @@ def gpt2_tokenizer(bpe_dir=None):
     t = _transformers()
     bpe_dir = str(GPT2_BPE_DIR if bpe_dir is None else bpe_dir)
     gpt2_encoding(bpe_dir)  # checks the files' sha256: OpenAI's files, or a clear error
-    with open(os.path.join(bpe_dir, "encoder.json"), encoding="utf-8") as f:
-        vocab = json.load(f)
-    with open(os.path.join(bpe_dir, "vocab.bpe"), encoding="utf-8") as f:
-        merges = [tuple(line.split()) for line in f.read().split("\n")[1:] if line]
-    return t.GPT2Tokenizer(vocab=vocab, merges=merges, pad_token=END_OF_TEXT)  # pads as GPT-2's users do (masked)
+    return t.GPT2Tokenizer(vocab=os.path.join(bpe_dir, "encoder.json"), merges=os.path.join(bpe_dir, "vocab.bpe"),
+                           pad_token=END_OF_TEXT)  # pads as GPT-2's users do (masked)
 
 
 def vocab_tokenizer(meta, rows=None):
@@ -207,22 +204,20 @@ def vocab_tokenizer(meta, rows=None):
         tok = Tokenizer(models.BPE(vocab=vocab, merges=[]))
         tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
         tok.decoder = decoders.ByteLevel()
-    elif meta["tokenizer"] == "char":
+    else:  # char
         vocab = {c: i for i, c in enumerate(meta["chars"])}
         if rows is None or rows > len(vocab):
             vocab[END_OF_TEXT] = len(vocab)
         tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token=None))
         tok.pre_tokenizer = pre_tokenizers.Split("", behavior="isolated")
         tok.decoder = decoders.Fuse()
-    else:
-        raise ValueError(f"unknown tokenizer {meta['tokenizer']!r} in meta.json")
     special = dict(eos_token=END_OF_TEXT, pad_token=END_OF_TEXT) if END_OF_TEXT in vocab else {}
     return t.PreTrainedTokenizerFast(tokenizer_object=tok, split_special_tokens=True, **special)
 
 
 def tokenizer_for(meta, bpe_dir=None, rows=None):
     """The transformers tokenizer of a dataset's meta.json dict (gpt2, byte or char; rows: vocab_tokenizer's)."""
-    if meta.get("tokenizer") == "gpt2":
+    if meta["tokenizer"] == "gpt2":
         return gpt2_tokenizer(bpe_dir)
     return vocab_tokenizer(meta, rows)
 
@@ -316,17 +311,12 @@ def export_notes(cfg: GPTConfig, meta, eos):
              f"{cfg.block_size + 1} in generate"]  # past them, GPT-2's position embedding fails (IndexError)
     if meta["tokenizer"] != "gpt2":  # byte and char vocabularies: their texts start after a newline
         chars = meta.get("chars") or []
-        newline = 10 if meta["tokenizer"] == "byte" else chars.index("\n") if "\n" in chars else None
-        prefix = (f"prefix_token_id={newline} (a newline)" if newline is not None
-                  else "prefix_token_id=ID (a token that starts texts in the training data)")
-        if eos is None:
-            notes.append(f"the tokenizer has no end-of-text token (the embedding has no row to spare for one: "
-                         f"export a model with vocab_size > {len(chars)}), so lm-evaluation-harness cannot run "
-                         f"generation tasks (generate_until) and needs {prefix} in --model_args to start a text")
-        else:
-            notes.append(f"its end-of-text token {END_OF_TEXT} (id {eos}) ends and pads lm-evaluation-harness's "
-                         f"generation tasks, but the model never saw it: add {prefix} to lm_eval's --model_args "
-                         f"for the harness to start texts from (else it starts them from {END_OF_TEXT})")
+        newline = 10 if meta["tokenizer"] == "byte" else chars.index("\n") if "\n" in chars else "ID"
+        notes.append(f"lm-evaluation-harness starts a text without context from the end-of-text token, which the "
+                     f"model never saw: add prefix_token_id={newline} (a newline, or a token that starts texts in "
+                     f"the training data) to lm_eval's --model_args" + ("" if eos is not None else
+                     f"; the tokenizer has no end-of-text token (the embedding has no row to spare for one: export "
+                     f"a model with vocab_size > {len(chars)}), so generation tasks (generate_until) cannot run"))
     if meta["tokenizer"] == "char":  # the Rust tokenizer's own error would say only "Missing [UNK] token"
         notes.append(f"the char tokenizer knows only the {len(meta['chars'])} characters of its training text: a "
                      f"text with any other character fails to encode (tokenizers: 'Missing [UNK] token'); to score "
@@ -436,10 +426,10 @@ def check_tokenizer(config, cfg, meta):
                          f"--dataset=shakespeare)")
 
 
-def gpt2_settings(config, cfg, meta=None, bias=True, source="GPT-2"):
+def gpt2_settings(config, cfg, meta, bias=True, source="GPT-2"):
     """The nlq model keys a GPT-2 config fixes -> (dict of them, notes for the log). cfg: the run's config dict
     (query_mode, attn_scale, qk_norm, block_size are the run's, an nlq export's query settings its own;
-    block_size may not exceed n_positions); meta: the dataset's meta.json dict, or None. bias and source: a
+    block_size may not exceed n_positions); meta: the dataset's meta.json dict. bias and source: a
     GPT-2-shaped model of another kind (a nanoGPT checkpoint, without biases where it was trained so).
 
     ValueError for a GPT-2 variant nlq cannot compute (another activation, layer-norm epsilon or attention
@@ -453,8 +443,7 @@ def gpt2_settings(config, cfg, meta=None, bias=True, source="GPT-2"):
         problems.append("an attention scale other than 1/sqrt(head_dim)")
     if problems:
         raise ValueError(f"this GPT-2 variant has {'; '.join(problems)}: nlq cannot load it exactly")
-    if meta is not None:
-        check_tokenizer(config, cfg, meta)
+    check_tokenizer(config, cfg, meta)
     if cfg["block_size"] > config.n_positions:
         raise ValueError(f"block_size={cfg['block_size']} exceeds the model's {config.n_positions} positions; "
                          f"set block_size <= {config.n_positions}")

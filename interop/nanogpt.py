@@ -38,17 +38,14 @@ def checkpoint_path(init_from):
 
 def read_checkpoint(path):
     """nanoGPT's checkpoint dict (weights_only=True, on the CPU), its model's names without _orig_mod.
-    ValueError naming what the file is instead: not a torch checkpoint, the paper's official format, an nlq
-    checkpoint, or a dict without nanoGPT's model and model_args."""
+    ValueError naming what the file is instead: not a torch checkpoint, an nlq checkpoint, or a dict without
+    nanoGPT's model and model_args (the paper's official format among them)."""
     try:
         ckpt = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:
         raise ValueError(f"cannot read init_from {path} with torch.load(weights_only=True) ({type(e).__name__}): "
                          f"it is not a checkpoint nanoGPT's train.py wrote, or it is damaged") from None
     args = ckpt.get("model_args") if isinstance(ckpt, dict) else None
-    if isinstance(args, dict) and "num_heads" in args:
-        raise ValueError(f"{path} is the paper's official format: convert it with python -m interop.convert "
-                         f"official {path} --out_dir=NEW, then --init_from=resume --out_dir=NEW")
     if isinstance(args, dict) and "query_mode" in args:
         raise ValueError(f"{path} is an nlq checkpoint: continue its run with --init_from=resume, or export it "
                          f"(python -m interop.convert hf RUN --out=FOLDER) and start from --init_from=FOLDER")
@@ -109,13 +106,7 @@ def check_vocabulary(path, ckpt, meta, dataset):
                              f"same text with --tokenizer char (python prepare_data.py local --input TEXT --name "
                              f"NAME --tokenizer char)")
         return f"vocabulary: the dataset's {len(chars)} characters are those of {pkl}, in the same order"
-    if vocab >= GPT2_VOCAB:
-        if meta.get("tokenizer") != "gpt2":
-            raise ValueError(f"{data}, but init_from {path} has GPT-2's vocabulary ({vocab} rows) and no meta.pkl: "
-                             f"nanoGPT trained it on GPT-2 BPE; fine-tune it on GPT-2 BPE data (e.g. python "
-                             f"prepare_data.py shakespeare, then --dataset=shakespeare)")
-        return "vocabulary: GPT-2 BPE, as the checkpoint's (no meta.pkl: nanoGPT's GPT-2 data)"
-    if meta.get("vocab_size") != vocab:
+    if vocab < GPT2_VOCAB and meta["vocab_size"] != vocab:  # (GPT-2's vocabulary: hf.check_tokenizer's check)
         raise ValueError(f"{data}, but init_from {path} has {vocab} tokens; give the dataset it was trained on (its "
                          f"meta.pkl beside ckpt.pt lets nlq check the characters)")
     return f"vocabulary: {vocab} tokens, checked by size only (no meta.pkl beside {path})"

@@ -25,7 +25,7 @@ class Pretrained:
             ckpt = nanogpt.read_checkpoint(path)
             vocabulary = nanogpt.check_vocabulary(path, ckpt, meta, cfg["dataset"])
             config, args = nanogpt.gpt2_config(ckpt["model_args"]), ckpt["model_args"]
-            self.settings, notes = hf.gpt2_settings(config, cfg, None, bias=args["bias"], source="nanoGPT")
+            self.settings, notes = hf.gpt2_settings(config, cfg, meta, bias=args["bias"], source="nanoGPT")
             self.weights, self.conv1d, notes = ckpt["model"], False, [*notes, vocabulary]
         else:  # GPT-2 or an nlq export: transformers' Conv1D layouts
             config = hf.load_gpt2_config(source)
