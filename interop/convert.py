@@ -51,12 +51,8 @@ F_NAMES = {"attn.residual_rmsnorm_input.": "attn.query.norm_in.", "attn.residual
 
 
 def read_official(path):
-    """Load an official checkpoint (weights_only=True, onto the CPU) and check its top-level layout.
-
-    Returns the dict with the "_orig_mod." prefix stripped from the model's keys. FileNotFoundError if path is
-    not a file; ValueError if it cannot be read (truncated, not torch.save) or is not the official format
-    (an nlq checkpoint, another dict): the message names what is missing.
-    """
+    """An official checkpoint (weights_only=True, on the CPU), its model's names without "_orig_mod.".
+    FileNotFoundError or ValueError (naming what is missing) for a file that is not one."""
     if not os.path.isfile(path):
         raise FileNotFoundError(f"{path} is not a file; give the path of the official ckpt.pt")
     try:
@@ -77,10 +73,7 @@ def read_official(path):
 
 def nlq_model_config(model_args, data_vocab_size):
     """The official model_args -> dict of nlq GPTConfig fields (data_vocab_size: the tokenizer's vocabulary).
-
-    ValueError naming an unknown query mode, an unknown or missing field, a value of the wrong type, or a
-    dataset vocabulary larger than the checkpoint's embedding.
-    """
+    ValueError for what does not fit: a query mode, field or vocabulary."""
     unknown = sorted(set(model_args) - set(MODEL_FIELDS) - set(OTHER_FIELDS))
     if unknown:
         raise ValueError(f"model_args has fields this converter does not know: {', '.join(unknown)}; it "
@@ -117,10 +110,8 @@ def official_source(name, query_mode, C):
 
 def map_tensors(official, targets, query_mode, C):
     """Official tensors by name -> nlq tensors by name, for the nlq names and shapes in targets {name: shape}.
-
     Differentiable (renames and row slices), so a test can take gradients through it. ValueError naming
-    official tensors that are missing, left over, or of the wrong shape.
-    """
+    official tensors that are missing, left over, or of the wrong shape."""
     sources = {name: official_source(name, query_mode, C) for name in targets}
     used = {src for src, _ in sources.values()}
     missing, extra = sorted(used - set(official)), sorted(set(official) - used)
@@ -145,13 +136,10 @@ def split_by_decay(named):
 
 
 def convert_optimizer(opt, official_params, nlq_params, query_mode, C):
-    """The official AdamW state dict -> nlq's, exactly.
-
-    official_params / nlq_params: [(name, shape)] in each model's named_parameters() order. AdamW numbers
-    parameters group by group, the groups being split_by_decay; each nlq parameter gets the state of its
-    official source (official_source), sliced by rows where the weight was. Group settings are kept.
-    ValueError if its groups do not fit the model.
-    """
+    """The official AdamW state dict -> nlq's, exactly. official_params / nlq_params: [(name, shape)] in each
+    model's named_parameters() order. AdamW numbers parameters group by group, the groups being split_by_decay;
+    each nlq parameter gets the state of its official source (official_source), sliced by rows where the weight
+    was. Group settings are kept. ValueError if its groups do not fit the model."""
     groups = opt["param_groups"]
     off_groups = split_by_decay(official_params)
     for g, names, what in zip(groups, off_groups, ("decayed (≥2-D)", "not decayed (<2-D)")):
@@ -175,11 +163,8 @@ def convert_optimizer(opt, official_params, nlq_params, query_mode, C):
 # ------------------------------------------------------------------------------------------- the run folder
 def convert(official, meta, dataset, data_dir, out_dir, source="?"):
     """An official checkpoint (read_official) -> (nlq checkpoint dict, notes: list of str for the user).
-
-    meta: the meta.json of the dataset the converted run will use (dataset, data_dir). ValueError naming the
-    problem for anything that does not fit (see read_official, nlq_model_config, map_tensors,
-    convert_optimizer) and for weights that are not finite (a diverged run).
-    """
+    meta: the meta.json of the dataset the converted run will use (dataset, data_dir). ValueError for anything
+    that does not fit, and for weights that are not finite (a diverged run)."""
     margs = nlq_model_config(official["model_args"], meta["vocab_size"])
     cfg = dict(DEFAULTS, out_dir=out_dir, dataset=dataset, data_dir=data_dir, init_from="resume",
                **margs)
@@ -264,11 +249,7 @@ def export_hf(args):
 
 def main(argv=None):
     """Parse the command line and convert. official: write out_dir/{train_config.py, ckpt.pt} and return the
-    checkpoint dict; hf: write the transformers folder and return notes.
-
-    FileNotFoundError / ValueError (nothing written) for a bad input, a missing dataset or an output that
-    exists already.
-    """
+    checkpoint dict; hf: write the transformers folder and return notes. Nothing is written on an error."""
     p = argparse.ArgumentParser(prog="python -m interop.convert", description=__doc__, formatter_class=HelpFormatter,
                                 allow_abbrev=False)
     sub = p.add_subparsers(dest="format", required=True)
@@ -334,10 +315,8 @@ def main(argv=None):
     print(f"converted {args.path} (official {ckpt['converted_from']['query_mode']}, iter {ckpt['iter_num']}) "
           f"-> {ckpt_path} (nlq {m['query_mode']}, {m['n_layer']} layers x {m['n_embd']}, {m['n_head']} "
           f"heads, attn_scale {m['attn_scale']:.6g})")
-    where = (f"tokenizer {meta['tokenizer']} (no dataset read; train.py and eval.py's loss will use "
-             f"{os.path.join(args.data_dir, dataset)})" if tokenizer
-             else f"dataset: {os.path.join(args.data_dir, dataset)} ({meta['tokenizer']}")
-    print(f"{where}, vocab {meta['vocab_size']} in an embedding of {m['vocab_size']}" + ("" if tokenizer else ")"))
+    print(f"tokenizer {meta['tokenizer']}, vocab {meta['vocab_size']} in an embedding of {m['vocab_size']}; "
+          f"dataset {os.path.join(args.data_dir, dataset)}" + (" (not read: to train or score)" if tokenizer else ""))
     print("\n".join(notes))
     print(f"next: python sample.py --out_dir={args.out_dir}\n"
           f"      python eval.py --out_dir={args.out_dir}\n"

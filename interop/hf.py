@@ -158,18 +158,17 @@ class NlqForCausalLM(GPT2LMHeadModel):
 AUTO_MAP = {"AutoConfig": "modeling_nlq.NlqConfig", "AutoModelForCausalLM": "modeling_nlq.NlqForCausalLM"}
 
 
-def modeling_source():
-    """modeling_nlq.py: model.py's source text, then GPT2_WITH_NLQ_QUERY; written from the model code itself."""
+def write_modeling_file(folder):
+    """Write folder/modeling_nlq.py, model.py's source text and then GPT2_WITH_NLQ_QUERY, and import it: the
+    model is built from the very file the folder holds."""
     with open(nlq_model.__file__, encoding="utf-8") as f:
         source = f.read()
-    header = ("# Written by nlq's convert.py hf: model.py as it was at export time, then GPT-2 with its query.\n"
-              "# Load with AutoModelForCausalLM.from_pretrained(folder, trust_remote_code=True).\n")
-    return header + source + GPT2_WITH_NLQ_QUERY
-
-
-def import_file(path):
-    """The Python module at path (the modeling_nlq.py an export writes), imported under its file name."""
-    spec = importlib.util.spec_from_file_location(os.path.basename(path).removesuffix(".py"), path)
+    path = os.path.join(folder, MODELING_FILE)
+    with open(path, "w", encoding="utf-8") as f:
+        f.write("# Written by nlq's convert.py hf: model.py as it was at export time, then GPT-2 with its query.\n"
+                "# Load with AutoModelForCausalLM.from_pretrained(folder, trust_remote_code=True).\n"
+                + source + GPT2_WITH_NLQ_QUERY)
+    spec = importlib.util.spec_from_file_location(MODELING_FILE.removesuffix(".py"), path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -246,13 +245,9 @@ def export(model, meta, hf_dir, bpe_dir=None, code="auto", source=""):
     """Write an nlq GPT (eval mode, any device) and its tokenizer as a transformers folder at hf_dir.
 
     meta: the dataset's meta.json dict (its tokenizer). code: "auto" = nlq's modeling code only where a plain
-    GPT-2 cannot compute the model, "nlq" = always, "gpt2" = never (ValueError naming why, for a model GPT-2
-    cannot express).
-    The folder is written to a temporary folder next to hf_dir and renamed into place: it is complete or absent,
-    with the permissions a plain mkdir and open would give (the umask's). ValueError if hf_dir exists (an empty
-    folder too), is an empty string or cannot be made (a file in its path, no permission), or cannot be written
-    (a full disk: nothing stays).
-    Returns a list of notes (str) for the user.
+    GPT-2 cannot compute the model, "nlq" = always, "gpt2" = never (ValueError naming why). The folder is
+    written next to hf_dir and renamed into place: complete or absent, with the permissions a plain mkdir and
+    open would give. ValueError if hf_dir exists or cannot be made or written. Returns notes (str) for the user.
     """
     t = _transformers()
     cfg = model.config
@@ -273,10 +268,8 @@ def export(model, meta, hf_dir, bpe_dir=None, code="auto", source=""):
     ids = dict(bos_token_id=eos, eos_token_id=eos, pad_token_id=eos)
     tmp = tempfile.mkdtemp(prefix=".hf_export_", dir=os.path.dirname(os.path.abspath(hf_dir)))
     try:
-        if custom:  # the modeling code first: the model is built from the very file the folder holds
-            with open(os.path.join(tmp, MODELING_FILE), "w", encoding="utf-8") as f:
-                f.write(modeling_source())
-            modeling = import_file(os.path.join(tmp, MODELING_FILE))
+        if custom:
+            modeling = write_modeling_file(tmp)
             query = {k: getattr(cfg, k) for k in (*QUERY_KEYS, "bias")}
             hf_model = modeling.NlqForCausalLM(gpt2_config(cfg, modeling.NlqConfig, auto_map=AUTO_MAP, **query,
                                                            **ids))
@@ -385,12 +378,8 @@ def export_weights(folder):
 
 def load_gpt2(name_or_path, config=None):
     """A transformers GPT-2 (GPT2LMHeadModel) or nlq export -> (its state dict, its GPT2Config), on the CPU.
-
-    name_or_path: a GPT2_HUB name (downloaded once into the Hugging Face cache) or a local folder; config: its
-    GPT2Config when load_gpt2_config has read it already (else it is read here). An nlq export's weights are
-    read as they are, with safetensors (no code of the folder runs). ValueError naming the problem (not GPT-2,
-    not found, offline without a cached copy, weights missing, truncated or damaged).
-    """
+    config: load_gpt2_config's, if read already. An nlq export's weights are read as they are, with safetensors
+    (no code of the folder runs). ValueError naming the problem."""
     t = _transformers()
     config = config or load_gpt2_config(name_or_path)
     try:
@@ -428,12 +417,9 @@ def check_tokenizer(config, cfg, meta):
 
 def gpt2_settings(config, cfg, meta, bias=True, source="GPT-2"):
     """The nlq model keys a GPT-2 config fixes -> (dict of them, notes for the log). cfg: the run's config dict
-    (query_mode, attn_scale, qk_norm, block_size are the run's, an nlq export's query settings its own;
-    block_size may not exceed n_positions); meta: the dataset's meta.json dict. bias and source: a
-    GPT-2-shaped model of another kind (a nanoGPT checkpoint, without biases where it was trained so).
-
-    ValueError for a GPT-2 variant nlq cannot compute (another activation, layer-norm epsilon or attention
-    scaling), or a dataset whose tokens are not the model's (check_tokenizer)."""
+    (query_mode, attn_scale, qk_norm, block_size are the run's, an nlq export's query settings its own); meta:
+    the dataset's meta.json dict. bias and source: a GPT-2-shaped model of another kind (a nanoGPT checkpoint).
+    ValueError for a GPT-2 variant nlq cannot compute, or a dataset whose tokens are not the model's."""
     act = HF_ACTIVATIONS.get(config.activation_function)
     problems = [] if act else [f"activation_function {config.activation_function!r} (nlq computes "
                                f"{', '.join(HF_ACTIVATIONS)})"]
