@@ -257,9 +257,10 @@ def main(argv=None):
                        formatter_class=HelpFormatter)
     o.add_argument("path", type=os.path.expanduser, help="the checkpoint to convert (ckpt.pt)")
     o.add_argument("--out_dir", type=os.path.expanduser, required=True, help="the nlq run folder to create")
-    o.add_argument("--tokenizer", choices=TOKENIZERS, default=None, help="the model's tokenizer, with no "
-                   "dataset (default: gpt2 for a checkpoint trained on openwebtext)")
-    o.add_argument("--dataset", default=None, help="bind the run to this prepared dataset now: "
+    data = o.add_mutually_exclusive_group()
+    data.add_argument("--tokenizer", choices=TOKENIZERS, default=None, help="the model's tokenizer, with no "
+                      "dataset (default: gpt2 for a checkpoint trained on openwebtext)")
+    data.add_argument("--dataset", default=None, help="bind the run to this prepared dataset now: "
                    "data_dir/dataset/meta.json, from prepare_data.py (default: the checkpoint's config's "
                    "dataset, unless --tokenizer applies)")
     o.add_argument("--data_dir", type=os.path.expanduser,
@@ -285,12 +286,7 @@ def main(argv=None):
         raise ValueError(f"--out_dir {args.out_dir} is not empty (it holds {shown}); convert.py official makes a "
                          f"new run folder: choose a new --out_dir (or empty that one)")
     official = read_official(args.path)
-    if args.tokenizer and args.dataset:
-        raise ValueError("pass --tokenizer (no dataset) or --dataset (a prepared one), not both")
-    dataset = args.dataset or official["config"].get("dataset")
-    if not dataset:
-        raise ValueError("the checkpoint names no dataset; pass --dataset NAME (a prepare_data.py dataset) or "
-                         "--tokenizer gpt2")
+    dataset = args.dataset or official["config"]["dataset"]  # (the official train.py's config names it)
     tokenizer = args.tokenizer or ("gpt2" if dataset == "openwebtext" and not args.dataset else None)
     meta = (tokenizer_meta(tokenizer, dataset) if tokenizer
             else load_meta(os.path.join(args.data_dir, dataset)))

@@ -18,7 +18,6 @@ import json
 import math
 import os
 import shutil
-import tempfile
 
 import torch
 
@@ -230,15 +229,12 @@ def check_new_folder(hf_dir):
 
 
 def normal_permissions(folder):
-    """Give folder, and everything in it, the modes a plain mkdir and open would: 0o777 and 0o666 less the
-    umask (tempfile.mkdtemp makes 0700 and safetensors writes its file 0600, which other users, a shared
-    model folder or a web server could not read)."""
+    """Give the files in folder the modes a plain open would, 0o666 less the umask (safetensors writes its
+    file 0600, which other users, a shared model folder or a web server could not read)."""
     umask = os.umask(0o022)  # the umask can only be read by setting it: set it back at once
     os.umask(umask)
-    for root, _, files in os.walk(folder):
-        os.chmod(root, 0o777 & ~umask)
-        for name in files:
-            os.chmod(os.path.join(root, name), 0o666 & ~umask)
+    for name in os.listdir(folder):
+        os.chmod(os.path.join(folder, name), 0o666 & ~umask)
 
 
 def export(model, meta, hf_dir, bpe_dir=None, code="auto", source=""):
@@ -266,8 +262,9 @@ def export(model, meta, hf_dir, bpe_dir=None, code="auto", source=""):
     tokenizer.model_max_length = cfg.block_size
     eos = tokenizer.eos_token_id  # None only for a char vocabulary whose model has no row to spare
     ids = dict(bos_token_id=eos, eos_token_id=eos, pad_token_id=eos)
-    tmp = tempfile.mkdtemp(prefix=".hf_export_", dir=os.path.dirname(os.path.abspath(hf_dir)))
+    tmp = f"{os.path.abspath(hf_dir)}.{os.getpid()}.tmp"  # beside hf_dir; made as a plain mkdir makes it
     try:
+        os.mkdir(tmp)
         if custom:
             modeling = write_modeling_file(tmp)
             query = {k: getattr(cfg, k) for k in (*QUERY_KEYS, "bias")}
@@ -421,14 +418,11 @@ def gpt2_settings(config, cfg, meta, bias=True, source="GPT-2"):
     the dataset's meta.json dict. bias and source: a GPT-2-shaped model of another kind (a nanoGPT checkpoint).
     ValueError for a GPT-2 variant nlq cannot compute, or a dataset whose tokens are not the model's."""
     act = HF_ACTIVATIONS.get(config.activation_function)
-    problems = [] if act else [f"activation_function {config.activation_function!r} (nlq computes "
-                               f"{', '.join(HF_ACTIVATIONS)})"]
-    if not math.isclose(config.layer_norm_epsilon, 1e-5):
-        problems.append(f"layer_norm_epsilon {config.layer_norm_epsilon} (nlq's LayerNorm uses 1e-5)")
-    if not config.scale_attn_weights or config.scale_attn_by_inverse_layer_idx:
-        problems.append("an attention scale other than 1/sqrt(head_dim)")
-    if problems:
-        raise ValueError(f"this GPT-2 variant has {'; '.join(problems)}: nlq cannot load it exactly")
+    if (act is None or not math.isclose(config.layer_norm_epsilon, 1e-5) or not config.scale_attn_weights
+            or config.scale_attn_by_inverse_layer_idx):
+        raise ValueError(f"nlq cannot load this GPT-2 variant exactly: it needs activation_function "
+                         f"{' or '.join(HF_ACTIVATIONS)} (not {config.activation_function!r}), layer_norm_epsilon "
+                         f"1e-5 (not {config.layer_norm_epsilon}) and the attention scale 1/sqrt(head_dim)")
     check_tokenizer(config, cfg, meta)
     if cfg["block_size"] > config.n_positions:
         raise ValueError(f"block_size={cfg['block_size']} exceeds the model's {config.n_positions} positions; "

@@ -311,7 +311,7 @@ def test_dataset_must_exist_and_fit_the_vocabulary(official, data_dir, tmp_path)
     with pytest.raises(ValueError, match=r"vocabulary \(50257 tokens\) does not fit the checkpoint's "
                                          r"embedding \(96 rows\).*--tokenizer"):
         convert.main(["official", src, f"--out_dir={out}", f"--data_dir={data_dir}"])
-    with pytest.raises(ValueError, match=r"pass --tokenizer .* or --dataset .*, not both"):
+    with pytest.raises(SystemExit):  # argparse: not allowed with argument --tokenizer
         convert.main(["official", src, f"--out_dir={out}", "--dataset=shakespeare_char", "--tokenizer=gpt2"])
     (tmp_path / "bytes").mkdir()  # a byte-level dataset: 256 token ids, more than the 96-row embedding
     np.arange(100, dtype=np.uint16).tofile(tmp_path / "bytes" / "train.bin")

@@ -601,7 +601,7 @@ def test_an_out_folder_that_cannot_be_made_is_one_line_before_the_checkpoint_is_
 
 @pytest.mark.parametrize("umask", [0o022, 0o027], ids=["umask022", "umask027"])
 def test_an_export_gets_the_permissions_of_a_plain_folder(umask, tmp_path):
-    """mkdtemp's 0700 folder and safetensors' 0600 file became the export's: now the umask's, as mkdir and
+    """safetensors' 0600 file became the export's: now the umask's, as mkdir and
     open give (0755 and 0644 for the usual 022)."""
     old = os.umask(umask)
     try:
