@@ -32,15 +32,11 @@ from nlq.tokenizers import GPT2_EOT, GPT2_VOCAB, DataError
 # ------------------------------------------------------------------------------------- the official format
 OFFICIAL_KEYS = ("model", "optimizer", "model_args", "iter_num", "best_val_loss", "config")
 MODES = {"original": "linear", "identity": "identity", "residual": "linear_residual", "residual_gelu": "nonlinear"}
-# model_args fields that define the network, and the nlq GPTConfig field each becomes
+# model_args fields that define the network, and the nlq GPTConfig field each becomes (its others: query_mode,
+# mapped below; head_size, unused: the official model splits heads as n_embd // num_heads; training settings)
 MODEL_FIELDS = dict(block_size="block_size", vocab_size="vocab_size", n_layer="n_layer", num_heads="n_head",
                     n_embd="n_embd", mlp_hidden_size="mlp_hidden", scale="attn_scale", bias="bias",
                     tie_weights="tie_weights", dropout="dropout")
-# the official GPTConfig's other fields: query_mode (mapped above), head_size (unused, see the docstring) and
-# training settings, which its train.py reads from model_args or its own globals (the saved config) instead
-OTHER_FIELDS = ("query_mode", "head_size", "batch_size", "accumulation_size", "learning_rate", "weight_decay",
-                "beta1", "beta2", "grad_clip", "decay_lr", "warmup_iters", "lr_decay_iters", "min_lr",
-                "save_checkpoint_steps", "max_iters")
 # settings of the official train.py (its saved config) that mean the same in nlq
 CARRIED_SETTINGS = ("batch_size", "gradient_accumulation_steps", "learning_rate", "min_lr", "warmup_iters",
                     "lr_decay_iters", "max_iters", "decay_lr", "grad_clip", "eval_interval", "log_interval",
@@ -74,10 +70,6 @@ def read_official(path):
 def nlq_model_config(model_args, data_vocab_size):
     """The official model_args -> dict of nlq GPTConfig fields (data_vocab_size: the tokenizer's vocabulary).
     ValueError for what does not fit: a query mode, field or vocabulary."""
-    unknown = sorted(set(model_args) - set(MODEL_FIELDS) - set(OTHER_FIELDS))
-    if unknown:
-        raise ValueError(f"model_args has fields this converter does not know: {', '.join(unknown)}; it "
-                         f"knows the official GPTConfig's ({', '.join([*MODEL_FIELDS, *OTHER_FIELDS])})")
     missing = [k for k in ("query_mode", *MODEL_FIELDS) if k not in model_args]
     if missing:
         raise ValueError(f"model_args lacks {', '.join(missing)}, needed to build the model exactly")

@@ -237,8 +237,6 @@ BAD = {
     "unknown mode": (lambda o, t: edited(o, t, lambda c: c["model_args"].update(query_mode="residual_relu")),
                      r"unknown official query_mode 'residual_relu'; known: original, identity, residual, "
                      r"residual_gelu"),
-    "unknown field": (lambda o, t: edited(o, t, lambda c: c["model_args"].update(rope_theta=1e4)),
-                      r"model_args has fields this converter does not know: rope_theta"),
     "missing field": (lambda o, t: edited(o, t, lambda c: c["model_args"].pop("scale")),
                       r"model_args lacks scale"),
     "missing weight": (lambda o, t: edited(o, t, lambda c: c["model"].pop(
