@@ -174,19 +174,10 @@ def write_modeling_file(folder):
 
 
 # ------------------------------------------------------------------------------------------- tokenizers
-def gpt2_tokenizer(bpe_dir=None):
-    """GPT-2's BPE as a transformers tokenizer, from encoder.json + vocab.bpe in bpe_dir (None: the copy shipped
-    in tests/data/gpt2), offline. DataError (prepare_data) if the files are missing or not OpenAI's."""
-    t = _transformers()
-    bpe_dir = str(GPT2_BPE_DIR if bpe_dir is None else bpe_dir)
-    gpt2_encoding(bpe_dir)  # checks the files' sha256: OpenAI's files, or a clear error
-    return t.GPT2Tokenizer(vocab=os.path.join(bpe_dir, "encoder.json"), merges=os.path.join(bpe_dir, "vocab.bpe"),
-                           pad_token=END_OF_TEXT)  # pads as GPT-2's users do (masked)
-
-
-def vocab_tokenizer(meta, rows=None):
-    """A byte or char vocabulary (meta.json's tokenizer and chars) as a transformers tokenizer whose ids are
-    nlq's: byte = the UTF-8 bytes, char = the index in meta["chars"].
+def tokenizer_for(meta, bpe_dir=None, rows=None):
+    """The transformers tokenizer of a dataset's meta.json dict, its ids nlq's: GPT-2's BPE, from encoder.json
+    and vocab.bpe in bpe_dir (None: the copy shipped in tests/data/gpt2; DataError if they are missing or not
+    OpenAI's), byte = the UTF-8 bytes, char = the index in meta["chars"].
 
     Its end-of-text token, END_OF_TEXT, is an id no text encodes to, so that lm-evaluation-harness can stop
     generation tasks and pad their batches with it (it fails without one): byte 0xFF, which UTF-8 never uses,
@@ -194,6 +185,11 @@ def vocab_tokenizer(meta, rows=None):
     no model to fit). split_special_tokens: a text's literal "<|endoftext|>" still encodes as its characters.
     """
     t = _transformers()
+    if meta["tokenizer"] == "gpt2":
+        bpe_dir = str(GPT2_BPE_DIR if bpe_dir is None else bpe_dir)
+        gpt2_encoding(bpe_dir)  # checks the files' sha256: OpenAI's files, or a clear error
+        return t.GPT2Tokenizer(vocab=os.path.join(bpe_dir, "encoder.json"), merges=os.path.join(bpe_dir, "vocab.bpe"),
+                               pad_token=END_OF_TEXT)  # pads as GPT-2's users do (masked)
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
     if meta["tokenizer"] == "byte":
         from transformers.convert_slow_tokenizer import bytes_to_unicode
@@ -211,13 +207,6 @@ def vocab_tokenizer(meta, rows=None):
         tok.decoder = decoders.Fuse()
     special = dict(eos_token=END_OF_TEXT, pad_token=END_OF_TEXT) if END_OF_TEXT in vocab else {}
     return t.PreTrainedTokenizerFast(tokenizer_object=tok, split_special_tokens=True, **special)
-
-
-def tokenizer_for(meta, bpe_dir=None, rows=None):
-    """The transformers tokenizer of a dataset's meta.json dict (gpt2, byte or char; rows: vocab_tokenizer's)."""
-    if meta["tokenizer"] == "gpt2":
-        return gpt2_tokenizer(bpe_dir)
-    return vocab_tokenizer(meta, rows)
 
 
 # ------------------------------------------------------------------------------------------- the folder
@@ -286,10 +275,9 @@ def export(model, meta, hf_dir, bpe_dir=None, code="auto", source=""):
             raise ValueError(f"cannot write the export to {hf_dir} ({e}); {fix_for(e)} or choose another "
                              f"--out") from e
         raise
-    kind = "a plain GPT2LMHeadModel (no custom code)"
-    if custom:
-        why = f": {'; '.join(blockers)}" if blockers else ""
-        kind = f"GPT-2 with nlq's query (modeling_nlq.py, trust_remote_code=True){why}"
+    why = f": {'; '.join(blockers)}" if blockers else ""
+    kind = (f"GPT-2 with nlq's query (modeling_nlq.py, trust_remote_code=True){why}" if custom
+            else "a plain GPT2LMHeadModel (no custom code)")
     return [f"exported {source + ' ' if source else ''}-> {hf_dir} as {kind}", *export_notes(cfg, meta, eos)]
 
 
