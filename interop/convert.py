@@ -18,13 +18,14 @@ succeeds.
 """
 import argparse
 import os
+import shutil
 import sys
 from datetime import datetime, timezone
 
 import torch
 
 from model import GPT
-from nlq.checkpoint import atomic_write_text, check_finite, fix_for, load_run, replace_atomically
+from nlq.checkpoint import check_finite, fix_for, load_run
 from nlq.data import load_meta
 from nlq.settings import DEFAULTS, HelpFormatter, check_value, model_config, validate
 from nlq.tokenizers import GPT2_EOT, GPT2_VOCAB, DataError
@@ -162,9 +163,7 @@ def convert(official, meta, dataset, data_dir, out_dir, source="?"):
                **margs)
     settings = official["config"]
     defaulted = [k for k in CARRIED_SETTINGS if k not in settings]
-    for k in CARRIED_SETTINGS:
-        if k in settings:
-            cfg[k] = check_value(k, settings[k])
+    cfg.update({k: check_value(k, settings[k]) for k in CARRIED_SETTINGS if k in settings})
     if "eval_iters" in settings:  # its eval set: eval_iters batches of batch_size windows
         cfg["eval_windows"] = check_value("eval_windows", settings["eval_iters"] * cfg["batch_size"])
     group = official["optimizer"]["param_groups"][0]  # what AdamW used; a resume keeps the groups' settings
@@ -284,25 +283,23 @@ def main(argv=None):
             else load_meta(os.path.join(args.data_dir, dataset)))
     ckpt, notes = convert(official, meta, dataset, args.data_dir, args.out_dir, args.path)
 
-    made = not os.path.isdir(args.out_dir)
-    config_path, ckpt_path = (os.path.join(args.out_dir, f) for f in ("train_config.py", "ckpt.pt"))
+    tmp = f"{os.path.abspath(args.out_dir)}.{os.getpid()}.tmp"  # written here, then renamed onto out_dir
     try:
-        os.makedirs(args.out_dir, exist_ok=True)
-        atomic_write_text(config_path, config_file(ckpt["config"], args.path))
-        replace_atomically(ckpt_path, lambda tmp: torch.save(ckpt, tmp))  # last: a ckpt.pt is only ever whole
-    except BaseException as e:  # a full disk, Ctrl-C: take back what was written, so nothing half-done stays
-        if os.path.exists(config_path) and not os.path.exists(ckpt_path):
-            os.remove(config_path)
-        if made and os.path.isdir(args.out_dir) and not os.listdir(args.out_dir):
-            os.rmdir(args.out_dir)
+        os.makedirs(tmp)
+        with open(os.path.join(tmp, "train_config.py"), "w") as f:
+            f.write(config_file(ckpt["config"], args.path))
+        torch.save(ckpt, os.path.join(tmp, "ckpt.pt"))
+        os.replace(tmp, args.out_dir)  # (an empty out_dir is replaced)
+    except BaseException as e:  # a full disk, Ctrl-C: nothing half-done stays
+        shutil.rmtree(tmp, ignore_errors=True)
         if isinstance(e, (OSError, RuntimeError)):  # torch.save reports a full disk as a RuntimeError
             raise ValueError(f"cannot write {args.out_dir} ({getattr(e, 'strerror', None) or e}); {fix_for(e)} or "
                              f"choose another --out_dir") from e
         raise
     m = ckpt["model_args"]
     print(f"converted {args.path} (official {ckpt['converted_from']['query_mode']}, iter {ckpt['iter_num']}) "
-          f"-> {ckpt_path} (nlq {m['query_mode']}, {m['n_layer']} layers x {m['n_embd']}, {m['n_head']} "
-          f"heads, attn_scale {m['attn_scale']:.6g})")
+          f"-> {os.path.join(args.out_dir, 'ckpt.pt')} (nlq {m['query_mode']}, {m['n_layer']} layers x "
+          f"{m['n_embd']}, {m['n_head']} heads, attn_scale {m['attn_scale']:.6g})")
     print(f"tokenizer {meta['tokenizer']}, vocab {meta['vocab_size']} in an embedding of {m['vocab_size']}; "
           f"dataset {os.path.join(args.data_dir, dataset)}" + (" (not read: to train or score)" if tokenizer else ""))
     print("\n".join(notes))
