@@ -282,9 +282,7 @@ def export(model, meta, hf_dir, bpe_dir=None, code="auto", source=""):
 
 
 def export_notes(cfg: GPTConfig, meta, eos):
-    """What a user of an export needs to know, in its terms (a list of str): its positions, the start token
-    lm-evaluation-harness needs (eos: the tokenizer's end-of-text id, which a byte or char model never saw; None
-    where a char model has no row for one), a char vocabulary's limits, the embedding's padding rows."""
+    """What a user of an export needs to know (a list of str); eos: the tokenizer's end-of-text id, or None."""
     notes = [f"it has {cfg.block_size} positions (n_positions): keep a prompt's length + max_new_tokens <= "
              f"{cfg.block_size + 1} in generate"]  # past them, GPT-2's position embedding fails (IndexError)
     if meta["tokenizer"] != "gpt2":  # byte and char vocabularies: their texts start after a newline
@@ -309,8 +307,7 @@ def export_notes(cfg: GPTConfig, meta, eos):
 def read_folder_config(folder):
     """A local folder's config.json as a dict, read as plain JSON: no code of the folder runs, and transformers
     is not asked (it would offer to run an nlq export's modeling_nlq.py, interactively). ValueError naming the
-    fix for a folder init_from cannot load: a damaged config.json, an nlq run folder (train.py's config.json),
-    or a model_type other than gpt2 or nlq (an nlq export)."""
+    fix for a folder init_from cannot load."""
     path = os.path.join(folder, "config.json")
     try:
         with open(path, encoding="utf-8") as f:
@@ -331,9 +328,8 @@ def read_folder_config(folder):
 
 
 def load_gpt2_config(name_or_path):
-    """The GPT2Config of a GPT2_HUB name (downloaded once into the Hugging Face cache) or a local folder
-    (checked by read_folder_config; an nlq export's model_type and query settings are attributes of it too).
-    ValueError naming the problem (not GPT-2, not found, offline without a cached copy)."""
+    """The GPT2Config of a GPT2_HUB name (downloaded once into the Hugging Face cache) or a local folder (an nlq
+    export's model_type and query settings are attributes of it too). ValueError naming the problem."""
     t = _transformers()
     if os.path.isdir(name_or_path):  # transformers reads a local folder before the Hub
         return t.GPT2Config.from_dict(read_folder_config(name_or_path))

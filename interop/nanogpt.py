@@ -11,10 +11,8 @@ weights load exactly in linear mode; in the other modes W_Q is mapped as for GPT
 checkpoint of a compiled model (names prefixed _orig_mod.) loads too. What starts is a new nlq run from those
 weights: the optimizer and the step count start afresh.
 
-The vocabulary: nanoGPT writes a character dataset's vocabulary to data/<dataset>/meta.pkl (its characters in
-id order). Where one is found, beside the checkpoint or in nanoGPT's own layout (<nanoGPT>/data/<dataset>/ for
-<nanoGPT>/<out_dir>/ckpt.pt), the dataset must be char data with those characters in that order; without one,
-a GPT-2-sized model needs GPT-2 BPE data and any other the same vocabulary size.
+The dataset must hold the checkpoint's vocabulary: the characters of nanoGPT's meta.pkl, in their order, where
+one is found (check_vocabulary); else GPT-2 BPE for a GPT-2-sized model and the same size for any other.
 """
 import os
 import pickle
