@@ -237,8 +237,6 @@ BAD = {
     "unknown mode": (lambda o, t: edited(o, t, lambda c: c["model_args"].update(query_mode="residual_relu")),
                      r"unknown official query_mode 'residual_relu'; known: original, identity, residual, "
                      r"residual_gelu"),
-    "missing field": (lambda o, t: edited(o, t, lambda c: c["model_args"].pop("scale")),
-                      r"model_args lacks scale"),
     "missing weight": (lambda o, t: edited(o, t, lambda c: c["model"].pop(
                            "_orig_mod.transformer.h.1.attn.residual_in.weight")),
                        r"does not match a 'nonlinear' model .*: "
