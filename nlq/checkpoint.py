@@ -273,18 +273,19 @@ class RunFolder:
     def kept_settings(self):
         """Settings a resume takes from its checkpoint rather than its config: a run started from pretrained
         weights (GPT-2, a nanoGPT checkpoint) got its shape from them, recorded as init_settings, and keeps
-        it, needing no more flags than the first start did."""
-        if self.cfg["init_from"] != "resume" or not os.path.isfile(self.ckpt_path):
+        it, needing no more flags than the first start did. FileNotFoundError for a resume with no checkpoint."""
+        if self.cfg["init_from"] != "resume":
             return {}
+        if not os.path.isfile(self.ckpt_path):
+            raise FileNotFoundError(f"init_from=resume but {self.ckpt_path} does not exist")
         return load_checkpoint(self.ckpt_path, mmap=True).get("init_settings", {})
 
     def open(self, model_cfg, meta, data_folder, init_settings):
         """Lock the folder for this run (rank 0) and read the checkpoint a resume loads (self.ckpt; None for a
         new run, which records init_settings: the model keys init_from's weights fixed). ValueError if the
         folder cannot be written, another train.py holds it, a new run would overwrite a checkpoint, or a resume
-        asks for other data or RESUME_FIXED settings than its checkpoint's. eval_only: the folder is only read."""
-        if self.cfg["init_from"] == "resume" and not os.path.isfile(self.ckpt_path):
-            raise FileNotFoundError(f"init_from=resume but {self.ckpt_path} does not exist")
+        asks for other data or RESUME_FIXED settings than its checkpoint's (kept_settings, called first, finds
+        the checkpoint). eval_only: the folder is only read."""
         if not self.cfg["eval_only"]:
             self.lock_folder()
         self.dataset_meta, self.init_settings = meta, init_settings
