@@ -10,11 +10,8 @@ and turn an nlq run folder into a Hugging Face transformers folder (hf.py).
 
 official writes ckpt.pt (train.py's format: weights, AdamW's state and settings converted exactly) and
 train_config.py (every setting, init_from="resume"); the model computes the official model's function (logits
-within 1e-6, tests/test_convert.py). The official query modes become nlq's: original -> linear, identity ->
-identity, residual -> linear_residual (the first n_embd rows of c_attn, W_Q, become attn.query.w_q),
-residual_gelu -> nonlinear (attn.residual_* become attn.query.*). docs/conversions.md has the details: the
-tokenizer or dataset, what is not carried, what is refused. Nothing is written unless the whole conversion
-succeeds.
+within 1e-6, tests/test_convert.py) in the nlq query mode of its official one (MODES). docs/conversions.md has
+the details. Nothing is written unless the whole conversion succeeds.
 """
 import argparse
 import os
@@ -32,6 +29,8 @@ from nlq.tokenizers import GPT2_EOT, GPT2_VOCAB, DataError
 
 # ------------------------------------------------------------------------------------- the official format
 OFFICIAL_KEYS = ("model", "optimizer", "model_args", "iter_num", "best_val_loss", "config")
+# official query_mode -> nlq's: residual's W_Q (the first n_embd rows of c_attn) becomes attn.query.w_q,
+# residual_gelu's f (attn.residual_*) attn.query.* (F_NAMES)
 MODES = {"original": "linear", "identity": "identity", "residual": "linear_residual", "residual_gelu": "nonlinear"}
 # model_args fields that define the network, and the nlq GPTConfig field each becomes (its others: query_mode,
 # mapped below; head_size, unused: the official model splits heads as n_embd // num_heads; training settings)
@@ -120,8 +119,7 @@ def map_tensors(official, targets, query_mode, C):
 
 
 def split_by_decay(named):
-    """[(name, shape)] in parameter order -> the names of AdamW's two groups, as both codes make them:
-    (≥2-D, decayed), (<2-D, not decayed)."""
+    """[(name, shape)] in parameter order -> AdamW's two groups of names: (≥2-D, decayed), (<2-D, not decayed)."""
     return [n for n, s in named if len(s) >= 2], [n for n, s in named if len(s) < 2]
 
 
@@ -210,9 +208,6 @@ def config_file(cfg, source):
     return "\n".join(lines + [f"{k} = {v!r}" for k, v in cfg.items()]) + "\n"
 
 
-TOKENIZERS = ("gpt2", "byte")  # --tokenizer: vocabularies known without a dataset
-
-
 def tokenizer_meta(tokenizer, dataset):
     """The meta.json fields sample.py and eval.py --hellaswag need for a tokenizer known without a dataset
     (gpt2 or byte); tokenizer_only=True says no dataset was read (train.py checks no hashes against it)."""
@@ -246,7 +241,7 @@ def main(argv=None):
     o.add_argument("path", type=os.path.expanduser, help="the checkpoint to convert (ckpt.pt)")
     o.add_argument("--out_dir", type=os.path.expanduser, required=True, help="the nlq run folder to create")
     data = o.add_mutually_exclusive_group()
-    data.add_argument("--tokenizer", choices=TOKENIZERS, default=None, help="the model's tokenizer, with no "
+    data.add_argument("--tokenizer", choices=("gpt2", "byte"), default=None, help="the model's tokenizer, with no "
                       "dataset (default: gpt2 for a checkpoint trained on openwebtext)")
     data.add_argument("--dataset", default=None, help="bind the run to this prepared dataset now: "
                    "data_dir/dataset/meta.json, from prepare_data.py (default: the checkpoint's config's "
@@ -270,8 +265,8 @@ def main(argv=None):
     # (a resume keeps metrics rows up to its iter), and a user's own train_config.py would be replaced
     held = sorted(os.listdir(args.out_dir)) if os.path.isdir(args.out_dir) else []
     if held:
-        shown = ", ".join(held[:3]) + (f" and {len(held) - 3} more" if len(held) > 3 else "")
-        raise ValueError(f"--out_dir {args.out_dir} is not empty (it holds {shown}); convert.py official makes a "
+        raise ValueError(f"--out_dir {args.out_dir} is not empty (it holds {', '.join(held[:3])}"
+                         f"{' ...' if len(held) > 3 else ''}); convert.py official makes a "
                          f"new run folder: choose a new --out_dir (or empty that one)")
     official = read_official(args.path)
     dataset = args.dataset or official["config"]["dataset"]  # (the official train.py's config names it)

@@ -50,9 +50,7 @@ def _transformers():
 # ------------------------------------------------------------------------------------------------ export
 def gpt2_blockers(cfg: GPTConfig):
     """Why a plain GPT2LMHeadModel cannot compute this model: a list of str, empty if it can."""
-    out = []
-    if cfg.query_mode != "linear":
-        out.append(f"query_mode {cfg.query_mode!r} (GPT-2's query is linear)")
+    out = [] if cfg.query_mode == "linear" else [f"query_mode {cfg.query_mode!r} (GPT-2's query is linear)"]
     standard = 1 / math.sqrt(cfg.n_embd // cfg.n_head)
     if not math.isclose(cfg.attn_scale, standard, rel_tol=1e-12):
         out.append(f"attn_scale {cfg.attn_scale:.6g} (GPT-2 uses 1/sqrt(head_dim) = {standard:.6g})")
@@ -244,9 +242,8 @@ def export(model, meta, hf_dir, bpe_dir=None, code="auto", source=""):
     custom = code == "nlq" or bool(blockers)
     query = nlq_model.QUERY_MODES[cfg.query_mode]
     if custom and query.__module__ != nlq_model.__name__:  # modeling_nlq.py is model.py's source text
-        raise ValueError(f"query mode {cfg.query_mode!r} ({query.__name__}) is defined in {query.__module__}, "
-                         f"not in model.py, so the exported modeling code (model.py's source) could not build "
-                         f"it: define the class in model.py and register it there")
+        raise ValueError(f"query mode {cfg.query_mode!r} ({query.__name__}) is defined in {query.__module__}, not "
+                         f"in model.py, whose source the export's modeling code is: define the class there")
     tokenizer = tokenizer_for(meta, bpe_dir, cfg.vocab_size)
     tokenizer.model_max_length = cfg.block_size
     eos = tokenizer.eos_token_id  # None only for a char vocabulary whose model has no row to spare
@@ -345,16 +342,14 @@ def load_gpt2_config(name_or_path):
 
 
 def export_weights(folder):
-    """An nlq export's state dict, read with safetensors alone (none of the folder's code runs): its
-    model.safetensors, or else the shards its model.safetensors.index.json maps the weights to (what
-    save_pretrained(max_shard_size=...) writes, as the HF Trainer re-saves a model)."""
+    """An nlq export's state dict, read with safetensors alone (none of the folder's code runs): model.safetensors,
+    or else the shards model.safetensors.index.json names (save_pretrained(max_shard_size=...), the HF Trainer's)."""
     from safetensors.torch import load_file
-    single, index = os.path.join(folder, "model.safetensors"), os.path.join(folder, "model.safetensors.index.json")
-    if os.path.isfile(single) or not os.path.isfile(index):  # transformers' order: the single file first
-        return load_file(single)
-    with open(index, encoding="utf-8") as f:
-        shards = set(json.load(f)["weight_map"].values())  # {weight name: shard file}
-    return {k: v for shard in sorted(shards) for k, v in load_file(os.path.join(folder, shard)).items()}
+    shards, index = ["model.safetensors"], os.path.join(folder, "model.safetensors.index.json")
+    if not os.path.isfile(os.path.join(folder, shards[0])) and os.path.isfile(index):  # transformers' order
+        with open(index, encoding="utf-8") as f:
+            shards = sorted(set(json.load(f)["weight_map"].values()))  # {weight name: shard file}
+    return {k: v for shard in shards for k, v in load_file(os.path.join(folder, shard)).items()}
 
 
 def load_gpt2(name_or_path, config=None):

@@ -36,8 +36,7 @@ def checkpoint_path(init_from):
 
 def read_checkpoint(path):
     """nanoGPT's checkpoint dict (weights_only=True, on the CPU), its model's names without _orig_mod.
-    ValueError naming what the file is instead: not a torch checkpoint, an nlq checkpoint, or a dict without
-    nanoGPT's model and model_args (the paper's official format among them)."""
+    ValueError naming what the file is instead."""
     try:
         ckpt = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:

@@ -284,8 +284,7 @@ class RunFolder:
         """Lock the folder for this run (rank 0) and read the checkpoint a resume loads (self.ckpt; None for a
         new run, which records init_settings: the model keys init_from's weights fixed). ValueError if the
         folder cannot be written, another train.py holds it, a new run would overwrite a checkpoint, or a resume
-        asks for other data or RESUME_FIXED settings than its checkpoint's (kept_settings, called first, finds
-        the checkpoint). eval_only: the folder is only read."""
+        asks for other data or RESUME_FIXED settings than its checkpoint's. eval_only: the folder is only read."""
         if not self.cfg["eval_only"]:
             self.lock_folder()
         self.dataset_meta, self.init_settings = meta, init_settings

@@ -133,7 +133,8 @@ def test_a_query_mode_defined_outside_model_py_is_not_exported(tmp_path, monkeyp
             return 2 * x
     monkeypatch.setitem(nlq_model.QUERY_MODES, "elsewhere", Elsewhere)
     with pytest.raises(ValueError, match="query mode 'elsewhere' \\(Elsewhere\\) is defined in test_hf, not in "
-                                         "model.py.*define the class in model.py and register it there"):
+                                         "model.py, whose source the export's modeling code is: define the "
+                                         "class there"):
         hf.export(random_gpt(query_mode="elsewhere"), BYTE_META, str(tmp_path / "hf"))
     assert os.listdir(tmp_path) == []
 
