@@ -31,7 +31,7 @@ from nlq.tokenizers import GPT2_BPE_DIR, GPT2_VOCAB, gpt2_encoding
 HF_ACTIVATIONS = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh"}
 EXPORT_ACTIVATIONS = {"gelu": "gelu", "gelu_tanh": "gelu_pytorch_tanh"}
 MODELING_FILE = "modeling_nlq.py"
-END_OF_TEXT = "<|endoftext|>"  # byte and char exports' end-of-text token (vocab_tokenizer), named as GPT-2's
+END_OF_TEXT = "<|endoftext|>"  # byte and char exports' end-of-text token (tokenizer_for), named as GPT-2's
 # nlq's query settings in an export's config.json (NlqConfig, with bias); init_from an export takes them
 QUERY_KEYS = ("query_mode", "query_hidden", "query_norm_in", "query_norm_out", "attn_scale", "qk_norm")
 CONV1D = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight")  # (in, out) in GPT-2
