@@ -66,8 +66,8 @@ def bench_speeds(study, cfgs, path):
 
 def arm_costs(study, tokens_per_s=None, bench_json=None):
     """-> (unit, where the figures come from, {arm: (tokens/s, hours a final run, hours a selection run)}; nan
-    where unknown; the two runs differ where final_overrides change the horizon; with horizons, a selection run's
-    hours are their mean over the horizons, each of which runs the same grid): tokens_per_s
+    where unknown; with horizons, a selection run's hours are their mean over the horizons, each of which runs
+    the same grid): tokens_per_s
     for every arm, else bench_json's figures (bench_speeds; by default DEFAULT_BENCH_JSON's), but a study on
     the CPU given neither is timed on its own finished runs (run_timing): CPU-hours of one process."""
     cfgs = {arm: arm_config(study, arm) for arm in study["arms"]}
@@ -100,7 +100,7 @@ def arm_costs(study, tokens_per_s=None, bench_json=None):
                      f"where the arm changes the model's size") + "; evals not counted")
     hours = lambda cfg, arm: (run_tokens(cfg) / speeds[arm] + rest_s[arm]) / 3600
     return unit, source, {arm: (speed, hours(cfgs[arm], arm),
-                                sum(hours(arm_config(part, arm, final=False), arm) for part in parts) / len(parts))
+                                sum(hours(arm_config(part, arm), arm) for part in parts) / len(parts))
                           for arm, speed in speeds.items()}
 
 
@@ -112,7 +112,7 @@ def span(lo, hi, fmt):
 LEGEND = ("finished: runs done; due now: what the sweep would start now; first wave: the base grid on the selection "
           "seeds (with no selection seeds: the final runs); fewest / most: the whole study without / with every grid "
           "extension the search may add (half steps and final seeds included); a / b: a selection run / a final run, "
-          "where final_overrides make them differ (with horizons: a selection run's mean over the horizons)")
+          "where horizons make them differ (a selection run's mean over the horizons)")
 
 
 def plan_table(study, unit, costs):
@@ -120,12 +120,12 @@ def plan_table(study, unit, costs):
     fewest, most; hours fewest, most): runs finished, due now, in the first wave, the fewest and the most the
     search can make, with tokens and hours a run (arm_costs)."""
     due = due_runs(study)
-    lines = [f"| arm | query_mode | tokens/s | tokens a run | {unit}-h a run | finished | due now | first wave "
+    lines = [f"| arm | query_mode | tokens/s | tokens a final run | {unit}-h a run | finished | due now | first wave "
              f"| fewest | most | {unit}-h first wave | {unit}-h most |",
              "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     total = [0] * 8  # runs finished, due now, first wave, fewest, most; hours first wave, fewest, most
     for arm in study["arms"]:
-        cfg, tokens = arm_config(study, arm), [run_tokens(arm_config(study, arm, final)) for final in (False, True)]
+        cfg = arm_config(study, arm)
         speed, h_final, h_sel = costs[arm]
         first, fewest, most, finals = arm_run_counts(study, arm)
         h_first = first * h_sel if first else finals * h_final  # with no search the final runs come first
@@ -136,7 +136,7 @@ def plan_table(study, unit, costs):
         total = [t + n for t, n in zip(total, (finished, now, first, fewest + finals, most + finals,
                                                h_first, h_fewest, h_most))]
         both = lambda a, b, fmt: f"{b:{fmt}}" if f"{a:{fmt}}" == f"{b:{fmt}}" else f"{a:{fmt}} / {b:{fmt}}"
-        lines.append(f"| {arm} | {cfg['query_mode']} | {speed:,.0f} | {both(*tokens, ',')} | "
+        lines.append(f"| {arm} | {cfg['query_mode']} | {speed:,.0f} | {run_tokens(cfg):,} | "
                      f"{both(h_sel, h_final, '.2f')} | {finished} | {now} | {first} | {fewest + finals} | "
                      f"{most + finals} | {h_first:,.1f} | {h_most:,.1f} |")
     finished, now, first, fewest, most, h_first, h_fewest, h_most = total
@@ -174,16 +174,13 @@ def budget(study, cfg):
 
 
 def budget_text(study):
-    """The dry run's budget line(s): a final run of the reference arm (and a selection run where final_overrides
-    make it differ, or one at each horizon), in tokens per parameter, the convention (total parameters,
-    embeddings included, as Chinchilla counts them), in tokens per non-embedding parameter (Kaplan et al.'s
-    count) and in FLOPs."""
+    """The dry run's budget line(s): a final run of the reference arm (and a selection run at each horizon), in
+    tokens per parameter, the convention (total parameters, embeddings included, as Chinchilla counts them), in
+    tokens per non-embedding parameter (Kaplan et al.'s count) and in FLOPs."""
     arm, lines = study["reference"], []
-    runs = [("final", study)] + ([("selection", study)] if study["final_overrides"] and study["selection_seeds"]
-                                 else []) + [(f"{sub['horizon']:,}-step selection", sub)
-                                             for sub in study["horizon_studies"].values()]
-    for kind, part in runs:
-        b = budget(study, arm_config(part, arm, kind == "final"))
+    for kind, part in [("final", study)] + [(f"{sub['horizon']:,}-step selection", sub)
+                                            for sub in study["horizon_studies"].values()]:
+        b = budget(study, arm_config(part, arm))
         lines.append(f"budget of a {kind} run ({arm}): {b['tokens']:,} tokens = "
                      f"{b['per_param']:.1f} tokens per parameter ({b['total']:,} parameters, embeddings included: "
                      f"the convention) = {b['per_non_embedding']:.1f} per non-embedding parameter "

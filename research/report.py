@@ -98,15 +98,12 @@ def method(study, tokenizer):
 
 
 def tuning_text(study):
-    """The method's sentences on the stall rule, the horizons and the final runs' own settings."""
+    """The method's sentences on the stall rule and the horizons."""
     text = f"The stall rule (stall_margin {study['stall_margin']:g}): {STALL_RULE} " if study["stall_margin"] else ""
     if study["horizons"]:
         text += (f"The search runs at each horizon of {', '.join(map(str, study['horizons']))} steps (warmup the "
                  f"same fraction of a run as in the final runs), and the final seeds run at the rate carried to "
                  f"the final horizon: {HORIZON_TEXT} ")
-    if study["final_overrides"]:
-        keys = ", ".join(f"{k}={v}" for k, v in study["final_overrides"].items())
-        text += f"The final runs differ from the selection runs in {keys} (final_overrides). "
     return text
 
 

@@ -2,22 +2,21 @@
 A study: the arms of one comparison, each given the same learning-rate search, then run on final seeds.
 
 A study file (studies/*.py) is plain Python that sets name (its report goes to results/<name>/), config (a
-train.py config file), overrides (train.py keys for every arm; {} for none), arms (arm name -> train.py keys;
-the sweep sets learning_rate, seed and out_dir, and min_lr = lr / 10 unless the arm sets it), learning_rates
-(the grid, e.g. [4e-3, 8e-3, 1.6e-2], or a dict arm -> grid), selection_seeds (the seeds the rate is chosen
-on; [] with one rate per arm: no search) and seeds (the final seeds: the statistics use these alone). It may
-set seeds_per_arm (arm -> how many of seeds), reference (the arm the others are compared with; "linear"),
-contrasts ([(arm, other, "what the pair isolates")]), max_extensions (2), half_steps (True), precision
-(report.py's target CI half-width, a fraction of the loss), slurm (sweep.py --executor slurm's partition, time,
-gpus_per_run, extra), runs_dir (results/<name>/runs; studies may share one for arms that are one experiment),
-stall_margin (None; e.g. 2: no rate chosen within a x2 step below a rate, or at a rate, where a selection run
-stalled or diverged), final_overrides ({}; train.py keys of the final runs alone, e.g. a longer horizon than the
-search's), horizons (None; e.g. [300, 600]: the rate searched at each of these max_iters and carried to the final
-runs', horizon_fit), horizon_evals (None: the final runs' evals a run; else evals a selection run) and short_pick
-(False; True: the final seeds also run at the shortest horizon's pick, for the regret table). Token budgets
-are stated in tokens per parameter on total parameters, embeddings included (--dry_run prints them that way,
-per non-embedding parameter and in FLOPs). Weight decay is not searched: every arm, horizon and final run uses
-the config's (docs/studies.md: the AdamW timescale).
+train.py config file), overrides (train.py keys for every arm; {} for none), arms (arm name -> train.py keys; the
+sweep sets learning_rate, seed and out_dir, and min_lr = lr / 10 unless the arm sets it), learning_rates (the
+grid, e.g. [4e-3, 8e-3, 1.6e-2], or a dict arm -> grid), selection_seeds (the seeds the rate is chosen on; [] with
+one rate per arm: no search) and seeds (the final seeds: the statistics use these alone). It may set seeds_per_arm
+(arm -> how many of seeds), reference (the arm the others are compared with; "linear"), contrasts ([(arm, other,
+"what the pair isolates")]), max_extensions (2), half_steps (True), precision (report.py's target CI half-width, a
+fraction of the loss), slurm (sweep.py --executor slurm's partition, time, gpus_per_run, extra), runs_dir
+(results/<name>/runs; studies may share one for arms that are one experiment), stall_margin (None; e.g. 2: no rate
+chosen within a x2 step below a rate, or at a rate, where a selection run stalled or diverged), horizons (None;
+e.g. [300, 600]: the rate searched at each of these max_iters and carried to the final runs', horizon_plan),
+horizon_evals (None: the final runs' evals a run; else evals a selection run) and short_pick (False; True: the
+final seeds also run at the shortest horizon's pick, for the regret table). Token budgets are stated in tokens per
+parameter on total parameters, embeddings included (--dry_run prints them that way, per non-embedding parameter
+and in FLOPs). Weight decay is not searched: every arm, horizon and final run uses the config's (docs/studies.md:
+the AdamW timescale).
 
 Per arm: (1) the grid on the selection seeds; (2) while the best rate is the smallest or the largest swept, one
 more grid step beyond it (at most max_extensions); (3) half steps x/√2 and x·√2 around the best; (4) the best
@@ -44,7 +43,7 @@ from nlq.settings import (NOT_EXPERIMENT, check_value, differing, model_config, 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository
 REQUIRED = ("name", "config", "overrides", "arms", "learning_rates", "selection_seeds", "seeds")
 OPTIONAL = dict(seeds_per_arm={}, reference="linear", contrasts=[], max_extensions=2, half_steps=True,
-                precision=None, slurm={}, runs_dir=None, stall_margin=None, final_overrides={}, horizons=None,
+                precision=None, slurm={}, runs_dir=None, stall_margin=None, horizons=None,
                 horizon_evals=None, short_pick=False)
 SLURM_KEYS = ("partition", "time", "gpus_per_run", "extra")
 # train.py keys the sweep sets for every run, and what sets them instead (an arm may set min_lr)
@@ -109,8 +108,8 @@ def make_study(keys, quick=None):
 
 def make_ladder(keys, quick=None):
     """A scaling ladder: one study at several model sizes. keys["rungs"]: {rung name: the train.py keys of that
-    size (its shape and token budget) and, optionally, its own learning_rates, horizons and final_overrides (on
-    top of the ladder's)}. Each rung is a study (make_study) with the ladder's arms, seeds and search, its keys on
+    size (its shape and token budget) and, optionally, its own learning_rates and horizons (on top of the
+    ladder's)}. Each rung is a study (make_study) with the ladder's arms, seeds and search, its keys on
     top of the overrides and its runs in <runs_dir>/<rung>: every size gets the same protocol. -> dict(name, runs_dir,
     quick, rungs={rung: study})."""
     rungs = keys["rungs"]
@@ -123,12 +122,10 @@ def make_ladder(keys, quick=None):
         rung_keys = dict(rung_keys)
         lrs = rung_keys.pop("learning_rates", keys.get("learning_rates"))
         horizons = rung_keys.pop("horizons", keys.get("horizons"))
-        final = {**keys.get("final_overrides", {}), **rung_keys.pop("final_overrides", {})}
         runs_dir = os.path.join(keys.get("runs_dir") or os.path.join("results", str(keys.get("name")), "runs"), rung)
         try:
             study = make_study({**keys, "overrides": {**keys.get("overrides", {}), **rung_keys},
-                                "learning_rates": lrs, "runs_dir": runs_dir, "final_overrides": final,
-                                "horizons": horizons}, quick)
+                                "learning_rates": lrs, "runs_dir": runs_dir, "horizons": horizons}, quick)
         except ValueError as e:
             raise ValueError(f"rung {rung}: {e}") from None
         if quick is not None:  # each rung its own scratch folder
@@ -193,7 +190,6 @@ def check_options(study):
     margin = study["stall_margin"]
     require(margin is None or type(margin) in (int, float) and margin >= 1, "stall_margin",
             "None or a factor >= 1 (2: no rate chosen within a x2 step below a stalled or diverged selection run)")
-    require(isinstance(study["final_overrides"], dict), "final_overrides", "a dict of train.py keys")
     horizons = study["horizons"]
     require(horizons is None or isinstance(horizons, list) and len(horizons) >= 2 and all(
         type(h) is int and h >= 1 for h in horizons) and horizons == sorted(set(horizons)), "horizons",
@@ -227,8 +223,7 @@ def check_grids(study):
 def check_train_keys(study):
     """The train.py keys of overrides and arms: known and typed (check_value), none that the sweep sets for each
     run, and no init_from: a study's runs train from scratch (a GPT-2's would replace its model settings)."""
-    places = [("overrides", study["overrides"]), ("final_overrides", study["final_overrides"])] + [
-        (f"arm {arm}", keys) for arm, keys in study["arms"].items()]
+    places = [("overrides", study["overrides"])] + [(f"arm {arm}", keys) for arm, keys in study["arms"].items()]
     for where, keys in places:
         for key, value in keys.items():
             if key in PER_RUN and not (key == "min_lr" and where != "overrides"):
@@ -249,13 +244,12 @@ def check_arms(study):
     shared = {}
     for arm in study["arms"]:
         try:
-            cfg, sel = arm_config(study, arm), arm_config(study, arm, final=False)
+            cfg = arm_config(study, arm)
         except ValueError as e:
             raise ValueError(f"arm {arm} at learning rate {study['grids'][arm][0]:g}: {e}") from None
         step = cfg["batch_size"] * cfg["gradient_accumulation_steps"] * cfg["block_size"]  # tokens a step
         shared[arm] = dict(data=os.path.join(cfg["data_dir"], cfg["dataset"]), max_iters=cfg["max_iters"],
-                           tokens_per_step=step, **{k: cfg[k] for k in EVAL_KEYS},
-                           selection_max_iters=sel["max_iters"])
+                           tokens_per_step=step, **{k: cfg[k] for k in EVAL_KEYS})
     first = next(iter(shared.values()))
     for key in first:
         if any(s[key] != first[key] for s in shared.values()):
@@ -285,8 +279,7 @@ def make_horizons(study):
     for h in study["horizons"]:
         keys = dict(max_iters=h, lr_decay_iters=h, warmup_iters=round(h * final["warmup_iters"] / final["max_iters"]),
                     eval_interval=max(1, round(h / evals)))
-        study["horizon_studies"][f"h{h}"] = {**study, "overrides": {**study["overrides"], **study["final_overrides"],
-                                                                    **keys}, "final_overrides": {}, "seeds": [],
+        study["horizon_studies"][f"h{h}"] = {**study, "overrides": {**study["overrides"], **keys}, "seeds": [],
                                              "horizons": None, "horizon_studies": {}, "short_pick": False,
                                              "runs_dir": os.path.join(study["runs_dir"], f"h{h}"), "horizon": h}
 
@@ -297,15 +290,14 @@ def run_dir(study, arm, lr, seed):
 
 
 def run_args(study, arm, lr, seed):
-    """The train.py arguments of one run (arm h<h>/<arm>: a selection run at horizon h): config file, then
-    shared overrides (and a final run's final_overrides), min_lr = lr / 10, the arm's keys, then lr, seed and
-    out_dir (and, for a --quick study, its shortened schedule: quick_keys)."""
+    """The train.py arguments of one run (arm h<h>/<arm>: a selection run at horizon h): config file, then shared
+    overrides, min_lr = lr / 10, the arm's keys, then lr, seed and out_dir (and, for a --quick study, its shortened
+    schedule: quick_keys)."""
     horizon, _, arm_name = arm.rpartition("/")
     if horizon:  # a selection run at a horizon, named h<h>/<arm> (its folder in runs_dir): that horizon's study
         return run_args(study["horizon_studies"][horizon], arm_name, lr, seed)
     min_lr = float(f"{lr / 10:.6g}")  # 0.0003, not 0.00030000000000000003
-    final = study["final_overrides"] if seed in study["seeds"] else {}
-    overrides = {**study["overrides"], **final, "min_lr": min_lr, **study["arms"][arm], "learning_rate": lr,
+    overrides = {**study["overrides"], "min_lr": min_lr, **study["arms"][arm], "learning_rate": lr,
                  "seed": seed, "out_dir": run_dir(study, arm, lr, seed)}
     args = [study["config"]] + [f"--{k}={v}" for k, v in overrides.items()]
     if study.get("quick"):
@@ -317,11 +309,10 @@ def run_config(study, arm, lr, seed):
     return parse_config(run_args(study, arm, lr, seed))
 
 
-def arm_config(study, arm, final=True):
-    """An arm's config at its lowest rate and first final seed (final=False: its first selection seed, where
-    final_overrides do not apply): what all its final (selection) runs share."""
-    seeds = study["seeds"] if final or not study["selection_seeds"] else study["selection_seeds"]
-    return run_config(study, arm, study["grids"][arm][0], seeds[0])
+def arm_config(study, arm):
+    """An arm's config at its lowest rate and first final seed (a horizon's study: selection seed): what all its
+    runs (of that horizon) share."""
+    return run_config(study, arm, study["grids"][arm][0], (study["seeds"] or study["selection_seeds"])[0])
 
 
 def final_seeds(study, arm):
@@ -595,7 +586,7 @@ def stall_rule(study, arm, swept):
     m = study["stall_margin"]
     if not m:
         return lambda lr: None
-    max_iters = arm_config(study, arm, final=False)["max_iters"]  # every selection run's (check_arms)
+    max_iters = arm_config(study, arm)["max_iters"]  # every run's (check_arms)
 
     @functools.cache
     def failed(lr):
@@ -697,7 +688,7 @@ def horizon_fit(study, arm, searches=None, boot=0):
     subs = study["horizon_studies"]
     curves = [{lr: seed_losses(subs[h], arm, lr) for lr in sorted({*q["allowed"], q["best"]})}
               for h, q in searches.items()]
-    tokens = [run_tokens(arm_config(sub, arm, final=False)) for sub in subs.values()]
+    tokens = [run_tokens(arm_config(sub, arm)) for sub in subs.values()]
     return fit_horizons(tokens, curves, run_tokens(arm_config(study, arm)), boot)
 
 
