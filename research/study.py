@@ -789,12 +789,14 @@ def read_run(study, arm, lr, seed):
 
 
 def collect(study):
-    """{arm: dict(plan=plan(...), search={(lr, seed): run}, finals={seed: run at the chosen lr}, short={seed: run at
-    the short pick} with short_pick)}."""
+    """{arm: dict(plan=plan(...), search={(lr, seed): run} (with horizons {("h<h>", lr, seed): run}), finals={seed:
+    run at the chosen lr}, short={seed: run at the short pick} with short_pick)}."""
     data = {}
     for arm in study["arms"]:
         p = plan(study, arm)
         search = {(lr, s): read_run(study, arm, lr, s) for lr in p["swept"] for s in study["selection_seeds"]}
+        search.update({(h, lr, s): read_run(study["horizon_studies"][h], arm, lr, s) for h, q in p.get(
+            "searches", {}).items() for lr in q["swept"] for s in study["selection_seeds"]})
         finals, short = ({s: read_run(study, arm, lr, s) for s in final_seeds(study, arm)} if lr is not None else {}
                          for lr in (p["chosen"], p.get("short")))
         flag_finals(finals)
