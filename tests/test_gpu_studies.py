@@ -17,9 +17,9 @@ def load(name):
     return nlq_study.load_study(str(ROOT / "studies" / f"{name}.py"))
 
 
-def budget(study, arm, final=True):
-    """(tokens, total parameters) of a final (or selection) run of an arm (GPT-2's vocabulary, OpenWebText's)."""
-    cfg = nlq_study.arm_config(study, arm, final)
+def budget(study, arm):
+    """(tokens, total parameters) of a final run of an arm (GPT-2's vocabulary, OpenWebText's)."""
+    cfg = nlq_study.arm_config(study, arm)
     return nlq_study.run_tokens(cfg), settings.param_counts(settings.model_config(cfg))["total"]
 
 
@@ -33,7 +33,7 @@ def dry_run_hours(name, capsys):
 
 def searched_at(study, tokens):
     """The horizons of a study's search as fractions of a final run's tokens; warmup 5% of every run."""
-    cfgs = [nlq_study.arm_config(sub, "linear", final=False) for sub in study["horizon_studies"].values()]
+    cfgs = [nlq_study.arm_config(sub, "linear") for sub in study["horizon_studies"].values()]
     assert all(cfg["warmup_iters"] == round(0.05 * nlq_study.arm_config(study, "linear")["max_iters"] * cfg["max_iters"]
                                             / nlq_study.arm_config(study, "linear")["max_iters"]) for cfg in cfgs)
     return [nlq_study.run_tokens(cfg) / tokens for cfg in cfgs]
@@ -54,7 +54,7 @@ def test_the_paper_claim_tuned_alike_at_the_papers_horizon(capsys):
     tokens, params = budget(study, "nonlinear")
     assert tokens == 60000 * 491520 and params == pytest.approx(124.4e6, rel=0.01)
     for h, sub in zip((3000, 6000), study["horizon_studies"].values()):
-        cfg = nlq_study.arm_config(sub, "linear", final=False)
+        cfg = nlq_study.arm_config(sub, "linear")
         assert (cfg["max_iters"], cfg["lr_decay_iters"], cfg["warmup_iters"], cfg["eval_interval"]) == (
             h, h, h // 30, h // 12) and cfg["weight_decay"] == 0.1
     dry, (fewest, most) = dry_run_hours("paper_claim_gpu", capsys)
