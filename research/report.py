@@ -9,12 +9,8 @@ folders instead of a study file, a side-by-side look at plain train.py runs (no 
 Everything is rebuilt from the runs' metrics.jsonl and config.json alone (results/<study>/runs/ is committed),
 so anyone can recompute the tables. Run it from the repository root: the study's paths are relative.
 
-Statistics: a run's final loss is its val loss over the whole val split (val_loss_full), in nats/token. At one
-seed every arm sees the same training windows and val tokens, so each arm is compared with the reference arm
-*paired* by seed: the mean of the differences arm_i - ref_i, its 95% CI (Student's t, n - 1 df) and the paired
-t-test's p-value; Welch's unpaired p-value is a secondary column. A difference is called only when its 95% CI
-excludes 0. The same paired Δ at every eval step shows whether a gap grows with training; the study's contrasts
-get the same statistics between two other arms. Missing and unfinished runs are listed, never fatal.
+Statistics: each arm against the reference, paired by seed (research/paired.py; a call only where the 95% CI
+excludes 0); missing and unfinished runs are listed, never fatal.
 """
 import argparse
 import datetime
