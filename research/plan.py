@@ -255,7 +255,8 @@ def horizon_table(study, boot=1000):
     for arm in study["arms"]:
         p = plan(study, arm)
         if p["fit"] is None:
-            rows.append([arm] + ["—"] * len(heads) + [f"searching: {len(p['due'])} selection runs due now", "—"])
+            why = f"searching: {len(p['due'])} selection runs due now" if p["due"] else "; ".join(p["notes"])
+            rows.append([arm] + ["—"] * len(heads) + [why, "—"])
             continue
         fit = horizon_fit(study, arm, p["searches"], boot)
         (b_lo, b_hi), (c_lo, c_hi) = fit["beta_ci"], fit["carried_ci"]

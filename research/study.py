@@ -681,10 +681,9 @@ def horizon_plan(study, arm):
     return {**p, "due": due, "chosen": fit["carried"], "short": short, "finals_at": rates, "fit": fit}
 
 
-def horizon_fit(study, arm, searches=None, boot=0):
-    """An arm's rate carried to the final horizon (fit_horizons) from its selection runs at each horizon: the rates
-    its search allowed, each with the final loss of every selection seed."""
-    searches = searches or {h: search(sub, arm) for h, sub in study["horizon_studies"].items()}
+def horizon_fit(study, arm, searches, boot=0):
+    """An arm's rate carried to the final horizon (fit_horizons) from its selection runs at each horizon (searches:
+    horizon_plan's): the rates its search allowed, each with the final loss of every selection seed."""
     subs = study["horizon_studies"]
     curves = [{lr: seed_losses(subs[h], arm, lr) for lr in sorted({*q["allowed"], q["best"]})}
               for h, q in searches.items()]
@@ -700,8 +699,8 @@ def curve_minimum(means):
     near = rates[max(i - 1, 0):i + 2]
     if len(near) < 3 or i == 0 or not all(math.isfinite(means[lr]) for lr in near):
         return best, True
-    a, b, _ = np.polyfit(np.log(near), [means[lr] for lr in near], 2)  # a > 0: the middle point is the lowest
-    return float(np.exp(-b / (2 * a))), False
+    a, b, _ = np.polyfit(np.log(near), [means[lr] for lr in near], 2)  # a >= 0: the middle point is the lowest
+    return (float(np.exp(-b / (2 * a))), False) if a > 0 else (best, True)  # (a = 0: a flat curve)
 
 
 def fit_horizons(tokens, curves, final_tokens, boot=0, seed=0):
