@@ -128,8 +128,9 @@ def make_ladder(keys, quick=None):
                                 "learning_rates": lrs, "runs_dir": runs_dir, "horizons": horizons}, quick)
         except ValueError as e:
             raise ValueError(f"rung {rung}: {e}") from None
-        if quick is not None:  # each rung its own scratch folder
+        if quick is not None:  # each rung its own scratch folder, and its horizons' in it
             study["runs_dir"] = os.path.join(study["runs_dir"], rung)
+            make_horizons(study)
         ladder["rungs"][rung] = {**study, "rung": rung}
     ladder["runs_dir"] = os.path.dirname(study["runs_dir"])  # the rungs' parent folder
     return ladder
@@ -268,7 +269,7 @@ def make_horizons(study):
     study["horizon_studies"] = {}
     if not study["horizons"]:
         return
-    final = arm_config(study, study["reference"])
+    final = arm_config({**study, "quick": None}, study["reference"])  # (a --quick try scales every run itself)
     set_by_arm = [arm for arm, keys in study["arms"].items() if set(keys) & set(HORIZON_KEYS)]
     require(not set_by_arm, f"arm {', '.join(set_by_arm)}", f"without {', '.join(HORIZON_KEYS)} in a study with "
             f"horizons: each horizon sets them for every arm")
