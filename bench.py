@@ -6,26 +6,19 @@ Training-step throughput, MFU and peak memory per query mode, side by side in on
     python bench.py config/nlq_small.py --compile=True --json=bench/results/gpu.json      # one GPU
     torchrun --standalone --nproc_per_node=8 bench.py config/nlq_small.py --fsdp=True       # FSDP, 8 GPUs
 
+A config file and --key=value overrides as in train.py, plus the bench's own options (below). A step is one
+micro-batch (batch_size x block_size tokens) per rank: forward, backward, clip, optimizer step. The timed steps are
+taken in --rounds rounds, the modes interleaved, so slow drifts of the machine hit every mode alike.
+
 Under torchrun every rank runs the same steps: with fsdp=True the model is sharded as train.py shards it
 (distributed.shard_model), otherwise it is wrapped in DDP, even for one process (so DDP's gradient buckets are
 counted). DDP replicates everything, so its memory per rank is the same for any number of ranks; FSDP's falls
 with the number of ranks, so one process measures FSDP with nothing sharded (its overhead, not its saving).
-
-A config file and --key=value overrides as in train.py, plus the bench's own options:
-    --query_modes=linear,identity,nonlinear   modes to compare (each gets its own model and optimizer); a mode
-                                              may carry config keys of its own: nonlinear+optimizer=muon
-    --warmup=10 --steps=50                    untimed and timed steps per mode
-    --rounds=5                                timed steps are taken in this many rounds, modes interleaved, so
-                                              slow drifts of the machine hit every mode alike
-    --data=synthetic|real                     random token ids (the default), or windows of
-                                              <data_dir>/<dataset>/train.bin
-    --threads=N                               torch CPU threads (default: torch's choice)
-    --json=PATH                               also write the rows as a JSON list (default: none)
-A step is one micro-batch (batch_size x block_size tokens) per rank: forward, backward, clip, optimizer step.
 ms/iter, tokens/s and MFU are rank 0's (per rank); peak memory is each rank's own (the table: the largest).
 Peak memory on CUDA counts what the mode allocates (its model, optimizer, gradients, activations, buffers),
 not the models of the modes built before it; on the CPU it is the process's peak RSS so far.
 """
+import argparse
 import json
 import os
 import platform
@@ -43,32 +36,39 @@ from model import GPT, QUERY_MODE_ALIASES, QUERY_MODES
 from nlq.checkpoint import atomic_write_text
 from nlq.data import get_batch, load_meta, open_split, window_starts
 from nlq.distributed import end_distributed, shard_model, start_job, use_compile
-from nlq.settings import check_value, model_config, parse_config, parse_override, settings_help, validate
+from nlq.settings import (HelpFormatter, check_value, model_config, parse_config, parse_override, settings_help,
+                          validate)
 
-BENCH_DEFAULTS = dict(query_modes="linear,identity,nonlinear", warmup=10, steps=50, rounds=5,
-                      data="synthetic", threads=None, json=None)
+
+
+def parser():
+    """The bench's own options; everything else is train.py's config (settings.parse_config)."""
+    p = argparse.ArgumentParser(usage="python bench.py [CONFIG_FILE.py] [--key=value ...]", description=__doc__,
+                                epilog="train.py's config keys, their defaults and meanings:\n" + settings_help(),
+                                formatter_class=HelpFormatter, allow_abbrev=False)
+    p.add_argument("--query_modes", default="linear,identity,nonlinear", help="modes to compare (each gets its "
+                   "own model and optimizer); a mode may carry config keys of its own: nonlinear+optimizer=muon")
+    p.add_argument("--warmup", type=int, default=10, help="untimed steps per mode (torch.compile's included)")
+    p.add_argument("--steps", type=int, default=50, help="timed steps per mode")
+    p.add_argument("--rounds", type=int, default=5, help="rounds the timed steps are taken in")
+    p.add_argument("--data", choices=("synthetic", "real"), default="synthetic", help="random token ids, or "
+                   "windows of <data_dir>/<dataset>/train.bin")
+    p.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice)")
+    p.add_argument("--json", help="also write the rows to this file as a JSON list")
+    return p
 
 
 def split_args(argv):
-    """Separate the bench's own --key=value options from train.py's config arguments."""
-    opts, rest = dict(BENCH_DEFAULTS), []
-    for arg in argv:
-        key = arg[2:].split("=", 1)[0] if arg.startswith("--") else None
-        if key in BENCH_DEFAULTS:
-            opts[key] = arg.split("=", 1)[1] if "=" in arg else ""
-        else:
-            rest.append(arg)
-    for key in ("warmup", "steps", "rounds", "threads"):
-        if opts[key] is not None:
-            opts[key] = int(opts[key])
-    modes = [QUERY_MODE_ALIASES.get(m, m) for m in opts["query_modes"].split(",")]  # original -> linear
+    """(the bench's options as a dict, train.py's config arguments)."""
+    opts, rest = parser().parse_known_args(argv)
+    modes = [QUERY_MODE_ALIASES.get(m, m) for m in opts.query_modes.split(",")]  # original -> linear
     unknown = [m for m in modes if m.split("+")[0] not in QUERY_MODES]  # before any model is built and compiled
     if unknown:
         raise ValueError(f"--query_modes: unknown {', '.join(unknown)}; registered: {', '.join(QUERY_MODES)}")
     for override in (o for m in modes for o in m.split("+")[1:]):  # a mode's own settings: known keys, values
         check_value(*parse_override(f"--{override}"))
-    opts["query_modes"] = ",".join(modes)
-    return opts, rest
+    opts.query_modes = ",".join(modes)
+    return vars(opts), rest
 
 
 def batch_source(cfg, opts, vocab_size, device):
@@ -153,8 +153,7 @@ def peak_mem_mb(device_type, allocated_before=0):
 
 def bench(cfg, opts):
     """Time every query mode; returns (one row (dict) per mode, device), the same on every rank. The modes are
-    built in order, the first (the baseline) first; one that fails in one process (an out-of-memory, a compile
-    error) gets a row {"query_mode", "failed": the error} and the others go on."""
+    built in order, the first (the baseline) first."""
     if opts["threads"]:
         torch.set_num_threads(opts["threads"])
     job = start_job(cfg)
@@ -163,25 +162,14 @@ def bench(cfg, opts):
     parallel = "fsdp" if cfg["fsdp"] else "ddp" if dist.is_initialized() else "single"
     modes = opts["query_modes"].split(",")
     next_batch = batch_source(cfg, opts, model_config(cfg, data_vocab_size(cfg)).vocab_size, device)
-    runners, times, mems, failed = {}, {m: [] for m in modes}, {}, {}
-    busy = busy_warning(device_type)
-    if busy:
-        progress(busy)
+    runners, times, mems = {}, {m: [] for m in modes}, {}
     for mode in modes:
         t0 = time.perf_counter()
         allocated_before = start_memory_count(device_type)
-        try:
-            runners[mode] = make_runner(cfg, mode, device, device_type, ptdtype, ctx)
-            for _ in range(opts["warmup"]):  # includes torch.compile's first-call compilation
-                runners[mode][1](*next_batch())
-            sync(device_type)
-        except RuntimeError as e:  # an out-of-memory, a compile error: this mode's row says so, the others run
-            if world_size > 1:  # (the ranks would have to agree on it)
-                raise
-            failed[mode] = (str(e).strip() or type(e).__name__).splitlines()[0]
-            runners.pop(mode, None)
-            progress(f"{mode}: failed: {failed[mode]}")
-            continue
+        runners[mode] = make_runner(cfg, mode, device, device_type, ptdtype, ctx)
+        for _ in range(opts["warmup"]):  # includes torch.compile's first-call compilation
+            runners[mode][1](*next_batch())
+        sync(device_type)
         progress(f"{mode}: built, {opts['warmup']} warm-up step{'s' * (opts['warmup'] != 1)}: "
                  f"{time.perf_counter() - t0:.1f} s")
         mems[mode] = [peak_mem_mb(device_type, allocated_before)]
@@ -202,9 +190,6 @@ def bench(cfg, opts):
             f"{m} {1000 * statistics.median(times[m]):.1f}" for m in runners) + " ms/iter (medians so far)")
     rows = []
     for mode in modes:
-        if mode in failed:
-            rows.append(dict(query_mode=mode, failed=failed[mode]))
-            continue
         model, _, compiled = runners[mode]
         dt = statistics.median(times[mode])
         mfu = model.estimate_mfu(cfg["batch_size"], dt)
@@ -227,28 +212,12 @@ def progress(line):
         print(line, file=sys.stderr, flush=True)
 
 
-def busy_warning(device_type):
-    """On the CPU: a warning (str) if other processes keep the cores busy, i.e. the 1-minute load average plus
-    the bench's threads exceed the cores by more than half a core; None otherwise (and on a GPU)."""
-    if device_type != "cpu" or not hasattr(os, "getloadavg"):
-        return None
-    load, cores, threads = os.getloadavg()[0], os.cpu_count() or 1, torch.get_num_threads()
-    if load + threads <= cores + 0.5:
-        return None
-    return (f"warning: the machine is busy (load average {load:.1f} on {cores} cores) and the bench runs "
-            f"{threads} thread{'s' * (threads > 1)}: steps will be slow and their times noisy")
-
-
 SPREAD_WARNING = 1.5  # p90 / p10 of a mode's step times above which table() says the timings are unreliable
 
 
 def table(rows, device):
-    """Rows as a markdown table, with each mode's tokens/s relative to the first mode that ran; a mode that
-    failed has its error in its row."""
-    done = [r for r in rows if "failed" not in r]
-    if not done:
-        return "\n".join(f"{r['query_mode']}: failed: {r['failed']}" for r in rows)
-    first = done[0]
+    """Rows as a markdown table, with each mode's tokens/s relative to the first mode's."""
+    first = rows[0]
     ref, ranks, cuda = first["tokens_per_s"], first["world_size"], device.startswith("cuda")
     how = ("one process" if first["parallel"] == "single" else
            f"{first['parallel'].upper()}, {ranks} rank{'s' if ranks > 1 else ''} (figures per rank)")
@@ -258,24 +227,21 @@ def table(rows, device):
              f"vs {first['query_mode']} | MFU | {'peak mem MB' if cuda else 'process peak RSS MB so far'} |",
              "|---|---|---|---|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
-        if "failed" in r:
-            lines.append(f"| {r['query_mode']} | failed: {r['failed']} |||||||||")
-            continue
         mfu = f"{100 * r['mfu']:.1f}%" if r["mfu"] is not None else "n/a"
         lines.append(f"| {r['query_mode']} | {r['compile']} | {r['dtype']} | {r['batch_size']} x "
                      f"{r['block_size']} | {r['ms_per_iter']:.1f} | {r['ms_p10']:.1f}-{r['ms_p90']:.1f} "
                      f"| {r['tokens_per_s']:,.0f} | {r['tokens_per_s'] / ref:.3f} | {mfu} "
                      f"| {r['peak_mem_mb']:,.0f} |")
-    spread, mode = max((r["ms_p90"] / r["ms_p10"], r["query_mode"]) for r in done)
+    spread, mode = max((r["ms_p90"] / r["ms_p10"], r["query_mode"]) for r in rows)
     if spread > SPREAD_WARNING:
         lines += [f"(the step times spread widely: {mode}'s p90 is {spread:.1f}x its p10, so the ratios are "
                   f"uncertain: run again on idle cores, or with more --rounds)"]
     if not cuda:
         lines += ["(CPU: the process's peak RSS only rises from mode to mode, so it does not rank the modes; "
-                  "python bench/saved_activations.py counts their activation memory)"]
+                  "bench/RESULTS.md has their saved activations, counted exactly)"]
     if ranks > 1:
         lines += [f"peak mem MB of ranks 0..{ranks - 1}: " + "; ".join(
-            f"{r['query_mode']} " + ", ".join(f"{m:,.0f}" for m in r["peak_mem_mb_per_rank"]) for r in done)]
+            f"{r['query_mode']} " + ", ".join(f"{m:,.0f}" for m in r["peak_mem_mb_per_rank"]) for r in rows)]
     return "\n".join(lines)
 
 
@@ -283,12 +249,6 @@ def device_name(device):
     if device.startswith("cuda"):
         return torch.cuda.get_device_name(device)
     return f"{platform.processor() or platform.machine()} CPU, {torch.get_num_threads()} threads"
-
-
-def usage():
-    """--help: the bench's own options with their defaults (the docstring), then train.py's config keys."""
-    return (f"usage: python bench.py [CONFIG_FILE.py] [--key=value ...]\n{__doc__}\n"
-            f"train.py's config keys, their defaults and meanings:\n{settings_help()}")
 
 
 def main(argv):
@@ -300,13 +260,9 @@ def main(argv):
     print(table(rows, device))
     if opts["json"]:
         atomic_write_text(opts["json"], json.dumps(rows, indent=1))
-    if any("failed" in r for r in rows):
-        sys.exit(1)
 
 
 if __name__ == "__main__":
-    if {"-h", "--help"} & set(sys.argv[1:]):
-        sys.exit(print(usage()))
     try:
         main(sys.argv[1:])
     except (ValueError, OSError) as e:

@@ -9,12 +9,8 @@ Validation loss (nats/token), perplexity, bits per token and bits per byte of a 
 Default: the fixed windows train.py draws from the checkpoint's seed, so the loss is the run's val_loss at the
 checkpoint's iteration. --full: consecutive windows of block_size from offset 0, the last one shorter, so each of
 a split's N tokens but the first is predicted once. Bits per byte = total nats / ln 2 / UTF-8 bytes of the target
-text (gpt2's end-of-text token counts 0 bytes). Precision: the checkpoint's dtype unless --dtype is given.
-
-HellaSwag (Zellers et al. 2019, arXiv 1905.07830) is scored zero-shot with exactly lm-evaluation-harness's text
-and metrics (its hellaswag task; tests/test_lm_eval.py checks that both give the same numbers): each ending, after
-a space, scores the summed log-probability of its tokens given the context; acc counts the examples whose best
-score is the labelled ending, acc_norm divides each score by the ending's length in characters first.
+text (gpt2's end-of-text token counts 0 bytes). HellaSwag (Zellers et al. 2019, arXiv 1905.07830) is scored
+zero-shot with exactly lm-evaluation-harness's text and metrics. More: docs/evaluation.md.
 """
 import argparse
 import json
@@ -229,22 +225,6 @@ def hellaswag_table(r):
             f"| acc_norm | {r['acc_norm']:.4f} | {r['acc_norm_stderr']:.4f} |")
 
 
-def check_json_output(path):
-    """ValueError unless --json can take the numbers: a new file in a folder that can be written, or a file eval.py
-    wrote before; never a folder or another program's file, which would be replaced."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            result = json.load(f)
-        ours = isinstance(result, dict) and "iter" in result  # evaluate's and hellaswag's results have it
-    except (FileNotFoundError, NotADirectoryError):  # a new file (writable_folder checks its folder)
-        ours = True
-    except (OSError, ValueError, TypeError):  # a folder, not JSON, not a JSON object
-        ours = False
-    if not ours:
-        raise ValueError(f"--json {path} is a folder or a file eval.py did not write; give a new file name")
-    writable_folder(os.path.dirname(os.path.abspath(path)), "--json's folder")
-
-
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=HelpFormatter, allow_abbrev=False)
     p.add_argument("--out_dir", type=os.path.expanduser, default="out", help="a train.py out_dir, with ckpt.pt")
@@ -272,7 +252,9 @@ def main(argv=None):
     if args.batch_size is not None and not (args.full or args.hellaswag):
         p.error("--batch_size sets the batches of --full or --hellaswag; the fixed windows use the checkpoint's")
     if args.json:  # before the scoring, which the file would hold
-        check_json_output(args.json)
+        if os.path.isdir(args.json):
+            p.error(f"--json {args.json} is a folder; give a file name")
+        writable_folder(os.path.dirname(os.path.abspath(args.json)), "--json's folder")
     if args.hellaswag:
         r = hellaswag(args.out_dir, args.hellaswag, args.device, args.dtype, args.batch_size or 8,
                       args.bpe_dir, args.limit)

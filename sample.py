@@ -23,8 +23,6 @@ from nlq.preemption import exit_on_stop_signals
 from nlq.settings import HelpFormatter, at_least
 from nlq.tokenizers import get_codec, read_text
 
-PROGRESS_DELAY_S = 2  # a sample that takes longer shows a progress bar (10 ms a token: the demo on a CPU)
-
 
 def prompt_ids(start, meta, encode):
     """The prompt's token ids: the text of --start (FILE:path reads a file); empty -> end-of-text (gpt2) or a
@@ -42,14 +40,14 @@ def generate(model, meta, encode, decode, start="", num_samples=1, max_new_token
 
     The RNG is seeded once, so the same seed and arguments give the same texts. temperature 0 = greedy.
     use_cache: GPT.generate's KV cache (the same texts, faster). each: called with each text as soon as it is
-    generated. progress: a progress bar on a terminal for a sample that takes over PROGRESS_DELAY_S seconds.
+    generated. progress: a progress bar on a terminal (tqdm draws none off one).
     """
     x = torch.tensor([prompt_ids(start, meta, encode)], dtype=torch.long, device=device)
     torch.manual_seed(seed)
     texts = []
     for i in range(num_samples):
-        with tqdm(total=max_new_tokens, desc=f"sample {i + 1} of {num_samples}", unit="tok", delay=PROGRESS_DELAY_S,
-                  leave=False, file=sys.stderr, disable=None if progress else True) as bar:
+        with tqdm(total=max_new_tokens, desc=f"sample {i + 1} of {num_samples}", unit="tok", leave=False,
+                  file=sys.stderr, disable=None if progress else True) as bar:
             y = model.generate(x, max_new_tokens, temperature=temperature, top_k=top_k,
                                vocab_size=meta["vocab_size"], use_cache=use_cache, on_token=lambda _: bar.update())
         texts.append(decode(y[0].tolist()))

@@ -9,9 +9,9 @@ about 9 minutes that measure what its cost model assumes and try its first rung 
    --dry_run --bench_json OUT/bench_rungs.json` then counts GPU-hours with (each rung at its own measured
    speed, where the committed figures scale one 12 x 768 measurement by FLOPs per token).
 2. The smallest rung's linear and nonlinear arms on its two selection seeds, at the middle rate of the rung's
-   grid, as selection runs (a quarter of a final run's tokens), on a small prepared GPT-2 BPE dataset (the
-   Wikipedia of ../shared/data: 13 MB of bins, so the pilot needs no OpenWebText): their losses and wall times,
-   in OUT/runs/.
+   grid, as selection runs at its longest horizon (1/8 of a final run's tokens), on a small prepared GPT-2 BPE
+   dataset (the Wikipedia of ../shared/data: 13 MB of bins, so the pilot needs no OpenWebText): their losses and
+   wall times, in OUT/runs/.
 Each step runs only if its timeout still fits in --budget seconds from the start; what did not is named.
 """
 import argparse
@@ -36,7 +36,7 @@ def commands(out, data_dir, dataset):
         steps.append((f"bench {rung}", 100, [sys.executable, "bench.py", study["config"], *shape, "--compile=True",
                                              "--query_modes=linear,nonlinear", "--warmup=5", "--steps=15",
                                              "--rounds=3", f"--json={out}/bench_{rung}.json"]))
-    smallest = next(iter(ladder["rungs"].values()))
+    smallest = list(next(iter(ladder["rungs"].values()))["horizon_studies"].values())[-1]
     grid = smallest["grids"]["linear"]
     for arm in ("linear", "nonlinear"):
         for seed in smallest["selection_seeds"][:2]:

@@ -8,68 +8,35 @@ and turn an nlq run folder into a Hugging Face transformers folder (hf.py).
     python train.py out/paper_nlq/train_config.py --max_iters=70000     # goes on training (needs the dataset)
     python -m interop.convert hf out/paper_nlq --out=hf/paper_nlq
 
-official: the run needs a tokenizer, not a dataset. --tokenizer gpt2 (the default for a checkpoint trained on
-openwebtext) records GPT-2's BPE in the checkpoint, so sample.py and eval.py --hellaswag work at once; a prepared
-dataset is needed only to train or compute a loss on it (train.py and eval.py then find it as the config names
-it: data_dir/openwebtext). --dataset NAME instead binds the run to a prepared dataset now (its meta.json).
-hf: see hf.py (a plain GPT2LMHeadModel for GPT-2-expressible linear models, else GPT-2 with nlq's query
-in modeling_nlq.py; train.py --init_from=FOLDER loads either back exactly).
-
-The folder gets ckpt.pt (train.py's format) and train_config.py (every setting, init_from="resume"). The
-model computes the same function: on the test checkpoints shipped in tests/data/official_ckpt the logits
-agree within 1e-6 (tests/test_convert.py).
-
-    query_mode   original -> linear, identity -> identity, residual -> linear_residual, residual_gelu -> nonlinear
-    model_args   num_heads -> n_head, mlp_hidden_size -> mlp_hidden, scale -> attn_scale; block_size,
-                 vocab_size, n_layer, n_embd, bias, tie_weights, dropout as they are. head_size is unused: the
-                 official model splits heads as n_embd // num_heads; head_size only fed its default scale.
-    weights      the "_orig_mod." prefix of torch.compile is dropped. linear_residual: rows [0, C) of the
-                 official c_attn (its W_Q) become attn.query.w_q (linear: attn.query.c_q), the K and V rows after
-                 it attn.c_k and attn.c_v.
-                 residual_gelu: attn.residual_rmsnorm_input / residual_in / residual_out /
-                 residual_layernorm_output become attn.query.norm_in / w1 / w2 / norm_out.
-    optimizer    converted exactly: AdamW's state (step, exp_avg, exp_avg_sq) of each official parameter,
-                 found by its position in the official parameter order, goes to the nlq parameter made from it
-                 (split by rows like the weight, for W_Q); both param groups keep their settings (lr, betas,
-                 weight decay, eps). One resumed step equals the official step (a test checks this).
-    settings     the official config's batch size, accumulation and learning-rate schedule; weight_decay
-                 and the betas from the optimizer. Settings the checkpoint lacks get nlq's defaults, and the
-                 output names them.
-    not carried  the data order (the official run read precomputed index files; nlq draws windows from its
-                 seed) and the GradScaler (a fresh one). The dataset is yours to name (--dataset, --data_dir);
-                 its vocabulary must fit the checkpoint's embedding.
-
-Nothing is written unless the whole conversion succeeds; a file that is not an official checkpoint, one
-with a query mode, field or parameter this script does not know, or with NaN/inf weights, and an output folder
-that cannot be made or is not empty, is an error that names it.
+official writes ckpt.pt (train.py's format: weights, AdamW's state and settings converted exactly) and
+train_config.py (every setting, init_from="resume"); the model computes the official model's function (logits
+within 1e-6, tests/test_convert.py) in the nlq query mode of its official one (MODES). docs/conversions.md has
+the details. Nothing is written unless the whole conversion succeeds.
 """
 import argparse
 import os
-import pickle
+import shutil
 import sys
-import zipfile
 from datetime import datetime, timezone
 
 import torch
 
 from model import GPT
-from nlq.checkpoint import atomic_write_text, check_finite, fix_for, load_run, replace_atomically
+from nlq.checkpoint import check_finite, fix_for, load_run
 from nlq.data import load_meta
 from nlq.settings import DEFAULTS, HelpFormatter, check_value, model_config, validate
 from nlq.tokenizers import GPT2_EOT, GPT2_VOCAB, DataError
 
 # ------------------------------------------------------------------------------------- the official format
 OFFICIAL_KEYS = ("model", "optimizer", "model_args", "iter_num", "best_val_loss", "config")
+# official query_mode -> nlq's: c_attn's rows [W_Q;] W_K; W_V become attn.query.c_q (original) or attn.query.w_q
+# (residual), attn.c_k, attn.c_v; residual_gelu's f (attn.residual_*) attn.query.* (F_NAMES)
 MODES = {"original": "linear", "identity": "identity", "residual": "linear_residual", "residual_gelu": "nonlinear"}
-# model_args fields that define the network, and the nlq GPTConfig field each becomes
+# model_args fields that define the network, and the nlq GPTConfig field each becomes (its others: query_mode,
+# mapped below; head_size, unused: the official model splits heads as n_embd // num_heads; training settings)
 MODEL_FIELDS = dict(block_size="block_size", vocab_size="vocab_size", n_layer="n_layer", num_heads="n_head",
                     n_embd="n_embd", mlp_hidden_size="mlp_hidden", scale="attn_scale", bias="bias",
                     tie_weights="tie_weights", dropout="dropout")
-# the official GPTConfig's other fields: query_mode (mapped above), head_size (unused, see the docstring) and
-# training settings, which its train.py reads from model_args or its own globals (the saved config) instead
-OTHER_FIELDS = ("query_mode", "head_size", "batch_size", "accumulation_size", "learning_rate", "weight_decay",
-                "beta1", "beta2", "grad_clip", "decay_lr", "warmup_iters", "lr_decay_iters", "min_lr",
-                "save_checkpoint_steps", "max_iters")
 # settings of the official train.py (its saved config) that mean the same in nlq
 CARRIED_SETTINGS = ("batch_size", "gradient_accumulation_steps", "learning_rate", "min_lr", "warmup_iters",
                     "lr_decay_iters", "max_iters", "decay_lr", "grad_clip", "eval_interval", "log_interval",
@@ -80,60 +47,29 @@ F_NAMES = {"attn.residual_rmsnorm_input.": "attn.query.norm_in.", "attn.residual
 
 
 def read_official(path):
-    """Load an official checkpoint (weights_only=True, onto the CPU) and check its top-level layout.
-
-    Returns the dict with the "_orig_mod." prefix stripped from the model's keys. FileNotFoundError if path is
-    not a file; ValueError if it cannot be read (truncated, not torch.save) or is not the official format
-    (an nlq checkpoint, another dict): the message names what is missing.
-    """
+    """An official checkpoint (weights_only=True, on the CPU), its model's names without "_orig_mod.".
+    FileNotFoundError or ValueError (naming what is missing) for a file that is not one."""
     if not os.path.isfile(path):
         raise FileNotFoundError(f"{path} is not a file; give the path of the official ckpt.pt")
     try:
         ckpt = torch.load(path, map_location="cpu", weights_only=True)
-    except pickle.UnpicklingError as e:  # (torch's text would advise weights_only=False: running its code)
-        with open(path, "rb") as f:
-            pickled = f.read(1) == b"\x80"  # a pickle's protocol opcode (torch.save before its zip format)
-        if not (pickled or zipfile.is_zipfile(path)):
-            raise ValueError(f"{path} is not a torch checkpoint (neither torch.save's zip archive nor a pickle): "
-                             f"another kind of file; give the official train.py's ckpt.pt") from None
-        raise ValueError(f"cannot read {path} with torch.load(weights_only=True): it holds Python objects "
-                         f"other than tensors and plain values, which the official train.py's ckpt.pt does "
-                         f"not; it is another program's file, or damaged: download it again") from e
-    except Exception as e:
-        msg = str(e).strip().splitlines()[0] if str(e).strip() else ""
-        raise ValueError(f"cannot read {path} with torch.load(weights_only=True) ({type(e).__name__}: "
-                         f"{msg}); it is truncated or not a torch checkpoint: download it again") from e
-    if not isinstance(ckpt, dict):
-        raise ValueError(f"{path} holds a {type(ckpt).__name__}, not a checkpoint dict; give the official "
-                         f"train.py's ckpt.pt")
-    if "rng" in ckpt and isinstance(ckpt.get("model_args"), dict) and "n_head" in ckpt["model_args"]:
+    except Exception as e:  # truncated, another kind of file, Python objects (torch's text would advise running them)
+        raise ValueError(f"cannot read {path} with torch.load(weights_only=True) ({type(e).__name__}); it is not "
+                         f"the official train.py's ckpt.pt, or it is truncated: download it again") from None
+    if isinstance(ckpt, dict) and "rng" in ckpt and "n_head" in ckpt.get("model_args", {}):
         raise ValueError(f"{path} is an nlq checkpoint (train.py's format) already: use its folder directly "
                          f"with sample.py, eval.py or train.py --init_from=resume; no conversion needed")
-    missing = [k for k in OFFICIAL_KEYS if k not in ckpt]
+    missing = [k for k in OFFICIAL_KEYS if k not in ckpt] if isinstance(ckpt, dict) else OFFICIAL_KEYS
     if missing:
         raise ValueError(f"{path} is not an official checkpoint: it lacks {', '.join(missing)} (the official "
                          f"train.py saves {', '.join(OFFICIAL_KEYS)})")
-    wrong = [k for k in ("model", "optimizer", "model_args", "config") if not isinstance(ckpt[k], dict)]
-    if wrong:
-        raise ValueError(f"{path}: {', '.join(wrong)} must be dicts in the official format, not "
-                         f"{', '.join(type(ckpt[k]).__name__ for k in wrong)}")
     ckpt["model"] = {k.removeprefix("_orig_mod."): v for k, v in ckpt["model"].items()}
     return ckpt
 
 
 def nlq_model_config(model_args, data_vocab_size):
     """The official model_args -> dict of nlq GPTConfig fields (data_vocab_size: the tokenizer's vocabulary).
-
-    ValueError naming an unknown query mode, an unknown or missing field, a value of the wrong type, or a
-    dataset vocabulary larger than the checkpoint's embedding.
-    """
-    unknown = sorted(set(model_args) - set(MODEL_FIELDS) - set(OTHER_FIELDS))
-    if unknown:
-        raise ValueError(f"model_args has fields this converter does not know: {', '.join(unknown)}; it "
-                         f"knows the official GPTConfig's ({', '.join([*MODEL_FIELDS, *OTHER_FIELDS])})")
-    missing = [k for k in ("query_mode", *MODEL_FIELDS) if k not in model_args]
-    if missing:
-        raise ValueError(f"model_args lacks {', '.join(missing)}, needed to build the model exactly")
+    ValueError for what does not fit: a query mode or the vocabulary."""
     mode = model_args["query_mode"]
     if mode not in MODES:
         raise ValueError(f"unknown official query_mode {mode!r}; known: {', '.join(MODES)}")
@@ -163,10 +99,8 @@ def official_source(name, query_mode, C):
 
 def map_tensors(official, targets, query_mode, C):
     """Official tensors by name -> nlq tensors by name, for the nlq names and shapes in targets {name: shape}.
-
     Differentiable (renames and row slices), so a test can take gradients through it. ValueError naming
-    official tensors that are missing, left over, or of the wrong shape.
-    """
+    official tensors that are missing, left over, or of the wrong shape."""
     sources = {name: official_source(name, query_mode, C) for name in targets}
     used = {src for src, _ in sources.values()}
     missing, extra = sorted(used - set(official)), sorted(set(official) - used)
@@ -185,47 +119,31 @@ def map_tensors(official, targets, query_mode, C):
 
 
 def split_by_decay(named):
-    """[(name, shape)] in parameter order -> the names of AdamW's two groups, as both codes make them:
-    (≥2-D, decayed), (<2-D, not decayed)."""
+    """[(name, shape)] in parameter order -> AdamW's two groups of names: (≥2-D, decayed), (<2-D, not decayed)."""
     return [n for n, s in named if len(s) >= 2], [n for n, s in named if len(s) < 2]
 
 
 def convert_optimizer(opt, official_params, nlq_params, query_mode, C):
-    """The official AdamW state dict -> nlq's, exactly.
-
-    official_params / nlq_params: [(name, shape)] in each model's named_parameters() order. AdamW numbers
-    parameters group by group, the groups being split_by_decay; each nlq parameter gets the state of its
-    official source (official_source), sliced by rows where the weight was. Group settings are kept.
-    ValueError if the optimizer does not have the official two groups, or its state does not fit the model.
-    """
-    groups = opt.get("param_groups") if isinstance(opt, dict) else None
-    if not (isinstance(groups, list) and len(groups) == 2 and isinstance(opt.get("state"), dict)
-            and all(isinstance(g, dict) and isinstance(g.get("params"), list) for g in groups)):
-        raise ValueError("the optimizer is not the official AdamW state dict (state, and 2 param_groups: "
-                         "decay and no decay)")
+    """The official AdamW state dict -> nlq's, exactly. official_params / nlq_params: [(name, shape)] in each
+    model's named_parameters() order. AdamW numbers parameters group by group, the groups being split_by_decay;
+    each nlq parameter gets the state of its official source (official_source), sliced by rows where the weight
+    was. Group settings are kept. ValueError if its groups do not fit the model."""
+    groups = opt["param_groups"]
     off_groups = split_by_decay(official_params)
     for g, names, what in zip(groups, off_groups, ("decayed (≥2-D)", "not decayed (<2-D)")):
         if len(g["params"]) != len(names):
             raise ValueError(f"the optimizer's {what} group has {len(g['params'])} parameters; the model has "
                              f"{len(names)}: the optimizer belongs to another model")
     official_id = {name: i for g, names in zip(groups, off_groups) for name, i in zip(names, g["params"])}
-    shape = dict(official_params)
     state, new_groups, j = {}, [], 0
     for g, names in zip(groups, split_by_decay(nlq_params)):
         new_groups.append({**{k: v for k, v in g.items() if k not in ("params", "param_names")},
                            "params": list(range(j, j + len(names)))})
         for name in names:
             src, rows = official_source(name, query_mode, C)
-            if official_id[src] in opt["state"]:
-                state[j] = {}
-                for k, v in opt["state"][official_id[src]].items():
-                    if torch.is_tensor(v) and tuple(v.shape) == tuple(shape[src]):  # exp_avg, exp_avg_sq, ...
-                        state[j][k] = v.clone() if rows is None else v[rows].clone()
-                    elif not torch.is_tensor(v) or v.dim() == 0:  # step
-                        state[j][k] = v.clone() if torch.is_tensor(v) else v
-                    else:
-                        raise ValueError(f"optimizer state {k!r} of {src} has shape {tuple(v.shape)}, not "
-                                         f"the parameter's {tuple(shape[src])}")
+            if official_id[src] in opt["state"]:  # step; exp_avg, exp_avg_sq: the parameter's shape, sliced as it
+                state[j] = {k: (v[rows] if rows is not None and v.dim() else v).clone()  # W_Q's own step: AdamW
+                            for k, v in opt["state"][official_id[src]].items()}      # adds to it in place
             j += 1
     return dict(state=state, param_groups=new_groups)
 
@@ -233,25 +151,19 @@ def convert_optimizer(opt, official_params, nlq_params, query_mode, C):
 # ------------------------------------------------------------------------------------------- the run folder
 def convert(official, meta, dataset, data_dir, out_dir, source="?"):
     """An official checkpoint (read_official) -> (nlq checkpoint dict, notes: list of str for the user).
-
-    meta: the meta.json of the dataset the converted run will use (dataset, data_dir). ValueError naming the
-    problem for anything that does not fit (see read_official, nlq_model_config, map_tensors,
-    convert_optimizer) and for weights that are not finite (a diverged run).
-    """
+    meta: the meta.json of the dataset the converted run will use (dataset, data_dir). ValueError for anything
+    that does not fit, and for weights that are not finite (a diverged run)."""
     margs = nlq_model_config(official["model_args"], meta["vocab_size"])
     cfg = dict(DEFAULTS, out_dir=out_dir, dataset=dataset, data_dir=data_dir, init_from="resume",
                **margs)
     settings = official["config"]
     defaulted = [k for k in CARRIED_SETTINGS if k not in settings]
-    for k in CARRIED_SETTINGS:
-        if k in settings:
-            cfg[k] = check_value(k, settings[k])
+    cfg.update({k: check_value(k, settings[k]) for k in CARRIED_SETTINGS if k in settings})
     if "eval_iters" in settings:  # its eval set: eval_iters batches of batch_size windows
         cfg["eval_windows"] = check_value("eval_windows", settings["eval_iters"] * cfg["batch_size"])
-    group = (official["optimizer"].get("param_groups") or [{}])[0]
-    if "betas" in group and "weight_decay" in group:  # what AdamW used; a resume keeps the groups' settings
-        cfg.update(weight_decay=float(group["weight_decay"]), beta1=float(group["betas"][0]),
-                   beta2=float(group["betas"][1]))
+    group = official["optimizer"]["param_groups"][0]  # what AdamW used; a resume keeps the groups' settings
+    beta1, beta2 = map(float, group["betas"])
+    cfg.update(weight_decay=float(group["weight_decay"]), beta1=beta1, beta2=beta2)
     validate(cfg)
     model_cfg = model_config(cfg, meta["vocab_size"])
     with torch.device("meta"):  # names and shapes only: no memory, no init
@@ -262,19 +174,13 @@ def convert(official, meta, dataset, data_dir, out_dir, source="?"):
     weights = {k: v for k, v in official["model"].items() if not k.endswith(".attn.bias")}
     state_dict = map_tensors(weights, {k: v.shape for k, v in model.state_dict().items()}, mode, C)
     check_finite(weights, source)  # a diverged run: sample.py and eval.py would refuse it
-    wte, head = weights["transformer.wte.weight"], weights["lm_head.weight"]
-    if model_cfg.tie_weights and not torch.equal(wte, head):
-        raise ValueError("tie_weights is True but transformer.wte.weight and lm_head.weight differ")
     # the official named_parameters() order: the state dict's order without the tied lm_head.weight
     official_params = [(k, tuple(v.shape)) for k, v in weights.items()
                        if not (model_cfg.tie_weights and k == "lm_head.weight")]
     nlq_params = [(k, tuple(p.shape)) for k, p in model.named_parameters()]
     optimizer = convert_optimizer(official["optimizer"], official_params, nlq_params, mode, C)
 
-    try:
-        iter_num, best_val = int(official["iter_num"]), float(official["best_val_loss"])
-    except (TypeError, ValueError) as e:
-        raise ValueError(f"iter_num and best_val_loss must be numbers ({e})") from e
+    iter_num, best_val = int(official["iter_num"]), float(official["best_val_loss"])
     seed = cfg["seed"]  # a fresh run's RNG streams: the official data order cannot be continued
     rng = [dict(train=torch.Generator().manual_seed(seed + 1).get_state(),
                 torch=torch.Generator().manual_seed(seed).get_state())]
@@ -302,9 +208,6 @@ def config_file(cfg, source):
     return "\n".join(lines + [f"{k} = {v!r}" for k, v in cfg.items()]) + "\n"
 
 
-TOKENIZERS = ("gpt2", "byte")  # --tokenizer: vocabularies known without a dataset
-
-
 def tokenizer_meta(tokenizer, dataset):
     """The meta.json fields sample.py and eval.py --hellaswag need for a tokenizer known without a dataset
     (gpt2 or byte); tokenizer_only=True says no dataset was read (train.py checks no hashes against it)."""
@@ -317,9 +220,6 @@ def export_hf(args):
     """convert.py hf: an nlq run folder -> a transformers folder (hf.export); returns its notes."""
     from interop import hf  # imports transformers
     hf.check_new_folder(args.out)  # before the checkpoint is read
-    if os.path.isfile(args.run):  # e.g. out/run/ckpt.pt
-        raise FileNotFoundError(f"{args.run} is a file; give the nlq run folder that holds ckpt.pt (train.py's "
-                                f"out_dir, e.g. {os.path.dirname(args.run) or '.'})")
     model, ckpt = load_run(args.run)
     notes = hf.export(model, ckpt["dataset_meta"], args.out, args.bpe_dir, args.code, source=args.run)
     print("\n".join(notes))
@@ -332,11 +232,7 @@ def export_hf(args):
 
 def main(argv=None):
     """Parse the command line and convert. official: write out_dir/{train_config.py, ckpt.pt} and return the
-    checkpoint dict; hf: write the transformers folder and return notes.
-
-    FileNotFoundError / ValueError (nothing written) for a bad input, a missing dataset or an output that
-    exists already.
-    """
+    checkpoint dict; hf: write the transformers folder and return notes. Nothing is written on an error."""
     p = argparse.ArgumentParser(prog="python -m interop.convert", description=__doc__, formatter_class=HelpFormatter,
                                 allow_abbrev=False)
     sub = p.add_subparsers(dest="format", required=True)
@@ -344,9 +240,10 @@ def main(argv=None):
                        formatter_class=HelpFormatter)
     o.add_argument("path", type=os.path.expanduser, help="the checkpoint to convert (ckpt.pt)")
     o.add_argument("--out_dir", type=os.path.expanduser, required=True, help="the nlq run folder to create")
-    o.add_argument("--tokenizer", choices=TOKENIZERS, default=None, help="the model's tokenizer, with no "
-                   "dataset (default: gpt2 for a checkpoint trained on openwebtext)")
-    o.add_argument("--dataset", default=None, help="bind the run to this prepared dataset now: "
+    data = o.add_mutually_exclusive_group()
+    data.add_argument("--tokenizer", choices=("gpt2", "byte"), default=None, help="the model's tokenizer, with no "
+                      "dataset (default: gpt2 for a checkpoint trained on openwebtext)")
+    data.add_argument("--dataset", default=None, help="bind the run to this prepared dataset now: "
                    "data_dir/dataset/meta.json, from prepare_data.py (default: the checkpoint's config's "
                    "dataset, unless --tokenizer applies)")
     o.add_argument("--data_dir", type=os.path.expanduser,
@@ -368,44 +265,35 @@ def main(argv=None):
     # (a resume keeps metrics rows up to its iter), and a user's own train_config.py would be replaced
     held = sorted(os.listdir(args.out_dir)) if os.path.isdir(args.out_dir) else []
     if held:
-        shown = ", ".join(held[:3]) + (f" and {len(held) - 3} more" if len(held) > 3 else "")
-        raise ValueError(f"--out_dir {args.out_dir} is not empty (it holds {shown}); convert.py official makes a "
+        raise ValueError(f"--out_dir {args.out_dir} is not empty (it holds {', '.join(held[:3])}"
+                         f"{' ...' if len(held) > 3 else ''}); convert.py official makes a "
                          f"new run folder: choose a new --out_dir (or empty that one)")
     official = read_official(args.path)
-    if args.tokenizer and args.dataset:
-        raise ValueError("pass --tokenizer (no dataset) or --dataset (a prepared one), not both")
-    dataset = args.dataset or official["config"].get("dataset")
-    if not dataset:
-        raise ValueError("the checkpoint names no dataset; pass --dataset NAME (a prepare_data.py dataset) or "
-                         "--tokenizer gpt2")
+    dataset = args.dataset or official["config"]["dataset"]  # (the official train.py's config names it)
     tokenizer = args.tokenizer or ("gpt2" if dataset == "openwebtext" and not args.dataset else None)
     meta = (tokenizer_meta(tokenizer, dataset) if tokenizer
             else load_meta(os.path.join(args.data_dir, dataset)))
     ckpt, notes = convert(official, meta, dataset, args.data_dir, args.out_dir, args.path)
 
-    made = not os.path.isdir(args.out_dir)
-    config_path, ckpt_path = (os.path.join(args.out_dir, f) for f in ("train_config.py", "ckpt.pt"))
+    tmp = f"{os.path.abspath(args.out_dir)}.{os.getpid()}.tmp"  # written here, then renamed onto out_dir
     try:
-        os.makedirs(args.out_dir, exist_ok=True)
-        atomic_write_text(config_path, config_file(ckpt["config"], args.path))
-        replace_atomically(ckpt_path, lambda tmp: torch.save(ckpt, tmp))  # last: a ckpt.pt is only ever whole
-    except BaseException as e:  # a full disk, Ctrl-C: take back what was written, so nothing half-done stays
-        if os.path.exists(config_path) and not os.path.exists(ckpt_path):
-            os.remove(config_path)
-        if made and os.path.isdir(args.out_dir) and not os.listdir(args.out_dir):
-            os.rmdir(args.out_dir)
+        os.makedirs(tmp)
+        with open(os.path.join(tmp, "train_config.py"), "w") as f:
+            f.write(config_file(ckpt["config"], args.path))
+        torch.save(ckpt, os.path.join(tmp, "ckpt.pt"))
+        os.replace(tmp, args.out_dir)  # (an empty out_dir is replaced)
+    except BaseException as e:  # a full disk, Ctrl-C: nothing half-done stays
+        shutil.rmtree(tmp, ignore_errors=True)
         if isinstance(e, (OSError, RuntimeError)):  # torch.save reports a full disk as a RuntimeError
             raise ValueError(f"cannot write {args.out_dir} ({getattr(e, 'strerror', None) or e}); {fix_for(e)} or "
                              f"choose another --out_dir") from e
         raise
     m = ckpt["model_args"]
     print(f"converted {args.path} (official {ckpt['converted_from']['query_mode']}, iter {ckpt['iter_num']}) "
-          f"-> {ckpt_path} (nlq {m['query_mode']}, {m['n_layer']} layers x {m['n_embd']}, {m['n_head']} "
-          f"heads, attn_scale {m['attn_scale']:.6g})")
-    where = (f"tokenizer {meta['tokenizer']} (no dataset read; train.py and eval.py's loss will use "
-             f"{os.path.join(args.data_dir, dataset)})" if tokenizer
-             else f"dataset: {os.path.join(args.data_dir, dataset)} ({meta['tokenizer']}")
-    print(f"{where}, vocab {meta['vocab_size']} in an embedding of {m['vocab_size']}" + ("" if tokenizer else ")"))
+          f"-> {os.path.join(args.out_dir, 'ckpt.pt')} (nlq {m['query_mode']}, {m['n_layer']} layers x "
+          f"{m['n_embd']}, {m['n_head']} heads, attn_scale {m['attn_scale']:.6g})")
+    print(f"tokenizer {meta['tokenizer']}, vocab {meta['vocab_size']} in an embedding of {m['vocab_size']}; "
+          f"dataset {os.path.join(args.data_dir, dataset)}" + (" (not read: to train or score)" if tokenizer else ""))
     print("\n".join(notes))
     print(f"next: python sample.py --out_dir={args.out_dir}\n"
           f"      python eval.py --out_dir={args.out_dir}\n"

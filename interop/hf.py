@@ -4,34 +4,22 @@ nlq and the Hugging Face ecosystem: export a run to a `transformers` folder, imp
     python -m interop.convert hf out/owt --out=hf/owt                                # export (convert.py calls export)
     python train.py --init_from=gpt2 --dataset=shakespeare --out_dir=out/gpt2_shakespeare   # import (train.py)
 
-hf.py is a library for those two commands; docs/huggingface.md has the details.
-
-Export. Every model becomes transformers' GPT-2: nn.Linear weights are transposed into GPT-2's Conv1D layout
-(c_q, c_k and c_v become c_attn's [W_Q; W_K; W_V] columns), missing biases of GPT-2's layers (bias=False) are saved as
-zeros, activation_function is "gelu" (exact erf GELU, nlq's default), "gelu_pytorch_tanh" (nlq's gelu_tanh:
-the same F.gelu call) or "relu2" (transformers' ReLU squared), and the whole embedding is saved, its padding
-rows included (50304 rows for GPT-2's 50257 tokens). A `linear` model at the standard scale 1/sqrt(head_dim)
-without qk_norm or RoPE is a plain GPT2LMHeadModel.
-Every other model gets modeling_nlq.py (trust_remote_code=True): model.py's source, then GPT2_WITH_NLQ_QUERY
-below, GPT-2 whose attention takes q from model.py's query-mode class (one source of the maths). c_attn holds K
-and V (and linear's W_Q); the query mode's own parameters keep nlq's names (attn.query.w1...). A rope model's
-wpe is zeros and its attention turns q and k by model.py's rotary at GPT-2's position_ids. All the rest is
-GPT-2's own: KV cache, padding and causal masks, SDPA or eager attention, generate, save_pretrained.
-
-Import. GPT-2's weights (a Hub name, through the normal Hugging Face cache, or a local folder) load into nlq
-exactly in `linear` mode, with bias=True and activation="gelu_tanh" (GPT-2's tanh approximation). In the other
-query modes K, V and the rest are GPT-2's; W_Q becomes: `linear_residual`: w_q = W_Q - I at the standard scale
-1/sqrt(head_dim), which is exact (q = x + x(W_Q - I) = x W_Q); `identity`: dropped (q = x); `nonlinear`:
-dropped, and f starts from its random initialisation (the run's seed). f's own GELU stays the exact one.
-An nlq export loads exactly in its own query mode and settings (read as JSON and safetensors: none of its code
-runs).
+Export. Every model becomes transformers' GPT-2 (nn.Linear weights transposed into its Conv1D layout, c_q, c_k
+and c_v as c_attn's [W_Q; W_K; W_V], absent biases saved as zeros, the whole padded embedding): a `linear` model at
+the scale 1/sqrt(head_dim) without qk_norm or RoPE is a plain GPT2LMHeadModel; every other model gets
+modeling_nlq.py (trust_remote_code=True), model.py's source and then GPT2_WITH_NLQ_QUERY below, GPT-2 whose
+attention takes q from model.py's query-mode class (a rope model: zeros for wpe, and model.py's rotary at GPT-2's
+position_ids).
+Import. GPT-2's weights load into nlq exactly in `linear` mode; in the other modes K, V and the rest are GPT-2's
+and W_Q becomes w_q = W_Q - I (`linear_residual`, exact at 1/sqrt(head_dim)) or is dropped (`identity`,
+`nonlinear`). An nlq export loads exactly in its own query mode, read as JSON and safetensors (none of its code
+runs). docs/huggingface.md has the details.
 """
 import importlib.util
 import json
 import math
 import os
 import shutil
-import tempfile
 
 import torch
 
@@ -39,13 +27,13 @@ import model as nlq_model
 from model import GPTConfig
 from nlq.checkpoint import fix_for, writable_folder
 from nlq.settings import DEFAULTS, check_value
-from nlq.tokenizers import GPT2_BPE_DIR, GPT2_EOT, GPT2_VOCAB, gpt2_encoding
+from nlq.tokenizers import GPT2_BPE_DIR, GPT2_VOCAB, gpt2_encoding
 
 # GPT-2's activation_function -> GPTConfig.activation (GPT-2 itself uses gelu_new, the tanh approximation)
 HF_ACTIVATIONS = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "relu2": "relu2"}
 EXPORT_ACTIVATIONS = {"gelu": "gelu", "gelu_tanh": "gelu_pytorch_tanh", "relu2": "relu2"}
 MODELING_FILE = "modeling_nlq.py"
-END_OF_TEXT = "<|endoftext|>"  # byte and char exports' end-of-text token (vocab_tokenizer), named as GPT-2's
+END_OF_TEXT = "<|endoftext|>"  # byte and char exports' end-of-text token (tokenizer_for), named as GPT-2's
 # nlq's query settings in an export's config.json (NlqConfig, with bias); init_from an export takes them
 QUERY_KEYS = ("query_mode", "query_hidden", "query_norm_in", "query_norm_out", "attn_scale", "qk_norm", "pos_embedding")
 CONV1D = ("attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight")  # (in, out) in GPT-2
@@ -64,9 +52,7 @@ def _transformers():
 # ------------------------------------------------------------------------------------------------ export
 def gpt2_blockers(cfg: GPTConfig):
     """Why a plain GPT2LMHeadModel cannot compute this model: a list of str, empty if it can."""
-    out = []
-    if cfg.query_mode != "linear":
-        out.append(f"query_mode {cfg.query_mode!r} (GPT-2's query is linear)")
+    out = [] if cfg.query_mode == "linear" else [f"query_mode {cfg.query_mode!r} (GPT-2's query is linear)"]
     standard = 1 / math.sqrt(cfg.n_embd // cfg.n_head)
     if not math.isclose(cfg.attn_scale, standard, rel_tol=1e-12):
         out.append(f"attn_scale {cfg.attn_scale:.6g} (GPT-2 uses 1/sqrt(head_dim) = {standard:.6g})")
@@ -181,40 +167,27 @@ class NlqForCausalLM(GPT2LMHeadModel):
 AUTO_MAP = {"AutoConfig": "modeling_nlq.NlqConfig", "AutoModelForCausalLM": "modeling_nlq.NlqForCausalLM"}
 
 
-def modeling_source():
-    """modeling_nlq.py: model.py's source text, then GPT2_WITH_NLQ_QUERY; written from the model code itself."""
+def write_modeling_file(folder):
+    """Write folder/modeling_nlq.py, model.py's source text and then GPT2_WITH_NLQ_QUERY, and import it: the
+    model is built from the very file the folder holds."""
     with open(nlq_model.__file__, encoding="utf-8") as f:
         source = f.read()
-    header = ("# Written by nlq's convert.py hf: model.py as it was at export time, then GPT-2 with its query.\n"
-              "# Load with AutoModelForCausalLM.from_pretrained(folder, trust_remote_code=True).\n")
-    return header + source + GPT2_WITH_NLQ_QUERY
-
-
-def import_file(path):
-    """The Python module at path (the modeling_nlq.py an export writes), imported under its file name."""
-    spec = importlib.util.spec_from_file_location(os.path.basename(path).removesuffix(".py"), path)
+    path = os.path.join(folder, MODELING_FILE)
+    with open(path, "w", encoding="utf-8") as f:
+        f.write("# Written by nlq's convert.py hf: model.py as it was at export time, then GPT-2 with its query.\n"
+                "# Load with AutoModelForCausalLM.from_pretrained(folder, trust_remote_code=True).\n"
+                + source + GPT2_WITH_NLQ_QUERY)
+    spec = importlib.util.spec_from_file_location(MODELING_FILE.removesuffix(".py"), path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
 
 
 # ------------------------------------------------------------------------------------------- tokenizers
-def gpt2_tokenizer(bpe_dir=None):
-    """GPT-2's BPE as a transformers tokenizer, from encoder.json + vocab.bpe in bpe_dir (None: the copy shipped
-    in tests/data/gpt2), offline. DataError (prepare_data) if the files are missing or not OpenAI's."""
-    t = _transformers()
-    bpe_dir = str(GPT2_BPE_DIR if bpe_dir is None else bpe_dir)
-    gpt2_encoding(bpe_dir)  # checks the files' sha256: OpenAI's files, or a clear error
-    with open(os.path.join(bpe_dir, "encoder.json"), encoding="utf-8") as f:
-        vocab = json.load(f)
-    with open(os.path.join(bpe_dir, "vocab.bpe"), encoding="utf-8") as f:
-        merges = [tuple(line.split()) for line in f.read().split("\n")[1:] if line]
-    return t.GPT2Tokenizer(vocab=vocab, merges=merges, pad_token=END_OF_TEXT)  # pads as GPT-2's users do (masked)
-
-
-def vocab_tokenizer(meta, rows=None):
-    """A byte or char vocabulary (meta.json's tokenizer and chars) as a transformers tokenizer whose ids are
-    nlq's: byte = the UTF-8 bytes, char = the index in meta["chars"].
+def tokenizer_for(meta, bpe_dir=None, rows=None):
+    """The transformers tokenizer of a dataset's meta.json dict, its ids nlq's: GPT-2's BPE, from encoder.json
+    and vocab.bpe in bpe_dir (None: the copy shipped in tests/data/gpt2; DataError if they are missing or not
+    OpenAI's), byte = the UTF-8 bytes, char = the index in meta["chars"].
 
     Its end-of-text token, END_OF_TEXT, is an id no text encodes to, so that lm-evaluation-harness can stop
     generation tasks and pad their batches with it (it fails without one): byte 0xFF, which UTF-8 never uses,
@@ -222,6 +195,11 @@ def vocab_tokenizer(meta, rows=None):
     no model to fit). split_special_tokens: a text's literal "<|endoftext|>" still encodes as its characters.
     """
     t = _transformers()
+    if meta["tokenizer"] == "gpt2":
+        bpe_dir = str(GPT2_BPE_DIR if bpe_dir is None else bpe_dir)
+        gpt2_encoding(bpe_dir)  # checks the files' sha256: OpenAI's files, or a clear error
+        return t.GPT2Tokenizer(vocab=os.path.join(bpe_dir, "encoder.json"), merges=os.path.join(bpe_dir, "vocab.bpe"),
+                               pad_token=END_OF_TEXT)  # pads as GPT-2's users do (masked)
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
     if meta["tokenizer"] == "byte":
         from transformers.convert_slow_tokenizer import bytes_to_unicode
@@ -230,24 +208,15 @@ def vocab_tokenizer(meta, rows=None):
         tok = Tokenizer(models.BPE(vocab=vocab, merges=[]))
         tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
         tok.decoder = decoders.ByteLevel()
-    elif meta["tokenizer"] == "char":
+    else:  # char
         vocab = {c: i for i, c in enumerate(meta["chars"])}
         if rows is None or rows > len(vocab):
             vocab[END_OF_TEXT] = len(vocab)
         tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token=None))
         tok.pre_tokenizer = pre_tokenizers.Split("", behavior="isolated")
         tok.decoder = decoders.Fuse()
-    else:
-        raise ValueError(f"unknown tokenizer {meta['tokenizer']!r} in meta.json")
     special = dict(eos_token=END_OF_TEXT, pad_token=END_OF_TEXT) if END_OF_TEXT in vocab else {}
     return t.PreTrainedTokenizerFast(tokenizer_object=tok, split_special_tokens=True, **special)
-
-
-def tokenizer_for(meta, bpe_dir=None, rows=None):
-    """The transformers tokenizer of a dataset's meta.json dict (gpt2, byte or char; rows: vocab_tokenizer's)."""
-    if meta.get("tokenizer") == "gpt2":
-        return gpt2_tokenizer(bpe_dir)
-    return vocab_tokenizer(meta, rows)
 
 
 # ------------------------------------------------------------------------------------------- the folder
@@ -259,28 +228,21 @@ def check_new_folder(hf_dir):
 
 
 def normal_permissions(folder):
-    """Give folder, and everything in it, the modes a plain mkdir and open would: 0o777 and 0o666 less the
-    umask (tempfile.mkdtemp makes 0700 and safetensors writes its file 0600, which other users, a shared
-    model folder or a web server could not read)."""
+    """Give the files in folder the modes a plain open would, 0o666 less the umask (safetensors writes its
+    file 0600, which other users, a shared model folder or a web server could not read)."""
     umask = os.umask(0o022)  # the umask can only be read by setting it: set it back at once
     os.umask(umask)
-    for root, _, files in os.walk(folder):
-        os.chmod(root, 0o777 & ~umask)
-        for name in files:
-            os.chmod(os.path.join(root, name), 0o666 & ~umask)
+    for name in os.listdir(folder):
+        os.chmod(os.path.join(folder, name), 0o666 & ~umask)
 
 
 def export(model, meta, hf_dir, bpe_dir=None, code="auto", source=""):
     """Write an nlq GPT (eval mode, any device) and its tokenizer as a transformers folder at hf_dir.
 
     meta: the dataset's meta.json dict (its tokenizer). code: "auto" = nlq's modeling code only where a plain
-    GPT-2 cannot compute the model, "nlq" = always, "gpt2" = never (ValueError naming why, for a model GPT-2
-    cannot express).
-    The folder is written to a temporary folder next to hf_dir and renamed into place: it is complete or absent,
-    with the permissions a plain mkdir and open would give (the umask's). ValueError if hf_dir exists (an empty
-    folder too), is an empty string or cannot be made (a file in its path, no permission), or cannot be written
-    (a full disk: nothing stays).
-    Returns a list of notes (str) for the user.
+    GPT-2 cannot compute the model, "nlq" = always, "gpt2" = never (ValueError naming why). The folder is
+    written next to hf_dir and renamed into place: complete or absent, with the permissions a plain mkdir and
+    open would give. ValueError if hf_dir exists or cannot be made or written. Returns notes (str) for the user.
     """
     t = _transformers()
     cfg = model.config
@@ -292,19 +254,17 @@ def export(model, meta, hf_dir, bpe_dir=None, code="auto", source=""):
     custom = code == "nlq" or bool(blockers)
     query = nlq_model.QUERY_MODES[cfg.query_mode]
     if custom and query.__module__ != nlq_model.__name__:  # modeling_nlq.py is model.py's source text
-        raise ValueError(f"query mode {cfg.query_mode!r} ({query.__name__}) is defined in {query.__module__}, "
-                         f"not in model.py, so the exported modeling code (model.py's source) could not build "
-                         f"it: define the class in model.py and register it there")
+        raise ValueError(f"query mode {cfg.query_mode!r} ({query.__name__}) is defined in {query.__module__}, not "
+                         f"in model.py, whose source the export's modeling code is: define the class there")
     tokenizer = tokenizer_for(meta, bpe_dir, cfg.vocab_size)
     tokenizer.model_max_length = cfg.block_size
     eos = tokenizer.eos_token_id  # None only for a char vocabulary whose model has no row to spare
     ids = dict(bos_token_id=eos, eos_token_id=eos, pad_token_id=eos)
-    tmp = tempfile.mkdtemp(prefix=".hf_export_", dir=os.path.dirname(os.path.abspath(hf_dir)))
+    tmp = f"{os.path.abspath(hf_dir)}.{os.getpid()}.tmp"  # beside hf_dir; made as a plain mkdir makes it
     try:
-        if custom:  # the modeling code first: the model is built from the very file the folder holds
-            with open(os.path.join(tmp, MODELING_FILE), "w", encoding="utf-8") as f:
-                f.write(modeling_source())
-            modeling = import_file(os.path.join(tmp, MODELING_FILE))
+        os.mkdir(tmp)
+        if custom:
+            modeling = write_modeling_file(tmp)
             query = {k: getattr(cfg, k) for k in (*QUERY_KEYS, "bias")}
             hf_model = modeling.NlqForCausalLM(gpt2_config(cfg, modeling.NlqConfig, auto_map=AUTO_MAP, **query,
                                                            **ids))
@@ -327,32 +287,24 @@ def export(model, meta, hf_dir, bpe_dir=None, code="auto", source=""):
             raise ValueError(f"cannot write the export to {hf_dir} ({e}); {fix_for(e)} or choose another "
                              f"--out") from e
         raise
-    kind = "a plain GPT2LMHeadModel (no custom code)"
-    if custom:
-        why = f": {'; '.join(blockers)}" if blockers else ""
-        kind = f"GPT-2 with nlq's query (modeling_nlq.py, trust_remote_code=True){why}"
+    why = f": {'; '.join(blockers)}" if blockers else ""
+    kind = (f"GPT-2 with nlq's query (modeling_nlq.py, trust_remote_code=True){why}" if custom
+            else "a plain GPT2LMHeadModel (no custom code)")
     return [f"exported {source + ' ' if source else ''}-> {hf_dir} as {kind}", *export_notes(cfg, meta, eos)]
 
 
 def export_notes(cfg: GPTConfig, meta, eos):
-    """What a user of an export needs to know, in its terms (a list of str): its positions, the start token
-    lm-evaluation-harness needs (eos: the tokenizer's end-of-text id, which a byte or char model never saw; None
-    where a char model has no row for one), a char vocabulary's limits, the embedding's padding rows."""
+    """What a user of an export needs to know (a list of str); eos: the tokenizer's end-of-text id, or None."""
     notes = [f"it has {cfg.block_size} positions (n_positions): keep a prompt's length + max_new_tokens <= "
              f"{cfg.block_size + 1} in generate"]  # past them, GPT-2's position embedding fails (IndexError)
     if meta["tokenizer"] != "gpt2":  # byte and char vocabularies: their texts start after a newline
         chars = meta.get("chars") or []
-        newline = 10 if meta["tokenizer"] == "byte" else chars.index("\n") if "\n" in chars else None
-        prefix = (f"prefix_token_id={newline} (a newline)" if newline is not None
-                  else "prefix_token_id=ID (a token that starts texts in the training data)")
-        if eos is None:
-            notes.append(f"the tokenizer has no end-of-text token (the embedding has no row to spare for one: "
-                         f"export a model with vocab_size > {len(chars)}), so lm-evaluation-harness cannot run "
-                         f"generation tasks (generate_until) and needs {prefix} in --model_args to start a text")
-        else:
-            notes.append(f"its end-of-text token {END_OF_TEXT} (id {eos}) ends and pads lm-evaluation-harness's "
-                         f"generation tasks, but the model never saw it: add {prefix} to lm_eval's --model_args "
-                         f"for the harness to start texts from (else it starts them from {END_OF_TEXT})")
+        newline = 10 if meta["tokenizer"] == "byte" else chars.index("\n") if "\n" in chars else "ID"
+        notes.append(f"lm-evaluation-harness starts a text without context from the end-of-text token, which the "
+                     f"model never saw: add prefix_token_id={newline} (a newline, or a token that starts texts in "
+                     f"the training data) to lm_eval's --model_args" + ("" if eos is not None else
+                     f"; the tokenizer has no end-of-text token (the embedding has no row to spare for one: export "
+                     f"a model with vocab_size > {len(chars)}), so generation tasks (generate_until) cannot run"))
     if meta["tokenizer"] == "char":  # the Rust tokenizer's own error would say only "Missing [UNK] token"
         notes.append(f"the char tokenizer knows only the {len(meta['chars'])} characters of its training text: a "
                      f"text with any other character fails to encode (tokenizers: 'Missing [UNK] token'); to score "
@@ -364,26 +316,14 @@ def export_notes(cfg: GPTConfig, meta, eos):
 
 
 # ------------------------------------------------------------------------------------------------ import
-# the files from_pretrained reads a local folder's weights from; one of them must be there
-WEIGHT_FILES = ("model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
-                "pytorch_model.bin.index.json")
-FROM_GPT2 = "give a GPT-2 folder or a Hub name (gpt2, gpt2-medium, gpt2-large, gpt2-xl)"
-
-
 def read_folder_config(folder):
     """A local folder's config.json as a dict, read as plain JSON: no code of the folder runs, and transformers
-    is not asked (it would offer to run an nlq export's modeling_nlq.py, interactively).
-
-    ValueError naming the problem and the fix for a folder init_from cannot load: no or a damaged config.json,
-    an nlq run folder (train.py's config.json), a model_type other than gpt2 or nlq (an nlq export), or no
-    weights file (WEIGHT_FILES).
-    """
+    is not asked (it would offer to run an nlq export's modeling_nlq.py, interactively). ValueError naming the
+    fix for a folder init_from cannot load."""
     path = os.path.join(folder, "config.json")
     try:
         with open(path, encoding="utf-8") as f:
             config = json.load(f)
-    except FileNotFoundError:
-        raise ValueError(f"{folder} has no config.json, so it is not a transformers folder; {FROM_GPT2}") from None
     except (OSError, ValueError):  # unreadable, not UTF-8, not JSON
         config = None
     if not isinstance(config, dict):
@@ -395,17 +335,13 @@ def read_folder_config(folder):
                          f"init_from: python -m interop.convert hf {folder} --out=NEW_FOLDER)")
     if model_type not in ("gpt2", "nlq"):
         raise ValueError(f"{folder} holds a {model_type!r} model (config.json's model_type); init_from loads "
-                         f"GPT-2 (model_type gpt2) and nlq's exports (nlq) only: {FROM_GPT2}")
-    if not any(os.path.isfile(os.path.join(folder, name)) for name in WEIGHT_FILES):
-        raise ValueError(f"{folder} has a config.json but no weights (model.safetensors): the folder is "
-                         f"incomplete; export or download it again")
+                         f"GPT-2 (model_type gpt2) and nlq's exports (nlq) only")
     return config
 
 
 def load_gpt2_config(name_or_path):
-    """The GPT2Config of a GPT2_HUB name (downloaded once into the Hugging Face cache) or a local folder
-    (checked by read_folder_config; an nlq export's model_type and query settings are attributes of it too).
-    ValueError naming the problem (not GPT-2, not found, offline without a cached copy)."""
+    """The GPT2Config of a GPT2_HUB name (downloaded once into the Hugging Face cache) or a local folder (an nlq
+    export's model_type and query settings are attributes of it too). ValueError naming the problem."""
     t = _transformers()
     if os.path.isdir(name_or_path):  # transformers reads a local folder before the Hub
         return t.GPT2Config.from_dict(read_folder_config(name_or_path))
@@ -421,26 +357,20 @@ def load_gpt2_config(name_or_path):
 
 
 def export_weights(folder):
-    """An nlq export's state dict, read with safetensors alone (none of the folder's code runs): its
-    model.safetensors, or else the shards its model.safetensors.index.json maps the weights to (what
-    save_pretrained(max_shard_size=...) writes, as the HF Trainer re-saves a model)."""
+    """An nlq export's state dict, read with safetensors alone (none of the folder's code runs): model.safetensors,
+    or else the shards model.safetensors.index.json names (save_pretrained(max_shard_size=...), the HF Trainer's)."""
     from safetensors.torch import load_file
-    single, index = os.path.join(folder, "model.safetensors"), os.path.join(folder, "model.safetensors.index.json")
-    if os.path.isfile(single) or not os.path.isfile(index):  # transformers' order: the single file first
-        return load_file(single)
-    with open(index, encoding="utf-8") as f:
-        shards = set(json.load(f)["weight_map"].values())  # {weight name: shard file}
-    return {k: v for shard in sorted(shards) for k, v in load_file(os.path.join(folder, shard)).items()}
+    shards, index = ["model.safetensors"], os.path.join(folder, "model.safetensors.index.json")
+    if not os.path.isfile(os.path.join(folder, shards[0])) and os.path.isfile(index):  # transformers' order
+        with open(index, encoding="utf-8") as f:
+            shards = sorted(set(json.load(f)["weight_map"].values()))  # {weight name: shard file}
+    return {k: v for shard in shards for k, v in load_file(os.path.join(folder, shard)).items()}
 
 
 def load_gpt2(name_or_path, config=None):
     """A transformers GPT-2 (GPT2LMHeadModel) or nlq export -> (its state dict, its GPT2Config), on the CPU.
-
-    name_or_path: a GPT2_HUB name (downloaded once into the Hugging Face cache) or a local folder; config: its
-    GPT2Config when load_gpt2_config has read it already (else it is read here). An nlq export's weights are
-    read as they are, with safetensors (no code of the folder runs). ValueError naming the problem (not GPT-2,
-    not found, offline without a cached copy, weights missing, truncated or damaged).
-    """
+    config: load_gpt2_config's, if read already. An nlq export's weights are read as they are, with safetensors
+    (no code of the folder runs). ValueError naming the problem."""
     t = _transformers()
     config = config or load_gpt2_config(name_or_path)
     try:
@@ -451,86 +381,43 @@ def load_gpt2(name_or_path, config=None):
     except Exception as e:  # OSError (no weights), safetensors' SafetensorError (truncated), ...
         first = str(e).strip().splitlines()[0] if str(e).strip() else ""
         raise ValueError(f"cannot read the weights of {name_or_path} ({type(e).__name__}: {first}); they are "
-                         f"truncated or damaged: export or download them again") from e
+                         f"missing, truncated or damaged: export or download them again") from e
     return {k: v.detach() for k, v in hf.state_dict().items()}, config
-
-
-def folder_tokenizer(folder):
-    """The tokenizer a transformers folder ships, read from its tokenizer.json as plain JSON: a meta.json-like
-    dict(tokenizer=gpt2 | byte | char | None (one nlq does not make), vocab_size=N), with chars for char;
-    None if the folder has no readable tokenizer.json."""
-    try:
-        with open(os.path.join(folder, "tokenizer.json"), encoding="utf-8") as f:
-            tok = json.load(f)
-        model, added = tok["model"], tok.get("added_tokens") or []
-        vocab = dict(model["vocab"])
-        ids = set(vocab.values()) | {a["id"] for a in added}
-    except (OSError, ValueError, TypeError, KeyError):
-        return None
-    kind, chars = None, None
-    if model.get("type") == "BPE" and len(ids) == GPT2_VOCAB and vocab.get("<|endoftext|>") == GPT2_EOT:
-        kind = "gpt2"
-    elif model.get("type") == "BPE" and not model.get("merges") and len(ids) == 256:
-        kind = "byte"
-    elif model.get("type") == "WordLevel":  # vocab_tokenizer's char vocabulary: {char: its id}, END_OF_TEXT last
-        kind, chars = "char", [c for c, _ in sorted(vocab.items(), key=lambda kv: kv[1]) if c != END_OF_TEXT]
-    return dict(tokenizer=kind, vocab_size=len(chars) if kind == "char" else len(ids),
-                **({"chars": chars} if chars is not None else {}))
-
-
-# how to prepare a dataset with each tokenizer, for check_tokenizer's messages
-PREPARE_FOR = {"gpt2": "e.g. python prepare_data.py shakespeare, then --dataset=shakespeare",
-               "byte": "e.g. python prepare_data.py local --input TEXT --name NAME --tokenizer byte, then "
-                       "--dataset=NAME",
-               "char": "the dataset of the run it was exported from"}
 
 
 def check_tokenizer(config, cfg, meta):
     """ValueError, naming both and the fix, if the dataset (meta: its meta.json dict) is not tokenized as the
-    model of init_from (cfg["init_from"]; config: its GPT2Config) was trained. A folder that ships a tokenizer
-    nlq knows (tokenizer.json: GPT-2 BPE, byte or char) is compared token for token; otherwise a GPT-2-sized
-    embedding (50257 rows, or more: padded, as nlq's exports of GPT-2 BPE runs are) needs GPT-2 BPE data."""
-    data = (f"dataset {cfg['dataset']} is tokenized with {meta.get('tokenizer')!r} "
-            f"({meta.get('vocab_size')} tokens)")
-    source = cfg["init_from"]
-    theirs = folder_tokenizer(source) if os.path.isdir(source) else None
-    if theirs is not None and theirs["tokenizer"] is not None:
-        kind = theirs["tokenizer"]
-        if kind != meta.get("tokenizer") or theirs["vocab_size"] != meta.get("vocab_size"):
-            raise ValueError(f"{data}, but init_from {source} reads {kind!r} ids ({theirs['vocab_size']} tokens, "
-                             f"its tokenizer.json): the ids would mean other tokens; fine-tune it on data "
-                             f"prepared with its tokenizer ({PREPARE_FOR[kind]})")
-        if theirs.get("chars") is not None and meta.get("chars") is not None and theirs["chars"] != meta["chars"]:
-            raise ValueError(f"{data}, but init_from {source} has another character vocabulary (its "
-                             f"tokenizer.json): the ids would mean other characters; fine-tune it on data "
-                             f"prepared with its tokenizer ({PREPARE_FOR['char']})")
-        return
-    if config.vocab_size >= GPT2_VOCAB and meta.get("tokenizer") != "gpt2":
-        rows = (f"{config.vocab_size} rows: GPT-2's {GPT2_VOCAB} BPE tokens and padding"
-                if config.vocab_size > GPT2_VOCAB else f"{GPT2_VOCAB} tokens")
-        raise ValueError(f"{data}, but GPT-2 reads GPT-2 BPE ids (init_from {source}: {rows}); fine-tune it on "
-                         f"data prepared with the gpt2 tokenizer ({PREPARE_FOR['gpt2']})")
+    model of init_from (cfg["init_from"]; config: its GPT2Config) was trained. A folder's tokenizer.json must
+    hold the dataset's vocabulary, token for token (its end-of-text token aside: a byte or char model never saw
+    it); without one, a GPT-2-sized embedding (50257 rows, or more: padded, as nlq's exports of GPT-2 BPE runs
+    are) needs GPT-2 BPE data."""
+    data = f"dataset {cfg['dataset']} is tokenized with {meta['tokenizer']!r} ({meta['vocab_size']} tokens)"
+    source, file = cfg["init_from"], os.path.join(cfg["init_from"], "tokenizer.json")
+    if os.path.isfile(file):
+        theirs = _transformers().PreTrainedTokenizerFast(tokenizer_file=file).get_vocab()
+        ours = tokenizer_for(meta).get_vocab()
+        if {**theirs, END_OF_TEXT: None} != {**ours, END_OF_TEXT: None}:
+            raise ValueError(f"{data}, but init_from {source} has another vocabulary ({len(theirs)} tokens, its "
+                             f"tokenizer.json): the ids would mean other tokens; fine-tune it on data prepared "
+                             f"with its tokenizer")
+    elif config.vocab_size >= GPT2_VOCAB and meta["tokenizer"] != "gpt2":
+        raise ValueError(f"{data}, but GPT-2 reads GPT-2 BPE ids (init_from {source}: {config.vocab_size} rows); "
+                         f"fine-tune it on GPT-2 BPE data (e.g. python prepare_data.py shakespeare, then "
+                         f"--dataset=shakespeare)")
 
 
-def gpt2_settings(config, cfg, meta=None, bias=True, source="GPT-2"):
+def gpt2_settings(config, cfg, meta, bias=True, source="GPT-2"):
     """The nlq model keys a GPT-2 config fixes -> (dict of them, notes for the log). cfg: the run's config dict
-    (query_mode, attn_scale, qk_norm, block_size are the run's, an nlq export's query settings its own;
-    block_size may not exceed n_positions); meta: the dataset's meta.json dict, or None. bias and source: a
-    GPT-2-shaped model of another kind (a nanoGPT checkpoint, without biases where it was trained so).
-
-    ValueError for a GPT-2 variant nlq cannot compute (another activation, layer-norm epsilon or attention
-    scaling), or a dataset whose tokens are not the model's (check_tokenizer)."""
+    (query_mode, attn_scale, qk_norm, block_size are the run's, an nlq export's query settings its own); meta:
+    the dataset's meta.json dict. bias and source: a GPT-2-shaped model of another kind (a nanoGPT checkpoint).
+    ValueError for a GPT-2 variant nlq cannot compute, or a dataset whose tokens are not the model's."""
     act = HF_ACTIVATIONS.get(config.activation_function)
-    problems = [] if act else [f"activation_function {config.activation_function!r} (nlq computes "
-                               f"{', '.join(HF_ACTIVATIONS)})"]
-    if not math.isclose(config.layer_norm_epsilon, 1e-5):
-        problems.append(f"layer_norm_epsilon {config.layer_norm_epsilon} (nlq's LayerNorm uses 1e-5)")
-    if not config.scale_attn_weights or config.scale_attn_by_inverse_layer_idx:
-        problems.append("an attention scale other than 1/sqrt(head_dim)")
-    if problems:
-        raise ValueError(f"this GPT-2 variant has {'; '.join(problems)}: nlq cannot load it exactly")
-    if meta is not None:
-        check_tokenizer(config, cfg, meta)
+    if (act is None or not math.isclose(config.layer_norm_epsilon, 1e-5) or not config.scale_attn_weights
+            or config.scale_attn_by_inverse_layer_idx):
+        raise ValueError(f"nlq cannot load this GPT-2 variant exactly: it needs activation_function "
+                         f"{' or '.join(HF_ACTIVATIONS)} (not {config.activation_function!r}), layer_norm_epsilon "
+                         f"1e-5 (not {config.layer_norm_epsilon}) and the attention scale 1/sqrt(head_dim)")
+    check_tokenizer(config, cfg, meta)
     if cfg["block_size"] > config.n_positions:
         raise ValueError(f"block_size={cfg['block_size']} exceeds the model's {config.n_positions} positions; "
                          f"set block_size <= {config.n_positions}")
@@ -555,10 +442,7 @@ def gpt2_settings(config, cfg, meta=None, bias=True, source="GPT-2"):
         what = {"linear": "W_Q as it is", "linear_residual": "w_q = W_Q - I at attn_scale 1/sqrt(head_dim)",
                 "identity": "W_Q dropped (q = x)", "nonlinear": "W_Q dropped; f starts from its random init"}
         notes.append(f"query_mode {mode}: {what.get(mode, 'W_Q dropped')}; the model "
-                     + (f"computes {source}'s function exactly" if exact else f"does NOT compute {source}'s function"
-                        + (" (qk_norm)" if cfg["qk_norm"] else "")
-                        + (" (attn_scale differs from 1/sqrt(head_dim))" if mode in ("linear", "linear_residual")
-                           and not cfg["qk_norm"] else "")))
+                     + ("computes" if exact else "does NOT compute") + f" {source}'s function exactly")
     replaced = [f"{k}={cfg[k]!r} (now {v!r})" for k, v in settings.items()
                 if cfg.get(k, DEFAULTS[k]) not in (DEFAULTS[k], v)]
     if replaced:  # set by the config file or the command line, but the weights fix them

@@ -11,10 +11,8 @@ weights load exactly in linear mode; in the other modes W_Q is mapped as for GPT
 checkpoint of a compiled model (names prefixed _orig_mod.) loads too. What starts is a new nlq run from those
 weights: the optimizer and the step count start afresh.
 
-The vocabulary: nanoGPT writes a character dataset's vocabulary to data/<dataset>/meta.pkl (its characters in
-id order). Where one is found, beside the checkpoint or in nanoGPT's own layout (<nanoGPT>/data/<dataset>/ for
-<nanoGPT>/<out_dir>/ckpt.pt), the dataset must be char data with those characters in that order; without one,
-a GPT-2-sized model needs GPT-2 BPE data and any other the same vocabulary size.
+The dataset must hold the checkpoint's vocabulary: the characters of nanoGPT's meta.pkl, in their order, where
+one is found (check_vocabulary); else GPT-2 BPE for a GPT-2-sized model and the same size for any other.
 """
 import os
 import pickle
@@ -38,22 +36,17 @@ def checkpoint_path(init_from):
 
 def read_checkpoint(path):
     """nanoGPT's checkpoint dict (weights_only=True, on the CPU), its model's names without _orig_mod.
-    ValueError naming what the file is instead: not a torch checkpoint, the paper's official format, an nlq
-    checkpoint, or a dict without nanoGPT's model and model_args."""
+    ValueError naming what the file is instead."""
     try:
         ckpt = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:
         raise ValueError(f"cannot read init_from {path} with torch.load(weights_only=True) ({type(e).__name__}): "
                          f"it is not a checkpoint nanoGPT's train.py wrote, or it is damaged") from None
-    args = ckpt.get("model_args") if isinstance(ckpt, dict) else None
-    if isinstance(args, dict) and "num_heads" in args:
-        raise ValueError(f"{path} is the paper's official format: convert it with python -m interop.convert "
-                         f"official {path} --out_dir=NEW, then --init_from=resume --out_dir=NEW")
-    if isinstance(args, dict) and "query_mode" in args:
+    args = ckpt.get("model_args", {}) if isinstance(ckpt, dict) else {}
+    if "query_mode" in args:
         raise ValueError(f"{path} is an nlq checkpoint: continue its run with --init_from=resume, or export it "
                          f"(python -m interop.convert hf RUN --out=FOLDER) and start from --init_from=FOLDER")
-    missing = [k for k in MODEL_ARGS if k not in (args or {})]
-    if not isinstance(ckpt.get("model") if isinstance(ckpt, dict) else None, dict) or missing:
+    if not isinstance(ckpt, dict) or "model" not in ckpt or any(k not in args for k in MODEL_ARGS):
         raise ValueError(f"{path} is not a checkpoint nanoGPT's train.py wrote (it needs model and model_args "
                          f"with {', '.join(MODEL_ARGS)})")
     # _orig_mod.: a compiled model's names; attn.bias: the causal mask nanoGPT keeps where it lacks flash attention
@@ -79,43 +72,27 @@ class _PlainData(pickle.Unpickler):
         raise pickle.UnpicklingError(f"{module}.{name} is not plain data")
 
 
-def find_meta_pkl(path, ckpt):
-    """The meta.pkl of the checkpoint's dataset: beside ckpt.pt, or nanoGPT's data/<dataset>/meta.pkl one
-    folder up (nanoGPT's layout); None if neither exists."""
-    folder = os.path.dirname(os.path.abspath(path))
-    dataset = str((ckpt.get("config") or {}).get("dataset", ""))
-    candidates = [os.path.join(folder, "meta.pkl")]
-    if dataset:
-        candidates.append(os.path.join(os.path.dirname(folder), "data", dataset, "meta.pkl"))
-    return next((c for c in candidates if os.path.isfile(c)), None)
-
-
 def check_vocabulary(path, ckpt, meta, dataset):
     """ValueError, naming both and the fix, if the dataset (meta: its meta.json dict) is not tokenized as the
-    checkpoint's data was; -> a note for the log saying what was checked."""
+    checkpoint's data was; -> a note for the log saying what was checked. The checkpoint's characters are in its
+    dataset's meta.pkl: beside ckpt.pt, or nanoGPT's data/<dataset>/meta.pkl one folder up (nanoGPT's layout)."""
     vocab = ckpt["model_args"]["vocab_size"]
-    data = f"dataset {dataset} is tokenized with {meta.get('tokenizer')!r} ({meta.get('vocab_size')} tokens)"
-    pkl = find_meta_pkl(path, ckpt)
+    data = f"dataset {dataset} is tokenized with {meta['tokenizer']!r} ({meta['vocab_size']} tokens)"
+    folder = os.path.dirname(os.path.abspath(path))
+    near = [os.path.join(folder, "meta.pkl"),
+            os.path.join(os.path.dirname(folder), "data", str((ckpt.get("config") or {}).get("dataset")), "meta.pkl")]
+    pkl = next((p for p in near if os.path.isfile(p)), None)
     if pkl is not None:
-        try:
-            with open(pkl, "rb") as f:
-                itos = _PlainData(f).load()["itos"]
-            chars = [itos[i] for i in range(len(itos))]
-        except Exception as e:
-            raise ValueError(f"{pkl} is not nanoGPT's meta.pkl (a dict with itos: {type(e).__name__})") from None
-        if meta.get("tokenizer") != "char" or meta.get("chars") != chars:
+        with open(pkl, "rb") as f:
+            itos = _PlainData(f).load()["itos"]  # {id: character}
+        chars = [itos[i] for i in range(len(itos))]
+        if meta["tokenizer"] != "char" or meta.get("chars") != chars:
             raise ValueError(f"{data}, but init_from {path} was trained on the {len(chars)} characters of {pkl} "
                              f"(in another order, or others): the ids would mean other characters; prepare the "
                              f"same text with --tokenizer char (python prepare_data.py local --input TEXT --name "
                              f"NAME --tokenizer char)")
         return f"vocabulary: the dataset's {len(chars)} characters are those of {pkl}, in the same order"
-    if vocab >= GPT2_VOCAB:
-        if meta.get("tokenizer") != "gpt2":
-            raise ValueError(f"{data}, but init_from {path} has GPT-2's vocabulary ({vocab} rows) and no meta.pkl: "
-                             f"nanoGPT trained it on GPT-2 BPE; fine-tune it on GPT-2 BPE data (e.g. python "
-                             f"prepare_data.py shakespeare, then --dataset=shakespeare)")
-        return "vocabulary: GPT-2 BPE, as the checkpoint's (no meta.pkl: nanoGPT's GPT-2 data)"
-    if meta.get("vocab_size") != vocab:
+    if vocab < GPT2_VOCAB and meta["vocab_size"] != vocab:  # (GPT-2's vocabulary: hf.check_tokenizer's check)
         raise ValueError(f"{data}, but init_from {path} has {vocab} tokens; give the dataset it was trained on (its "
                          f"meta.pkl beside ckpt.pt lets nlq check the characters)")
     return f"vocabulary: {vocab} tokens, checked by size only (no meta.pkl beside {path})"

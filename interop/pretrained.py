@@ -5,10 +5,10 @@ init_from: a run that starts from pretrained weights instead of a random initial
     --init_from=FOLDER                                    a transformers GPT-2 folder, or an nlq export
     --init_from=PATH/ckpt.pt                              a checkpoint nanoGPT's train.py wrote (interop/nanogpt.py)
 
-The weights fix the model's shape (layers, width, heads, vocabulary, biases, ...), which the run takes and a
-resume keeps (TrainState.init_settings); the run keeps its query mode, block_size (at most the source's) and
-the rest. Their tokenizer must be the dataset's: checked before any weight is read. In linear mode the model
-computes the source's function exactly; in the others W_Q is mapped as interop/hf.py's docstring says.
+The weights fix the model's shape, which the run takes and a resume keeps (TrainState.init_settings); the run
+keeps its query mode, block_size (at most the source's) and the rest. Their tokenizer must be the dataset's:
+checked before any weight is read. In linear mode the model computes the source's function exactly; in the
+others W_Q is mapped as interop/hf.py's docstring says.
 """
 import torch
 
@@ -26,7 +26,7 @@ class Pretrained:
             ckpt = nanogpt.read_checkpoint(path)
             vocabulary = nanogpt.check_vocabulary(path, ckpt, meta, cfg["dataset"])
             config, args = nanogpt.gpt2_config(ckpt["model_args"]), ckpt["model_args"]
-            self.settings, notes = hf.gpt2_settings(config, cfg, None, bias=args["bias"], source="nanoGPT")
+            self.settings, notes = hf.gpt2_settings(config, cfg, meta, bias=args["bias"], source="nanoGPT")
             self.weights, self.conv1d, notes = ckpt["model"], False, [*notes, vocabulary]
         else:  # GPT-2 or an nlq export: transformers' Conv1D layouts
             config = hf.load_gpt2_config(source)

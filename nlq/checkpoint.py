@@ -163,7 +163,10 @@ def load_checkpoint(path, mmap=False):
             f"--init_from={path} and a new out_dir)" if "n_head" in (args or {}) else ""))
     cfg = ckpt["config"] = upgrade(ckpt["config"])
     args.pop("fused_f", None)  # (see settings.upgrade)
-    ckpt["model"] = {_upgrade_name(k): v for k, v in ckpt["model"].items()}
+    # nlq's older checkpoints (tests/fixtures/legacy_*) held f (nonlinear) or W_Q itself (residual) in attn.q_proj
+    w_q = lambda k: k.endswith((".attn.q_proj.weight", ".attn.q_proj.bias"))  # residual's W_Q, not f's layers
+    ckpt["model"] = {k.replace(".attn.q_proj.", ".attn.query.w_q." if w_q(k) else ".attn.query."): v
+                     for k, v in ckpt["model"].items()}
     if any(".attn.c_attn." in k for k in ckpt["model"]):  # one fused c_attn: c_k, c_v (and c_q) now
         ckpt["optimizer"] = _split_adamw_state(ckpt["optimizer"], ckpt["model"], args)
         ckpt["model"] = split_c_attn(ckpt["model"], args["n_embd"])
@@ -174,15 +177,6 @@ def load_checkpoint(path, mmap=False):
                     * cfg["block_size"])
     ckpt["lr_decay_iters"] = ckpt.get("lr_decay_iters") or cfg["lr_decay_iters"] or cfg["max_iters"]
     return ckpt
-
-
-def _upgrade_name(name):
-    """A parameter's name in nlq's older checkpoints (tests/fixtures/legacy_*), where attn.q_proj held f
-    (nonlinear) or W_Q itself (residual), as the query modules name it."""
-    if ".attn.q_proj." not in name:
-        return name
-    residual = name.endswith((".attn.q_proj.weight", ".attn.q_proj.bias"))
-    return name.replace(".attn.q_proj.", ".attn.query.w_q." if residual else ".attn.query.")
 
 
 def _split_adamw_state(opt, weights, args):
@@ -296,9 +290,11 @@ class RunFolder:
     def kept_settings(self):
         """Settings a resume takes from its checkpoint rather than its config: a run started from pretrained
         weights (GPT-2, a nanoGPT checkpoint) got its shape from them, recorded as init_settings, and keeps
-        it, needing no more flags than the first start did."""
-        if self.cfg["init_from"] != "resume" or not os.path.isfile(self.ckpt_path):
+        it, needing no more flags than the first start did. FileNotFoundError for a resume with no checkpoint."""
+        if self.cfg["init_from"] != "resume":
             return {}
+        if not os.path.isfile(self.ckpt_path):
+            raise FileNotFoundError(f"init_from=resume but {self.ckpt_path} does not exist")
         return load_checkpoint(self.ckpt_path, mmap=True).get("init_settings", {})
 
     def open(self, model_cfg, meta, data_folder, init_settings):
@@ -306,8 +302,6 @@ class RunFolder:
         new run, which records init_settings: the model keys init_from's weights fixed). ValueError if the
         folder cannot be written, another train.py holds it, a new run would overwrite a checkpoint, or a resume
         asks for other data or RESUME_FIXED settings than its checkpoint's. eval_only: the folder is only read."""
-        if self.cfg["init_from"] == "resume" and not os.path.isfile(self.ckpt_path):
-            raise FileNotFoundError(f"init_from=resume but {self.ckpt_path} does not exist")
         if not self.cfg["eval_only"]:
             self.lock_folder()
         self.dataset_meta, self.init_settings = meta, init_settings

@@ -21,16 +21,13 @@ import torch.distributed as dist
 def resolve_device(cfg, local_rank=0, world_size=1):
     """-> (device str, device_type, torch dtype) from cfg's device and dtype; turns TF32 on for CUDA.
     ValueError for a device this machine lacks, or float16 off CUDA."""
-    device = cfg["device"]
-    if device == "auto":
-        device = "cuda" if torch.cuda.is_available() else "mps" if torch.backends.mps.is_available() else "cpu"
-    if device.startswith("cuda") and not torch.cuda.is_available():
-        raise ValueError(f"device={device} but CUDA is not available here; use --device=cpu (or auto)")
-    if device.startswith("mps") and not torch.backends.mps.is_available():
-        raise ValueError(f"device={device} but MPS is not available here; use --device=cpu (or auto)")
+    available = dict(cuda=torch.cuda.is_available(), mps=torch.backends.mps.is_available(), cpu=True)
+    device = next(d for d in available if available[d]) if cfg["device"] == "auto" else cfg["device"]
+    device_type = device.split(":")[0]
+    if not available[device_type]:
+        raise ValueError(f"device={device} but {device_type.upper()} is not available here; use --device=cpu (or auto)")
     if device == "cuda" and world_size > 1:
         device = f"cuda:{local_rank}"
-    device_type = device.split(":")[0]
     dtype = cfg["dtype"]
     if dtype == "auto":
         dtype = "float32" if device_type != "cuda" else "bfloat16" if torch.cuda.is_bf16_supported() else "float16"

@@ -12,7 +12,7 @@ from nlq.checkpoint import read_metrics, read_saved_config
 from nlq.data import load_meta
 from nlq.settings import flops_per_token, model_config, param_counts, parse_config
 from research.study import (ROOT, arm_config, arm_run_counts, check_data, due_runs, elapsed_seconds, existing_runs,
-                            is_diverged, is_finished, run_dir, run_list, run_tokens, rungs_of)
+                            horizon_fit, is_diverged, is_finished, plan, run_dir, run_list, run_tokens, rungs_of)
 
 # bench.py's one-H200 figures at the paper's shapes (bench/RESULTS.md): what --dry_run counts with by default
 DEFAULT_BENCH_JSON = os.path.join(ROOT, "bench", "results", "h200_2026-11-30", "bench_nlq_small.json")
@@ -22,8 +22,9 @@ def run_timing(study):
     """{arm: (seconds a training step, seconds a run outside its steps (evals, start-up), or None where a run
     did not log elapsed_s)}, measured on the study's finished runs."""
     measured = {}
-    for run in existing_runs(study):
-        rows = read_metrics(run_dir(study, *run))
+    parts = (study, *study["horizon_studies"].values())  # with horizons, the selection runs' studies too
+    for part, run in [(part, run) for part in parts for run in existing_runs(part)]:
+        rows = read_metrics(run_dir(part, *run))
         if rows and rows[-1]["iter"] > 0 and not is_diverged(rows[-1]):
             steps = elapsed_seconds(rows)[-1]
             elapsed = rows[-1].get("elapsed_s")
@@ -65,11 +66,12 @@ def bench_speeds(study, cfgs, path):
 
 def arm_costs(study, tokens_per_s=None, bench_json=None):
     """-> (unit, where the figures come from, {arm: (tokens/s, hours a final run, hours a selection run)}; nan
-    where unknown; the two runs differ where final_overrides change the horizon): tokens_per_s
+    where unknown; with horizons, a selection run's hours are their mean over the horizons, each of which runs
+    the same grid): tokens_per_s
     for every arm, else bench_json's figures (bench_speeds; by default DEFAULT_BENCH_JSON's), but a study on
     the CPU given neither is timed on its own finished runs (run_timing): CPU-hours of one process."""
     cfgs = {arm: arm_config(study, arm) for arm in study["arms"]}
-    selection = {arm: arm_config(study, arm, final=False) for arm in study["arms"]}
+    parts = list(study["horizon_studies"].values()) or [study]  # where the selection runs are
     on_cpu = next(iter(cfgs.values()))["device"] == "cpu"
     unit, rest_s = "CPU" if on_cpu else "GPU", dict.fromkeys(cfgs, 0)  # seconds of a run outside its steps
     if on_cpu and not (tokens_per_s or bench_json):
@@ -97,7 +99,8 @@ def arm_costs(study, tokens_per_s=None, bench_json=None):
                      f"{os.path.relpath(path)}, each arm at its query mode's tokens/s, scaled by FLOPs per token "
                      f"where the arm changes the model's size") + "; evals not counted")
     hours = lambda cfg, arm: (run_tokens(cfg) / speeds[arm] + rest_s[arm]) / 3600
-    return unit, source, {arm: (speed, hours(cfgs[arm], arm), hours(selection[arm], arm))
+    return unit, source, {arm: (speed, hours(cfgs[arm], arm),
+                                sum(hours(arm_config(part, arm), arm) for part in parts) / len(parts))
                           for arm, speed in speeds.items()}
 
 
@@ -109,7 +112,7 @@ def span(lo, hi, fmt):
 LEGEND = ("finished: runs done; due now: what the sweep would start now; first wave: the base grid on the selection "
           "seeds (with no selection seeds: the final runs); fewest / most: the whole study without / with every grid "
           "extension the search may add (half steps and final seeds included); a / b: a selection run / a final run, "
-          "where final_overrides make them differ; an also_search arm's final runs are counted on its first variant")
+          "where horizons make them differ (a selection run's mean over the horizons)")
 
 
 def plan_table(study, unit, costs):
@@ -117,23 +120,23 @@ def plan_table(study, unit, costs):
     fewest, most; hours fewest, most): runs finished, due now, in the first wave, the fewest and the most the
     search can make, with tokens and hours a run (arm_costs)."""
     due = due_runs(study)
-    lines = [f"| arm | query_mode | tokens/s | tokens a run | {unit}-h a run | finished | due now | first wave "
+    lines = [f"| arm | query_mode | tokens/s | tokens a final run | {unit}-h a run | finished | due now | first wave "
              f"| fewest | most | {unit}-h first wave | {unit}-h most |",
              "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     total = [0] * 8  # runs finished, due now, first wave, fewest, most; hours first wave, fewest, most
     for arm in study["arms"]:
-        cfg, tokens = arm_config(study, arm), [run_tokens(arm_config(study, arm, final)) for final in (False, True)]
+        cfg = arm_config(study, arm)
         speed, h_final, h_sel = costs[arm]
         first, fewest, most, finals = arm_run_counts(study, arm)
         h_first = first * h_sel if first else finals * h_final  # with no search the final runs come first
         first = first or finals
         h_fewest, h_most = fewest * h_sel + finals * h_final, most * h_sel + finals * h_final
         finished = sum(is_finished(study, *run) for run in run_list(study, arm))
-        now = sum(run[0] == arm for run in due)
+        now = sum(run[0].rpartition("/")[2] == arm for run in due)  # (h<h>/<arm>: a selection run at a horizon)
         total = [t + n for t, n in zip(total, (finished, now, first, fewest + finals, most + finals,
                                                h_first, h_fewest, h_most))]
         both = lambda a, b, fmt: f"{b:{fmt}}" if f"{a:{fmt}}" == f"{b:{fmt}}" else f"{a:{fmt}} / {b:{fmt}}"
-        lines.append(f"| {arm} | {cfg['query_mode']} | {speed:,.0f} | {both(*tokens, ',')} | "
+        lines.append(f"| {arm} | {cfg['query_mode']} | {speed:,.0f} | {run_tokens(cfg):,} | "
                      f"{both(h_sel, h_final, '.2f')} | {finished} | {now} | {first} | {fewest + finals} | "
                      f"{most + finals} | {h_first:,.1f} | {h_most:,.1f} |")
     finished, now, first, fewest, most, h_first, h_fewest, h_most = total
@@ -148,12 +151,6 @@ def plan_table(study, unit, costs):
                   "study in the scratch folder." if now == 0 else ""))
     table = re.sub(r"(?<=\| )nan(?= \|)", "?", "\n".join(lines))
     return table, summary, (now, fewest, most, h_fewest, h_most)
-
-
-def reference_arm(study):
-    """The arm whose runs stand for the reference: the reference, or its first also_search variant."""
-    ref = study["reference"]
-    return next(iter(study["groups"][ref])) if study.get("groups") else ref
 
 
 def data_vocab(study, cfg):
@@ -177,13 +174,14 @@ def budget(study, cfg):
 
 
 def budget_text(study):
-    """The dry run's budget line(s): a final run of the reference arm (and a selection run where final_overrides
-    make it differ), in tokens per parameter, the convention (total parameters, embeddings included, as
-    Chinchilla counts them), in tokens per non-embedding parameter (Kaplan et al.'s count) and in FLOPs."""
-    arm, lines = reference_arm(study), []
-    for final in (True, False) if study["final_overrides"] and study["selection_seeds"] else (True,):
-        b = budget(study, arm_config(study, arm, final))
-        lines.append(f"budget of a {'final' if final else 'selection'} run ({arm}): {b['tokens']:,} tokens = "
+    """The dry run's budget line(s): a final run of the reference arm (and a selection run at each horizon), in
+    tokens per parameter, the convention (total parameters, embeddings included, as Chinchilla counts them), in
+    tokens per non-embedding parameter (Kaplan et al.'s count) and in FLOPs."""
+    arm, lines = study["reference"], []
+    for kind, part in [("final", study)] + [(f"{sub['horizon']:,}-step selection", sub)
+                                            for sub in study["horizon_studies"].values()]:
+        b = budget(study, arm_config(part, arm))
+        lines.append(f"budget of a {kind} run ({arm}): {b['tokens']:,} tokens = "
                      f"{b['per_param']:.1f} tokens per parameter ({b['total']:,} parameters, embeddings included: "
                      f"the convention) = {b['per_non_embedding']:.1f} per non-embedding parameter "
                      f"({b['non_embedding']:,}); {b['flops']:.3g} training FLOPs")
@@ -195,8 +193,9 @@ def dry_run(study, tokens_per_s=None, bench_json=None):
     GPU-hours, if it scales perfectly). Runs nothing."""
     unit, source, costs = arm_costs(study, tokens_per_s, bench_json)
     table, summary, (now, *_) = plan_table(study, unit, costs)
+    fit = ["", "The rate carried to the final horizon:", "", horizon_table(study)] if study["horizons"] else []
     return "\n".join([f"plan of study {study['name']} (dry run: nothing is started); runs in {study['runs_dir']}",
-                      source, budget_text(study), "", table, "", LEGEND, "", f"The study: {summary}",
+                      source, budget_text(study), "", table, "", LEGEND, *fit, "", f"The study: {summary}",
                       data_status(study, complete=now == 0)])
 
 
@@ -211,7 +210,7 @@ def ladder_dry_run(ladder, tokens_per_s=None, bench_json=None):
         status = data_status(study, complete=now == 0)
         data += [] if status in data else [status]
         total = [t + c for t, c in zip(total, cost)]
-        b = budget(study, arm_config(study, reference_arm(study)))
+        b = budget(study, arm_config(study, study["reference"]))
         rows.append(f"| {study['rung']} | {b['total']:,} | {b['non_embedding']:,} | {b['tokens']:,} | "
                     f"{b['per_param']:.1f} | {b['per_non_embedding']:.1f} | {b['flops']:.3g} "
                     f"| {span(*cost[:2], 'd')} | {span(*cost[2:], ',.1f')} |")
@@ -237,7 +236,7 @@ def power_text(rungs):
         from research.paired import trend_power  # scipy: the report's libraries
     except ImportError:
         return "trend power: needs scipy (pip install -r requirements-report.txt)"
-    b = [budget(s, arm_config(s, reference_arm(s))) for s in rungs]
+    b = [budget(s, arm_config(s, s["reference"])) for s in rungs]
     key, axis = (("non_embedding", "non-embedding parameters") if len({x["non_embedding"] for x in b}) > 1 else
                  ("tokens", "training tokens"))  # the report's axis (report.ladder_axis)
     sizes, seeds = [x[key] for x in b], len(rungs[0]["seeds"])
@@ -245,6 +244,28 @@ def power_text(rungs):
     return (f"Trend power: {power:.0%} of ladders of these {len(b)} rungs x {seeds} seeds find a gap that changes by "
             f"{TREND_SLOPE} nats per 10x {axis} (trend's 95% CI excludes 0), at the CPU studies' pair sd without "
             f"flagged pairs, {PAIR_SD} (aim for 60% or more: add rungs, then seeds).")
+
+
+def horizon_table(study, boot=1000):
+    """Each arm's rate carried to the final horizon (study.horizon_fit) as a markdown table: lr* at each horizon
+    (edge: the best rate itself, at an edge of its curve), β with its 95% bootstrap interval, the carried rate
+    with its interval; an arm still searching says how many selection runs are due."""
+    heads = [f"lr* at {h:,} steps" for h in study["horizons"]]
+    rows = []
+    for arm in study["arms"]:
+        p = plan(study, arm)
+        if p["fit"] is None:
+            why = f"searching: {len(p['due'])} selection runs due now" if p["due"] else "; ".join(p["notes"])
+            rows.append([arm] + ["—"] * len(heads) + [why, "—"])
+            continue
+        fit = horizon_fit(study, arm, p["searches"], boot)
+        (b_lo, b_hi), (c_lo, c_hi) = fit["beta_ci"], fit["carried_ci"]
+        rows.append([arm, *(f"{lr:.3g}" + (" (edge)" if edge else "") for _, lr, edge in fit["points"]),
+                     f"{fit['beta']:.2f} [{b_lo:.2f}, {b_hi:.2f}]", f"**{fit['carried']:g}** [{c_lo:.3g}, {c_hi:.3g}]"])
+    final = arm_config(study, study["reference"])
+    lines = [f"| arm | {' | '.join(heads)} | β [95% CI] | carried to {final['max_iters']:,} steps [95% CI] |",
+             "|---" + "|---:" * (len(heads) + 2) + "|"] + ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(lines)
 
 
 def data_status(study, complete=False):

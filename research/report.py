@@ -9,12 +9,8 @@ folders instead of a study file, a side-by-side look at plain train.py runs (no 
 Everything is rebuilt from the runs' metrics.jsonl and config.json alone (results/<study>/runs/ is committed),
 so anyone can recompute the tables. Run it from the repository root: the study's paths are relative.
 
-Statistics: a run's final loss is its val loss over the whole val split (val_loss_full), in nats/token. At one
-seed every arm sees the same training windows and val tokens, so each arm is compared with the reference arm
-*paired* by seed: the mean of the differences arm_i - ref_i, its 95% CI (Student's t, n - 1 df) and the paired
-t-test's p-value; Welch's unpaired p-value is a secondary column. A difference is called only when its 95% CI
-excludes 0. The same paired Δ at every eval step shows whether a gap grows with training; the study's contrasts
-get the same statistics between two other arms. Missing and unfinished runs are listed, never fatal.
+Statistics: each arm against the reference, paired by seed (research/paired.py; a call only where the 95% CI
+excludes 0); missing and unfinished runs are listed, never fatal.
 """
 import argparse
 import datetime
@@ -34,9 +30,10 @@ from research.compare import (COMPARED, compare, fmt_loss, plt, png, table,  # p
                               write_files)  # an error naming the install command
 from research.paired import (fmt_ci, mean_ci, multiplier, paired_difference, rate_ci, robust_shift, seeds_needed,
                              summarize, trend, verdict, welch_p)
+from research.plan import horizon_table
 from research.study import (LADDER_FLAGS, QUICK_DIR, QUICK_FRACTION, STALL_RULE, STALL_TEXT, all_runs, arm_config,
-                            collect, count, elapsed_seconds, final_losses, group_of, load_study, pick_best_lr,
-                            quick_option, run_tokens, rungs_of, swept_rates, value_name)
+                            collect, count, elapsed_seconds, final_losses, load_study, pick_best_lr, quick_option,
+                            run_tokens, rungs_of, swept_rates)
 
 
 # ------------------------------------------------------------------------------------------- the report
@@ -97,15 +94,12 @@ def method(study, tokenizer):
 
 
 def tuning_text(study):
-    """The method's sentences on the stall rule, a second searched key and the final runs' own settings."""
+    """The method's sentences on the stall rule and the horizons."""
     text = f"The stall rule (stall_margin {study['stall_margin']:g}): {STALL_RULE} " if study["stall_margin"] else ""
-    for key, values in study["also_search"].items():
-        text += (f"Each arm's {key} is searched with its rate: each value ({', '.join(map(str, values))}) gets the "
-                 f"arm's own rate search, and the (rate, {key}) with the lowest mean selection loss runs the "
-                 f"final seeds (the search table lists each variant, <arm>.{key}<value>). ")
-    if study["final_overrides"]:
-        keys = ", ".join(f"{k}={v}" for k, v in study["final_overrides"].items())
-        text += f"The final runs differ from the selection runs in {keys} (final_overrides). "
+    if study["horizons"]:
+        text += (f"The search runs at each horizon of {', '.join(map(str, study['horizons']))} steps (warmup the "
+                 f"same fraction of a run as in the final runs), and the final seeds run at the rate carried to "
+                 f"the final horizon: {HORIZON_TEXT} ")
     return text
 
 
@@ -268,28 +262,20 @@ def curve_table(study, data):
     return rate_table(data, list(data), cell)
 
 
-def reference_of(study, arm):
-    """The arm an arm's learning-rate curve is compared with: the reference, or for an also_search variant the
-    reference's variant with the same searched value."""
-    group = group_of(study, arm)
-    if group is None:
-        return study["reference"]
-    return next(v for v, x in study["groups"][study["reference"]].items() if x == study["groups"][group][arm])
-
-
 def curve_gap_table(study, data):
     """Per rate and arm: arm − reference at that rate, paired by selection seed, its 95% CI and the call."""
     curves = {arm: curve_points(study, d) for arm, d in data.items()}
 
+    ref = study["reference"]
+
     def cell(lr, arm):
-        ref = reference_of(study, arm)
         if lr not in curves[arm] or lr not in curves[ref]:
             return "·"
         d = paired_difference(curves[arm][lr]["losses"], curves[ref][lr]["losses"])
         return ("—" if not d["n"] else
                 f"{d['mean']:+.4f} {fmt_ci(d['ci'])} (n={d['n']}) {verdict(d['ci'], study.get('quick'))}")
-    others = [arm for arm in data if arm != reference_of(study, arm)]
-    return rate_table(data, others, cell, [f"{arm} − {reference_of(study, arm)}" for arm in others])
+    others = [arm for arm in data if arm != ref]
+    return rate_table(data, others, cell, [f"{arm} − {ref}" for arm in others])
 
 
 def band_table(study, data):
@@ -403,7 +389,7 @@ def gap_table(study, data):
 def status_section(data):
     runs = {r["out_dir"]: r for r in all_runs(data)}
     todo = [r for r in runs.values() if r["status"] not in ("done", "diverged")]
-    pending = [arm for arm, d in data.items() if d["plan"]["chosen"] is None and d["plan"].get("lost_to") is None]
+    pending = [arm for arm, d in data.items() if d["plan"]["chosen"] is None]
     note = (f" Arms whose search is not complete yet (their next runs are not listed): {', '.join(pending)}."
             if pending else "")
     diverged = [r for r in runs.values() if r["status"] == "diverged"]
@@ -518,29 +504,9 @@ def reading_section(out):
     return ["## Reading", reading.read_text().strip()] if reading.exists() else []
 
 
-def by_arm(study, data):
-    """An also_search study seen by its arms -> (study, data) whose arms are the groups, each the data of the
-    variant that ran (or will run) its final seeds, labelled with its searched value; other studies as they are."""
-    if not study.get("groups"):
-        return study, data
-    (key, _), = study["also_search"].items()
-    arms, grids, view = {}, {}, {}
-    for group, variants in study["groups"].items():
-        winner = next((v for v in variants if data[v]["plan"]["chosen"] is not None), next(iter(variants)))
-        arms[group], grids[group] = study["arms"][winner], study["grids"][winner]
-        ran = data[winner]["plan"]["chosen"] is not None
-        view[group] = {**data[winner], "label": f"{group} ({key} {value_name(variants[winner])})" if ran else group}
-    spa = {group: study["seeds_per_arm"][next(iter(vs))] for group, vs in study["groups"].items()
-           if next(iter(vs)) in study["seeds_per_arm"]}
-    return {**study, "arms": arms, "grids": grids, "seeds_per_arm": spa, "groups": {}}, view
-
-
 def render(study_path, study, data, out):
-    """The report of study -> (README markdown, {file name: bytes}). An also_search study's results are its arms'
-    (by_arm); its search tables and curves show every variant."""
+    """The report of study -> (README markdown, {file name: bytes})."""
     tokenizer = tokenizer_of(all_runs(data))
-    searched, by_variant = study, data
-    study, data = by_arm(study, data)
     files = {"val_loss.png": plot_curves(data), "forest.png": plot_forest(study, data)}
     contrasts = (["## Contrasts between arms (paired by seed, final seeds both finished, 95% CI)",
                   contrasts_table(study, data)] if study["contrasts"] else [])
@@ -550,34 +516,91 @@ def render(study_path, study, data, out):
                   f"takes the number of final seeds below:", precision_table(study, data)]
                  if study["precision"] is not None else [])
     curves = []  # with several selection seeds, every rate's point has a spread: draw and tabulate the curves
-    if len(study["selection_seeds"]) > 1:
-        files["lr_curves.png"] = plot_lr_curves(searched, by_variant)
+    if len(study["selection_seeds"]) > 1 and not study["horizons"]:
+        files["lr_curves.png"] = plot_lr_curves(study, data)
         curves = [f"## Learning-rate curves (final loss over selection seeds {study['selection_seeds']})",
                   "Stalled runs as defined above. Means and 95% CIs are over the finished, non-diverged seeds "
                   "at each rate.",
-                  "![learning-rate curves](lr_curves.png)", band_table(searched, by_variant),
-                  curve_table(searched, by_variant),
+                  "![learning-rate curves](lr_curves.png)", band_table(study, data), curve_table(study, data),
                   f"Each arm against {study['reference']} at the same rate, paired by selection seed (95% CI; a "
-                  f"call only where the CI excludes 0):", curve_gap_table(searched, by_variant)]
+                  f"call only where the CI excludes 0):", curve_gap_table(study, data)]
     if has_probe(all_runs(data)):
         files["probe.png"] = plot_probe(data)
         curves += ["## Inside attention (the probe)", PROBE_CAPTION, "![probe](probe.png)"]
     text = "\n\n".join([
         header(study_path, study, out), "## Results", method(study, tokenizer),
         results_table(study, data, tokenizer), *stall_caution(study, data), *precision, "![forest plot](forest.png)",
-        *contrasts, "![val loss](val_loss.png)", CURVES_CAPTION, *curves, *reading_section(out),
-        (f"## Learning-rate search (mean final loss over selection seeds {study['selection_seeds']})"
-         if study["selection_seeds"] else "## Learning rates (one per arm, given by the study: no search)"),
-        search_table(searched, by_variant),
+        *contrasts, "![val loss](val_loss.png)", CURVES_CAPTION, *horizon_sections(study, data), *curves,
+        *reading_section(out), *search_sections(study, data),
         "## The gap along training (paired Δ on the fixed eval windows, 95% CI, final seeds)",
-        gap_table(study, data), "## Runs", status_section(by_variant)]) + "\n"
+        gap_table(study, data), "## Runs", status_section(data)]) + "\n"
     files["README.md"] = text.encode()
     return text, files
 
 
+HORIZON_TEXT = ("at each horizon an arm's best rate lr* is the minimum of the parabola in log(lr) through the mean "
+                "selection losses of its best rate and their two neighbours (at an edge of its curve: the best rate "
+                "itself, flagged); log lr* is fitted linearly on log(training tokens), the power law LR*(D) ∝ D^−β "
+                "(Bjorck et al., ICLR 2025), and read at the final runs' tokens (3 significant digits). Its 95% "
+                "interval, and β's, are bootstrap percentiles over the selection seeds (each horizon's seeds "
+                "resampled with replacement, the parabolas and the fit redone): with 2 seeds a horizon has 3 "
+                "distinct resamples, and on simulated curves the interval holds the true rate in about 2 of 3 "
+                "studies (tests/test_horizons.py): it shows the least the uncertainty is.")
+
+
+def search_sections(study, data):
+    """The learning-rate search's section(s): one table, or one per horizon."""
+    if not study["horizons"]:
+        return [f"## Learning-rate search (mean final loss over selection seeds {study['selection_seeds']})"
+                if study["selection_seeds"] else "## Learning rates (one per arm, given by the study: no search)",
+                search_table(study, data)]
+    parts = []
+    for sub in study["horizon_studies"].values():
+        parts += [f"## Learning-rate search at {sub['horizon']:,} steps (mean final loss over selection seeds "
+                  f"{study['selection_seeds']}; runs in {sub['runs_dir']})", search_table(sub, collect(sub))]
+    return parts
+
+
+def horizon_sections(study, data):
+    """With horizons: each arm's fit (plan.horizon_table), and with short_pick the regret table."""
+    if not study["horizons"]:
+        return []
+    parts = ["## The rate carried to the final horizon", HORIZON_TEXT[0].upper() + HORIZON_TEXT[1:],
+             horizon_table(study)]
+    return parts + (regret_section(study, data) if study["short_pick"] else [])
+
+
+def regret_section(study, data):
+    """Per arm, the final loss of (a) the short pick and (b) the carried rate, paired over the final seeds, and
+    (b) − (a); then whether the regret (a) − (b) depends on the arm: each arm's against the reference's."""
+    ref, rows, regret = study["reference"], [], {}
+    for arm, d in data.items():
+        a = {s: r["final"] for s, r in d["short"].items() if r["final"] is not None}
+        b = final_losses(d)
+        pd = paired_difference(b, a)
+        regret[arm] = {s: a[s] - b[s] for s in pd["seeds"]}
+        p = d["plan"]
+        rows.append([arm, "—" if p["short"] is None else f"{p['short']:g}",
+                     "—" if p["chosen"] is None else f"{p['chosen']:g}", *(
+                         f"{m:.4f} (n={n})" if n else "—" for m, _, n in map(summarize, (list(a.values()),
+                                                                                           list(b.values())))),
+                     *delta_cells(pd, study.get("quick"), fmt_p(pd["p"]))[:4]])
+    gaps = [[f"{arm} − {ref}", *delta_cells(paired_difference(regret[arm], regret[ref]), study.get("quick"))[:3]]
+            for arm in data if arm != ref]
+    return ["**Short pick against carried rate.** Each arm's final seeds at (a) the short pick, the rate its "
+            f"search chose at the shortest horizon ({study['horizons'][0]:,} steps), and (b) the carried rate: the "
+            "final loss of each (mean, n), and (b) − (a) paired by seed with its 95% CI (negative: the carried rate "
+            "is better). Where they are one rate, (b) − (a) is 0.",
+            table(["arm", "short pick (a)", "carried (b)", "loss at (a)", "loss at (b)", "(b) − (a) (paired, nats)",
+                   "95% CI", "paired p", "call"], rows, "lrrrrrrrl"),
+            f"Does the regret of the short pick, (a) − (b), depend on the arm? Each arm's regret against "
+            f"{ref}'s, paired by final seed (95% CI):",
+            table(["regret difference", "Δ (paired, nats)", "95% CI", "call"], gaps, "lrrl")]
+
+
 # ------------------------------------------------------------------------------------------- a ladder
 def ladder_axis(rungs):
-    """What a ladder's rungs (by_arm's studies) vary -> (axis name, {rung: x}): model size (non-embedding
+    """What a ladder's rungs vary -> (axis name, {rung: x}): model size (non-embedding
     parameters, Kaplan et al.'s count, on which loss follows a power law), or, where every rung has the same
     model, the training tokens of a final run (a training-length ladder)."""
     cfgs = {s["rung"]: arm_config(s, s["reference"]) for s in rungs}
@@ -595,7 +618,7 @@ def ladder_flops(rungs):
 
 
 def ladder_gaps(views):
-    """[(study, data) of each rung, by_arm's] -> {(arm, other): [(rung, x, paired_difference)]}: each arm against
+    """[(study, data) of each rung] -> {(arm, other): [(rung, x, paired_difference)]}: each arm against
     the reference, and the study's contrasts, at every rung, smallest first; x is the rung's size on ladder_axis."""
     gaps, (_, xs) = {}, ladder_axis([study for study, _ in views])
     for study, data in views:
@@ -691,7 +714,7 @@ def render_ladder(study_path, ladder, datas, out):
     """A ladder's report -> (README markdown, {file name: bytes}): the gap against model size, then each rung."""
     rungs = rungs_of(ladder)
     tokenizer = tokenizer_of(run for data in datas.values() for run in all_runs(data))
-    views = [by_arm(study, datas[study["rung"]]) for study in rungs]
+    views = [(study, datas[study["rung"]]) for study in rungs]
     gaps, (axis, _) = ladder_gaps(views), ladder_axis([study for study, _ in views])
     files = {"gap_vs_size.png": plot_ladder(gaps, axis)}
     parts = [header(study_path, {**rungs[0], "name": ladder["name"], "runs_dir": ladder["runs_dir"]}, out),
@@ -703,11 +726,12 @@ def render_ladder(study_path, ladder, datas, out):
              "![gap against size](gap_vs_size.png)", "**What the data support.**",
              ladder_reading(gaps, ladder["quick"], axis, ladder_flops([study for study, _ in views]))]
     parts += [*reading_section(out), "## Method", method(views[0][0], tokenizer)]
-    for searched, (study, data) in zip(rungs, views):
+    for study, data in views:
         rung, cfg = study["rung"], arm_config(study, study["reference"])
         parts += [f"## Rung {rung}: {cfg['n_layer']} × {cfg['n_embd']}, {run_tokens(cfg):,} tokens a final run",
                   results_table(study, data, tokenizer), *stall_caution(study, data),
-                  search_table(searched, datas[rung])]
+                  *(horizon_sections(study, data) + search_sections(study, data) if study["horizons"] else
+                    [search_table(study, data)])]
         if has_probe(all_runs(data)):
             files[f"probe_{rung}.png"] = plot_probe(data)
             parts += [PROBE_CAPTION, f"![probe of rung {rung}](probe_{rung}.png)"]

@@ -2,20 +2,21 @@
 A study: the arms of one comparison, each given the same learning-rate search, then run on final seeds.
 
 A study file (studies/*.py) is plain Python that sets name (its report goes to results/<name>/), config (a
-train.py config file), overrides (train.py keys for every arm; {} for none), arms (arm name -> train.py keys;
-the sweep sets learning_rate, seed and out_dir, and min_lr = lr / 10 unless the arm sets it), learning_rates
-(the grid, e.g. [4e-3, 8e-3, 1.6e-2], or a dict arm -> grid), selection_seeds (the seeds the rate is chosen
-on; [] with one rate per arm: no search) and seeds (the final seeds: the statistics use these alone). It may
-set seeds_per_arm (arm -> how many of seeds), reference (the arm the others are compared with; "linear"),
-contrasts ([(arm, other, "what the pair isolates")]), max_extensions (2), half_steps (True), precision
-(report.py's target CI half-width, a fraction of the loss), slurm (sweep.py --executor slurm's partition, time,
-gpus_per_run, extra), runs_dir (results/<name>/runs; studies may share one for arms that are one experiment),
-stall_margin (None; e.g. 2: no rate chosen within a x2 step below a rate, or at a rate, where a selection run
-stalled or diverged), also_search ({}; e.g. {"weight_decay": [0.05, 0.1, 0.2]}: a second key searched with the
-rate, each arm a variant per value, the best variant on the final seeds) and final_overrides ({}; train.py keys
-of the final runs alone, e.g. a longer horizon than the search's). Token budgets are stated in tokens per parameter
-on total parameters, embeddings included (--dry_run prints them that way, per non-embedding parameter and in
-FLOPs).
+train.py config file), overrides (train.py keys for every arm; {} for none), arms (arm name -> train.py keys; the
+sweep sets learning_rate, seed and out_dir, and min_lr = lr / 10 unless the arm sets it), learning_rates (the
+grid, e.g. [4e-3, 8e-3, 1.6e-2], or a dict arm -> grid), selection_seeds (the seeds the rate is chosen on; [] with
+one rate per arm: no search) and seeds (the final seeds: the statistics use these alone). It may set seeds_per_arm
+(arm -> how many of seeds), reference (the arm the others are compared with; "linear"), contrasts ([(arm, other,
+"what the pair isolates")]), max_extensions (2), half_steps (True), precision (report.py's target CI half-width, a
+fraction of the loss), slurm (sweep.py --executor slurm's partition, time, gpus_per_run, extra), runs_dir
+(results/<name>/runs; studies may share one for arms that are one experiment), stall_margin (None; e.g. 2: no rate
+chosen within a x2 step below a rate, or at a rate, where a selection run stalled or diverged), horizons (None;
+e.g. [300, 600]: the rate searched at each of these max_iters and carried to the final runs', horizon_plan),
+horizon_evals (None: the final runs' evals a run; else evals a selection run) and short_pick (False; True: the
+final seeds also run at the shortest horizon's pick, for the regret table). Token budgets are stated in tokens per
+parameter on total parameters, embeddings included (--dry_run prints them that way, per non-embedding parameter
+and in FLOPs). Weight decay is not searched: every arm, horizon and final run uses the config's (docs/studies.md:
+the AdamW timescale).
 
 Per arm: (1) the grid on the selection seeds; (2) while the best rate is the smallest or the largest swept, one
 more grid step beyond it (at most max_extensions); (3) half steps x/√2 and x·√2 around the best; (4) the best
@@ -42,7 +43,8 @@ from nlq.settings import (NOT_EXPERIMENT, check_value, differing, model_config, 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the repository
 REQUIRED = ("name", "config", "overrides", "arms", "learning_rates", "selection_seeds", "seeds")
 OPTIONAL = dict(seeds_per_arm={}, reference="linear", contrasts=[], max_extensions=2, half_steps=True,
-                precision=None, slurm={}, runs_dir=None, stall_margin=None, also_search={}, final_overrides={})
+                precision=None, slurm={}, runs_dir=None, stall_margin=None, horizons=None,
+                horizon_evals=None, short_pick=False)
 SLURM_KEYS = ("partition", "time", "gpus_per_run", "extra")
 # train.py keys the sweep sets for every run, and what sets them instead (an arm may set min_lr)
 PER_RUN = dict(learning_rate="learning_rates", seed="selection_seeds and seeds", out_dir="runs_dir",
@@ -66,8 +68,9 @@ def load_study(path, quick=None):
         if os.path.isfile(owner) and not filecmp.cmp(owner, path, shallow=False):  # itself, or a copy as it is
             raise ValueError(f"its name {study['name']!r} is the study {os.path.relpath(owner)}'s (taken over by an "
                              f"import or a copy?): set name = '...' to a name of its own")
-        for rung in rungs_of(study):
-            check_shared_runs(rung)  # and every run already in its folder, before anything starts
+        for rung in rungs_of(study):  # and every run already in its folders, before anything starts
+            for part in (rung, *rung["horizon_studies"].values()):
+                check_shared_runs(part)
     except (ValueError, FileNotFoundError) as e:
         raise type(e)(f"study file {path}: {e}") from None
     return study
@@ -98,16 +101,16 @@ def make_study(keys, quick=None):
     check_options(study)
     check_grids(study)
     check_train_keys(study)
-    expand_variants(study)
     check_arms(study)
+    make_horizons(study)
     return study
 
 
 def make_ladder(keys, quick=None):
     """A scaling ladder: one study at several model sizes. keys["rungs"]: {rung name: the train.py keys of that
-    size (its shape and token budget) and, optionally, its own learning_rates and final_overrides (on top of the
-    ladder's)}. Each rung is a study (make_study) with the ladder's arms, seeds and search, its keys on top of the
-    overrides and its runs in <runs_dir>/<rung>: every size gets the same protocol. -> dict(name, runs_dir,
+    size (its shape and token budget) and, optionally, its own learning_rates and horizons (on top of the
+    ladder's)}. Each rung is a study (make_study) with the ladder's arms, seeds and search, its keys on
+    top of the overrides and its runs in <runs_dir>/<rung>: every size gets the same protocol. -> dict(name, runs_dir,
     quick, rungs={rung: study})."""
     rungs = keys["rungs"]
     require(isinstance(rungs, dict) and rungs and all(isinstance(r, str) and PLAIN_NAME.fullmatch(r)
@@ -118,15 +121,16 @@ def make_ladder(keys, quick=None):
     for rung, rung_keys in rungs.items():
         rung_keys = dict(rung_keys)
         lrs = rung_keys.pop("learning_rates", keys.get("learning_rates"))
-        final = {**keys.get("final_overrides", {}), **rung_keys.pop("final_overrides", {})}
+        horizons = rung_keys.pop("horizons", keys.get("horizons"))
         runs_dir = os.path.join(keys.get("runs_dir") or os.path.join("results", str(keys.get("name")), "runs"), rung)
         try:
             study = make_study({**keys, "overrides": {**keys.get("overrides", {}), **rung_keys},
-                                "learning_rates": lrs, "runs_dir": runs_dir, "final_overrides": final}, quick)
+                                "learning_rates": lrs, "runs_dir": runs_dir, "horizons": horizons}, quick)
         except ValueError as e:
             raise ValueError(f"rung {rung}: {e}") from None
-        if quick is not None:  # each rung its own scratch folder
+        if quick is not None:  # each rung its own scratch folder, and its horizons' in it
             study["runs_dir"] = os.path.join(study["runs_dir"], rung)
+            make_horizons(study)
         ladder["rungs"][rung] = {**study, "rung": rung}
     ladder["runs_dir"] = os.path.dirname(study["runs_dir"])  # the rungs' parent folder
     return ladder
@@ -187,14 +191,15 @@ def check_options(study):
     margin = study["stall_margin"]
     require(margin is None or type(margin) in (int, float) and margin >= 1, "stall_margin",
             "None or a factor >= 1 (2: no rate chosen within a x2 step below a stalled or diverged selection run)")
-    require(isinstance(study["final_overrides"], dict), "final_overrides", "a dict of train.py keys")
-    extra = study["also_search"]
-    require(isinstance(extra, dict) and len(extra) <= 1 and all(
-        isinstance(v, list) and len(v) >= 2 and len({str(x) for x in v}) == len(v) for v in extra.values()),
-            "also_search", 'a dict of one train.py key -> a list of 2 or more values, e.g. {"weight_decay": [0.05, '
-                           '0.1]}, or {}')
-    if extra and not sel:
-        raise ValueError("also_search needs selection_seeds: its values are chosen with the rate on them")
+    horizons = study["horizons"]
+    require(horizons is None or isinstance(horizons, list) and len(horizons) >= 2 and all(
+        type(h) is int and h >= 1 for h in horizons) and horizons == sorted(set(horizons)), "horizons",
+            "None or a list of 2 or more selection max_iters, ascending, e.g. [300, 600]")
+    require(not horizons or sel, "horizons", "None without selection_seeds: the rate is searched at each horizon")
+    require(study["horizon_evals"] is None or type(study["horizon_evals"]) is int and study["horizon_evals"] >= 1,
+            "horizon_evals", "None or evals a selection run (eval_interval = horizon / horizon_evals)")
+    require(study["short_pick"] in (False, True) and (horizons or not study["short_pick"]), "short_pick",
+            "True or False, and True only with horizons")
 
 
 def check_grids(study):
@@ -219,9 +224,7 @@ def check_grids(study):
 def check_train_keys(study):
     """The train.py keys of overrides and arms: known and typed (check_value), none that the sweep sets for each
     run, and no init_from: a study's runs train from scratch (a GPT-2's would replace its model settings)."""
-    places = [("overrides", study["overrides"]), ("final_overrides", study["final_overrides"])] + [
-        (f"arm {arm}", keys) for arm, keys in study["arms"].items()] + [
-        ("also_search", {key: v}) for key, values in study["also_search"].items() for v in values]
+    places = [("overrides", study["overrides"])] + [(f"arm {arm}", keys) for arm, keys in study["arms"].items()]
     for where, keys in places:
         for key, value in keys.items():
             if key in PER_RUN and not (key == "min_lr" and where != "overrides"):
@@ -236,53 +239,18 @@ def check_train_keys(study):
                 raise ValueError(f"{where}: {e}") from None
 
 
-def expand_variants(study):
-    """also_search = {key: [values]}: each arm becomes one variant per value, named <arm>.<key><value>, an arm of
-    its own (its runs in <runs_dir>/<variant>/) with the arm's grid and its own learning-rate search on the
-    selection seeds. study["groups"] = {arm: {variant: value}}; reference, contrasts and seeds_per_arm keep
-    naming the arms. Only the variant whose chosen rate has its group's lowest selection loss runs the final
-    seeds (plan): every arm is tuned over rate x key with the same grid, seeds and rule."""
-    study["groups"] = {}
-    if not study["also_search"]:
-        return
-    (key, values), = study["also_search"].items()
-    if key in study["final_overrides"] or any(key in keys for keys in study["arms"].values()):
-        raise ValueError(f"also_search searches {key}, so no arm and not final_overrides may set it")
-    arms, grids = {}, {}
-    for arm, keys in study["arms"].items():
-        study["groups"][arm] = {}
-        for value in values:
-            variant = f"{arm}.{key}{value_name(value)}"
-            require(PLAIN_NAME.fullmatch(variant), f"also_search's variant name {variant!r}", "a plain folder name")
-            arms[variant], grids[variant] = {**keys, key: value}, study["grids"][arm]
-            study["groups"][arm][variant] = value
-    study["seeds_per_arm"] = {v: n for arm, n in study["seeds_per_arm"].items() for v in study["groups"][arm]}
-    study["arms"], study["grids"] = arms, grids
-
-
-def value_name(value):
-    """A searched value as variant names and reports write it: 0.1, 0, or the value's text."""
-    return f"{value:g}" if type(value) in (int, float) else str(value)
-
-
-def group_of(study, arm):
-    """The arm an also_search variant belongs to, or None for an arm of a study without also_search."""
-    return next((group for group, variants in study.get("groups", {}).items() if arm in variants), None)
-
-
 def check_arms(study):
     """Resolve every arm now (a bad value fails here, not hours into the sweep), and refuse arms that cannot be
     compared seed by seed: arms on other data, training tokens or eval sets."""
     shared = {}
     for arm in study["arms"]:
         try:
-            cfg, sel = arm_config(study, arm), arm_config(study, arm, final=False)
+            cfg = arm_config(study, arm)
         except ValueError as e:
             raise ValueError(f"arm {arm} at learning rate {study['grids'][arm][0]:g}: {e}") from None
         step = cfg["batch_size"] * cfg["gradient_accumulation_steps"] * cfg["block_size"]  # tokens a step
         shared[arm] = dict(data=os.path.join(cfg["data_dir"], cfg["dataset"]), max_iters=cfg["max_iters"],
-                           tokens_per_step=step, **{k: cfg[k] for k in EVAL_KEYS},
-                           selection_max_iters=sel["max_iters"])
+                           tokens_per_step=step, **{k: cfg[k] for k in EVAL_KEYS})
     first = next(iter(shared.values()))
     for key in first:
         if any(s[key] != first[key] for s in shared.values()):
@@ -291,18 +259,46 @@ def check_arms(study):
                                "its config or overrides, not per arm")
 
 
+HORIZON_KEYS = ("max_iters", "lr_decay_iters", "warmup_iters", "eval_interval")  # what each horizon sets
+
+
+def make_horizons(study):
+    """horizons: study["horizon_studies"] = {"h<h>": the study of its selection runs at max_iters = lr_decay_iters
+    = h, in <runs_dir>/h<h>/}. One warmup rule by construction: warmup_iters is the same fraction of the run at
+    every horizon as in the final runs; eval_interval = h / horizon_evals, else the final runs' fraction too."""
+    study["horizon_studies"] = {}
+    if not study["horizons"]:
+        return
+    final = arm_config({**study, "quick": None}, study["reference"])  # (a --quick try scales every run itself)
+    set_by_arm = [arm for arm, keys in study["arms"].items() if set(keys) & set(HORIZON_KEYS)]
+    require(not set_by_arm, f"arm {', '.join(set_by_arm)}", f"without {', '.join(HORIZON_KEYS)} in a study with "
+            f"horizons: each horizon sets them for every arm")
+    require(final["lr_decay_iters"] in (None, final["max_iters"]) and study["horizons"][-1] < final["max_iters"],
+            "horizons", f"each below the final runs' max_iters ({final['max_iters']}), which must end their decay "
+            f"there (lr_decay_iters = max_iters)")
+    evals = study["horizon_evals"] or final["max_iters"] / final["eval_interval"]
+    for h in study["horizons"]:
+        keys = dict(max_iters=h, lr_decay_iters=h, warmup_iters=round(h * final["warmup_iters"] / final["max_iters"]),
+                    eval_interval=max(1, round(h / evals)))
+        study["horizon_studies"][f"h{h}"] = {**study, "overrides": {**study["overrides"], **keys}, "seeds": [],
+                                             "horizons": None, "horizon_studies": {}, "short_pick": False,
+                                             "runs_dir": os.path.join(study["runs_dir"], f"h{h}"), "horizon": h}
+
+
 # -------------------------------------------------------------------------------------------- a study's runs
 def run_dir(study, arm, lr, seed):
     return os.path.join(study["runs_dir"], arm, f"lr{lr:g}_seed{seed}")
 
 
 def run_args(study, arm, lr, seed):
-    """The train.py arguments of one run: config file, then shared overrides (and a final run's
-    final_overrides), min_lr = lr / 10, the arm's keys, then lr, seed and out_dir (and, for a --quick study,
-    its shortened schedule: quick_keys)."""
+    """The train.py arguments of one run (arm h<h>/<arm>: a selection run at horizon h): config file, then shared
+    overrides, min_lr = lr / 10, the arm's keys, then lr, seed and out_dir (and, for a --quick study, its shortened
+    schedule: quick_keys)."""
+    horizon, _, arm_name = arm.rpartition("/")
+    if horizon:  # a selection run at a horizon, named h<h>/<arm> (its folder in runs_dir): that horizon's study
+        return run_args(study["horizon_studies"][horizon], arm_name, lr, seed)
     min_lr = float(f"{lr / 10:.6g}")  # 0.0003, not 0.00030000000000000003
-    final = study["final_overrides"] if seed in study["seeds"] else {}
-    overrides = {**study["overrides"], **final, "min_lr": min_lr, **study["arms"][arm], "learning_rate": lr,
+    overrides = {**study["overrides"], "min_lr": min_lr, **study["arms"][arm], "learning_rate": lr,
                  "seed": seed, "out_dir": run_dir(study, arm, lr, seed)}
     args = [study["config"]] + [f"--{k}={v}" for k, v in overrides.items()]
     if study.get("quick"):
@@ -314,11 +310,10 @@ def run_config(study, arm, lr, seed):
     return parse_config(run_args(study, arm, lr, seed))
 
 
-def arm_config(study, arm, final=True):
-    """An arm's config at its lowest rate and first final seed (final=False: its first selection seed, where
-    final_overrides do not apply): what all its final (selection) runs share."""
-    seeds = study["seeds"] if final or not study["selection_seeds"] else study["selection_seeds"]
-    return run_config(study, arm, study["grids"][arm][0], seeds[0])
+def arm_config(study, arm):
+    """An arm's config at its lowest rate and first final seed (a horizon's study: selection seed): what all its
+    runs (of that horizon) share."""
+    return run_config(study, arm, study["grids"][arm][0], (study["seeds"] or study["selection_seeds"])[0])
 
 
 def final_seeds(study, arm):
@@ -505,8 +500,8 @@ def is_finished(study, arm, lr, seed):
     return is_final(final_row(run_dir(study, arm, lr, seed)), run_config(study, arm, lr, seed)["max_iters"])
 
 
-def selection_loss(study, arm, lr):
-    """Mean final loss over the selection seeds; inf if any diverged; None while any is unfinished."""
+def seed_losses(study, arm, lr):
+    """The final loss of each selection seed's run (inf if it diverged); None while any is unfinished."""
     losses = []
     for seed in study["selection_seeds"]:
         row = final_row(run_dir(study, arm, lr, seed))
@@ -514,7 +509,13 @@ def selection_loss(study, arm, lr):
             return None
         loss = final_val_loss(row)
         losses.append(math.inf if loss is None else loss)
-    return sum(losses) / len(losses)
+    return losses
+
+
+def selection_loss(study, arm, lr):
+    """Mean final loss over the selection seeds; inf if any diverged; None while any is unfinished."""
+    losses = seed_losses(study, arm, lr)
+    return None if losses is None else sum(losses) / len(losses)
 
 
 def pick_best_lr(losses):
@@ -586,7 +587,7 @@ def stall_rule(study, arm, swept):
     m = study["stall_margin"]
     if not m:
         return lambda lr: None
-    max_iters = arm_config(study, arm, final=False)["max_iters"]  # every selection run's (check_arms)
+    max_iters = arm_config(study, arm)["max_iters"]  # every run's (check_arms)
 
     @functools.cache
     def failed(lr):
@@ -598,14 +599,17 @@ def stall_rule(study, arm, swept):
 def search(study, arm):
     """Where an arm's learning-rate search stands, replayed from the finished runs (deterministic): dict(due=
     [(arm, lr, seed)] selection runs to run next, swept=[lrs], best=its best rate once the search is complete
-    (None before, or if every swept rate diverged), notes=[str], losses={lr: selection loss})."""
+    (None before, or if every swept rate diverged), notes=[str], losses={lr: selection loss}, allowed=[the swept
+    rates the stall rule allows])."""
     sel = study["selection_seeds"]
     swept, notes = list(study["grids"][arm]), []
     if not sel:  # one given learning rate, nothing to choose
-        return dict(due=[], swept=swept, best=swept[0], notes=["learning rate given, not searched"], losses={})
+        return dict(due=[], swept=swept, best=swept[0], notes=["learning rate given, not searched"], losses={},
+                    allowed=swept)
     runs = lambda lrs: [(arm, lr, s) for lr in lrs for s in sel if not is_finished(study, arm, lr, s)]
     out = lambda due, best=None: dict(due=due, swept=sorted(swept), best=best, notes=notes,
-                                      losses={lr: selection_loss(study, arm, lr) for lr in sorted(swept)})
+                                      losses={lr: selection_loss(study, arm, lr) for lr in sorted(swept)},
+                                      allowed=[lr for lr in sorted(swept) if ruled_out(lr) is None])
     ruled_out = stall_rule(study, arm, swept)  # (swept grows below: the rule reads it as it is then)
     best = lambda: pick_best_lr({lr: selection_loss(study, arm, lr) for lr in swept if ruled_out(lr) is None})
     if runs(swept):  # (1) the grid
@@ -647,26 +651,83 @@ def search(study, arm):
 
 
 def plan(study, arm):
-    """An arm's search (search) and then its final runs: dict(due=[(arm, lr, seed)] to run next, swept, notes,
-    losses, chosen=lr once the search is complete (due then lists its unfinished final runs; None while it
-    searches, if every swept rate diverged, or for an also_search variant that lost), lost_to=the variant of
-    its group that runs the final seeds instead, or None)."""
-    p = {**search(study, arm), "chosen": None, "lost_to": None}
-    group = group_of(study, arm)
+    """An arm's search (search; with horizons, horizon_plan) and then its final runs: dict(due=[(arm, lr, seed)]
+    to run next, swept, notes, losses, chosen=lr once the search is complete (due then lists its unfinished
+    final runs; None while it searches, or if every swept rate diverged), finals_at=[the rates its final seeds
+    run at])."""
+    if study["horizons"]:
+        return horizon_plan(study, arm)
+    p = {**search(study, arm), "chosen": None, "finals_at": []}
     if p["due"] or p["best"] is None:
         return p
-    if group is not None:  # also_search: the final seeds go to the group's variant with the lowest loss
-        rivals = {v: search(study, v) for v in study["groups"][group]}
-        if any(r["due"] for r in rivals.values()):
-            return {**p, "notes": p["notes"] + ["waiting for the other variants' searches"]}
-        done = {v: r["losses"][r["best"]] for v, r in rivals.items() if r["best"] is not None}
-        winner = min(done, key=lambda v: (done[v], list(rivals).index(v)))
-        if winner != arm:
-            return {**p, "lost_to": winner, "notes": p["notes"] + [f"{winner} has the lower selection loss "
-                                                                   f"({done[winner]:.4f} against {done[arm]:.4f})"]}
     lr = p["best"]
     due = [(arm, lr, s) for s in final_seeds(study, arm) if not is_finished(study, arm, lr, s)]
-    return {**p, "due": due, "chosen": lr}  # (4) the best of all swept rates on the final seeds
+    return {**p, "due": due, "chosen": lr, "finals_at": [lr]}  # (4) the best of all swept rates on the final seeds
+
+
+def horizon_plan(study, arm):
+    """plan with horizons: the arm's search at every horizon (their runs due together, named h<h>/<arm>), then
+    the final seeds at the carried rate (horizon_fit), and at the short pick (the shortest horizon's chosen rate)
+    with short_pick. dict as plan's, swept and losses empty, with searches={"h<h>": search} and fit."""
+    searches = {h: search(sub, arm) for h, sub in study["horizon_studies"].items()}
+    p = dict(due=[(f"{h}/{arm}", lr, s) for h, q in searches.items() for _, lr, s in q["due"]], swept=[], losses={},
+             notes=[f"{h}: {note}" for h, q in searches.items() for note in q["notes"]], chosen=None, short=None,
+             finals_at=[], searches=searches, fit=None)
+    if p["due"] or any(q["best"] is None for q in searches.values()):
+        return p
+    fit = horizon_fit(study, arm, searches)
+    short = searches[f"h{study['horizons'][0]}"]["best"] if study["short_pick"] else None
+    rates = list(dict.fromkeys(r for r in (fit["carried"], short) if r is not None))
+    due = [(arm, lr, s) for lr in rates for s in final_seeds(study, arm) if not is_finished(study, arm, lr, s)]
+    return {**p, "due": due, "chosen": fit["carried"], "short": short, "finals_at": rates, "fit": fit}
+
+
+def horizon_fit(study, arm, searches, boot=0):
+    """An arm's rate carried to the final horizon (fit_horizons) from its selection runs at each horizon (searches:
+    horizon_plan's): the rates its search allowed, each with the final loss of every selection seed."""
+    subs = study["horizon_studies"]
+    curves = [{lr: seed_losses(subs[h], arm, lr) for lr in sorted({*q["allowed"], q["best"]})}
+              for h, q in searches.items()]
+    tokens = [run_tokens(arm_config(sub, arm)) for sub in subs.values()]
+    return fit_horizons(tokens, curves, run_tokens(arm_config(study, arm)), boot)
+
+
+def curve_minimum(means):
+    """{lr: mean selection loss} -> (lr*, edge): the minimum of the parabola in log(lr) through the best rate and
+    its two neighbours, or the best rate itself (edge=True) where it is the lowest or highest finite rate."""
+    best, rates = pick_best_lr(means), sorted(means)
+    i = rates.index(best)
+    near = rates[max(i - 1, 0):i + 2]
+    if len(near) < 3 or i == 0 or not all(math.isfinite(means[lr]) for lr in near):
+        return best, True
+    a, b, _ = np.polyfit(np.log(near), [means[lr] for lr in near], 2)  # a >= 0: the middle point is the lowest
+    return (float(np.exp(-b / (2 * a))), False) if a > 0 else (best, True)  # (a = 0: a flat curve)
+
+
+def fit_horizons(tokens, curves, final_tokens, boot=0, seed=0):
+    """The best rate carried to the final horizon: at each horizon (its training tokens D, its curve {lr: [final
+    loss of each selection seed]}) lr*(D) by curve_minimum of the seeds' mean; then log lr* fitted linearly on
+    log D, the power law LR*(D) = c D^-beta (Bjorck et al., ICLR 2025), read at final_tokens and rounded to 3
+    significant digits. boot: that many bootstrap resamples of each horizon's seeds (with replacement; the
+    parabolas and the fit redone) -> the 95% percentile intervals of the carried rate and of beta.
+    -> dict(points=[(D, lr*, edge)], beta, carried, carried_ci, beta_ci; the intervals None without boot)."""
+    x, final = np.log(tokens), math.log(final_tokens)
+
+    def fit(curves):
+        points = [curve_minimum({lr: float(np.mean(v)) for lr, v in c.items()}) for c in curves]
+        slope, intercept = np.polyfit(x, np.log([lr for lr, _ in points]), 1)
+        return points, -float(slope), float(np.exp(intercept + slope * final))
+    points, beta, carried = fit(curves)
+    out = dict(points=[(d, lr, edge) for d, (lr, edge) in zip(tokens, points)], beta=beta, carried=round_lr(carried),
+               carried_ci=None, beta_ci=None)
+    if boot:
+        rng, draws = np.random.default_rng(seed), []
+        for _ in range(boot):
+            picks = [rng.integers(0, len(next(iter(c.values()))), len(next(iter(c.values())))) for c in curves]
+            draws.append(fit([{lr: np.asarray(v)[i] for lr, v in c.items()} for c, i in zip(curves, picks)])[1:])
+        (b_lo, c_lo), (b_hi, c_hi) = np.percentile(draws, [2.5, 97.5], axis=0)
+        out.update(beta_ci=(float(b_lo), float(b_hi)), carried_ci=(float(c_lo), float(c_hi)))
+    return out
 
 
 def still_searching(study):
@@ -684,25 +745,23 @@ def due_runs(study):
 
 
 def run_list(study, arm):
-    """Every run of an arm the plan has named so far: its swept rates on the selection seeds, and the chosen
-    rate (once there is one) on its final seeds."""
-    p = plan(study, arm)
-    runs = [(arm, lr, s) for lr in p["swept"] for s in study["selection_seeds"]]
-    return runs + ([(arm, p["chosen"], s) for s in final_seeds(study, arm)] if p["chosen"] is not None else [])
+    """Every run of an arm the plan has named so far: its swept rates on the selection seeds (at every horizon),
+    and the rates its final seeds run at."""
+    p, sel = plan(study, arm), study["selection_seeds"]
+    runs = [(f"{h}/{arm}", lr, s) for h, q in p.get("searches", {}).items() for lr in q["swept"] for s in sel]
+    runs += [(arm, lr, s) for lr in p["swept"] for s in sel]
+    return runs + [(arm, lr, s) for lr in p["finals_at"] for s in final_seeds(study, arm)]
 
 
 def arm_run_counts(study, arm):
     """-> (first wave, fewest, most, finals): runs of an arm's whole study. The first wave is the base grid on
-    the selection seeds; the fewest adds the half steps (no extension); the most adds max_extensions grid steps;
-    finals counts the final runs (an also_search group's once, on its first variant)."""
-    finals, sel = len(final_seeds(study, arm)), len(study["selection_seeds"])
-    group = group_of(study, arm)
-    if group is not None and arm != next(iter(study["groups"][group])):
-        finals = 0
+    the selection seeds (at every horizon); the fewest adds the half steps (no extension); the most adds
+    max_extensions grid steps; finals counts the final runs (twice with short_pick)."""
+    finals, sel = len(final_seeds(study, arm)) * (1 + study["short_pick"]), len(study["selection_seeds"])
     if not sel:
         return 0, 0, 0, finals
-    grid, halves = len(study["grids"][arm]), 2 * study["half_steps"]
-    return grid * sel, (grid + halves) * sel, (grid + study["max_extensions"] + halves) * sel, finals
+    grid, halves, n = len(study["grids"][arm]), 2 * study["half_steps"], len(study["horizons"] or [None])
+    return grid * sel * n, (grid + halves) * sel * n, (grid + study["max_extensions"] + halves) * sel * n, finals
 
 
 def study_progress(study):
@@ -730,15 +789,18 @@ def read_run(study, arm, lr, seed):
 
 
 def collect(study):
-    """{arm: dict(plan=plan(...), search={(lr, seed): run}, finals={seed: run at the chosen lr})}."""
+    """{arm: dict(plan=plan(...), search={(lr, seed): run} (with horizons {("h<h>", lr, seed): run}), finals={seed:
+    run at the chosen lr}, short={seed: run at the short pick} with short_pick)}."""
     data = {}
     for arm in study["arms"]:
         p = plan(study, arm)
         search = {(lr, s): read_run(study, arm, lr, s) for lr in p["swept"] for s in study["selection_seeds"]}
-        finals = ({s: read_run(study, arm, p["chosen"], s) for s in final_seeds(study, arm)}
-                  if p["chosen"] is not None else {})
+        search.update({(h, lr, s): read_run(study["horizon_studies"][h], arm, lr, s) for h, q in p.get(
+            "searches", {}).items() for lr in q["swept"] for s in study["selection_seeds"]})
+        finals, short = ({s: read_run(study, arm, lr, s) for s in final_seeds(study, arm)} if lr is not None else {}
+                         for lr in (p["chosen"], p.get("short")))
         flag_finals(finals)
-        data[arm] = dict(plan=p, search=search, finals=finals)
+        data[arm] = dict(plan=p, search=search, finals=finals, short=short)
     return data
 
 

@@ -536,8 +536,7 @@ def sweep(study, args, report_cmd):
     else:
         gpus, slurm = slurm_settings(study, args)
         failed = drive(study, args.executor, gpus, slurm, args.threads, args.poll_s)
-    plans = {arm: plan(study, arm) for arm in study["arms"]}  # (an also_search variant that lost has none)
-    print("chosen learning rates:", json.dumps({arm: p["chosen"] for arm, p in plans.items() if not p["lost_to"]}))
+    print("chosen learning rates:", json.dumps({arm: plan(study, arm)["chosen"] for arm in study["arms"]}))
     failed = {run: f for run, f in failed.items() if not is_finished(study, *run)}  # another process's, since
     if failed:
         raise RuntimeError(f"{len(failed)} run(s) did not finish; the others did:\n" + "\n".join(failed.values()))

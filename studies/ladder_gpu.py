@@ -10,10 +10,11 @@
 # Tuning, the same for every rung and arm: a base grid of x2 steps around GPT-3's and Pythia's rates for the size
 # (6e-4 at 125M, 1e-3 at 70M), extended at an edge, then half steps, chosen on the mean of two selection seeds
 # (1337, 1338) with the stall rule (stall_margin = 2: no rate at or within a x2 step below a rate at which a
-# selection run stalled or diverged; results/lr_sensitivity_cpu). Selection runs are a quarter of a final run (5 tokens per
-# parameter, the same warmup steps: the early phase where stalls happen is the final runs'); the chosen rate then
-# runs on final seeds 2001-2003 at 20 tokens per parameter, paired by seed. Selecting at the full budget instead
-# would cost about 76-100 GPU-hours.
+# selection run stalled or diverged; results/lr_sensitivity_cpu). Each rung searches at two horizons, 1/16 and
+# 1/8 of its final runs (the ratio studies/horizon_cpu.py tries at CPU scale), every run with warmup 5% of its
+# steps and 8 evals; its best rate at each horizon is fitted as a power law in tokens (Bjorck et al., ICLR 2025)
+# and carried to the final runs, which run it on seeds 2001-2003 at 20 tokens per parameter, paired by seed. So
+# every rung's rate is carried alike, and a rate bias that differs by size cannot pass for a trend.
 # Five rungs, not four: with 3 seeds the trend test sees a gap that changes by -0.025 nats per 10x in 79% of
 # ladders (the dry run's "Trend power", at the CPU studies' pair sd), against 43% for the four larger rungs alone;
 # the smallest rung costs under 1% of the GPU-hours, 5 seeds at four rungs would reach only 59%.
@@ -36,17 +37,16 @@ contrasts = [("nonlinear", "linear_qknorm", "f against a linear baseline with QK
 selection_seeds = [1337, 1338]
 seeds = [2001, 2002, 2003]
 stall_margin = 2
+horizon_evals = 8
 
 
 def _rung(n_layer, n_embd, accum, final_steps, learning_rates):
-    """A rung: its shape, 32 x accum x 1024 tokens a step, selection runs of a quarter of the final steps (the
-    same warmup), an eval every eighth of a run; final_steps x tokens a step = 20 x its parameters."""
-    steps, warmup = round(final_steps / 4), round(0.05 * final_steps)
+    """A rung: its shape, 32 x accum x 1024 tokens a step, final runs of final_steps (x tokens a step = 20 x its
+    parameters; warmup 5%, an eval every eighth), the search at 1/16 and 1/8 of them."""
     return dict(n_layer=n_layer, n_head=n_embd // 64, n_embd=n_embd, gradient_accumulation_steps=accum,
-                max_iters=steps, lr_decay_iters=steps, warmup_iters=warmup, eval_interval=round(steps / 8),
-                learning_rates=learning_rates,
-                final_overrides=dict(max_iters=final_steps, lr_decay_iters=final_steps,
-                                     eval_interval=round(final_steps / 8)))
+                max_iters=final_steps, lr_decay_iters=final_steps, warmup_iters=round(0.05 * final_steps),
+                eval_interval=round(final_steps / 8), learning_rates=learning_rates,
+                horizons=[round(final_steps / 16), round(final_steps / 8)])
 
 
 rungs = {  # parameters: 11.6M, 16.3M, 30.3M, 51.5M, 124.4M (non-embedding 1.8M, 3.1M, 10.6M, 25.2M, 85.0M)

@@ -17,9 +17,9 @@ def load(name):
     return nlq_study.load_study(str(ROOT / "studies" / f"{name}.py"))
 
 
-def budget(study, arm, final=True):
-    """(tokens, total parameters) of a final (or selection) run of an arm (GPT-2's vocabulary, OpenWebText's)."""
-    cfg = nlq_study.arm_config(study, arm, final)
+def budget(study, arm):
+    """(tokens, total parameters) of a final run of an arm (GPT-2's vocabulary, OpenWebText's)."""
+    cfg = nlq_study.arm_config(study, arm)
     return nlq_study.run_tokens(cfg), settings.param_counts(settings.model_config(cfg))["total"]
 
 
@@ -31,32 +31,43 @@ def dry_run_hours(name, capsys):
     return dry, tuple(float(x.replace(",", "")) for x in found.groups())
 
 
+def searched_at(study, tokens):
+    """The horizons of a study's search as fractions of a final run's tokens; warmup 5% of every run."""
+    cfgs = [nlq_study.arm_config(sub, "linear") for sub in study["horizon_studies"].values()]
+    assert all(cfg["warmup_iters"] == round(0.05 * nlq_study.arm_config(study, "linear")["max_iters"] * cfg["max_iters"]
+                                            / nlq_study.arm_config(study, "linear")["max_iters"]) for cfg in cfgs)
+    return [nlq_study.run_tokens(cfg) / tokens for cfg in cfgs]
+
+
 def tuned_alike(study):
     assert len(study["selection_seeds"]) >= 2 and study["stall_margin"] == 2 and len(study["seeds"]) >= 3
     assert not set(study["selection_seeds"]) & set(study["seeds"])
 
 
 def test_the_paper_claim_tuned_alike_at_the_papers_horizon(capsys):
-    """GPT-3 small (124M) at the paper's 60,000 x 491,520 tokens for the final runs, a twentieth for the search
-    over learning rate x weight decay, the same for linear, linear + QK-norm and nonlinear."""
+    """GPT-3 small (124M) at the paper's 60,000 x 491,520 tokens for the final runs, the rate searched at 1/20 and
+    1/10 of it (warmup 1/30 of every run) and carried there, the same for linear, linear + QK-norm and nonlinear;
+    weight decay the paper's 0.1 everywhere."""
     study = load("paper_claim_gpu")
     tuned_alike(study)
-    assert set(study["groups"]) == {"linear", "linear_qknorm", "nonlinear"}
-    assert study["also_search"] == {"weight_decay": [0.05, 0.1, 0.2]}
-    for group, variants in study["groups"].items():
-        assert len(variants) == 3 and all(study["grids"][v] == [6e-4, 1.2e-3, 2.4e-3] for v in variants)
-    tokens, params = budget(study, "nonlinear.weight_decay0.1")
+    assert study["grids"] == dict.fromkeys(["linear", "linear_qknorm", "nonlinear"], [6e-4, 1.2e-3, 2.4e-3])
+    tokens, params = budget(study, "nonlinear")
     assert tokens == 60000 * 491520 and params == pytest.approx(124.4e6, rel=0.01)
-    assert budget(study, "linear.weight_decay0.1", final=False)[0] * 20 == tokens
+    for h, sub in zip((3000, 6000), study["horizon_studies"].values()):
+        cfg = nlq_study.arm_config(sub, "linear")
+        assert (cfg["max_iters"], cfg["lr_decay_iters"], cfg["warmup_iters"], cfg["eval_interval"]) == (
+            h, h, h // 30, h // 12) and cfg["weight_decay"] == 0.1
     dry, (fewest, most) = dry_run_hours("paper_claim_gpu", capsys)
-    assert "budget of a final run (linear.weight_decay0.05): 29,491,200,000 tokens = 237.1 tokens per parameter" in dry
-    assert "= 347.1 per non-embedding parameter" in dry
-    assert 240 < fewest < most < 300  # 9 final runs (167 GPU-hours) and 90-126 selection runs
+    assert "budget of a final run (linear): 29,491,200,000 tokens = 237.1 tokens per parameter" in dry
+    assert "budget of a 3,000-step selection run (linear): 1,474,560,000 tokens = 11.9 tokens" in dry
+    assert "| arm | lr* at 3,000 steps | lr* at 6,000 steps | β [95% CI] | carried to 60,000 steps [95% CI] |" in dry
+    assert 240 < fewest < most < 300  # 9 final runs (167 GPU-hours) and 60-84 selection runs
     print(f"paper_claim_gpu: {fewest}-{most} GPU-hours")
 
 
 def test_the_training_length_ladder(capsys):
-    """One model (6 x 384) at 20, 80 and 320 tokens per parameter, each budget its own search at a quarter of it."""
+    """One model (6 x 384) at 20, 80 and 320 tokens per parameter, each budget its own search at 1/16 and 1/8 of
+    it, carried to it."""
     ladder = load("length_gpu")
     sizes = set()
     for want, study in zip((20, 80, 320), ladder["rungs"].values()):
@@ -64,7 +75,7 @@ def test_the_training_length_ladder(capsys):
         tokens, params = budget(study, "linear")
         sizes.add(params)
         assert tokens / params == pytest.approx(want, rel=0.001)
-        assert budget(study, "linear", final=False)[0] / tokens == pytest.approx(0.25, rel=0.001)
+        assert searched_at(study, tokens) == pytest.approx([1 / 16, 1 / 8], rel=0.002)
     assert len(sizes) == 1  # one model: the report's axis is training tokens
     dry, (fewest, most) = dry_run_hours("length_gpu", capsys)
     assert "| 320tpp | 30,331,776 | 10,621,824 | 9,706,143,744 | 320.0 | 913.8 |" in dry
@@ -74,7 +85,7 @@ def test_the_training_length_ladder(capsys):
 
 def test_the_size_ladder(capsys):
     """5 sizes spanning 48x in non-embedding parameters up to GPT-3 small's 124M in all, each final run on 20
-    tokens per parameter (Chinchilla's ratio on Chinchilla's count), selection runs a quarter of it."""
+    tokens per parameter (Chinchilla's ratio on Chinchilla's count), the search at 1/16 and 1/8 of it."""
     ladder = load("ladder_gpu")
     non_embedding = []
     for study in ladder["rungs"].values():
@@ -84,7 +95,7 @@ def test_the_size_ladder(capsys):
         assert cfg["n_embd"] // cfg["n_head"] == 64 and cfg["eval_full_at_end"]
         tokens, params = budget(study, "linear")
         assert tokens / params == pytest.approx(20, rel=0.001)
-        assert budget(study, "linear", final=False)[0] / tokens == pytest.approx(0.25, rel=0.001)
+        assert searched_at(study, tokens) == pytest.approx([1 / 16, 1 / 8], rel=0.002)
         non_embedding.append(settings.param_counts(settings.model_config(cfg))["non_embedding"])
     assert len(non_embedding) == 5 and non_embedding[-1] / non_embedding[0] > 45 and params > 124e6
     dry, (fewest, most) = dry_run_hours("ladder_gpu", capsys)

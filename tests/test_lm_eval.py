@@ -145,9 +145,9 @@ def test_a_byte_export_is_scored_with_the_prefix_token_its_note_names(tmp_path):
     from lm_eval.models.huggingface import HFLM
     model = random_gpt(query_mode="nonlinear", vocab_size=256, data_vocab_size=256)
     notes = hf.export(model, BYTE_META, str(tmp_path / "hf"))
-    assert ("its end-of-text token <|endoftext|> (id 255) ends and pads lm-evaluation-harness's generation tasks, "
-            "but the model never saw it: add prefix_token_id=10 (a newline) to lm_eval's --model_args for the "
-            "harness to start texts from (else it starts them from <|endoftext|>)") in notes
+    assert ("lm-evaluation-harness starts a text without context from the end-of-text token, which the model "
+            "never saw: add prefix_token_id=10 (a newline, or a token that starts texts in the training data) to "
+            "lm_eval's --model_args") in notes
     lm = HFLM(pretrained=str(tmp_path / "hf"), trust_remote_code=True, dtype="float32", device="cpu",
               batch_size=1, prefix_token_id=10)
     text = "hello world"

@@ -17,9 +17,9 @@ from torch.utils.checkpoint import checkpoint
 import model as nlq
 from model import GPT, GPTConfig
 
+from saved_activations import compiled_saved_bytes, saved_bytes_per_layer_token
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "bench"))
-from saved_activations import compiled_saved_bytes, saved_bytes_per_layer_token  # noqa: E402
 
 C, NH = 32, 4
 
@@ -234,7 +234,7 @@ def test_a_checkpoint_that_carries_fused_f_loads_and_resumes(tmp_path):
 
 
 # ----------------------------------------------------------------------------------- saved activations
-# Per layer and per token, counted exactly with saved_tensors_hooks (bench/saved_activations.py) at a small
+# Per layer and per token, counted exactly with saved_tensors_hooks (tests/saved_activations.py) at a small
 # shape: n_embd 64, 4 heads. linear keeps, in float32: LN1's input, x, the q/k/v matmul output (3C), the
 # attention output, LN2's input and output, the MLP's hidden layer before and after GELU (4C + 4C): 16C floats,
 # plus the attention's log-sum-exp (one per head) and the two LayerNorms' mean and rstd (4).
@@ -262,7 +262,7 @@ def test_saved_activation_bytes_per_layer(dtype, size, monkeypatch):
 
 @pytest.mark.parametrize("dtype", [None, torch.bfloat16])
 def test_saved_activation_bytes_under_torch_compile(dtype):
-    """What torch.compile's partitioner saves (bench/saved_activations.py --compile): f under its checkpoint is
+    """What torch.compile's partitioner saves (tests/saved_activations.py, compiled): f under its checkpoint is
     recomputed there too, so nonlinear keeps what linear keeps; identity no more. One layer and the difference
     over sequences (1, 2): the modes differ only in that layer, so their difference per token is the per-layer
     one that saved_bytes_per_layer_token's double difference gives (half the compiles)."""

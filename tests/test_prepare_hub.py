@@ -183,7 +183,7 @@ BAD_STREAMS = {  # case: (load_dataset's result or exception, extra args, messag
                  "network"]),
     "val too short": (datasets.Dataset.from_dict({"text": ["short"] * 1500}).to_iterable_dataset(), [],
                       ["the val split has",
-                       "raise --val_fraction (now 0.01; 0.098 to 0.902 fits this corpus's 10,500 tokens"]),
+                       "raise --val_fraction (now 0.01) or use a larger corpus (this one has 10,500 tokens)"]),
 }
 
 
@@ -215,7 +215,7 @@ def test_a_failed_stream_leaves_no_folder(case, tmp_path, monkeypatch):
     (["hf", "--name", "x"], "hf needs --hf_dataset NAME"),
     (["hf", "--hf_dataset", "a/b"], "needs --hf_dataset NAME (a Hugging Face Hub dataset) and --name NAME"),
     (["local", "--input", "c.txt", "--name", "x", "--max_docs", "5"],
-     "--max_docs is an option of fineweb_edu and hf, not of local"),
+     "--max_docs is an option of openwebtext, fineweb_edu, hf, not of local"),
     (["hf", "--hf_dataset", "a/b", "--name", "x", "--subset", "sample-10BT"], "--subset is an option of "
                                                                               "fineweb_edu, not of hf"),
     (["fineweb_edu", "--text_column", "body"], "--text_column is an option of hf, not of fineweb_edu"),

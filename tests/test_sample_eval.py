@@ -159,7 +159,6 @@ def test_a_progress_bar_on_a_terminal_only_and_the_same_texts(run, monkeypatch):
             return True
     meta = dict(tokenizer="char", vocab_size=10, eot_token=None)
     args = (model, meta, lambda s: [1, 2], lambda ids: ids, "ab")
-    monkeypatch.setattr(sample, "PROGRESS_DELAY_S", 0)
     texts = {}
     for stderr in (Terminal(), io.StringIO()):
         monkeypatch.setattr(sys, "stderr", stderr)

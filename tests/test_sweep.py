@@ -818,48 +818,6 @@ def test_a_stall_below_a_rate_does_not_count_against_it(study_file):
     assert plan(study, "linear")["chosen"] == 1e-3  # 2e-3 and 4e-3 stalled; 1e-3 is half of the lowest of them
 
 
-ALSO_SEARCH = ("half_steps = False\nmax_extensions = 0\nalso_search = {'weight_decay': [0.0, 0.1]}\n"
-               "final_overrides = {'max_iters': 30, 'lr_decay_iters': 30}\n")
-
-
-def test_also_search_tunes_a_second_key_and_final_overrides_lengthen_the_final_runs(tmp_path, capsys):
-    """Each arm is searched over rate x weight decay (a variant per value, each its own rate search); only the
-    group's best (rate, weight decay) runs the final seed, at the final runs' own horizon; the report reads by
-    arm, and the search table shows every variant."""
-    study_file = tiny_study(tmp_path, ALSO_SEARCH)
-    study = load_study(str(study_file))
-    assert list(study["arms"]) == ["linear.weight_decay0", "linear.weight_decay0.1", "nonlinear.weight_decay0",
-                                   "nonlinear.weight_decay0.1"]
-    assert run_config(study, "linear.weight_decay0.1", 3e-3, 1)["weight_decay"] == 0.1
-    assert run_config(study, "linear.weight_decay0.1", 3e-3, 1)["max_iters"] == 20  # a selection run
-    assert run_config(study, "linear.weight_decay0.1", 3e-3, 2)["max_iters"] == 30  # a final run
-    sweep.main([str(study_file), "--dry_run", "--tokens_per_s=100"])
-    dry = capsys.readouterr().out
-    assert "| linear.weight_decay0 | linear | 100 | 1,280 / 1,920 | 0.00 / 0.01 | 0 | 2 | 2 | 3 | 3 |" in dry
-    assert "| linear.weight_decay0.1 | linear | 100 | 1,280 / 1,920 | 0.00 / 0.01 | 0 | 2 | 2 | 2 | 2 |" in dry
-    assert "The study: 10 runs" in dry  # 4 variants x 2 rates + a final run per arm
-    assert "budget of a final run (linear.weight_decay0): 1,920 tokens" in dry
-    assert "budget of a selection run (linear.weight_decay0): 1,280 tokens" in dry
-    losses = {("linear", 0.0): (2.3, 2.2), ("linear", 0.1): (2.1, 2.25), ("nonlinear", 0.0): (2.0, 2.4),
-              ("nonlinear", 0.1): (2.3, 2.3)}
-    for (arm, wd), by_rate in losses.items():
-        for lr, loss in zip((3e-3, 1e-2), by_rate):
-            fake_run(study, f"{arm}.weight_decay{wd:g}", lr, 1, loss)
-    plans = {arm: plan(study, arm) for arm in study["arms"]}
-    assert plans["linear.weight_decay0.1"]["due"] == [("linear.weight_decay0.1", 3e-3, 2)]
-    assert plans["linear.weight_decay0"]["lost_to"] == "linear.weight_decay0.1" and plans["linear.weight_decay0"][
-        "chosen"] is None
-    assert plans["nonlinear.weight_decay0"]["chosen"] == 3e-3
-    write_run(study, "linear.weight_decay0.1", 3e-3, 2, [dict(iter=30, tokens=1920, val_loss=2.0, val_loss_full=2.0)])
-    write_run(study, "nonlinear.weight_decay0", 3e-3, 2, [dict(iter=30, tokens=1920, val_loss=1.9, val_loss_full=1.9)])
-    assert due_runs(study) == []
-    text = report.main([str(study_file), "--out", str(tmp_path / "report")])
-    assert "| linear (weight_decay 0.1) | " in text and "| nonlinear (weight_decay 0) | " in text
-    assert "| -0.1000 (n=1) |" in text  # nonlinear - linear on the final seed, paired
-    assert "| 0.003 | 2.3000 | **2.1000** | **2.0000** | 2.3000 |" in text  # the search, every variant
-    assert "Each arm's weight_decay is searched with its rate" in text and "max_iters=30" in text
-
-
 def test_selection_over_two_seeds_through_the_sweep_and_the_report(tmp_path):
     """One arm, 2 rates x selection seeds 1 and 3 with the stall rule, then the final seed: real runs through
     sweep.py, and report.py's learning-rate curves, search table (each rate's mean over both seeds) and the
