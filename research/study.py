@@ -754,20 +754,18 @@ def run_list(study, arm):
 
 
 def arm_run_counts(study, arm):
-    """-> (first wave, fewest, most, finals): runs of an arm's whole study. The first wave is the base grid on
-    the selection seeds (at every horizon); the fewest adds the half steps (no extension); the most adds
-    max_extensions grid steps; finals counts the final runs (twice with short_pick)."""
+    """-> (fewest, most, finals): runs of an arm's whole study. The fewest is the base grid and the half steps on the
+    selection seeds (at every horizon); the most adds max_extensions grid steps; finals counts the final runs (twice
+    with short_pick)."""
     finals, sel = len(final_seeds(study, arm)) * (1 + study["short_pick"]), len(study["selection_seeds"])
-    if not sel:
-        return 0, 0, 0, finals
     grid, halves, n = len(study["grids"][arm]), 2 * study["half_steps"], len(study["horizons"] or [None])
-    return grid * sel * n, (grid + halves) * sel * n, (grid + study["max_extensions"] + halves) * sel * n, finals
+    return (grid + halves) * sel * n, (grid + study["max_extensions"] + halves) * sel * n, finals
 
 
 def study_progress(study):
     """'N of the study's F-M runs finished': F and M are the fewest and the most runs its search can make."""
     counts = [arm_run_counts(study, arm) for arm in study["arms"]]
-    fewest, most = sum(c[1] + c[3] for c in counts), sum(c[2] + c[3] for c in counts)
+    fewest, most = sum(c[0] + c[2] for c in counts), sum(c[1] + c[2] for c in counts)
     finished = sum(is_finished(study, *run) for arm in study["arms"] for run in run_list(study, arm))
     return f"{finished} of the study's {fewest if fewest == most else f'{fewest}-{most}'} runs finished"
 

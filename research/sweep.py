@@ -3,12 +3,12 @@ Run a study (study.py: what a study file sets, and each arm's learning-rate sear
 own folder, started here or as SLURM jobs, in waves: the runs due now, then what their results make due.
 
     python -m research.sweep studies/enwiki_cpu.py --jobs 2 --threads 1  # here: 2 runs at a time, 1 thread each
-    python -m research.sweep studies/paper_small.py --dry_run            # the plan: runs, tokens, GPU-hours
+    python -m research.sweep studies/paper_claim_gpu.py --dry_run        # the plan: runs, tokens, GPU-hours
     python -m research.sweep studies/ladder_gpu.py --dry_run             # a scaling ladder: the same by size
     python -m research.sweep studies/ladder_gpu.py --rung 4x256          # its first rung only
     python -m research.sweep studies/enwiki_cpu.py --print 8             # the torchrun commands of the runs due now
     python -m research.sweep studies/enwiki_cpu.py --quick --jobs 2      # try it: 5% of the steps, in out/quick/
-    python -m research.sweep studies/paper_small.py --executor slurm --gpus_per_run 8 --slurm_partition gpu \
+    python -m research.sweep studies/paper_claim_gpu.py --executor slurm --gpus_per_run 8 --slurm_partition gpu \
         --slurm_time 480                                                 # SLURM jobs through submitit
     python -m research.sweep studies/enwiki_cpu.py --executor slurm --gpus_per_run 0 --threads 4 \
         --slurm_partition cpu                                            # CPU jobs: 4 CPUs each, no GPU

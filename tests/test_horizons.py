@@ -90,7 +90,7 @@ def test_a_horizon_study_runs_each_horizon_then_the_carried_and_the_short_pick(t
     sweep.main([str(study_file), "--dry_run", "--tokens_per_s=100"])
     dry = capsys.readouterr().out
     assert "budget of a 10-step selection run (linear): 640 tokens" in dry
-    assert "| 2,560 | 0.00 / 0.01 | 1 | 11 | 12 | 14 | 14 |" in dry  # 2 horizons x 3 rates x 2 seeds + 2 finals
+    assert "| 2,560 | 0.00 / 0.01 | 1 | 11 | 14 | 14 |" in dry  # 2 horizons x 3 rates x 2 seeds + 2 finals
     assert "| linear | — | — | searching: 11 selection runs due now | — |" in dry
     # curves with their minimum at 6e-3 (10 steps) and 5e-3 (20 steps): beta ln 1.2 / ln 2, carried 4.17e-3
     for h, best in ((10, 6e-3), (20, 5e-3)):

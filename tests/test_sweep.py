@@ -485,7 +485,7 @@ def test_per_arm_given_learning_rates_skip_the_search(study_file, capsys):
     assert due_runs(study) == [("linear", 3e-3, 2), ("nonlinear", 5e-3, 2)]
     assert plan(study, "nonlinear")["chosen"] == 5e-3
     sweep.main([str(study_file), "--dry_run", "--tokens_per_s=100"])  # no search: one count of runs, not "2-2"
-    assert "The study: 2 runs, 0.0 CPU-hours (first wave: 2 runs, 0.0 CPU-hours); 0 finished, 2 due now." \
+    assert "The study: 2 runs, 0.0 CPU-hours; 0 finished, 2 due now." \
         in capsys.readouterr().out
     bad = study_file.read_text().replace("'nonlinear': [5e-3]", "'nonlinear': [5e-3, 1e-2]")
     study_file.write_text(bad)
