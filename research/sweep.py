@@ -6,7 +6,6 @@ own folder, started here or as SLURM jobs, in waves: the runs due now, then what
     python -m research.sweep studies/paper_claim_gpu.py --dry_run        # the plan: runs, tokens, GPU-hours
     python -m research.sweep studies/ladder_gpu.py --dry_run             # a scaling ladder: the same by size
     python -m research.sweep studies/ladder_gpu.py --rung 4x256          # its first rung only
-    python -m research.sweep studies/enwiki_cpu.py --print 8             # the torchrun commands of the runs due now
     python -m research.sweep studies/enwiki_cpu.py --quick --jobs 2      # try it: 5% of the steps, in out/quick/
     python -m research.sweep studies/paper_claim_gpu.py --executor slurm --gpus_per_run 8 --slurm_partition gpu \
         --slurm_time 480                                                 # SLURM jobs through submitit
@@ -132,12 +131,6 @@ class TrainJob:
         return {**self.__dict__, "pid": None, "status": None}
 
 
-def torchrun_command(study, arm, lr, seed, nproc):
-    """The torchrun line of one run on nproc processes (pasteable: quoted for a shell)."""
-    args = nproc_run_args(study, arm, lr, seed, nproc)
-    return f"torchrun --standalone --nproc_per_node={nproc} train.py " + shlex.join(args)
-
-
 def nproc_run_args(study, arm, lr, seed, nproc):
     """run_args for a run on nproc processes, with the same global batch: gradient_accumulation_steps divides
     among them, or else the micro-batch is split (batch_size / nproc, accumulation x nproc; train.py draws a
@@ -147,7 +140,7 @@ def nproc_run_args(study, arm, lr, seed, nproc):
     if accum % nproc:
         if batch % nproc:
             raise ValueError(f"neither gradient_accumulation_steps={accum} nor batch_size={batch} divides "
-                             f"among {nproc} processes; pick another --print count (or --gpus_per_run)")
+                             f"among {nproc} processes; pick another --gpus_per_run")
         args += [f"--batch_size={batch // nproc}", f"--gradient_accumulation_steps={accum * nproc}"]
     return args
 
@@ -459,8 +452,6 @@ def parse_args(argv):
     arg("--jobs", type=int, default=1, help="runs at a time on this machine")
     arg("--threads", type=int, default=None, help="OMP_NUM_THREADS per run (default: torch's; a CPU job's CPUs, "
                                                   "default 1)")
-    arg("--print", type=int, metavar="NPROC", dest="nproc",
-        help="print the torchrun commands of the runs due now, with this many processes each")
     arg("--quick", type=float, nargs="?", const=QUICK_FRACTION, metavar="FRACTION",
         help=f"try the machinery: every run at this fraction of its steps (alone: {QUICK_FRACTION}), in "
              f"{QUICK_DIR}/<name>/runs; results/ is never touched")
@@ -483,12 +474,12 @@ def parse_args(argv):
         "(account=..., qos=..., cpus_per_task=8, mem=...) or any sbatch flag (exclusive=true), added to the study's")
     arg("--poll_s", type=float, default=30.0, help="seconds between job-state checks")
     args = parser.parse_args(argv)
-    for option in ("jobs", "threads", "nproc", "slurm_time"):  # --print 0 ran the whole sweep
+    for option in ("jobs", "threads", "slurm_time"):
         if getattr(args, option) is not None and getattr(args, option) < 1:
-            parser.error(f"--{option.replace('nproc', 'print')} must be >= 1")
+            parser.error(f"--{option} must be >= 1")
     if args.gpus_per_run is not None and args.gpus_per_run < 0:
         parser.error("--gpus_per_run must be >= 0 (0: a CPU job)")
-    if args.executor == "slurm" and not (args.nproc or args.dry_run) and shutil.which("sbatch") is None:
+    if args.executor == "slurm" and not args.dry_run and shutil.which("sbatch") is None:
         parser.error("--executor slurm submits with SLURM's sbatch, which is not on PATH here: run it on the "
                      "cluster's login node, or use --executor local on this machine")
     return args
@@ -517,16 +508,8 @@ def main(argv=None):
 
 
 def sweep(study, args, report_cmd):
-    """Run (or print, --print) what is due in one study until it is complete."""
+    """Run what is due in one study until it is complete."""
     due = due_runs(study)
-    if args.nproc:
-        if due:
-            print("\n".join(torchrun_command(study, *run, args.nproc) for run in due))
-        if still_searching(study):
-            print("# more runs follow (grid extensions, half steps, final seeds): run this again once these finish")
-        elif not due:
-            print(f"# nothing due: every run of the study has finished; its report: {report_cmd}")
-        return
     if not due:  # before the data check: a finished study needs no data (a clone without it reads its report)
         print(f"nothing to run: every run of the study has finished ({study['runs_dir']}); its report: {report_cmd}")
         return

@@ -109,21 +109,19 @@ def test_killed_sweep_restarts_without_rerunning_finished_runs(one_arm_study):
     assert rows == sorted(set(rows)) and rows[-1] == (20, True)  # no duplicated lines from the killed attempt
 
 
-def test_chosen_lr_and_print_mode(study_file, capsys):
+def test_chosen_lr_and_the_runs_on_several_processes(study_file, capsys):
     study = load_study(str(study_file))
     for lr, loss in ((1e-2, 2.0), (3e-3, 1.5)):
         write_run(study, "linear", lr, 1, [dict(iter=20, val_loss=loss)])
     assert plan(study, "linear")["chosen"] == 3e-3
     assert plan(study, "nonlinear")["chosen"] is None  # not swept yet
-    sweep.main([str(study_file), "--print", "2"])
-    lines = capsys.readouterr().out.splitlines()
-    assert all(line.startswith("torchrun --standalone --nproc_per_node=2 train.py ") for line in lines[:-1])
     # seed by seed: nonlinear's search runs (selection seed 1) come before linear's final run (seed 2)
-    assert "--query_mode=nonlinear --learning_rate=0.003 --seed=1" in lines[0]
-    assert "--min_lr=0.0003 --query_mode=linear --learning_rate=0.003 --seed=2" in lines[-2]
-    # the study's 1 micro-batch of 4 cannot be shared by 2 processes: 2 micro-batches of 2, same global batch,
-    # (the eval windows do not depend on the batch): the same experiment
-    assert lines[-2].endswith("--batch_size=2 --gradient_accumulation_steps=2")
+    assert due_runs(study) == [("nonlinear", 3e-3, 1), ("nonlinear", 1e-2, 1), ("linear", 3e-3, 2)]
+    # the study's 1 micro-batch of 4 cannot be shared by 2 processes (a SLURM job's --gpus_per_run 2): 2
+    # micro-batches of 2, same global batch (the eval windows do not depend on the batch): the same experiment
+    args = sweep.nproc_run_args(study, "linear", 3e-3, 2, 2)
+    assert args[-2:] == ["--batch_size=2", "--gradient_accumulation_steps=2"]
+    assert "--min_lr=0.0003" in args and "--seed=2" in args
     out = run_dir(study, "linear", 3e-3, 2)
     os.makedirs(out)
     with open(os.path.join(out, "config.json"), "w") as f:  # as that command's run saves it
@@ -137,42 +135,22 @@ def test_chosen_lr_and_print_mode(study_file, capsys):
         json.dump(dict(run_config(study, "linear", 3e-3, 2), query_mode="residual_gelu"), f)
     assert settings_diff(study, "linear", 3e-3, 2) == {"query_mode": ("residual_gelu", "linear")}
     shutil.rmtree(out)
-    assert lines[-1].startswith("# more runs follow")
     with pytest.raises(ValueError,
                        match="neither gradient_accumulation_steps=1 nor batch_size=4 divides among 3"):
-        sweep.main([str(study_file), "--print", "3"])
+        sweep.nproc_run_args(study, "linear", 3e-3, 2, 3)
     for arm, lr, seed in ((a, lr, s) for a in study["arms"] for lr in (1e-2, 3e-3) for s in (1, 2)):
-        if not is_finished(study, arm, lr, seed):  # every run finished: --print says so
+        if not is_finished(study, arm, lr, seed):
             finished_run(study, arm, lr, seed)
-    sweep.main([str(study_file), "--print", "2"])
-    assert capsys.readouterr().out == (f"# nothing due: every run of the study has finished; its report: "
-                                       f"python -m research.report {study_file}\n")
-    spaced = study_file.parent / "my studies" / "tiny study.py"  # the command is quoted for a shell
+    spaced = study_file.parent / "my studies" / "tiny study.py"  # the report's command is quoted for a shell
     spaced.parent.mkdir()
     shutil.copy(study_file, spaced)
-    sweep.main([str(spaced), "--print", "2"])
-    assert capsys.readouterr().out.endswith(f"its report: python -m research.report '{spaced}'\n")
     # a finished study needs no data: a clone without it (or with other data) hears that nothing is left to run
     shutil.rmtree(study_file.parent / "data")
     sweep.main([str(study_file)])
     assert capsys.readouterr().out == (f"nothing to run: every run of the study has finished "
                                        f"({study['runs_dir']}); its report: python -m research.report {study_file}\n")
-
-
-def test_printed_commands_paste_into_a_shell(tmp_path, capsys):
-    """--print quotes what needs quoting (a runs_dir with a space): the shell gives train.py the run's own
-    arguments."""
-    study_file = tiny_study(tmp_path / "with space", "half_steps = False\nmax_extensions = 0\n" + ONE_ARM)
-    sweep.main([str(study_file), "--print", "1"])
-    line = capsys.readouterr().out.splitlines()[0]
-    study = load_study(str(study_file))
-    run = due_runs(study)[0]
-    assert shlex.split(line)[4:] == sweep.nproc_run_args(study, *run, 1)
-    assert f"'--out_dir={run_dir(study, *run)}'" in line and " " in run_dir(study, *run)
-    with pytest.raises(SystemExit):  # -3 passed a dry run (0 is a CPU job: test_sweep_cluster.py)
-        sweep.main([str(study_file), "--dry_run", "--gpus_per_run", "-3"])
-    assert "--gpus_per_run must be >= 0 (0: a CPU job)" in capsys.readouterr().err
-
+    sweep.main([str(spaced)])
+    assert capsys.readouterr().out.endswith(f"its report: python -m research.report '{spaced}'\n")
 
 def write_run(study, arm, lr, seed, rows):
     """A run folder as train.py leaves it, without training: config.json (the study's settings) and
