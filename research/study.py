@@ -364,14 +364,6 @@ def settings_diff(study, arm, lr, seed):
     return diff
 
 
-def check_settings(study, arm, lr, seed):
-    """ValueError if the run dir holds a run of other settings (an edited study): never reuse its results."""
-    diff = settings_diff(study, arm, lr, seed)
-    if diff:
-        raise ValueError(f"{run_dir(study, arm, lr, seed)} holds a run with other settings (saved, study): "
-                         f"{diff}; {clash_fix(study, CODE_CHANGED in diff)}")
-
-
 def clash_fix(study, code_changed=False):
     """What to do when a study's runs folder holds other experiments: never delete runs someone made."""
     if code_changed:

@@ -45,7 +45,7 @@ from nlq.preemption import EXIT_DIVERGED, EXIT_INTERRUPTED, EXIT_PREEMPTED
 from nlq.settings import HelpFormatter
 from research import study as study_file
 from research.plan import dry_run, ladder_dry_run
-from research.study import (QUICK_DIR, QUICK_FRACTION, ROOT, arm_config, check_data, check_settings, due_runs,
+from research.study import (QUICK_DIR, QUICK_FRACTION, ROOT, arm_config, check_data, due_runs,
                             final_row, final_val_loss, is_diverged, is_finished, load_study, plan, quick_option,
                             run_args, run_config, run_dir, rungs_of, still_searching, study_progress)
 
@@ -182,7 +182,6 @@ def launch(study, arm, lr, seed, threads, progress=""):
     out_dir, name = run_dir(study, arm, lr, seed), f"{arm} lr={lr:g} seed={seed}"
     if STOPPING.is_set():
         return f"{out_dir} was not started: the sweep was stopped"
-    check_settings(study, arm, lr, seed)
     if is_finished(study, arm, lr, seed):
         say(f"done already: {name}")
         return None
@@ -368,7 +367,6 @@ def job_alive(job, record):
 def submit(study, arm, lr, seed, kind, gpus_per_run, slurm, threads):
     """Submit one run as a job; record it in <run dir>/job.json (atomically) -> the Job. ValueError /
     FileNotFoundError if the data is not the study's (check_data, again before each job)."""
-    check_settings(study, arm, lr, seed)
     check_data(study)
     out_dir = run_dir(study, arm, lr, seed)
     os.makedirs(out_dir, exist_ok=True)
