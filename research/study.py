@@ -18,13 +18,11 @@ parameter on total parameters, embeddings included (--dry_run prints them that w
 and in FLOPs). Weight decay is not searched: every arm, horizon and final run uses the config's (docs/studies.md:
 the AdamW timescale).
 
-Per arm: (1) the grid on the selection seeds; (2) while the best rate is the smallest or the largest swept, one
-more grid step beyond it (at most max_extensions); (3) half steps x/√2 and x·√2 around the best; (4) the best
-rate on the final seeds, which never took part in choosing it (no winner's curse). The best rate has the lowest
-mean final loss over the selection seeds: with two or more selection seeds one lucky or unlucky run weighs less.
-A run's final loss is its val loss over the whole val split (val_loss_full), else its last fixed-window val
-loss; a diverged run counts as +inf. Each run has a folder <runs_dir>/<arm>/lr<lr>_seed<seed>, and where the
-search stands is replayed from the finished runs there: a study can stop, restart, or finish on another machine.
+Per arm: (1) the grid on the selection seeds; (2) one more grid step beyond an edge best (at most
+max_extensions); (3) half steps x/√2 and x·√2 around the best; (4) the best rate (the lowest mean final loss over
+the selection seeds; a diverged run counts as +inf) on the final seeds, which never took part in choosing it
+(docs/studies.md: the protocol). Each run has a folder <runs_dir>/<arm>/lr<lr>_seed<seed>, and where the search
+stands is replayed from the finished runs there: a study can stop, restart, or finish on another machine.
 """
 import filecmp
 import functools

@@ -19,10 +19,8 @@ committed metrics.jsonl and config.json are there; a run with a checkpoint resum
 any time (its stop signal reaches the runs, which checkpoint) and start it again.
 
 On a cluster (--executor slurm, through submitit) each due run is a job of one node running torchrun on
---gpus_per_run GPUs, and the driver plans again as jobs end. Each run's job ids are kept in <run dir>/job.json:
-a restarted driver waits for the jobs that still run. A job that SLURM preempts or that reaches its time limit
-checkpoints on submitit's USR2 and is requeued; it resumes exactly. Job states come from sacct, else (a cluster
-without accounting) from squeue; a run whose folder holds its finished metrics is finished whatever SLURM says.
+--gpus_per_run GPUs, and the driver plans again as jobs end; preempted jobs are requeued and resume exactly
+(docs/cluster.md: job states, requeue, a restarted driver).
 
 --quick [FRACTION]: every run at that fraction of its steps (default 0.05) in out/quick/<name>/runs, to try the
 machinery (not to compare arms; report.py --quick reports it).
