@@ -473,8 +473,6 @@ def parse_args(argv):
     for option in ("jobs", "threads", "slurm_time"):
         if getattr(args, option) is not None and getattr(args, option) < 1:
             parser.error(f"--{option} must be >= 1")
-    if args.gpus_per_run is not None and args.gpus_per_run < 0:
-        parser.error("--gpus_per_run must be >= 0 (0: a CPU job)")
     if args.executor == "slurm" and not args.dry_run and shutil.which("sbatch") is None:
         parser.error("--executor slurm submits with SLURM's sbatch, which is not on PATH here: run it on the "
                      "cluster's login node, or use --executor local on this machine")
