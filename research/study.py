@@ -720,11 +720,6 @@ def fit_horizons(tokens, curves, final_tokens, boot=0, seed=0):
     return out
 
 
-def still_searching(study):
-    """Whether an arm is still searching: its selection runs due now, and more runs to follow them."""
-    return any(p["chosen"] is None and p["due"] for p in (plan(study, arm) for arm in study["arms"]))
-
-
 def due_runs(study):
     """Every run that is due now, over all arms (arms advance through their phases independently), seed by
     seed: every arm and rate at one seed before the next seed, so a study stopped half-way has whole curves

@@ -45,7 +45,7 @@ from research import study as study_file
 from research.plan import dry_run, ladder_dry_run
 from research.study import (QUICK_DIR, QUICK_FRACTION, ROOT, arm_config, check_data, due_runs,
                             final_row, final_val_loss, is_diverged, is_finished, load_study, plan, quick_option,
-                            run_args, run_config, run_dir, rungs_of, still_searching, study_progress)
+                            run_args, run_config, run_dir, rungs_of, study_progress)
 
 TRAIN_PY = os.path.join(ROOT, "train.py")
 
@@ -235,7 +235,7 @@ def outcome(study, arm, lr, seed, code, log_path):
     return None
 
 
-def run_here(study, due, jobs, threads):
+def run_here(study, jobs, threads):
     """The local sweep: waves of the runs due now, `jobs` train.py processes at a time, until none is due.
     Holds the runs folder's .sweep.lock (a second sweep would start the same runs) and passes a stop signal on
     to its runs (stop_runs). -> {run: why it did not finish}; after a stop signal, exits as train.py would."""
@@ -252,9 +252,6 @@ def run_here(study, due, jobs, threads):
     except BlockingIOError:
         raise ValueError(f"another sweep.py is running the runs in {study['runs_dir']} (it holds {lock}): two "
                          f"sweeps would start the same runs; wait for it to end, or stop it") from None
-    searching = still_searching(study)
-    print(f"{len(due)} run(s) due now" + (" (more follow as each arm's search goes on: extensions, half steps, "
-                                          "final seeds)" if searching else "") + "; how long: --dry_run", flush=True)
     failed = {}
     STOPPING.clear()
     STOPPED_BY.clear()
@@ -509,7 +506,7 @@ def sweep(study, args, report_cmd):
         return
     check_data(study)
     if args.executor == "local":
-        failed = run_here(study, due, args.jobs, args.threads)
+        failed = run_here(study, args.jobs, args.threads)
     else:
         gpus, slurm = slurm_settings(study, args)
         failed = drive(study, args.executor, gpus, slurm, args.threads, args.poll_s)
