@@ -66,10 +66,9 @@ def bench_speeds(study, cfgs, path):
 
 def arm_costs(study, tokens_per_s=None, bench_json=None):
     """-> (unit, where the figures come from, {arm: (tokens/s, hours a final run, hours a selection run)}; nan
-    where unknown; with horizons, a selection run's hours are their mean over the horizons, each of which runs
-    the same grid): tokens_per_s
-    for every arm, else bench_json's figures (bench_speeds; by default DEFAULT_BENCH_JSON's), but a study on
-    the CPU given neither is timed on its own finished runs (run_timing): CPU-hours of one process."""
+    where unknown; with horizons, a selection run's hours are their mean over the horizons): tokens_per_s for
+    every arm, else bench_json's figures (bench_speeds; by default DEFAULT_BENCH_JSON's), but a study on the CPU
+    given neither is timed on its own finished runs (run_timing): CPU-hours of one process."""
     cfgs = {arm: arm_config(study, arm) for arm in study["arms"]}
     parts = list(study["horizon_studies"].values()) or [study]  # where the selection runs are
     on_cpu = next(iter(cfgs.values()))["device"] == "cpu"
