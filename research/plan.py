@@ -66,10 +66,9 @@ def bench_speeds(study, cfgs, path):
 
 def arm_costs(study, tokens_per_s=None, bench_json=None):
     """-> (unit, where the figures come from, {arm: (tokens/s, hours a final run, hours a selection run)}; nan
-    where unknown; with horizons, a selection run's hours are their mean over the horizons, each of which runs
-    the same grid): tokens_per_s
-    for every arm, else bench_json's figures (bench_speeds; by default DEFAULT_BENCH_JSON's), but a study on
-    the CPU given neither is timed on its own finished runs (run_timing): CPU-hours of one process."""
+    where unknown; with horizons, a selection run's hours are their mean over the horizons): tokens_per_s for
+    every arm, else bench_json's figures (bench_speeds; by default DEFAULT_BENCH_JSON's), but a study on the CPU
+    given neither is timed on its own finished runs (run_timing): CPU-hours of one process."""
     cfgs = {arm: arm_config(study, arm) for arm in study["arms"]}
     parts = list(study["horizon_studies"].values()) or [study]  # where the selection runs are
     on_cpu = next(iter(cfgs.values()))["device"] == "cpu"
@@ -109,43 +108,37 @@ def span(lo, hi, fmt):
     return f"{lo:{fmt}}" if f"{lo:{fmt}}" == f"{hi:{fmt}}" else f"{lo:{fmt}}-{hi:{fmt}}"
 
 
-LEGEND = ("finished: runs done; due now: what the sweep would start now; first wave: the base grid on the selection "
-          "seeds (with no selection seeds: the final runs); fewest / most: the whole study without / with every grid "
-          "extension the search may add (half steps and final seeds included); a / b: a selection run / a final run, "
-          "where horizons make them differ (a selection run's mean over the horizons)")
+LEGEND = ("finished: runs done; due now: what the sweep would start now; fewest / most: the whole study without / "
+          "with every grid extension the search may add (half steps and final seeds included); a / b: a selection "
+          "run / a final run, where horizons make them differ (a selection run's mean over the horizons)")
 
 
 def plan_table(study, unit, costs):
     """One study's (or rung's) plan by arm as markdown lines, its summary line, and its totals (runs due now,
-    fewest, most; hours fewest, most): runs finished, due now, in the first wave, the fewest and the most the
-    search can make, with tokens and hours a run (arm_costs)."""
+    fewest, most; hours fewest, most): runs finished, due now, the fewest and the most the search can make, with
+    tokens and hours a run (arm_costs)."""
     due = due_runs(study)
-    lines = [f"| arm | query_mode | tokens/s | tokens a final run | {unit}-h a run | finished | due now | first wave "
-             f"| fewest | most | {unit}-h first wave | {unit}-h most |",
-             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
-    total = [0] * 8  # runs finished, due now, first wave, fewest, most; hours first wave, fewest, most
+    lines = [f"| arm | query_mode | tokens/s | tokens a final run | {unit}-h a run | finished | due now | fewest "
+             f"| most | {unit}-h most |", "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    total = [0] * 6  # runs finished, due now, fewest, most; hours fewest, most
     for arm in study["arms"]:
         cfg = arm_config(study, arm)
         speed, h_final, h_sel = costs[arm]
-        first, fewest, most, finals = arm_run_counts(study, arm)
-        h_first = first * h_sel if first else finals * h_final  # with no search the final runs come first
-        first = first or finals
+        fewest, most, finals = arm_run_counts(study, arm)
         h_fewest, h_most = fewest * h_sel + finals * h_final, most * h_sel + finals * h_final
         finished = sum(is_finished(study, *run) for run in run_list(study, arm))
         now = sum(run[0].rpartition("/")[2] == arm for run in due)  # (h<h>/<arm>: a selection run at a horizon)
-        total = [t + n for t, n in zip(total, (finished, now, first, fewest + finals, most + finals,
-                                               h_first, h_fewest, h_most))]
+        total = [t + n for t, n in zip(total, (finished, now, fewest + finals, most + finals, h_fewest, h_most))]
         both = lambda a, b, fmt: f"{b:{fmt}}" if f"{a:{fmt}}" == f"{b:{fmt}}" else f"{a:{fmt}} / {b:{fmt}}"
         lines.append(f"| {arm} | {cfg['query_mode']} | {speed:,.0f} | {run_tokens(cfg):,} | "
-                     f"{both(h_sel, h_final, '.2f')} | {finished} | {now} | {first} | {fewest + finals} | "
-                     f"{most + finals} | {h_first:,.1f} | {h_most:,.1f} |")
-    finished, now, first, fewest, most, h_first, h_fewest, h_most = total
-    lines.append(f"| **all** | | | | | {finished} | {now} | {first} | {fewest} | {most} | {h_first:,.1f} "
-                 f"| {h_most:,.1f} |")
+                     f"{both(h_sel, h_final, '.2f')} | {finished} | {now} | {fewest + finals} | {most + finals} | "
+                     f"{h_most:,.1f} |")
+    finished, now, fewest, most, h_fewest, h_most = total
+    lines.append(f"| **all** | | | | | {finished} | {now} | {fewest} | {most} | {h_most:,.1f} |")
     untimed = [arm for arm, (speed, *_) in costs.items() if math.isnan(speed)]
-    cost = (f"{span(h_fewest, h_most, ',.1f')} {unit}-hours (first wave: {first} runs, {h_first:,.1f} {unit}-hours)"
-            if not untimed else f"{unit}-hours unknown until {' and '.join(untimed)} ha{'ve' if untimed[1:] else 's'} "
-                                f"a finished run to time (first wave: {first} runs)")
+    cost = (f"{span(h_fewest, h_most, ',.1f')} {unit}-hours" if not untimed else
+            f"{unit}-hours unknown until {' and '.join(untimed)} ha{'ve' if untimed[1:] else 's'} a finished run "
+            f"to time")
     summary = (f"{span(fewest, most, 'd')} runs, {cost}; {finished} finished, {now} due now."
                + (" Complete: the sweep has nothing to run; report.py writes its report, and --quick tries the "
                   "study in the scratch folder." if now == 0 else ""))

@@ -600,27 +600,21 @@ def regret_section(study, data):
 
 # ------------------------------------------------------------------------------------------- a ladder
 def ladder_axis(rungs):
-    """What a ladder's rungs vary -> (axis name, {rung: x}): model size (non-embedding
-    parameters, Kaplan et al.'s count, on which loss follows a power law), or, where every rung has the same
-    model, the training tokens of a final run (a training-length ladder)."""
+    """What a ladder's rungs vary -> (axis name, {rung: x}, {x: the training FLOPs of a final run of the
+    reference}): model size (non-embedding parameters, Kaplan et al.'s count, on which loss follows a power law),
+    or, where every rung has the same model, the training tokens of a final run (a training-length ladder)."""
     cfgs = {s["rung"]: arm_config(s, s["reference"]) for s in rungs}
-    sizes = {r: settings.param_counts(model_config(c))["non_embedding"] for r, c in cfgs.items()}
-    if len(set(sizes.values())) > 1:
-        return "non-embedding parameters", sizes
-    return "training tokens a run", {r: run_tokens(c) for r, c in cfgs.items()}
-
-
-def ladder_flops(rungs):
-    """{x on ladder_axis: the training FLOPs of a final run of the reference} over a ladder's rungs."""
-    _, xs = ladder_axis(rungs)
-    cfgs = {s["rung"]: arm_config(s, s["reference"]) for s in rungs}
-    return {xs[r]: run_tokens(c) * settings.flops_per_token(model_config(c)) for r, c in cfgs.items()}
+    axis, xs = "non-embedding parameters", {r: settings.param_counts(model_config(c))["non_embedding"]
+                                            for r, c in cfgs.items()}
+    if len(set(xs.values())) == 1:
+        axis, xs = "training tokens a run", {r: run_tokens(c) for r, c in cfgs.items()}
+    return axis, xs, {xs[r]: run_tokens(c) * settings.flops_per_token(model_config(c)) for r, c in cfgs.items()}
 
 
 def ladder_gaps(views):
     """[(study, data) of each rung] -> {(arm, other): [(rung, x, paired_difference)]}: each arm against
     the reference, and the study's contrasts, at every rung, smallest first; x is the rung's size on ladder_axis."""
-    gaps, (_, xs) = {}, ladder_axis([study for study, _ in views])
+    gaps, (_, xs, _) = {}, ladder_axis([study for study, _ in views])
     for study, data in views:
         ref = study["reference"]
         pairs = [(arm, ref) for arm in study["arms"] if arm != ref] + [(a, o) for a, o, _ in study["contrasts"]]
@@ -715,7 +709,7 @@ def render_ladder(study_path, ladder, datas, out):
     rungs = rungs_of(ladder)
     tokenizer = tokenizer_of(run for data in datas.values() for run in all_runs(data))
     views = [(study, datas[study["rung"]]) for study in rungs]
-    gaps, (axis, _) = ladder_gaps(views), ladder_axis([study for study, _ in views])
+    gaps, (axis, _, flops) = ladder_gaps(views), ladder_axis([study for study, _ in views])
     files = {"gap_vs_size.png": plot_ladder(gaps, axis)}
     parts = [header(study_path, {**rungs[0], "name": ladder["name"], "runs_dir": ladder["runs_dir"]}, out),
              "## The gap against model size" if "param" in axis else "## The gap against training length",
@@ -724,7 +718,7 @@ def render_ladder(study_path, ladder, datas, out):
              f"given in % of the other arm's mean loss (the losses fall along the rungs, so a constant relative "
              f"gain shrinks in nats). {STALL_TEXT} {LADDER_FLAGS}", ladder_table(gaps, ladder["quick"], axis),
              "![gap against size](gap_vs_size.png)", "**What the data support.**",
-             ladder_reading(gaps, ladder["quick"], axis, ladder_flops([study for study, _ in views]))]
+             ladder_reading(gaps, ladder["quick"], axis, flops)]
     parts += [*reading_section(out), "## Method", method(views[0][0], tokenizer)]
     for study, data in views:
         rung, cfg = study["rung"], arm_config(study, study["reference"])

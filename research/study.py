@@ -18,13 +18,11 @@ parameter on total parameters, embeddings included (--dry_run prints them that w
 and in FLOPs). Weight decay is not searched: every arm, horizon and final run uses the config's (docs/studies.md:
 the AdamW timescale).
 
-Per arm: (1) the grid on the selection seeds; (2) while the best rate is the smallest or the largest swept, one
-more grid step beyond it (at most max_extensions); (3) half steps x/√2 and x·√2 around the best; (4) the best
-rate on the final seeds, which never took part in choosing it (no winner's curse). The best rate has the lowest
-mean final loss over the selection seeds: with two or more selection seeds one lucky or unlucky run weighs less.
-A run's final loss is its val loss over the whole val split (val_loss_full), else its last fixed-window val
-loss; a diverged run counts as +inf. Each run has a folder <runs_dir>/<arm>/lr<lr>_seed<seed>, and where the
-search stands is replayed from the finished runs there: a study can stop, restart, or finish on another machine.
+Per arm: (1) the grid on the selection seeds; (2) one more grid step beyond an edge best (at most
+max_extensions); (3) half steps x/√2 and x·√2 around the best; (4) the best rate (the lowest mean final loss over
+the selection seeds; a diverged run counts as +inf) on the final seeds, which never took part in choosing it
+(docs/studies.md: the protocol). Each run has a folder <runs_dir>/<arm>/lr<lr>_seed<seed>, and where the search
+stands is replayed from the finished runs there: a study can stop, restart, or finish on another machine.
 """
 import filecmp
 import functools
@@ -362,14 +360,6 @@ def settings_diff(study, arm, lr, seed):
     if counts is not None and counts["non_embedding"] != now:
         diff[CODE_CHANGED] = (counts["non_embedding"], now)
     return diff
-
-
-def check_settings(study, arm, lr, seed):
-    """ValueError if the run dir holds a run of other settings (an edited study): never reuse its results."""
-    diff = settings_diff(study, arm, lr, seed)
-    if diff:
-        raise ValueError(f"{run_dir(study, arm, lr, seed)} holds a run with other settings (saved, study): "
-                         f"{diff}; {clash_fix(study, CODE_CHANGED in diff)}")
 
 
 def clash_fix(study, code_changed=False):
@@ -730,11 +720,6 @@ def fit_horizons(tokens, curves, final_tokens, boot=0, seed=0):
     return out
 
 
-def still_searching(study):
-    """Whether an arm is still searching: its selection runs due now, and more runs to follow them."""
-    return any(p["chosen"] is None and p["due"] for p in (plan(study, arm) for arm in study["arms"]))
-
-
 def due_runs(study):
     """Every run that is due now, over all arms (arms advance through their phases independently), seed by
     seed: every arm and rate at one seed before the next seed, so a study stopped half-way has whole curves
@@ -754,20 +739,18 @@ def run_list(study, arm):
 
 
 def arm_run_counts(study, arm):
-    """-> (first wave, fewest, most, finals): runs of an arm's whole study. The first wave is the base grid on
-    the selection seeds (at every horizon); the fewest adds the half steps (no extension); the most adds
-    max_extensions grid steps; finals counts the final runs (twice with short_pick)."""
+    """-> (fewest, most, finals): runs of an arm's whole study. The fewest is the base grid and the half steps on the
+    selection seeds (at every horizon); the most adds max_extensions grid steps; finals counts the final runs (twice
+    with short_pick)."""
     finals, sel = len(final_seeds(study, arm)) * (1 + study["short_pick"]), len(study["selection_seeds"])
-    if not sel:
-        return 0, 0, 0, finals
     grid, halves, n = len(study["grids"][arm]), 2 * study["half_steps"], len(study["horizons"] or [None])
-    return grid * sel * n, (grid + halves) * sel * n, (grid + study["max_extensions"] + halves) * sel * n, finals
+    return (grid + halves) * sel * n, (grid + study["max_extensions"] + halves) * sel * n, finals
 
 
 def study_progress(study):
     """'N of the study's F-M runs finished': F and M are the fewest and the most runs its search can make."""
     counts = [arm_run_counts(study, arm) for arm in study["arms"]]
-    fewest, most = sum(c[1] + c[3] for c in counts), sum(c[2] + c[3] for c in counts)
+    fewest, most = sum(c[0] + c[2] for c in counts), sum(c[1] + c[2] for c in counts)
     finished = sum(is_finished(study, *run) for arm in study["arms"] for run in run_list(study, arm))
     return f"{finished} of the study's {fewest if fewest == most else f'{fewest}-{most}'} runs finished"
 

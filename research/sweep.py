@@ -3,12 +3,11 @@ Run a study (study.py: what a study file sets, and each arm's learning-rate sear
 own folder, started here or as SLURM jobs, in waves: the runs due now, then what their results make due.
 
     python -m research.sweep studies/enwiki_cpu.py --jobs 2 --threads 1  # here: 2 runs at a time, 1 thread each
-    python -m research.sweep studies/paper_small.py --dry_run            # the plan: runs, tokens, GPU-hours
+    python -m research.sweep studies/paper_claim_gpu.py --dry_run        # the plan: runs, tokens, GPU-hours
     python -m research.sweep studies/ladder_gpu.py --dry_run             # a scaling ladder: the same by size
     python -m research.sweep studies/ladder_gpu.py --rung 4x256          # its first rung only
-    python -m research.sweep studies/enwiki_cpu.py --print 8             # the torchrun commands of the runs due now
     python -m research.sweep studies/enwiki_cpu.py --quick --jobs 2      # try it: 5% of the steps, in out/quick/
-    python -m research.sweep studies/paper_small.py --executor slurm --gpus_per_run 8 --slurm_partition gpu \
+    python -m research.sweep studies/paper_claim_gpu.py --executor slurm --gpus_per_run 8 --slurm_partition gpu \
         --slurm_time 480                                                 # SLURM jobs through submitit
     python -m research.sweep studies/enwiki_cpu.py --executor slurm --gpus_per_run 0 --threads 4 \
         --slurm_partition cpu                                            # CPU jobs: 4 CPUs each, no GPU
@@ -20,10 +19,8 @@ committed metrics.jsonl and config.json are there; a run with a checkpoint resum
 any time (its stop signal reaches the runs, which checkpoint) and start it again.
 
 On a cluster (--executor slurm, through submitit) each due run is a job of one node running torchrun on
---gpus_per_run GPUs, and the driver plans again as jobs end. Each run's job ids are kept in <run dir>/job.json:
-a restarted driver waits for the jobs that still run. A job that SLURM preempts or that reaches its time limit
-checkpoints on submitit's USR2 and is requeued; it resumes exactly. Job states come from sacct, else (a cluster
-without accounting) from squeue; a run whose folder holds its finished metrics is finished whatever SLURM says.
+--gpus_per_run GPUs, and the driver plans again as jobs end; preempted jobs are requeued and resume exactly
+(docs/cluster.md: job states, requeue, a restarted driver).
 
 --quick [FRACTION]: every run at that fraction of its steps (default 0.05) in out/quick/<name>/runs, to try the
 machinery (not to compare arms; report.py --quick reports it).
@@ -46,9 +43,9 @@ from nlq.preemption import EXIT_DIVERGED, EXIT_INTERRUPTED, EXIT_PREEMPTED
 from nlq.settings import HelpFormatter
 from research import study as study_file
 from research.plan import dry_run, ladder_dry_run
-from research.study import (QUICK_DIR, QUICK_FRACTION, ROOT, arm_config, check_data, check_settings, due_runs,
+from research.study import (QUICK_DIR, QUICK_FRACTION, ROOT, arm_config, check_data, due_runs,
                             final_row, final_val_loss, is_diverged, is_finished, load_study, plan, quick_option,
-                            run_args, run_config, run_dir, rungs_of, still_searching, study_progress)
+                            run_args, run_config, run_dir, rungs_of, study_progress)
 
 TRAIN_PY = os.path.join(ROOT, "train.py")
 
@@ -132,12 +129,6 @@ class TrainJob:
         return {**self.__dict__, "pid": None, "status": None}
 
 
-def torchrun_command(study, arm, lr, seed, nproc):
-    """The torchrun line of one run on nproc processes (pasteable: quoted for a shell)."""
-    args = nproc_run_args(study, arm, lr, seed, nproc)
-    return f"torchrun --standalone --nproc_per_node={nproc} train.py " + shlex.join(args)
-
-
 def nproc_run_args(study, arm, lr, seed, nproc):
     """run_args for a run on nproc processes, with the same global batch: gradient_accumulation_steps divides
     among them, or else the micro-batch is split (batch_size / nproc, accumulation x nproc; train.py draws a
@@ -147,7 +138,7 @@ def nproc_run_args(study, arm, lr, seed, nproc):
     if accum % nproc:
         if batch % nproc:
             raise ValueError(f"neither gradient_accumulation_steps={accum} nor batch_size={batch} divides "
-                             f"among {nproc} processes; pick another --print count (or --gpus_per_run)")
+                             f"among {nproc} processes; pick another --gpus_per_run")
         args += [f"--batch_size={batch // nproc}", f"--gradient_accumulation_steps={accum * nproc}"]
     return args
 
@@ -189,7 +180,6 @@ def launch(study, arm, lr, seed, threads, progress=""):
     out_dir, name = run_dir(study, arm, lr, seed), f"{arm} lr={lr:g} seed={seed}"
     if STOPPING.is_set():
         return f"{out_dir} was not started: the sweep was stopped"
-    check_settings(study, arm, lr, seed)
     if is_finished(study, arm, lr, seed):
         say(f"done already: {name}")
         return None
@@ -245,7 +235,7 @@ def outcome(study, arm, lr, seed, code, log_path):
     return None
 
 
-def run_here(study, due, jobs, threads):
+def run_here(study, jobs, threads):
     """The local sweep: waves of the runs due now, `jobs` train.py processes at a time, until none is due.
     Holds the runs folder's .sweep.lock (a second sweep would start the same runs) and passes a stop signal on
     to its runs (stop_runs). -> {run: why it did not finish}; after a stop signal, exits as train.py would."""
@@ -262,9 +252,6 @@ def run_here(study, due, jobs, threads):
     except BlockingIOError:
         raise ValueError(f"another sweep.py is running the runs in {study['runs_dir']} (it holds {lock}): two "
                          f"sweeps would start the same runs; wait for it to end, or stop it") from None
-    searching = still_searching(study)
-    print(f"{len(due)} run(s) due now" + (" (more follow as each arm's search goes on: extensions, half steps, "
-                                          "final seeds)" if searching else "") + "; how long: --dry_run", flush=True)
     failed = {}
     STOPPING.clear()
     STOPPED_BY.clear()
@@ -375,7 +362,6 @@ def job_alive(job, record):
 def submit(study, arm, lr, seed, kind, gpus_per_run, slurm, threads):
     """Submit one run as a job; record it in <run dir>/job.json (atomically) -> the Job. ValueError /
     FileNotFoundError if the data is not the study's (check_data, again before each job)."""
-    check_settings(study, arm, lr, seed)
     check_data(study)
     out_dir = run_dir(study, arm, lr, seed)
     os.makedirs(out_dir, exist_ok=True)
@@ -459,8 +445,6 @@ def parse_args(argv):
     arg("--jobs", type=int, default=1, help="runs at a time on this machine")
     arg("--threads", type=int, default=None, help="OMP_NUM_THREADS per run (default: torch's; a CPU job's CPUs, "
                                                   "default 1)")
-    arg("--print", type=int, metavar="NPROC", dest="nproc",
-        help="print the torchrun commands of the runs due now, with this many processes each")
     arg("--quick", type=float, nargs="?", const=QUICK_FRACTION, metavar="FRACTION",
         help=f"try the machinery: every run at this fraction of its steps (alone: {QUICK_FRACTION}), in "
              f"{QUICK_DIR}/<name>/runs; results/ is never touched")
@@ -483,12 +467,10 @@ def parse_args(argv):
         "(account=..., qos=..., cpus_per_task=8, mem=...) or any sbatch flag (exclusive=true), added to the study's")
     arg("--poll_s", type=float, default=30.0, help="seconds between job-state checks")
     args = parser.parse_args(argv)
-    for option in ("jobs", "threads", "nproc", "slurm_time"):  # --print 0 ran the whole sweep
+    for option in ("jobs", "threads", "slurm_time"):
         if getattr(args, option) is not None and getattr(args, option) < 1:
-            parser.error(f"--{option.replace('nproc', 'print')} must be >= 1")
-    if args.gpus_per_run is not None and args.gpus_per_run < 0:
-        parser.error("--gpus_per_run must be >= 0 (0: a CPU job)")
-    if args.executor == "slurm" and not (args.nproc or args.dry_run) and shutil.which("sbatch") is None:
+            parser.error(f"--{option} must be >= 1")
+    if args.executor == "slurm" and not args.dry_run and shutil.which("sbatch") is None:
         parser.error("--executor slurm submits with SLURM's sbatch, which is not on PATH here: run it on the "
                      "cluster's login node, or use --executor local on this machine")
     return args
@@ -517,22 +499,14 @@ def main(argv=None):
 
 
 def sweep(study, args, report_cmd):
-    """Run (or print, --print) what is due in one study until it is complete."""
+    """Run what is due in one study until it is complete."""
     due = due_runs(study)
-    if args.nproc:
-        if due:
-            print("\n".join(torchrun_command(study, *run, args.nproc) for run in due))
-        if still_searching(study):
-            print("# more runs follow (grid extensions, half steps, final seeds): run this again once these finish")
-        elif not due:
-            print(f"# nothing due: every run of the study has finished; its report: {report_cmd}")
-        return
     if not due:  # before the data check: a finished study needs no data (a clone without it reads its report)
         print(f"nothing to run: every run of the study has finished ({study['runs_dir']}); its report: {report_cmd}")
         return
     check_data(study)
     if args.executor == "local":
-        failed = run_here(study, due, args.jobs, args.threads)
+        failed = run_here(study, args.jobs, args.threads)
     else:
         gpus, slurm = slurm_settings(study, args)
         failed = drive(study, args.executor, gpus, slurm, args.threads, args.poll_s)

@@ -375,7 +375,7 @@ def test_odd_study_files_are_refused_before_any_run(study, edit, message):
 
 def test_bad_counts_are_refused(study, capsys):
     from research import sweep
-    for option in ("--print", "--threads", "--slurm_time"):  # --print 0 used to run the whole sweep
+    for option in ("--jobs", "--threads", "--slurm_time"):
         with pytest.raises(SystemExit) as e:
             sweep.main([str(study), option, "0"])
         assert e.value.code == 2 and f"{option} must be >= 1" in capsys.readouterr().err

@@ -7,8 +7,8 @@ import pytest
 from test_sweep import tiny_study, write_run
 
 from research import report, sweep
-from research.study import (check_settings, due_runs, fit_horizons, is_finished, load_study, plan, run_config,
-                            run_dir)
+from research.study import (due_runs, fit_horizons, is_finished, load_study, plan, run_config,
+                            run_dir, settings_diff)
 
 GRID = [8e-3, 1.13e-2, 1.6e-2, 2.26e-2]  # studies/horizon_cpu.py's
 STEP, HORIZONS, FINAL = 2048, [300, 600], 4800  # tokens a step of config/enwiki_bytes.py, its horizons
@@ -86,11 +86,11 @@ def test_a_horizon_study_runs_each_horizon_then_the_carried_and_the_short_pick(t
     assert run_config(study, "linear", 3e-3, 2)["max_iters"] == 40  # a final run
     assert sweep.launch(study, "h10/linear", 3e-3, 1, threads=1) is None  # a real run, through the sweep
     assert is_finished(study, "h10/linear", 3e-3, 1)
-    check_settings(study, "h10/linear", 3e-3, 1)  # its config.json is the study's
+    assert settings_diff(study, "h10/linear", 3e-3, 1) == {}  # its config.json is the study's
     sweep.main([str(study_file), "--dry_run", "--tokens_per_s=100"])
     dry = capsys.readouterr().out
     assert "budget of a 10-step selection run (linear): 640 tokens" in dry
-    assert "| 2,560 | 0.00 / 0.01 | 1 | 11 | 12 | 14 | 14 |" in dry  # 2 horizons x 3 rates x 2 seeds + 2 finals
+    assert "| 2,560 | 0.00 / 0.01 | 1 | 11 | 14 | 14 |" in dry  # 2 horizons x 3 rates x 2 seeds + 2 finals
     assert "| linear | — | — | searching: 11 selection runs due now | — |" in dry
     # curves with their minimum at 6e-3 (10 steps) and 5e-3 (20 steps): beta ln 1.2 / ln 2, carried 4.17e-3
     for h, best in ((10, 6e-3), (20, 5e-3)):

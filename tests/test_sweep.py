@@ -17,7 +17,7 @@ from conftest import ROOT, write_tiny_dataset
 from nlq import checkpoint, preemption, settings
 from research import report, sweep
 from research.plan import data_status
-from research.study import (check_data, check_settings, due_runs, final_row, is_finished, load_study, plan,
+from research.study import (check_data, due_runs, final_row, is_finished, load_study, plan,
                             quick_option, run_config, run_dir, rungs_of, selection_loss, settings_diff)
 
 
@@ -109,21 +109,19 @@ def test_killed_sweep_restarts_without_rerunning_finished_runs(one_arm_study):
     assert rows == sorted(set(rows)) and rows[-1] == (20, True)  # no duplicated lines from the killed attempt
 
 
-def test_chosen_lr_and_print_mode(study_file, capsys):
+def test_chosen_lr_and_the_runs_on_several_processes(study_file, capsys):
     study = load_study(str(study_file))
     for lr, loss in ((1e-2, 2.0), (3e-3, 1.5)):
         write_run(study, "linear", lr, 1, [dict(iter=20, val_loss=loss)])
     assert plan(study, "linear")["chosen"] == 3e-3
     assert plan(study, "nonlinear")["chosen"] is None  # not swept yet
-    sweep.main([str(study_file), "--print", "2"])
-    lines = capsys.readouterr().out.splitlines()
-    assert all(line.startswith("torchrun --standalone --nproc_per_node=2 train.py ") for line in lines[:-1])
     # seed by seed: nonlinear's search runs (selection seed 1) come before linear's final run (seed 2)
-    assert "--query_mode=nonlinear --learning_rate=0.003 --seed=1" in lines[0]
-    assert "--min_lr=0.0003 --query_mode=linear --learning_rate=0.003 --seed=2" in lines[-2]
-    # the study's 1 micro-batch of 4 cannot be shared by 2 processes: 2 micro-batches of 2, same global batch,
-    # (the eval windows do not depend on the batch): the same experiment
-    assert lines[-2].endswith("--batch_size=2 --gradient_accumulation_steps=2")
+    assert due_runs(study) == [("nonlinear", 3e-3, 1), ("nonlinear", 1e-2, 1), ("linear", 3e-3, 2)]
+    # the study's 1 micro-batch of 4 cannot be shared by 2 processes (a SLURM job's --gpus_per_run 2): 2
+    # micro-batches of 2, same global batch (the eval windows do not depend on the batch): the same experiment
+    args = sweep.nproc_run_args(study, "linear", 3e-3, 2, 2)
+    assert args[-2:] == ["--batch_size=2", "--gradient_accumulation_steps=2"]
+    assert "--min_lr=0.0003" in args and "--seed=2" in args
     out = run_dir(study, "linear", 3e-3, 2)
     os.makedirs(out)
     with open(os.path.join(out, "config.json"), "w") as f:  # as that command's run saves it
@@ -137,42 +135,22 @@ def test_chosen_lr_and_print_mode(study_file, capsys):
         json.dump(dict(run_config(study, "linear", 3e-3, 2), query_mode="residual_gelu"), f)
     assert settings_diff(study, "linear", 3e-3, 2) == {"query_mode": ("residual_gelu", "linear")}
     shutil.rmtree(out)
-    assert lines[-1].startswith("# more runs follow")
     with pytest.raises(ValueError,
                        match="neither gradient_accumulation_steps=1 nor batch_size=4 divides among 3"):
-        sweep.main([str(study_file), "--print", "3"])
+        sweep.nproc_run_args(study, "linear", 3e-3, 2, 3)
     for arm, lr, seed in ((a, lr, s) for a in study["arms"] for lr in (1e-2, 3e-3) for s in (1, 2)):
-        if not is_finished(study, arm, lr, seed):  # every run finished: --print says so
+        if not is_finished(study, arm, lr, seed):
             finished_run(study, arm, lr, seed)
-    sweep.main([str(study_file), "--print", "2"])
-    assert capsys.readouterr().out == (f"# nothing due: every run of the study has finished; its report: "
-                                       f"python -m research.report {study_file}\n")
-    spaced = study_file.parent / "my studies" / "tiny study.py"  # the command is quoted for a shell
+    spaced = study_file.parent / "my studies" / "tiny study.py"  # the report's command is quoted for a shell
     spaced.parent.mkdir()
     shutil.copy(study_file, spaced)
-    sweep.main([str(spaced), "--print", "2"])
-    assert capsys.readouterr().out.endswith(f"its report: python -m research.report '{spaced}'\n")
     # a finished study needs no data: a clone without it (or with other data) hears that nothing is left to run
     shutil.rmtree(study_file.parent / "data")
     sweep.main([str(study_file)])
     assert capsys.readouterr().out == (f"nothing to run: every run of the study has finished "
                                        f"({study['runs_dir']}); its report: python -m research.report {study_file}\n")
-
-
-def test_printed_commands_paste_into_a_shell(tmp_path, capsys):
-    """--print quotes what needs quoting (a runs_dir with a space): the shell gives train.py the run's own
-    arguments."""
-    study_file = tiny_study(tmp_path / "with space", "half_steps = False\nmax_extensions = 0\n" + ONE_ARM)
-    sweep.main([str(study_file), "--print", "1"])
-    line = capsys.readouterr().out.splitlines()[0]
-    study = load_study(str(study_file))
-    run = due_runs(study)[0]
-    assert shlex.split(line)[4:] == sweep.nproc_run_args(study, *run, 1)
-    assert f"'--out_dir={run_dir(study, *run)}'" in line and " " in run_dir(study, *run)
-    with pytest.raises(SystemExit):  # -3 passed a dry run (0 is a CPU job: test_sweep_cluster.py)
-        sweep.main([str(study_file), "--dry_run", "--gpus_per_run", "-3"])
-    assert "--gpus_per_run must be >= 0 (0: a CPU job)" in capsys.readouterr().err
-
+    sweep.main([str(spaced)])
+    assert capsys.readouterr().out.endswith(f"its report: python -m research.report '{spaced}'\n")
 
 def write_run(study, arm, lr, seed, rows):
     """A run folder as train.py leaves it, without training: config.json (the study's settings) and
@@ -278,18 +256,17 @@ def test_edited_study_does_not_reuse_old_runs(study_file, tmp_path):
     saved = {**run_config(study, "linear", 1e-2, 1), "n_embd": 64, "device": "cuda"}
     with open(os.path.join(out, "config.json"), "w") as f:
         json.dump(saved, f)
-    with pytest.raises(ValueError, match="holds a run with other settings.*'n_embd': \\(64, 32\\)"):
-        check_settings(study, "linear", 1e-2, 1)
+    with pytest.raises(ValueError, match="hold runs made with other settings.*lr0.01_seed1: n_embd 64 \\(study: 32\\)"):
+        load_study(str(study_file))
     saved["n_embd"] = 32  # device, dtype, compile, logging: not part of the experiment
     with open(os.path.join(out, "config.json"), "w") as f:
         json.dump(saved, f)
-    check_settings(study, "linear", 1e-2, 1)
+    load_study(str(study_file))
     saved.update(init_from="resume", initialised_from="gpt2")  # resumed, but it started from GPT-2's weights
     with open(os.path.join(out, "config.json"), "w") as f:
         json.dump(saved, f)
-    with pytest.raises(ValueError, match="holds a run with other settings.*'initialised_from': \\('gpt2', "
-                                         "'scratch'\\)"):
-        check_settings(study, "linear", 1e-2, 1)
+    with pytest.raises(ValueError, match="initialised_from 'gpt2' \\(study: 'scratch'\\)"):
+        load_study(str(study_file))
 
 
 def test_arms_that_differ_in_precision_and_a_copy_of_a_committed_study_are_accepted(study_file, tmp_path):
@@ -485,7 +462,7 @@ def test_per_arm_given_learning_rates_skip_the_search(study_file, capsys):
     assert due_runs(study) == [("linear", 3e-3, 2), ("nonlinear", 5e-3, 2)]
     assert plan(study, "nonlinear")["chosen"] == 5e-3
     sweep.main([str(study_file), "--dry_run", "--tokens_per_s=100"])  # no search: one count of runs, not "2-2"
-    assert "The study: 2 runs, 0.0 CPU-hours (first wave: 2 runs, 0.0 CPU-hours); 0 finished, 2 due now." \
+    assert "The study: 2 runs, 0.0 CPU-hours; 0 finished, 2 due now." \
         in capsys.readouterr().out
     bad = study_file.read_text().replace("'nonlinear': [5e-3]", "'nonlinear': [5e-3, 1e-2]")
     study_file.write_text(bad)
@@ -686,7 +663,6 @@ def test_quick_writes_only_under_the_scratch_folder(one_arm_study, tmp_path, mon
     assert "quick: every run at 0.1 of its steps, in out/quick/tiny/runs (scratch" in printed
     assert f"report: python -m research.report {study_file} --quick 0.1" in printed
     assert (quick_option(None), quick_option(0.05)) == ("", " --quick")  # the default as typed
-    assert "2 run(s) due now (more follow as each arm's search goes on" in printed
     assert "running (1 of 2 due now): linear lr=0.003 seed=1 -> out/quick/tiny/runs/linear/" in printed
     # each wave (the arms' search decides the next from the finished runs) says where the whole study stands
     assert [line for line in printed.splitlines() if line.startswith("wave ")] == [

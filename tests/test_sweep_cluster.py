@@ -11,44 +11,40 @@ import pytest
 from conftest import ROOT
 from test_sweep import ONE_ARM, command_lines, tiny_study, write_run
 
-from nlq import checkpoint
+from nlq import checkpoint, settings
 from research import sweep
-from research.study import (final_row, is_finished, load_study, plan, read_saved_config, run_dir, run_list,
+from research.study import (arm_config, final_row, is_finished, load_study, plan, read_saved_config, run_dir, run_list,
                             settings_diff, study_progress)
 
 
 def test_dry_run_of_the_paper_study_prints_its_runs_and_gpu_hours():
-    """The command the README gives, with no data anywhere: 6 arms x (4 rates + 0-2 extensions + 2 half steps
-    + 3 final seeds) = 54-66 runs of 60,000 x 491,520 tokens, at bench/RESULTS.md's H200 tokens/s."""
-    result = subprocess.run([sys.executable, "-m", "research.sweep", "studies/paper_small.py", "--dry_run"], cwd=ROOT,
-                            capture_output=True, text=True, timeout=120)
+    """The command docs/cluster.md gives, with no data anywhere: 3 arms x 2 horizons x 2 selection seeds x (3 rates
+    + 0-2 extensions + 2 half steps) + 3 final seeds = 69-93 runs, at bench/RESULTS.md's H200 tokens/s; a ladder's
+    smaller model runs faster by its FLOPs per token (the same MFU)."""
+    result = subprocess.run([sys.executable, "-m", "research.sweep", "studies/paper_claim_gpu.py", "--dry_run"],
+                            cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
     out = result.stdout
     tokens = 60000 * 40 * 12 * 1024
     assert tokens == 29_491_200_000
-    linear_h, nonlinear_h, identity_h = (tokens / s / 3600 for s in (458940.69071129715, 409215.33758262004,
-                                                                     471957.539337941))
-    assert (round(linear_h, 2), round(nonlinear_h, 2), round(identity_h, 2)) == (17.85, 20.02, 17.36)
-    assert "| linear | linear | 458,941 | 29,491,200,000 | 17.85 | 0 | 4 | 4 | 9 | 11 | 71.4 | 196.3 |" in out
-    assert "| nonlinear | nonlinear | 409,215 | 29,491,200,000 | 20.02 | 0 | 4 | 4 | 9 | 11 | 80.1 | 220.2 |" in out
-    # wide (mlp_hidden 3648 against 3072) at linear's figure x linear's FLOPs per token / wide's (6·N + attention)
-    attention = 12 * 12 * 768 * 1024
-    linear_flops = 6 * (12 * 12 * 768 ** 2 + 50304 * 768) + attention
-    wide_flops = linear_flops + 6 * 12 * 2 * 768 * (3648 - 3072)
-    wide_h = linear_h * wide_flops / linear_flops
-    assert f"| wide | linear | {458940.69071129715 * linear_flops / wide_flops:,.0f} | 29,491,200,000 | " \
-           f"{wide_h:.2f} |" in out and round(wide_h, 2) == 19.18
-    most = 11 * (2 * linear_h + 2 * nonlinear_h + wide_h + identity_h)
-    assert round(most, 1) == 1235.0
-    assert ("The study: 54-66 runs, 1,010.5-1,235.0 GPU-hours (first wave: 24 runs, 449.1 GPU-hours); 0 finished, "
-            "24 due now.") in out
+    linear_h, nonlinear_h = (tokens / s / 3600 for s in (458940.69071129715, 409215.33758262004))
+    assert (round(linear_h, 2), round(nonlinear_h, 2)) == (17.85, 20.02)
+    # a selection run: the mean of its 3,000- and 6,000-step runs (1/20 and 1/10 of the final run's tokens)
+    assert f"| linear | linear | 458,941 | 29,491,200,000 | {linear_h * 0.075:.2f} / 17.85 | 0 | 12 | 23 | 31 |" in out
+    assert f"| nonlinear | nonlinear | 409,215 | 29,491,200,000 | {nonlinear_h * 0.075:.2f} / 20.02 | 0 | 12 |" in out
+    assert round(3 * (2 * linear_h + nonlinear_h) + 28 * 0.075 * (2 * linear_h + nonlinear_h), 1) == 284.2
+    assert "The study: 69-93 runs, 250.7-284.2 GPU-hours; 0 finished, 36 due now." in out
     if not os.path.exists(ROOT / "data" / "openwebtext"):  # the usual case: not prepared here
         assert "data: not ready, so the sweep would stop at once: the study's runs read the dataset " \
                "data/openwebtext" in out
-    assert not os.path.exists(ROOT / "results" / "paper_small")  # nothing started, no folder made
-    short = subprocess.run([sys.executable, "-m", "research.sweep", "studies/paper_short.py", "--dry_run",
-                            "--tokens_per_s", "1e6"], cwd=ROOT, capture_output=True, text=True, timeout=120)
-    assert "| linear | linear | 1,000,000 | 2,949,120,000 | 0.82 |" in short.stdout  # a tenth of the steps
+    assert not os.path.exists(ROOT / "results" / "paper_claim_gpu")  # nothing started, no folder made
+    ladder = subprocess.run([sys.executable, "-m", "research.sweep", "studies/ladder_gpu.py", "--dry_run"], cwd=ROOT,
+                            capture_output=True, text=True, timeout=120).stdout
+    flops = lambda args: settings.flops_per_token(settings.model_config(settings.parse_config(args)))
+    small = flops([str(ROOT / "config" / "nlq_small.py"), "--query_mode=linear"])
+    rung = load_study(str(ROOT / "studies" / "ladder_gpu.py"))["rungs"]["4x192"]
+    speed = 458940.69071129715 * small / settings.flops_per_token(settings.model_config(arm_config(rung, "linear")))
+    assert f"| linear | linear | {speed:,.0f} | 232,521,728 |" in ladder
 
 
 def test_dry_run_counts_finished_and_due_runs_and_names_a_missing_mode(tmp_path, capsys):
@@ -59,12 +55,12 @@ def test_dry_run_counts_finished_and_due_runs_and_names_a_missing_mode(tmp_path,
     sweep.main([str(study_file), "--dry_run", "--tokens_per_s", "3.6"])  # 20 x 64 tokens = 1280: 0.1 h a run
     out = capsys.readouterr().out
     # linear: 2 finished, the extension 9e-4 due; at most 2 + 1 + 2 half steps + 1 final = 6 runs
-    assert "| linear | linear | 4 | 1,280 | 0.10 | 2 | 1 | 2 | 5 | 6 | 0.2 | 0.6 |" in out
-    assert "| nonlinear | nonlinear | 4 | 1,280 | 0.10 | 0 | 2 | 2 | 5 | 6 | 0.2 | 0.6 |" in out
+    assert "| linear | linear | 4 | 1,280 | 0.10 | 2 | 1 | 5 | 6 | 0.6 |" in out
+    assert "| nonlinear | nonlinear | 4 | 1,280 | 0.10 | 0 | 2 | 5 | 6 | 0.6 |" in out
     # the study's config runs on the CPU: CPU-hours of one process at the given tokens/s
-    assert "The study: 10-12 runs, 1.0-1.2 CPU-hours (first wave: 4 runs, 0.4 CPU-hours); 2 finished, 3 due now.\n" \
+    assert "The study: 10-12 runs, 1.0-1.2 CPU-hours; 2 finished, 3 due now.\n" \
            f"data: {tmp_path / 'data' / 'tiny'} prepared" in out
-    assert "first wave: the base grid on the selection seeds" in out  # the columns' legend
+    assert "fewest / most: the whole study without / with every grid extension" in out  # the columns' legend
     assert "Complete" not in out
     bench = tmp_path / "bench.json"
     bench.write_text(json.dumps([dict(query_mode="linear", tokens_per_s=1000.0)]))
@@ -103,10 +99,10 @@ def test_dry_run_of_a_cpu_study_is_timed_on_its_own_finished_runs(tmp_path, caps
                                            dict(iter=20, val_loss=loss, ms_per_iter=18000.0, elapsed_s=720.0)])
     sweep.main([str(study_file), "--dry_run"])
     out = capsys.readouterr().out
-    # 64 tokens / 18 s = 3.6 tokens/s; 720 s = 0.20 h a run; first wave 2 runs, at most 6 (as above)
-    assert "| linear | linear | 4 | 1,280 | 0.20 | 2 | 1 | 2 | 5 | 6 | 0.4 | 1.2 |" in out
-    assert "| nonlinear | nonlinear | ? | 1,280 | ? | 0 | 2 | 2 | 5 | 6 | ? | ? |" in out
-    assert "CPU-hours unknown until nonlinear has a finished run to time (first wave: 4 runs)" in out
+    # 64 tokens / 18 s = 3.6 tokens/s; 720 s = 0.20 h a run; at most 6 (as above)
+    assert "| linear | linear | 4 | 1,280 | 0.20 | 2 | 1 | 5 | 6 | 1.2 |" in out
+    assert "| nonlinear | nonlinear | ? | 1,280 | ? | 0 | 2 | 5 | 6 | ? |" in out
+    assert "CPU-hours unknown until nonlinear has a finished run to time; 2 finished" in out
     assert ("(evals and start-up included; each arm's speed as its runs met the machine's load, so tokens/s does "
             "not rank the arms: bench.py does)") in out
     assert study_progress(study) == "2 of the study's 10-12 runs finished"  # sweep.py's line at each wave
