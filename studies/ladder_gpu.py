@@ -20,6 +20,9 @@
 # the smallest rung costs under 1% of the GPU-hours, 5 seeds at four rungs would reach only 59%.
 # report.py: the gap at each size in nats and in % of the other arm's loss, its change per 10x parameters (least
 # squares over the rungs, t on k - 2 df), the effective-size multiplier, robust summaries and the probe's plots.
+# Stalls, declared before the runs: a stalled or late final run (docs/studies.md) is kept, never replaced by
+# another seed (that would choose seeds by their outcome); the report gives each arm's stall rate with its exact
+# 95% interval and the gap without flagged pairs beside the all-pairs gap.
 #   python prepare_data.py openwebtext --num_proc 16
 #   bash bench/gpu_ladder_pilot.sh                 # on one GPU first: every rung's tokens/s, the smallest rung
 #   python -m research.sweep studies/ladder_gpu.py --dry_run --bench_json bench/results/ladder_pilot/bench_rungs.json

@@ -14,6 +14,9 @@
 # report.py: a training-length ladder (its rungs share one model): the gap at each budget in nats and in % of
 # the other arm's loss, its change per 10x training tokens, the effective-data multiplier (how many times the
 # tokens linear would need to reach the other arm's loss), robust summaries and the probe's plots.
+# Stalls, declared before the runs: a stalled or late final run (docs/studies.md) is kept, never replaced by
+# another seed (that would choose seeds by their outcome); the report gives each arm's stall rate with its exact
+# 95% interval and the gap without flagged pairs beside the all-pairs gap.
 #   python prepare_data.py openwebtext --num_proc 16
 #   python -m research.sweep studies/length_gpu.py --dry_run
 #   python -m research.sweep studies/length_gpu.py          # one GPU: the budgets in turn, shortest first

@@ -16,6 +16,9 @@
 # paper's own recipe found no gain for f at this CPU scale either (results/enwiki_cpu).
 # Budget: 2.46M tokens a run, 2.9 tokens per parameter (embeddings included, untied: the convention of every
 # study). Runs are made two at a time on a shared 2-core machine, 1 thread each: judge speed by bench.py.
+# Stalls, declared before the runs: a stalled or late final run (docs/studies.md) is kept, never replaced by
+# another seed (that would choose seeds by their outcome); the report gives each arm's stall rate with its exact
+# 95% interval and the gap without flagged pairs beside the all-pairs gap.
 #   python prepare_data.py local --input ../shared/data/enwiki2015/AA --name enwiki_bytes --tokenizer byte --val_fraction 0.03
 #   python -m research.sweep studies/modern_cpu.py --jobs 2 --threads 1
 #   python -m research.report studies/modern_cpu.py

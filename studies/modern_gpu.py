@@ -17,6 +17,9 @@
 # bench/RESULTS.md has its CPU cost): 46-62 runs, about 170-193 GPU-hours, 113 of them the 6 final runs.
 # Budget: 29.5B tokens a final run, 182 tokens per parameter (162.2M with the untied LM head, embeddings
 # included: the convention of every study; 347 per non-embedding parameter).
+# Stalls, declared before the runs: a stalled or late final run (docs/studies.md) is kept, never replaced by
+# another seed (that would choose seeds by their outcome); the report gives each arm's stall rate with its exact
+# 95% interval and the gap without flagged pairs beside the all-pairs gap.
 #   python prepare_data.py openwebtext --num_proc 16
 #   python -m research.sweep studies/modern_gpu.py --dry_run
 #   python -m research.sweep studies/modern_gpu.py --executor slurm --gpus_per_run 8 --slurm_partition PART

@@ -23,6 +23,9 @@
 # beside the carried rate. A search at the full horizon would cost ~1,700-2,300 GPU-hours.
 # On one H200 (the committed bench/RESULTS.md speeds, compiled, bf16): 69-93 runs, about 251-284 GPU-hours, 167
 # of them the 9 final runs; `sweep.py --dry_run` recomputes it from any bench.py JSON or --tokens_per_s.
+# Stalls, declared before the runs: a stalled or late final run (docs/studies.md) is kept, never replaced by
+# another seed (that would choose seeds by their outcome); the report gives each arm's stall rate with its exact
+# 95% interval and the gap without flagged pairs beside the all-pairs gap.
 #   python prepare_data.py openwebtext --num_proc 16
 #   python -m research.sweep studies/paper_claim_gpu.py --dry_run
 #   python -m research.sweep studies/paper_claim_gpu.py          # one GPU, runs one at a time; resumable
