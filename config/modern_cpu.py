@@ -4,20 +4,9 @@
 #   python prepare_data.py local --input ../shared/data/enwiki2015/AA --name enwiki_bytes --tokenizer byte --val_fraction 0.03
 #   python train.py config/modern_cpu.py --query_mode=nonlinear
 from config.enwiki_bytes import *
+from config.modern_small import (pos_embedding, qk_norm, activation, tie_weights, optimizer, learning_rate,  # noqa: F401
+                                 weight_decay, beta1, beta2, lr_schedule, warmdown_ratio, warmup_iters, min_lr)
 
 out_dir = "out/modern_cpu"
-pos_embedding = "rope"
-qk_norm = True
-activation = "relu2"
-tie_weights = False
-optimizer = "muon"
-learning_rate = 0.02  # Muon's rate (the matrices)
 embedding_lr = 0.49
 unembedding_lr = 0.0098
-weight_decay = 0.0
-beta1 = 0.8
-beta2 = 0.95
-lr_schedule = "wsd"
-warmdown_ratio = 0.2
-warmup_iters = 0
-min_lr = 0.0
