@@ -423,6 +423,7 @@ def test_a_tilde_after_the_equals_sign_means_the_home_folder(tmp_path, monkeypat
         convert.main(["official", "~/ckpt.pt", "--out_dir=~/out", "--dataset=tiny", "--data_dir=~/data"])
 
 
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/PID/maps")
 def test_ctrl_c_during_an_evaluation_is_one_line_and_writes_nothing(tmp_path):
     make_dataset(tmp_path / "data")
     np.tile(PATTERN, 20000).astype("uint16").tofile(tmp_path / "data" / "tiny" / "val.bin")  # minutes at batch 1
