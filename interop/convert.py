@@ -209,7 +209,7 @@ def config_file(cfg, source):
 
 
 def tokenizer_meta(tokenizer, dataset):
-    """The meta.json fields sample.py and eval.py --hellaswag need for a tokenizer known without a dataset
+    """The meta.json fields sample.py and an export need for a tokenizer known without a dataset
     (gpt2 or byte); tokenizer_only=True says no dataset was read (train.py checks no hashes against it)."""
     vocab = {"gpt2": GPT2_VOCAB, "byte": 256}[tokenizer]
     return dict(name=dataset, tokenizer=tokenizer, vocab_size=vocab, dtype="uint16",

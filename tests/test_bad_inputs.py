@@ -6,6 +6,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -277,36 +278,21 @@ def test_weights_that_do_not_fit_their_settings_are_named(trained):
             main(["--out_dir", str(out)])
 
 
-def test_a_hellaswag_file_that_is_not_text_or_a_folder_is_refused(trained, tmp_path):
-    import eval as nlq_eval
-    _, out = trained
-    line = b'{"ctx": "a", "endings": ["a", "b", "c", "d"], "label": 0}\n'
-    (tmp_path / "hs.jsonl").write_bytes(line + b"\xff\xfe")
-    with pytest.raises(ValueError, match=r"hs.jsonl: not valid UTF-8 \(byte 58: b'\\xff\\xfe'\); convert it"):
-        nlq_eval.main(["--out_dir", str(out), "--hellaswag", str(tmp_path / "hs.jsonl")])
-    with pytest.raises(FileNotFoundError, match=r"HellaSwag file .* is a folder; download hellaswag_val"):
-        nlq_eval.main(["--out_dir", str(out), "--hellaswag", str(tmp_path)])
-
-
 def test_every_text_nlq_reads_takes_a_bom_and_windows_line_ends_and_names_other_encodings(tmp_path):
-    """Corpora, prompts, HellaSwag files and config files, each as a Windows editor saves it (a byte-order mark,
-    \\r\\n) reads as without; not UTF-8 is one line naming the file and the fix. A lone surrogate, which only a
-    JSON escape or a command line's undecodable bytes give, is U+FFFD in every tokenizer."""
-    import eval as nlq_eval
+    """Corpora, prompts and config files, each as a Windows editor saves it (a byte-order mark, \\r\\n) read as
+    without; not UTF-8 is one line naming the file and the fix. A lone surrogate, which only a JSON escape or a
+    command line's undecodable bytes give, is U+FFFD in every tokenizer."""
     import prepare_data
     import sample
     from nlq import tokenizers
-    hs = json.dumps(dict(activity_label="Caf\u00e9", ctx_a="b", ctx_b="c", endings=["d", "e", "f", "g"], label=1),
-                    ensure_ascii=False)
-    lines = "x = 'caf\u00e9'\nn_layer = 3\n", f"{hs}\n{hs}\n", "one line\nand \u00e9 another\n"
-    for name, text in zip(("config.py", "hs.jsonl", "corpus.txt"), lines):
+    lines = "x = 'caf\u00e9'\nn_layer = 3\n", "one line\nand \u00e9 another\n"
+    for name, text in zip(("config.py", "corpus.txt"), lines):
         (tmp_path / name).write_text(text, newline="\n")
         (tmp_path / f"bom_{name}").write_bytes(b"\xef\xbb\xbf" + text.replace("\n", "\r\n").encode())
         (tmp_path / f"latin1_{name}").write_bytes(text.encode("latin-1"))
-    read = dict(config=lambda p: settings.read_config_file(str(p)), hs=lambda p: nlq_eval.read_hellaswag(str(p)),
-                corpus=prepare_data.read_documents, prompt=lambda p: sample.prompt_ids(f"FILE:{p}", None, list))
-    for kind, name in (("config", "config.py"), ("hs", "hs.jsonl"), ("corpus", "corpus.txt"),
-                       ("prompt", "corpus.txt")):
+    read = dict(config=lambda p: settings.read_config_file(str(p)), corpus=prepare_data.read_documents,
+                prompt=lambda p: sample.prompt_ids(f"FILE:{p}", None, list))
+    for kind, name in (("config", "config.py"), ("corpus", "corpus.txt"), ("prompt", "corpus.txt")):
         assert read[kind](tmp_path / f"bom_{name}") == read[kind](tmp_path / name), kind
         with pytest.raises(ValueError, match=rf"latin1_{name}.*(not valid UTF-8 \(byte|codec can't decode byte)"):
             read[kind](tmp_path / f"latin1_{name}")
@@ -437,20 +423,18 @@ def test_a_tilde_after_the_equals_sign_means_the_home_folder(tmp_path, monkeypat
         convert.main(["official", "~/ckpt.pt", "--out_dir=~/out", "--dataset=tiny", "--data_dir=~/data"])
 
 
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/PID/maps")
 def test_ctrl_c_during_an_evaluation_is_one_line_and_writes_nothing(tmp_path):
-    make_dataset(tmp_path / "data", tokenizer="byte")  # HellaSwag needs a space
+    make_dataset(tmp_path / "data")
+    np.tile(PATTERN, 20000).astype("uint16").tofile(tmp_path / "data" / "tiny" / "val.bin")  # minutes at batch 1
     out = tmp_path / "out"
     train.train(tiny_cfg(tmp_path / "data", out, max_iters=0))
-    example = json.dumps({"activity_label": "0", "ctx_a": "12", "ctx_b": "3", "endings": ["45", "67", "89", "::"],
-                          "label": 0})
-    (tmp_path / "hs.jsonl").write_text((example + "\n") * 20000)
-    proc = interruptible([sys.executable, "eval.py", f"--out_dir={out}", "--batch_size=1",
-                          f"--hellaswag={tmp_path / 'hs.jsonl'}", f"--json={tmp_path / 'r.json'}"])
-    with proc:
-        err = ""
-        while "hellaswag:" not in err and proc.poll() is None:  # tqdm's bar: the scoring has begun
-            err += proc.stderr.read(1)
-        err += interrupt(proc)
+    proc = interruptible([sys.executable, "eval.py", f"--out_dir={out}", "--full", "--batch_size=1",
+                          f"--json={tmp_path / 'r.json'}"])
+    with proc:  # the scoring has begun once val.bin is mapped (each batch maps it; Linux's /proc shows it)
+        while proc.poll() is None and "val.bin" not in Path(f"/proc/{proc.pid}/maps").read_text():
+            time.sleep(0.01)
+        err = interrupt(proc)
     assert proc.returncode == 1 and err.endswith("interrupted; nothing was written\n"), err[-2000:]
     assert "Traceback" not in err and not (tmp_path / "r.json").exists()
 

@@ -1,15 +1,16 @@
-"""lm-evaluation-harness on an exported nlq model gives eval.py --hellaswag's acc and acc_norm on the same
-examples, and nlq's greedy text in a generation task, at batch size 1 and 4 alike (left-padded batches): a tiny
-random nonlinear model with GPT-2's vocabulary, exported with its modeling code, local data files and task
-configs (no download; conftest.py sets the Hugging Face libraries offline)."""
+"""lm-evaluation-harness's hellaswag task on an exported nlq model scores each ending with nlq's own
+log-probabilities (its acc and acc_norm follow), and a generation task gives nlq's greedy text, at batch size 1
+and 4 alike (left-padded batches): a tiny random nonlinear rope model with GPT-2's vocabulary, exported with its
+modeling code, local data files and the harness's own hellaswag task pointed at them (no download; conftest.py
+sets the Hugging Face libraries offline)."""
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 from test_hf import BYTE_META, random_gpt
 
-import eval as nlq_eval
 from interop import convert, hf
 from model import GPT, GPTConfig
 from nlq import checkpoint, settings
@@ -76,44 +77,55 @@ generation_kwargs:
 metric_list:
   - metric: exact_match
 """)
-    (tasks / "hs_utils.py").write_text("from lm_eval.tasks.hellaswag.utils import process_docs  # noqa\n")
+    from lm_eval import tasks as lm_eval_tasks
+    harness_hellaswag = Path(lm_eval_tasks.__file__).parent / "hellaswag" / "hellaswag.yaml"
     (tasks / "nlq_hellaswag_local.yaml").write_text(f"""\
+include: {harness_hellaswag}
 task: nlq_hellaswag_local
+tag: []
 dataset_path: json
 dataset_kwargs:
   data_files:
     validation: {path}
-output_type: multiple_choice
-validation_split: validation
-process_docs: !function hs_utils.process_docs
-doc_to_text: "{{{{query}}}}"
-doc_to_target: "{{{{label}}}}"
-doc_to_choice: "choices"
-metric_list:
-  - metric: acc
-    aggregation: mean
-    higher_is_better: true
-  - metric: acc_norm
-    aggregation: mean
-    higher_is_better: true
+training_split: null
 """)
     return run, root / "hf", path, tasks
 
 
-def test_harness_preprocess_is_the_harness_one():
+def reference_hellaswag(model, encode, examples):
+    """Each ending's summed log-probability under the nlq model, as the harness's hellaswag task defines it:
+    context = preprocess(activity_label + ": " + ctx_a + " " + ctx_b capitalized), continuation = " " + ending,
+    its tokens those that follow the context's own encoding, the text cropped from the left to block_size + 1
+    tokens -> (scores (N, 4), acc, acc_norm (scores over the ending's length in characters), number cropped)."""
     from lm_eval.tasks.hellaswag.utils import preprocess
-    for text in ("[header] How to water plants [title] Check the soil. [step] if it is dry,",
-                 "  leave it [step] alone.  ", "a [substeps] b  [title] c", "no markers"):
-        assert nlq_eval.harness_preprocess(text) == preprocess(text)
+    T, scores, lengths, cropped = model.config.block_size, [], [], 0
+    for ex in examples:
+        context = preprocess(ex["activity_label"] + ": " + ex["ctx_a"] + " " + ex["ctx_b"].capitalize())
+        for ending in map(preprocess, ex["endings"]):
+            ids = encode(context + " " + ending)
+            n = len(ids) - len(encode(context))
+            cropped += len(ids) > T + 1
+            x = torch.tensor([ids[-(T + 1):]])
+            with torch.no_grad():
+                logp = model(x[:, :-1], targets=x[:, 1:])[0][0].log_softmax(-1).gather(-1, x[0, 1:, None])
+            scores.append(logp[-n:].sum().item())
+            lengths.append(len(ending))
+    scores, labels = np.array(scores).reshape(-1, 4), np.array([int(ex["label"]) for ex in examples])
+    acc = np.mean(scores.argmax(1) == labels)
+    acc_norm = np.mean((scores / np.array(lengths).reshape(-1, 4)).argmax(1) == labels)
+    return scores, acc, acc_norm, cropped
 
 
-def test_lm_eval_equals_eval_py_at_batch_sizes_1_and_4(exported, shipped_data):
+def test_lm_eval_hellaswag_scores_with_the_models_own_log_probabilities_at_batch_sizes_1_and_4(exported,
+                                                                                                shipped_data):
     import lm_eval
     from lm_eval.tasks import TaskManager
     run, hf_dir, path, tasks = exported
-    ours = nlq_eval.hellaswag(str(run), str(path), bpe_dir=str(shipped_data / "gpt2"), batch_size=2)
-    assert ours["examples"] == 5 and ours["cropped"] == 4  # the long context loses tokens to block_size 48
-    lls, texts = {}, {}
+    model, _ = checkpoint.load_run(str(run))
+    encode, decode = tokenizers.get_codec(dict(tokenizer="gpt2"), str(shipped_data / "gpt2"))
+    scores, acc, acc_norm, cropped = reference_hellaswag(model, encode, EXAMPLES)
+    assert cropped == 4 and 0 < acc < 1  # the long context loses tokens to block_size 48
+    texts = {}
     task_manager = TaskManager(include_path=str(tasks))  # indexes every task of the harness: once
     for batch_size in (1, 4):
         res = lm_eval.simple_evaluate(model="hf", model_args=f"pretrained={hf_dir},trust_remote_code=True,"
@@ -121,17 +133,12 @@ def test_lm_eval_equals_eval_py_at_batch_sizes_1_and_4(exported, shipped_data):
                                       device="cpu", batch_size=batch_size,
                                       task_manager=task_manager)
         theirs = res["results"]["nlq_hellaswag_local"]
-        assert theirs["acc,none"] == pytest.approx(ours["acc"]) and \
-            theirs["acc_norm,none"] == pytest.approx(ours["acc_norm"])
-        assert theirs["acc_stderr,none"] == pytest.approx(ours["acc_stderr"])
+        assert theirs["acc,none"] == pytest.approx(acc) and theirs["acc_norm,none"] == pytest.approx(acc_norm)
         samples = {task: sorted(res["samples"][task], key=lambda s: s["doc_id"]) for task in res["samples"]}
-        lls[batch_size] = np.array([[r[0][0] for r in s["resps"]] for s in samples["nlq_hellaswag_local"]])
+        lls = np.array([[r[0][0] for r in s["resps"]] for s in samples["nlq_hellaswag_local"]])
+        np.testing.assert_allclose(lls, scores, rtol=0, atol=1e-4)  # the harness's per-ending log-likelihoods
         texts[batch_size] = [s["resps"][0][0] for s in samples["nlq_generate_local"]]
-    assert 0 < ours["acc"] < 1 and lls[1].shape == (5, 4)
-    np.testing.assert_allclose(lls[4], lls[1], rtol=0, atol=1e-4)  # the harness's per-ending log-likelihoods
     # the generation task: each prompt's greedy text is nlq's own, alone or in a left-padded batch of 4
-    model, _ = checkpoint.load_run(str(run))
-    encode, decode = tokenizers.get_codec(dict(tokenizer="gpt2"), str(shipped_data / "gpt2"))
     want = [decode(model.generate(torch.tensor([encode(p)]), 8, temperature=0)[0, len(encode(p)):].tolist())
             .split("\n\n")[0] for p in PROMPTS]
     assert texts[1] == texts[4] == want and len(set(want)) == len(PROMPTS)
