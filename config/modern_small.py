@@ -11,6 +11,8 @@ out_dir = "out/modern_small"
 wandb_run_name = "modern_small"
 pos_embedding = "rope"
 qk_norm = True
+attn_scale = 1 / 64 ** 0.5  # the standard 1/sqrt(head_dim) in every query mode: QK-norm normalises away the
+# nonlinear query's halving, so linear and nonlinear differ in the query alone
 activation = "relu2"
 tie_weights = False
 optimizer = "muon"

@@ -1,4 +1,4 @@
-"""
+r"""
 Run a study (study.py: what a study file sets, and each arm's learning-rate search): each run is train.py in its
 own folder, started here or as SLURM jobs, in waves: the runs due now, then what their results make due.
 

@@ -3,9 +3,9 @@
 # 16 x 128 bytes) trained as nanochat and modded-nanogpt train: rotary positions, QK-norm, ReLU², untied
 # embeddings, Muon for the matrices inside the blocks (W_Q, W_K, W_V, f's W1 and W2 each its own matrix in both
 # arms), AdamW for the embeddings, and warmup-stable-decay (the last 20% a linear decay to 0).
-# Both arms use the standard attention scale 1/sqrt(head_dim): with QK-norm each head's q is RMS-normalised, so
-# the paper's halving of q (its scale 1/(2 sqrt(head_dim))) is undone and only the attention temperature would
-# differ; the arms then differ in the query alone, q = x W_Q against q = x + f(x).
+# Both arms use the standard attention scale 1/sqrt(head_dim) (the config's attn_scale): with QK-norm each
+# head's q is RMS-normalised, so the paper's halving of q (its scale 1/(2 sqrt(head_dim))) is undone and only the
+# attention temperature would differ; the arms then differ in the query alone, q = x W_Q against q = x + f(x).
 # Search, the same for both arms: Muon's rate (learning_rate) on the grid 1e-2, 2e-2 (nanochat's), 4e-2,
 # extended at an edge (at most twice), then half steps, each point the mean of selection seeds 1337 and 1338, at
 # the final horizon itself (a CPU can afford it: nothing is carried). The AdamW rates follow one rule for both
@@ -25,10 +25,9 @@
 name = "modern_cpu"
 config = "config/modern_cpu.py"
 overrides = {}
-_std_scale = 1 / (128 // 4) ** 0.5  # 1/sqrt(head_dim) of config/modern_cpu.py
 arms = {
     "linear": dict(query_mode="linear", min_lr=0.0),
-    "nonlinear": dict(query_mode="nonlinear", attn_scale=_std_scale, min_lr=0.0),
+    "nonlinear": dict(query_mode="nonlinear", min_lr=0.0),
 }
 learning_rates = [1e-2, 2e-2, 4e-2]
 selection_seeds = [1337, 1338]

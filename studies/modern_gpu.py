@@ -3,8 +3,8 @@
 # nanochat and modded-nanogpt train (config/modern_small.py: rotary positions, QK-norm, ReLU², untied embeddings,
 # Muon for the matrices inside the blocks with W_Q, W_K, W_V, W1 and W2 each its own matrix in both arms, AdamW
 # at nanochat's rates for the embeddings, warmup-stable-decay with a linear decay to 0 over the last 20%).
-# Both arms at the standard attention scale 1/sqrt(64): with QK-norm the paper's halving of q is normalised
-# away, so the arms differ in the query alone (studies/modern_cpu.py says why at CPU scale).
+# Both arms at the standard attention scale 1/sqrt(64) (the config's attn_scale): with QK-norm the paper's
+# halving of q is normalised away, so the arms differ in the query alone (studies/modern_cpu.py says why at CPU scale).
 # The protocol is paper_claim_gpu's: Muon's rate (learning_rate) searched alike for both arms on the grid 1e-2,
 # 2e-2 (nanochat's), 4e-2, extended at an edge, then half steps, on selection seeds 1337 and 1338 with the stall
 # rule (stall_margin 2), at two horizons, 3,000 and 6,000 steps (1/20 and 1/10 of the final runs; each the same
@@ -31,7 +31,7 @@ horizons = [3000, 6000]  # the search's max_iters: 1/20 and 1/10 of the final ru
 horizon_evals = 12  # an eval every 250 and 500 steps
 arms = {
     "linear": dict(query_mode="linear", min_lr=0.0),
-    "nonlinear": dict(query_mode="nonlinear", attn_scale=1 / 64 ** 0.5, min_lr=0.0),
+    "nonlinear": dict(query_mode="nonlinear", min_lr=0.0),
 }
 learning_rates = [1e-2, 2e-2, 4e-2]
 selection_seeds = [1337, 1338]
