@@ -186,22 +186,6 @@ def rotate(x, cos_sin):
     return torch.cat((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1).type_as(x)
 
 
-def split_c_attn(sd, n_embd):
-    """A state dict whose attention has one fused c_attn (nanoGPT's, GPT-2's, the official code's, nlq's older
-    checkpoints) -> model.py's names: its rows [W_Q;] W_K; W_V go to c_k, c_v and, where there are 3C of them,
-    the query's c_q. Every other entry as it is, in its place (a new dict)."""
-    out = {}
-    for name, t in sd.items():
-        if ".attn.c_attn." not in name:
-            out[name] = t
-            continue
-        head, tail = name.split(".c_attn.")
-        *q, out[f"{head}.c_k.{tail}"], out[f"{head}.c_v.{tail}"] = t.split(n_embd)
-        if q:
-            out[f"{head}.query.c_q.{tail}"] = q[0]
-    return out
-
-
 class KVCache:
     """One attention layer's keys and values for positions 0..length-1 of a batch (GPT.generate's cache).
 
@@ -263,7 +247,7 @@ class CausalSelfAttention(nn.Module):
             x = x.to(torch.get_autocast_dtype(x.device.type))
         q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
                    for t in (self.query(x), self.c_k(x), self.c_v(x)))  # (B, nh, T, hd)
-        if self.qk_norm:
+        if self.qk_norm:  # before RoPE: the norms' weights act per dimension, and the rotation mixes pairs of them
             q, k = self.q_norm(q), self.k_norm(k)
         if self.rope:
             start = cache.length if cache is not None else 0
@@ -475,9 +459,10 @@ class GPT(nn.Module):
 
         adamw: AdamW, weight decay on ≥2-D tensors (matmul weights, embeddings) only. Fused on CUDA; elsewhere
         foreach (one call per step for all tensors, bit-identical to the plain loop).
-        muon: torch.optim.Muon at learning_rate, with weight decay, for the 2-D weights inside the blocks (W_Q,
-        W_K, W_V, f's W1 and W2, each its own matrix); AdamW, no weight decay, for the rest: the embeddings at
-        embedding_lr, the LM head (a tied one too), norms and biases at unembedding_lr (nanochat's groups).
+        muon: torch.optim.Muon at learning_rate, with weight decay, for every 2-D weight inside the blocks (the
+        query's, W_K, W_V, c_proj and the MLP's, each its own matrix); AdamW, no weight decay, for the rest: the
+        embeddings at embedding_lr, and the LM head (a tied one too), every norm and bias at unembedding_lr
+        (nanochat's groups).
         """
         params = [p for p in self.parameters() if p.requires_grad]
         adamw = dict(betas=betas, fused=(device_type == "cuda"), foreach=(device_type != "cuda"))

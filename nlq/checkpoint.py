@@ -25,7 +25,7 @@ from typing import Optional
 
 import torch
 
-from model import GPT, GPTConfig, split_c_attn
+from model import GPT, GPTConfig
 from nlq.data import BIN_FILES
 from nlq.distributed import full_state_dicts, gather_rng_states, load_full_state_dicts, restore_rng
 from nlq.progress import clock
@@ -146,6 +146,22 @@ def read_saved_config(path):
 
 
 # ------------------------------------------------------------------------------------------ checkpoints
+def split_c_attn(sd, n_embd):
+    """A state dict whose attention has one fused c_attn (nanoGPT's, GPT-2's, the official code's, nlq's older
+    checkpoints) -> model.py's names: its rows [W_Q;] W_K; W_V go to c_k, c_v and, where there are 3C of them,
+    the query's c_q. Every other entry as it is, in its place (a new dict)."""
+    out = {}
+    for name, t in sd.items():
+        if ".attn.c_attn." not in name:
+            out[name] = t
+            continue
+        head, tail = name.split(".c_attn.")
+        *q, out[f"{head}.c_k.{tail}"], out[f"{head}.c_v.{tail}"] = t.split(n_embd)
+        if q:
+            out[f"{head}.query.c_q.{tail}"] = q[0]
+    return out
+
+
 def load_checkpoint(path, mmap=False):
     """A train.py checkpoint, on the CPU (weights_only=True), its config as this nlq reads it (upgrade).
     mmap=True maps the file: its settings at once, tensors read only when touched. ValueError if it is not a
