@@ -138,11 +138,9 @@ class NonlinearQuery(QueryMode):
     W1: C -> r, W2: r -> C with r = query_hidden (C/2 in the paper): 2·C·r + 2·C parameters with bias=False,
     d² + 2d for r = d/2, what W_Q has. query_norm_in / query_norm_out = False drop a norm (ablations).
 
-    Memory: run plainly, f keeps its intermediates for the backward pass (3C + 2r floats a token: 1.25-1.39x
-    what a linear layer keeps). Where memory limits a run (training on a GPU, or compiled), f runs under
-    torch.utils.checkpoint instead: the backward pass keeps only x, which the attention keeps anyway, and
-    computes f again (2C² FLOPs a token, about 2% of a layer's training FLOPs at 124M). The numbers are the
-    same either way (bench/RESULTS.md measures both).
+    Memory: where memory limits a run (training on a GPU, or compiled), f runs under torch.utils.checkpoint:
+    the backward pass keeps only x (which the attention keeps anyway), not f's 3C + 2r floats a token, and
+    computes f again (2C² FLOPs a token). The same numbers either way (bench/RESULTS.md measures both).
     """
     scale_factor = 0.5
 
@@ -201,9 +199,7 @@ class KVCache:
     def append(self, k, v):
         """Store k, v (B, nh, T, hd) at positions length..length+T-1 -> the keys and values of positions
         0..L-1, (B, nh, L, hd) each, L = length + T."""
-        start, end = self.length, self.length + k.size(2)
-        if end > self.size:
-            raise ValueError(f"the KV cache holds {self.size} positions: {end} do not fit")
+        start, end = self.length, self.length + k.size(2)  # (GPT.forward checks that end <= block_size)
         if self.k is None:
             self.k = k.new_empty(*k.shape[:2], self.size, k.size(3))  # only positions < length are read
             self.v = torch.empty_like(self.k)
@@ -449,10 +445,6 @@ class GPT(nn.Module):
         rows = "\n".join(f"| {k} | {v:,} |" for k, v in self.param_breakdown().items())
         return f"| parameters ({self.config.query_mode}) | count |\n|---|---:|\n{rows}"
 
-    def matmul_params(self):
-        """Weights that take part in a matmul for every token: all Linear weights, LM head included."""
-        return sum(m.weight.numel() for m in self.modules() if isinstance(m, nn.Linear))
-
     def configure_optimizers(self, weight_decay, learning_rate, betas, device_type, optimizer="adamw",
                              embedding_lr=None, unembedding_lr=None):
         """The optimizer, its groups' "lr_scale" (a group's rate / learning_rate; the schedule scales them all).
@@ -481,10 +473,11 @@ class GPT(nn.Module):
 
     def flops_per_token(self, seq_len=None):
         """Training FLOPs per token (forward + backward): 6·N + 12·L·H·Q·T (PaLM, Chowdhery et al. 2022,
-        app. B). N = matmul_params() (f counts; identity has fewer), L layers, H heads, Q head dim, T length."""
-        cfg = self.config
-        T = seq_len or cfg.block_size
-        return 6 * self.matmul_params() + 12 * cfg.n_layer * cfg.n_head * (cfg.n_embd // cfg.n_head) * T
+        app. B). N: the weights of every Linear layer, LM head included (f counts; identity has fewer), L layers,
+        H heads, Q head dim, T length."""
+        cfg, T = self.config, seq_len or self.config.block_size
+        N = sum(m.weight.numel() for m in self.modules() if isinstance(m, nn.Linear))
+        return 6 * N + 12 * cfg.n_layer * cfg.n_head * (cfg.n_embd // cfg.n_head) * T
 
     def estimate_mfu(self, fwdbwd_per_iter, dt, seq_len=None):
         """Model FLOPs utilisation in [0, 1] of one device, or None if its peak is unknown (CPU, other GPUs).
