@@ -96,9 +96,6 @@ class QueryMode(nn.Module):
     def __init__(self, cfg: GPTConfig):
         super().__init__()
 
-    def forward(self, x):
-        raise NotImplementedError
-
 
 class LinearQuery(QueryMode):
     """q = x·W_Q, the standard GPT query."""

@@ -13,6 +13,7 @@ train.py, finds the checkpoint to resume (checked against the run's settings and
 files. load_checkpoint and model_from_checkpoint serve sample.py, eval.py and convert.py.
 """
 import errno
+import fcntl
 import json
 import math
 import os
@@ -80,12 +81,8 @@ def fix_for(e):
 
 def lock_file(path):
     """An exclusive lock on the file at path (made if missing), held until the returned file is closed or the
-    process ends, however it ends (fcntl.flock). None where there are no locks (Windows, some file systems).
-    BlockingIOError if another process holds it."""
-    try:
-        import fcntl
-    except ImportError:
-        return None
+    process ends, however it ends (fcntl.flock). None on a file system without locks. BlockingIOError if another
+    process holds it."""
     f = open(path, "a")
     try:
         fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -318,8 +315,12 @@ class RunFolder:
         new run, which records init_settings: the model keys init_from's weights fixed). ValueError if the
         folder cannot be written, another train.py holds it, a new run would overwrite a checkpoint, or a resume
         asks for other data or RESUME_FIXED settings than its checkpoint's. eval_only: the folder is only read."""
-        if not self.cfg["eval_only"]:
-            self.lock_folder()
+        if not self.cfg["eval_only"]:  # a folder that cannot be written fails now, not at the first checkpoint
+            writable_folder(self.dir, "out_dir")
+            try:
+                self.lock = lock_file(os.path.join(self.dir, ".lock")) if self.master else None
+            except BlockingIOError:
+                raise ValueError(f"out_dir {self.dir} is in use by another train.py (it holds its .lock)") from None
         self.dataset_meta, self.init_settings = meta, init_settings
         if self.cfg["init_from"] != "resume":
             if os.path.exists(self.ckpt_path) and not self.cfg["eval_only"]:  # never overwrite a trained model
@@ -338,15 +339,6 @@ class RunFolder:
             raise ValueError(f"settings differ from the checkpoint's (yours, checkpoint's): {changed}; resume with "
                              f"the checkpoint's settings ({flags}) or start a new out_dir")
         self.ckpt = ckpt
-
-    def lock_folder(self):
-        """Make the folder and lock it for this train.py (rank 0); a folder that cannot be written fails now,
-        not at the first checkpoint."""
-        writable_folder(self.dir, "out_dir")
-        try:
-            self.lock = lock_file(os.path.join(self.dir, ".lock")) if self.master else None
-        except BlockingIOError:
-            raise ValueError(f"out_dir {self.dir} is in use by another train.py (it holds {self.dir}/.lock)") from None
 
     def resume(self, model, optimizer, scaler, train_gen):
         """Load the checkpoint open() read into the model, optimizer, scaler and RNGs -> its TrainState; a new
