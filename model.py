@@ -183,11 +183,8 @@ def rotate(x, cos_sin):
 
 class KVCache:
     """One attention layer's keys and values for positions 0..length-1 of a batch (GPT.generate's cache).
-
-    The buffers, (B, nh, size, hd) each, are allocated on the first append with the batch size, dtype and
-    device of the keys. Keys are stored as they were made at their positions (learned embeddings, or turned by
-    RoPE), so a full cache cannot slide: GPT.generate starts a new one and fills it again.
-    """
+    The buffers, (B, nh, size, hd) each, are allocated on the first append with the keys' batch size, dtype and
+    device. Keys are stored as made at their positions, so a full cache cannot slide: generate starts anew."""
 
     def __init__(self, size):
         self.size, self.length = size, 0
@@ -369,16 +366,13 @@ class GPT(nn.Module):
     @torch.no_grad()
     def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None, vocab_size=None, use_cache=True,
                  on_token=None):
-        """Autoregressive sampling. idx: (B, T) prompt ids -> (B, T + max_new_tokens) ids.
+        """Autoregressive sampling. idx: (B, T) prompt ids -> (B, T + max_new_tokens) ids (docs/evaluation.md).
 
-        Each token is predicted from the last block_size tokens before it. temperature 0 is greedy decoding;
-        top_k keeps only the k most likely tokens (0 or None: all of them, as in transformers). Only ids <
-        vocab_size are sampled (default: the tokenizer's vocabulary, config.data_vocab_size, so the padding rows
-        of the embedding are never returned). check_sampling refuses other arguments.
-        use_cache: keep the keys and values of past tokens (KVCache), so that each step runs the model on the
-        new token only. Once the context fills block_size the window slides and every position changes, so
-        each such step fills a new cache with the last block_size tokens (what use_cache=False costs).
-        on_token: called with each new token's ids, (B, 1), as it is drawn (sample.py's progress bar).
+        Each token is predicted from the last block_size tokens before it. temperature 0 is greedy; top_k keeps
+        the k most likely tokens (0 or None: all). Only ids < vocab_size are sampled (default: the tokenizer's,
+        config.data_vocab_size: never a padding row of the embedding). use_cache: run the model on the new token
+        only, after the cached keys and values of the past ones. on_token: called with each new token's ids,
+        (B, 1), as it is drawn (sample.py's progress bar).
         """
         check_sampling(max_new_tokens, temperature, top_k)
         vocab_size = vocab_size or self.config.data_vocab_size

@@ -311,10 +311,9 @@ class RunFolder:
         return load_checkpoint(self.ckpt_path, mmap=True).get("init_settings", {})
 
     def open(self, model_cfg, meta, data_folder, init_settings):
-        """Lock the folder for this run (rank 0) and read the checkpoint a resume loads (self.ckpt; None for a
-        new run, which records init_settings: the model keys init_from's weights fixed). ValueError if the
-        folder cannot be written, another train.py holds it, a new run would overwrite a checkpoint, or a resume
-        asks for other data or RESUME_FIXED settings than its checkpoint's. eval_only: the folder is only read."""
+        """Lock the folder for this run (rank 0; eval_only only reads it) and read the checkpoint a resume loads
+        (self.ckpt; a new run records init_settings, the model keys init_from's weights fixed). ValueError where
+        the run would lose or mix up work (see each message)."""
         if not self.cfg["eval_only"]:  # a folder that cannot be written fails now, not at the first checkpoint
             writable_folder(self.dir, "out_dir")
             try:
