@@ -96,9 +96,6 @@ class QueryMode(nn.Module):
     def __init__(self, cfg: GPTConfig):
         super().__init__()
 
-    def forward(self, x):
-        raise NotImplementedError
-
 
 class LinearQuery(QueryMode):
     """q = x·W_Q, the standard GPT query."""
@@ -138,11 +135,9 @@ class NonlinearQuery(QueryMode):
     W1: C -> r, W2: r -> C with r = query_hidden (C/2 in the paper): 2·C·r + 2·C parameters with bias=False,
     d² + 2d for r = d/2, what W_Q has. query_norm_in / query_norm_out = False drop a norm (ablations).
 
-    Memory: run plainly, f keeps its intermediates for the backward pass (3C + 2r floats a token: 1.25-1.39x
-    what a linear layer keeps). Where memory limits a run (training on a GPU, or compiled), f runs under
-    torch.utils.checkpoint instead: the backward pass keeps only x, which the attention keeps anyway, and
-    computes f again (2C² FLOPs a token, about 2% of a layer's training FLOPs at 124M). The numbers are the
-    same either way (bench/RESULTS.md measures both).
+    Memory: where memory limits a run (training on a GPU, or compiled), f runs under torch.utils.checkpoint:
+    the backward pass keeps only x (which the attention keeps anyway), not f's 3C + 2r floats a token, and
+    computes f again (2C² FLOPs a token). The same numbers either way (bench/RESULTS.md measures both).
     """
     scale_factor = 0.5
 
@@ -186,29 +181,10 @@ def rotate(x, cos_sin):
     return torch.cat((x1 * cos - x2 * sin, x1 * sin + x2 * cos), dim=-1).type_as(x)
 
 
-def split_c_attn(sd, n_embd):
-    """A state dict whose attention has one fused c_attn (nanoGPT's, GPT-2's, the official code's, nlq's older
-    checkpoints) -> model.py's names: its rows [W_Q;] W_K; W_V go to c_k, c_v and, where there are 3C of them,
-    the query's c_q. Every other entry as it is, in its place (a new dict)."""
-    out = {}
-    for name, t in sd.items():
-        if ".attn.c_attn." not in name:
-            out[name] = t
-            continue
-        head, tail = name.split(".c_attn.")
-        *q, out[f"{head}.c_k.{tail}"], out[f"{head}.c_v.{tail}"] = t.split(n_embd)
-        if q:
-            out[f"{head}.query.c_q.{tail}"] = q[0]
-    return out
-
-
 class KVCache:
     """One attention layer's keys and values for positions 0..length-1 of a batch (GPT.generate's cache).
-
-    The buffers, (B, nh, size, hd) each, are allocated on the first append with the batch size, dtype and
-    device of the keys. Keys are stored as they were made at their positions (learned embeddings, or turned by
-    RoPE), so a full cache cannot slide: GPT.generate starts a new one and fills it again.
-    """
+    The buffers, (B, nh, size, hd) each, are allocated on the first append with the keys' batch size, dtype and
+    device. Keys are stored as made at their positions, so a full cache cannot slide: generate starts anew."""
 
     def __init__(self, size):
         self.size, self.length = size, 0
@@ -217,9 +193,7 @@ class KVCache:
     def append(self, k, v):
         """Store k, v (B, nh, T, hd) at positions length..length+T-1 -> the keys and values of positions
         0..L-1, (B, nh, L, hd) each, L = length + T."""
-        start, end = self.length, self.length + k.size(2)
-        if end > self.size:
-            raise ValueError(f"the KV cache holds {self.size} positions: {end} do not fit")
+        start, end = self.length, self.length + k.size(2)  # (GPT.forward checks that end <= block_size)
         if self.k is None:
             self.k = k.new_empty(*k.shape[:2], self.size, k.size(3))  # only positions < length are read
             self.v = torch.empty_like(self.k)
@@ -263,7 +237,7 @@ class CausalSelfAttention(nn.Module):
             x = x.to(torch.get_autocast_dtype(x.device.type))
         q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2)
                    for t in (self.query(x), self.c_k(x), self.c_v(x)))  # (B, nh, T, hd)
-        if self.qk_norm:
+        if self.qk_norm:  # before RoPE: the norms' weights act per dimension, and the rotation mixes pairs of them
             q, k = self.q_norm(q), self.k_norm(k)
         if self.rope:
             start = cache.length if cache is not None else 0
@@ -392,16 +366,13 @@ class GPT(nn.Module):
     @torch.no_grad()
     def generate(self, idx, max_new_tokens, temperature=1.0, top_k=None, vocab_size=None, use_cache=True,
                  on_token=None):
-        """Autoregressive sampling. idx: (B, T) prompt ids -> (B, T + max_new_tokens) ids.
+        """Autoregressive sampling. idx: (B, T) prompt ids -> (B, T + max_new_tokens) ids (docs/evaluation.md).
 
-        Each token is predicted from the last block_size tokens before it. temperature 0 is greedy decoding;
-        top_k keeps only the k most likely tokens (0 or None: all of them, as in transformers). Only ids <
-        vocab_size are sampled (default: the tokenizer's vocabulary, config.data_vocab_size, so the padding rows
-        of the embedding are never returned). check_sampling refuses other arguments.
-        use_cache: keep the keys and values of past tokens (KVCache), so that each step runs the model on the
-        new token only. Once the context fills block_size the window slides and every position changes, so
-        each such step fills a new cache with the last block_size tokens (what use_cache=False costs).
-        on_token: called with each new token's ids, (B, 1), as it is drawn (sample.py's progress bar).
+        Each token is predicted from the last block_size tokens before it. temperature 0 is greedy; top_k keeps
+        the k most likely tokens (0 or None: all). Only ids < vocab_size are sampled (default: the tokenizer's,
+        config.data_vocab_size: never a padding row of the embedding). use_cache: run the model on the new token
+        only, after the cached keys and values of the past ones. on_token: called with each new token's ids,
+        (B, 1), as it is drawn (sample.py's progress bar).
         """
         check_sampling(max_new_tokens, temperature, top_k)
         vocab_size = vocab_size or self.config.data_vocab_size
@@ -465,19 +436,16 @@ class GPT(nn.Module):
         rows = "\n".join(f"| {k} | {v:,} |" for k, v in self.param_breakdown().items())
         return f"| parameters ({self.config.query_mode}) | count |\n|---|---:|\n{rows}"
 
-    def matmul_params(self):
-        """Weights that take part in a matmul for every token: all Linear weights, LM head included."""
-        return sum(m.weight.numel() for m in self.modules() if isinstance(m, nn.Linear))
-
     def configure_optimizers(self, weight_decay, learning_rate, betas, device_type, optimizer="adamw",
                              embedding_lr=None, unembedding_lr=None):
         """The optimizer, its groups' "lr_scale" (a group's rate / learning_rate; the schedule scales them all).
 
         adamw: AdamW, weight decay on ≥2-D tensors (matmul weights, embeddings) only. Fused on CUDA; elsewhere
         foreach (one call per step for all tensors, bit-identical to the plain loop).
-        muon: torch.optim.Muon at learning_rate, with weight decay, for the 2-D weights inside the blocks (W_Q,
-        W_K, W_V, f's W1 and W2, each its own matrix); AdamW, no weight decay, for the rest: the embeddings at
-        embedding_lr, the LM head (a tied one too), norms and biases at unembedding_lr (nanochat's groups).
+        muon: torch.optim.Muon at learning_rate, with weight decay, for every 2-D weight inside the blocks (the
+        query's, W_K, W_V, c_proj and the MLP's, each its own matrix); AdamW, no weight decay, for the rest: the
+        embeddings at embedding_lr, and the LM head (a tied one too), every norm and bias at unembedding_lr
+        (nanochat's groups).
         """
         params = [p for p in self.parameters() if p.requires_grad]
         adamw = dict(betas=betas, fused=(device_type == "cuda"), foreach=(device_type != "cuda"))
@@ -496,10 +464,11 @@ class GPT(nn.Module):
 
     def flops_per_token(self, seq_len=None):
         """Training FLOPs per token (forward + backward): 6·N + 12·L·H·Q·T (PaLM, Chowdhery et al. 2022,
-        app. B). N = matmul_params() (f counts; identity has fewer), L layers, H heads, Q head dim, T length."""
-        cfg = self.config
-        T = seq_len or cfg.block_size
-        return 6 * self.matmul_params() + 12 * cfg.n_layer * cfg.n_head * (cfg.n_embd // cfg.n_head) * T
+        app. B). N: the weights of every Linear layer, LM head included (f counts; identity has fewer), L layers,
+        H heads, Q head dim, T length."""
+        cfg, T = self.config, seq_len or self.config.block_size
+        N = sum(m.weight.numel() for m in self.modules() if isinstance(m, nn.Linear))
+        return 6 * N + 12 * cfg.n_layer * cfg.n_head * (cfg.n_embd // cfg.n_head) * T
 
     def estimate_mfu(self, fwdbwd_per_iter, dt, seq_len=None):
         """Model FLOPs utilisation in [0, 1] of one device, or None if its peak is unknown (CPU, other GPUs).

@@ -13,7 +13,7 @@ others W_Q is mapped as interop/hf.py's docstring says.
 import torch
 
 from interop import hf, nanogpt
-from model import split_c_attn
+from nlq.checkpoint import split_c_attn
 
 
 class Pretrained:

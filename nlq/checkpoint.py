@@ -13,6 +13,7 @@ train.py, finds the checkpoint to resume (checked against the run's settings and
 files. load_checkpoint and model_from_checkpoint serve sample.py, eval.py and convert.py.
 """
 import errno
+import fcntl
 import json
 import math
 import os
@@ -25,7 +26,7 @@ from typing import Optional
 
 import torch
 
-from model import GPT, GPTConfig, split_c_attn
+from model import GPT, GPTConfig
 from nlq.data import BIN_FILES
 from nlq.distributed import full_state_dicts, gather_rng_states, load_full_state_dicts, restore_rng
 from nlq.progress import clock
@@ -80,12 +81,8 @@ def fix_for(e):
 
 def lock_file(path):
     """An exclusive lock on the file at path (made if missing), held until the returned file is closed or the
-    process ends, however it ends (fcntl.flock). None where there are no locks (Windows, some file systems).
-    BlockingIOError if another process holds it."""
-    try:
-        import fcntl
-    except ImportError:
-        return None
+    process ends, however it ends (fcntl.flock). None on a file system without locks. BlockingIOError if another
+    process holds it."""
     f = open(path, "a")
     try:
         fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -146,6 +143,22 @@ def read_saved_config(path):
 
 
 # ------------------------------------------------------------------------------------------ checkpoints
+def split_c_attn(sd, n_embd):
+    """A state dict whose attention has one fused c_attn (nanoGPT's, GPT-2's, the official code's, nlq's older
+    checkpoints) -> model.py's names: its rows [W_Q;] W_K; W_V go to c_k, c_v and, where there are 3C of them,
+    the query's c_q. Every other entry as it is, in its place (a new dict)."""
+    out = {}
+    for name, t in sd.items():
+        if ".attn.c_attn." not in name:
+            out[name] = t
+            continue
+        head, tail = name.split(".c_attn.")
+        *q, out[f"{head}.c_k.{tail}"], out[f"{head}.c_v.{tail}"] = t.split(n_embd)
+        if q:
+            out[f"{head}.query.c_q.{tail}"] = q[0]
+    return out
+
+
 def load_checkpoint(path, mmap=False):
     """A train.py checkpoint, on the CPU (weights_only=True), its config as this nlq reads it (upgrade).
     mmap=True maps the file: its settings at once, tensors read only when touched. ValueError if it is not a
@@ -298,12 +311,15 @@ class RunFolder:
         return load_checkpoint(self.ckpt_path, mmap=True).get("init_settings", {})
 
     def open(self, model_cfg, meta, data_folder, init_settings):
-        """Lock the folder for this run (rank 0) and read the checkpoint a resume loads (self.ckpt; None for a
-        new run, which records init_settings: the model keys init_from's weights fixed). ValueError if the
-        folder cannot be written, another train.py holds it, a new run would overwrite a checkpoint, or a resume
-        asks for other data or RESUME_FIXED settings than its checkpoint's. eval_only: the folder is only read."""
-        if not self.cfg["eval_only"]:
-            self.lock_folder()
+        """Lock the folder for this run (rank 0; eval_only only reads it) and read the checkpoint a resume loads
+        (self.ckpt; a new run records init_settings, the model keys init_from's weights fixed). ValueError where
+        the run would lose or mix up work (see each message)."""
+        if not self.cfg["eval_only"]:  # a folder that cannot be written fails now, not at the first checkpoint
+            writable_folder(self.dir, "out_dir")
+            try:
+                self.lock = lock_file(os.path.join(self.dir, ".lock")) if self.master else None
+            except BlockingIOError:
+                raise ValueError(f"out_dir {self.dir} is in use by another train.py (it holds its .lock)") from None
         self.dataset_meta, self.init_settings = meta, init_settings
         if self.cfg["init_from"] != "resume":
             if os.path.exists(self.ckpt_path) and not self.cfg["eval_only"]:  # never overwrite a trained model
@@ -322,15 +338,6 @@ class RunFolder:
             raise ValueError(f"settings differ from the checkpoint's (yours, checkpoint's): {changed}; resume with "
                              f"the checkpoint's settings ({flags}) or start a new out_dir")
         self.ckpt = ckpt
-
-    def lock_folder(self):
-        """Make the folder and lock it for this train.py (rank 0); a folder that cannot be written fails now,
-        not at the first checkpoint."""
-        writable_folder(self.dir, "out_dir")
-        try:
-            self.lock = lock_file(os.path.join(self.dir, ".lock")) if self.master else None
-        except BlockingIOError:
-            raise ValueError(f"out_dir {self.dir} is in use by another train.py (it holds {self.dir}/.lock)") from None
 
     def resume(self, model, optimizer, scaler, train_gen):
         """Load the checkpoint open() read into the model, optimizer, scaler and RNGs -> its TrainState; a new

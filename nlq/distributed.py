@@ -4,8 +4,7 @@ of spreading a model over its processes: DDP (each rank a whole copy) and FSDP2 
 weight, gradient and AdamW moment).
 
 Checkpoints are one unsharded file either way (full_state_dicts), so a run resumes on any number of
-processes, with or without FSDP. Every rank draws the same training windows and takes its own micro-batches,
-so the data order does not depend on the number of processes either.
+processes, with or without FSDP (and its data order, train.py's docstring says, does not depend on them).
 """
 import os
 import sys
@@ -107,7 +106,6 @@ class Job:
             print(*args, **kwargs)
 
     def autocast(self):
-        """The mixed-precision context for forward passes: none for float32."""
         return autocast(self.device_type, self.dtype)
 
 

@@ -36,11 +36,6 @@ def my_share(n, rank, world_size):
     return [(min(k, n - 1), k < n) for k in indices]
 
 
-def progress_bar(items, show, desc):
-    """items under a tqdm bar on stderr if show and stderr is a terminal: a log file stays clean."""
-    return tqdm(items, desc=desc, unit="batch", leave=False, disable=None if show else True)
-
-
 @contextmanager
 def eval_mode(model):
     """The model in eval mode (no dropout) inside the block, in the mode it had after it."""
@@ -90,7 +85,9 @@ def loss_sum(model, ctx, path, dtype, batches, device, rank, world_size, vocab_s
     """(Σ w·loss, Σ w) over batches [(starts (B,), length), ...], this rank's share (my_share), all-reduced.
     w: a batch's windows, or with per_token its targets, summed in float64 (a whole split's nats)."""
     total = torch.zeros(2, dtype=torch.float64 if per_token else torch.float32, device=device)
-    for k, counts in progress_bar(my_share(len(batches), rank, world_size), progress, desc):
+    # a tqdm bar on stderr where progress and stderr is a terminal (disable=None): a log file stays clean
+    for k, counts in tqdm(my_share(len(batches), rank, world_size), desc=desc, unit="batch", leave=False,
+                          disable=None if progress else True):
         if stop is not None and stop():
             raise EvalStopped
         starts, length = batches[k]

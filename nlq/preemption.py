@@ -5,11 +5,10 @@ While a run trains these set a flag instead of killing the process; the loop rea
 before each batch), checkpoints at that step boundary and exits with EXIT_PREEMPTED. Under torchrun the ranks
 agree on the flag in one all-reduce, so a signal that reaches one rank stops them all at the same step.
 
-Exit statuses of train.py (sweep.py and a scheduler read them): 0 done, 1 an error, EXIT_DIVERGED (the loss
-went NaN/inf), EXIT_INTERRUPTED (Ctrl-C, the shell's 128 + 2) and EXIT_PREEMPTED: 144, the status submitit's
-job controller reads as "requeue me", and none a run ends with otherwise (128 + N is death by signal N), so a
-sweep can tell "stopped cleanly, resumable" apart. eval.py and sample.py, with nothing to checkpoint, stop at once
-on these signals with the same status (exit_on_stop_signals), as does train.py --eval_only=True.
+Exit statuses (train.py's docstring lists them): EXIT_PREEMPTED is 144, the status submitit's job controller reads
+as "requeue me" and none a run ends with otherwise (128 + N is death by signal N), so a sweep tells "stopped
+cleanly, resumable" apart. eval.py and sample.py, with nothing to checkpoint, stop at once on these signals with
+the same status (exit_on_stop_signals), as does train.py --eval_only=True.
 """
 import signal
 import sys

@@ -22,6 +22,7 @@ import torch
 
 from model import CausalSelfAttention, NonlinearQuery, rotate
 from nlq.data import get_batch
+from nlq.losses import eval_mode
 
 PROBE_WINDOWS = 4  # the first eval windows of the val split: a batch fixed by the seed, the same at every eval
 
@@ -63,14 +64,11 @@ def attention_probe(model, idx, ctx=None):
             found[i] = layer_stats(layers[i], inputs[0], q)
         return record
     handles = [attn.query.register_forward_hook(hook(i)) for i, attn in enumerate(layers)]
-    was_training = model.training
-    model.eval()
     try:
-        with ctx or nullcontext():
+        with eval_mode(model), ctx or nullcontext():
             model(idx)
     finally:
         for h in handles:
             h.remove()
-        model.train(was_training)
     fmt = lambda v: float(f"{v:.6g}") if math.isfinite(v) else None
     return {key: [fmt(layer[key]) for layer in found] for key in found[0]}

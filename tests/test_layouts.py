@@ -6,6 +6,7 @@ import math
 import os
 import subprocess
 import sys
+import warnings
 
 import pytest
 import torch
@@ -13,7 +14,7 @@ from conftest import ROOT, write_tiny_dataset
 
 import train
 from nlq import checkpoint, distributed, settings
-from nlq.schedule import get_lr, schedule_notes
+from nlq.schedule import decay_horizon, get_lr
 
 pytestmark = pytest.mark.xdist_group("layouts")  # one worker makes the module's shared runs once
 
@@ -119,14 +120,22 @@ def schedule(**kw):
     return dict(settings.DEFAULTS, learning_rate=6e-4, min_lr=6e-5, **kw)
 
 
+def notes(cfg):
+    """decay_horizon's warnings and notes for a new run of cfg -> (decay_iters, [text])."""
+    printed = []
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        decay_iters = decay_horizon(cfg, None, 0, printed.append)
+    return decay_iters, [str(w.message) for w in caught] + printed
+
+
 def test_a_run_that_is_all_warmup_is_warned_about():
     """--max_iters=5 with the default warmup_iters=2000: the rate never passes 1.5e-6 (peak 6e-4)."""
     cfg = schedule(max_iters=5)
     lrs = [get_lr(i, cfg, 5) for i in range(5)]
     assert lrs[0] == pytest.approx(6e-4 / 2001) and max(lrs) == pytest.approx(6e-4 * 5 / 2001)
-    assert schedule_notes(cfg, 5) == [("warning", "the whole run is warmup (warmup_iters=2000 >= "
-                                             "max_iters=5): the learning rate rises from 3.00e-07 to 1.50e-06 "
-                                             "and never reaches learning_rate=0.0006; lower warmup_iters")]
+    assert notes(cfg) == (5, ["the whole run is warmup (warmup_iters=2000 >= max_iters=5): the learning rate "
+                              "never reaches learning_rate=0.0006; lower warmup_iters"])
 
 
 def test_a_warmup_longer_than_the_decay_is_warned_about_and_the_notes_are_true():
@@ -134,24 +143,15 @@ def test_a_warmup_longer_than_the_decay_is_warned_about_and_the_notes_are_true()
     cfg = schedule(warmup_iters=4, lr_decay_iters=2, max_iters=5)
     lrs = [get_lr(i, cfg, 2) for i in range(5)]
     assert lrs[:4] == pytest.approx([6e-4 * k / 5 for k in (1, 2, 3, 4)]) and lrs[4] == 6e-5
-    assert schedule_notes(cfg, 2) == [
-        ("warning", "the warmup (warmup_iters=4) does not end before the decay does (lr_decay_iters=2): the "
-                    "learning rate rises to 4.80e-04 until iteration 4, then drops straight to min_lr=6e-05, "
-                    "with no decay; set lr_decay_iters above warmup_iters"),
-        ("note", "the last 1 of 5 steps (iterations 5-5) run at min_lr=6e-05: the schedule reaches min_lr at "
-                 "lr_decay_iters=2")]
+    assert notes(cfg) == (2, ["the warmup (warmup_iters=4) does not end before the decay does (lr_decay_iters=2): "
+                              "the rate drops from its warmup straight to min_lr; set lr_decay_iters above "
+                              "warmup_iters"])
 
 
-def test_the_flat_tail_and_the_early_stop_notes_are_true():
-    cfg = schedule(warmup_iters=2, max_iters=20)
-    lrs = [get_lr(k - 1, cfg, 10) for k in range(1, 21)]  # iteration k runs at get_lr(k - 1)
-    assert lrs[9] > 6e-5 and lrs[10:] == [6e-5] * 10  # iterations 11-20 at min_lr
-    assert schedule_notes(cfg, 10) == [("note", "the last 10 of 20 steps (iterations 11-20) run at "
-                                                      "min_lr=6e-05: the schedule reaches min_lr at "
-                                                      "lr_decay_iters=10")]
-    cfg = schedule(warmup_iters=2, max_iters=10)
-    (kind, text), = schedule_notes(cfg, 20)
-    assert kind == "note" and text.endswith(f"its last step runs at {get_lr(9, cfg, 20):.2e} "
-                                     f"(--lr_decay_iters=10 decays to min_lr by the last step)")
+def test_the_early_stop_note_is_true():
+    cfg = schedule(warmup_iters=2, max_iters=10, lr_decay_iters=20)
+    assert notes(cfg) == (20, ["note: the run stops at max_iters=10, before the learning rate has decayed to min_lr "
+                               "(at lr_decay_iters=20); --lr_decay_iters=10 decays to min_lr by the last step"])
     assert get_lr(9, cfg, 20) > 6e-5 and not math.isclose(get_lr(9, cfg, 20), 6e-5)
-    assert schedule_notes(schedule(warmup_iters=2, max_iters=10), 10) == []  # the ordinary case
+    assert notes(schedule(warmup_iters=2, max_iters=10)) == (10, [])  # the ordinary case
+    assert notes(schedule(warmup_iters=2, max_iters=20, lr_decay_iters=10)) == (10, [])  # a flat tail, as asked
