@@ -18,7 +18,7 @@
 # rate is a fit from two horizons, and with 2 selection seeds its bootstrap interval is coarse).
 # Its runs are made two at a time on a shared 2-core machine, 1 thread each: judge speed by bench.py.
 # Every run is made by the code at commit 4518785 (a worktree of it, data/ linked), where W_Q, W_K and W_V
-# were one fused matrix: later code draws linear's initial weights in another order (nonlinear's alike), so
+# were one fused matrix: later code draws linear's initial weights in another order (nonlinear's as before), so
 # the study is finished there too, one version for all its runs.
 # Stalls, declared before the runs: a stalled or late final run (docs/studies.md) is kept, never replaced by
 # another seed (that would choose seeds by their outcome); the report gives each arm's stall rate with its exact
