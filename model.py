@@ -241,7 +241,8 @@ class CausalSelfAttention(nn.Module):
             q, k = self.q_norm(q), self.k_norm(k)
         if self.rope:
             start = cache.length if cache is not None else 0
-            q, k = rotate(q, self.cos_sin[:, start:start + T]), rotate(k, self.cos_sin[:, start:start + T])
+            angles = self.cos_sin[:, start:start + T]  # positions start .. start + T - 1
+            q, k = rotate(q, angles), rotate(k, angles)
         if cache is not None:
             k, v = cache.append(k, v)  # (B, nh, L, hd)
         L = k.size(2)  # the L - T cached keys, then these T
