@@ -56,9 +56,8 @@ QUICK_FRACTION = 0.05
 
 # ------------------------------------------------------------------------------------------- the study file
 def load_study(path, quick=None):
-    """Study file -> the study (make_study; a file that sets rungs: a ladder, make_ladder), its runs_dir's runs
-    checked (check_shared_runs). ValueError or FileNotFoundError naming the file: sweep.py and report.py accept
-    the same studies."""
+    """Study file -> the study (make_study, or make_ladder), its runs_dir's runs checked (check_shared_runs).
+    ValueError or FileNotFoundError naming the file."""
     keys = read_config_file(path)  # plain Python, like a config file
     try:
         study = make_ladder(keys, quick) if "rungs" in keys else make_study(keys, quick)
@@ -75,9 +74,8 @@ def load_study(path, quick=None):
 
 
 def make_study(keys, quick=None):
-    """A study's keys (a study file's names) -> the checked study, with grids (arm -> its rates, ascending) and
-    runs_dir. quick: a fraction in (0, 1]: the study at that fraction of its steps (quick_keys), its runs in
-    the scratch folder out/quick/<name>/runs (results/ is never touched)."""
+    """A study file's keys -> the checked study, with grids (arm -> its rates, ascending) and runs_dir. quick: the
+    study at that fraction of its steps (quick_keys), its runs in out/quick/<name>/runs."""
     missing = [k for k in REQUIRED if k not in keys]
     if missing:
         raise ValueError(f"it does not set {', '.join(missing)}")
@@ -105,11 +103,9 @@ def make_study(keys, quick=None):
 
 
 def make_ladder(keys, quick=None):
-    """A scaling ladder: one study at several model sizes. keys["rungs"]: {rung name: the train.py keys of that
-    size (its shape and token budget) and, optionally, its own learning_rates and horizons (on top of the
-    ladder's)}. Each rung is a study (make_study) with the ladder's arms, seeds and search, its keys on
-    top of the overrides and its runs in <runs_dir>/<rung>: every size gets the same protocol. -> dict(name, runs_dir,
-    quick, rungs={rung: study})."""
+    """A scaling ladder: keys["rungs"] = {rung: the train.py keys of that size, and optionally its own learning_rates
+    and horizons}. Each rung is a study (make_study) with the ladder's arms, seeds and search, its keys on top of the
+    overrides, its runs in <runs_dir>/<rung>. -> dict(name, runs_dir, quick, rungs={rung: study})."""
     rungs = keys["rungs"]
     require(isinstance(rungs, dict) and rungs and all(isinstance(r, str) and PLAIN_NAME.fullmatch(r)
                                                       and isinstance(k, dict) for r, k in rungs.items()),
@@ -289,9 +285,8 @@ def run_dir(study, arm, lr, seed):
 
 
 def run_args(study, arm, lr, seed):
-    """The train.py arguments of one run (arm h<h>/<arm>: a selection run at horizon h): config file, then shared
-    overrides, min_lr = lr / 10, the arm's keys, then lr, seed and out_dir (and, for a --quick study, its shortened
-    schedule: quick_keys)."""
+    """The train.py arguments of one run (arm h<h>/<arm>: a selection run at horizon h), later ones winning: config
+    file, overrides, min_lr = lr / 10, the arm's keys, lr, seed and out_dir (and --quick's quick_keys)."""
     horizon, _, arm_name = arm.rpartition("/")
     if horizon:  # a selection run at a horizon, named h<h>/<arm> (its folder in runs_dir): that horizon's study
         return run_args(study["horizon_studies"][horizon], arm_name, lr, seed)
@@ -340,9 +335,8 @@ CODE_CHANGED = "non-embedding parameters"  # settings_diff's key for a model tha
 
 
 def settings_diff(study, arm, lr, seed):
-    """{key: (saved, study)} where the run's saved config differs from what the study asks now (its start,
-    initialised_from, and the model model.py builds, CODE_CHANGED, included); {} if none or no run yet. Not
-    compared: where it ran (out_dir, device, dtype) and how a step splits into micro-batches (processes)."""
+    """{key: (saved, study)} where the run's saved config differs from what the study asks now (its start and the
+    model model.py builds, CODE_CHANGED, included; NOT_EXPERIMENT's keys not compared); {} if none or no run yet."""
     out_dir = run_dir(study, arm, lr, seed)
     saved = read_saved_config(os.path.join(out_dir, "config.json"))
     if saved is None:
@@ -409,9 +403,8 @@ def describe_data(meta, runs=None):
 
 
 def check_shared_runs(study):
-    """ValueError if a run folder of the study's arms in its runs_dir (any rate and seed, another study's too)
-    holds a run of other settings, or its runs read one dataset name as two datasets: the study would take
-    another experiment's results as its own."""
+    """ValueError if a run in the study's runs_dir (another study's too) has other settings, or its runs read one
+    dataset name as two datasets: the study would take another experiment's results as its own."""
     clashes, code_changed = [], False
     for run in existing_runs(study):
         diff = settings_diff(study, *run)
@@ -455,7 +448,6 @@ def check_data(study):
 
 # ------------------------------------------------------------------------------------------ the search
 def final_row(out_dir):
-    """The last row of out_dir/metrics.jsonl, or None."""
     rows = read_metrics(out_dir)
     return rows[-1] if rows else None
 
@@ -486,7 +478,6 @@ def elapsed_seconds(rows):
 
 
 def is_finished(study, arm, lr, seed):
-    """True for a run that reached max_iters, or that diverged."""
     return is_final(final_row(run_dir(study, arm, lr, seed)), run_config(study, arm, lr, seed)["max_iters"])
 
 
@@ -572,8 +563,7 @@ def flag_finals(finals):
 
 def stall_rule(study, arm, swept):
     """The stall rule (STALL_RULE) over an arm's swept rates (a list the search may extend) -> a function lr ->
-    the failed rate that rules lr out, or None where the rule allows lr (always, without a stall_margin). A
-    rate failed if a selection run of the arm stalled or diverged at it; each rate's runs are read once."""
+    the failed rate that rules lr out, or None where the rule allows lr (always, without a stall_margin)."""
     m = study["stall_margin"]
     if not m:
         return lambda lr: None
@@ -721,9 +711,8 @@ def fit_horizons(tokens, curves, final_tokens, boot=0, seed=0):
 
 
 def due_runs(study):
-    """Every run that is due now, over all arms (arms advance through their phases independently), seed by
-    seed: every arm and rate at one seed before the next seed, so a study stopped half-way has whole curves
-    on its first seeds rather than every seed of its first arms."""
+    """Every run due now over all arms, seed by seed: a study stopped half-way has whole curves on its first seeds
+    rather than every seed of its first arms."""
     due = [run for arm in study["arms"] for run in plan(study, arm)["due"]]
     seeds = study["selection_seeds"] + study["seeds"]
     return sorted(due, key=lambda run: seeds.index(run[2]))  # stable: arms and rates keep their order
@@ -802,7 +791,6 @@ def final_losses(d, flagged=True):
 
 def swept_rates(data):
     return sorted({lr for d in data.values() for lr in d["plan"]["swept"]})
-
 
 
 def run_tokens(cfg):

@@ -72,9 +72,6 @@ class TrainJob:
         self.cwd, self.threads = cwd or os.getcwd(), threads
         self.pid = self.status = None
 
-    def env(self):
-        return {**os.environ, **({"OMP_NUM_THREADS": str(self.threads)} if self.threads else {})}
-
     def command(self):
         """The command line of this attempt: with --init_from=resume once a checkpoint exists."""
         args = self.args + (["--init_from=resume"]
@@ -99,18 +96,22 @@ class TrainJob:
                 time.sleep(0.2)
         return self.status
 
+    def start(self):
+        """Start this attempt, its output appended to out_dir/train.log -> its Popen."""
+        os.makedirs(os.path.join(self.cwd, self.out_dir), exist_ok=True)
+        env = {**os.environ, **({"OMP_NUM_THREADS": str(self.threads)} if self.threads else {})}
+        with open(os.path.join(self.cwd, self.out_dir, "train.log"), "a") as log:
+            return subprocess.Popen(self.command(), stdout=log, stderr=subprocess.STDOUT, cwd=self.cwd, env=env)
+
     def __call__(self):
-        log_path = os.path.join(self.cwd, self.out_dir, "train.log")
-        os.makedirs(os.path.dirname(log_path), exist_ok=True)
-        with open(log_path, "a") as log:
-            proc = subprocess.Popen(self.command(), stdout=log, stderr=subprocess.STDOUT, cwd=self.cwd, env=self.env())
+        proc = self.start()
         self.pid, self.status = proc.pid, None
         proc.returncode = code = self.wait()  # (Popen would otherwise try to reap it again)
         if code in (0, EXIT_DIVERGED):
             return code
         if code == EXIT_PREEMPTED and "SLURM_JOB_ID" in os.environ:  # SLURM's SIGTERM came first: give its
             time.sleep(PREEMPT_GRACE_S)  # USR2 time to reach submitit, which then requeues this job (checkpoint)
-        raise RuntimeError(f"train.py ended with exit status {code}; see {log_path}")
+        raise RuntimeError(f"train.py ended with exit status {code}; see {self.out_dir}/train.log")
 
     def checkpoint(self, *args, **kwargs):
         import submitit  # (only a job that runs under submitit gets here)
@@ -174,9 +175,8 @@ def stop_runs(signum, frame=None):
 
 
 def launch(study, arm, lr, seed, threads, progress=""):
-    """Run (or resume) one training run as a subprocess, its log in out_dir/train.log; progress: shown in its
-    'running:' line (e.g. '3 of 12 due now'). -> None when the run finished or diverged (both recorded in its
-    metrics.jsonl), else a line saying why not and where its log is: one failed run never stops the others."""
+    """Run (or resume) one training run as a subprocess; progress: shown in its 'running:' line. -> None when the
+    run finished or diverged, else a line saying why not: one failed run never stops the others."""
     out_dir, name = run_dir(study, arm, lr, seed), f"{arm} lr={lr:g} seed={seed}"
     if STOPPING.is_set():
         return f"{out_dir} was not started: the sweep was stopped"
@@ -192,24 +192,16 @@ def launch(study, arm, lr, seed, threads, progress=""):
         say(f"busy: {name}: another train.py is training it; not started")
         return (f"{out_dir} is being trained by another train.py (it holds {out_dir}/.lock; a run left by a "
                 f"killed sweep?): run the sweep again once it has ended")
-    os.makedirs(out_dir, exist_ok=True)
-    job, log_path = TrainJob(run_args(study, arm, lr, seed), out_dir, threads=threads), f"{out_dir}/train.log"
     say(f"running{f' ({progress})' if progress else ''}: {name} -> {out_dir}")
-    with open(log_path, "a") as log:
-        proc = subprocess.Popen(job.command(), stdout=log, stderr=subprocess.STDOUT, env=job.env())
-        RUNNING.add(proc)
-        if STOPPING.is_set():  # the signal came while it was being started
-            proc.send_signal(signal.SIGTERM)
-        try:
-            code = proc.wait()
-        finally:
-            RUNNING.discard(proc)
-    return outcome(study, arm, lr, seed, code, log_path)
-
-
-def outcome(study, arm, lr, seed, code, log_path):
-    """launch's result for a train.py that ended with exit status code (and its line, said)."""
-    out_dir, name = run_dir(study, arm, lr, seed), f"{arm} lr={lr:g} seed={seed}"
+    proc = TrainJob(run_args(study, arm, lr, seed), out_dir, threads=threads).start()
+    RUNNING.add(proc)
+    if STOPPING.is_set():  # the signal came while it was being started
+        proc.send_signal(signal.SIGTERM)
+    try:
+        code = proc.wait()
+    finally:
+        RUNNING.discard(proc)
+    log_path = f"{out_dir}/train.log"
     # Ctrl-C (EXIT_INTERRUPTED) or a stop signal (EXIT_PREEMPTED); -2 and -15: killed during start-up
     interrupted, stopped = code in (EXIT_INTERRUPTED, -signal.SIGINT), code in (EXIT_PREEMPTED, -signal.SIGTERM)
     row, finished = final_row(out_dir), is_finished(study, arm, lr, seed)  # (a signal as it ended: finished)
@@ -236,9 +228,8 @@ def outcome(study, arm, lr, seed, code, log_path):
 
 
 def run_here(study, jobs, threads):
-    """The local sweep: waves of the runs due now, `jobs` train.py processes at a time, until none is due.
-    Holds the runs folder's .sweep.lock (a second sweep would start the same runs) and passes a stop signal on
-    to its runs (stop_runs). -> {run: why it did not finish}; after a stop signal, exits as train.py would."""
+    """The local sweep: waves of the runs due now, `jobs` train.py processes at a time, until none is due, holding
+    the runs folder's .sweep.lock. -> {run: why it did not finish}; after a stop signal, exits as train.py would."""
     for arm in study["arms"]:  # else every run would start and fail, its reason only in its train.log
         try:
             resolve_device(arm_config(study, arm))
@@ -292,10 +283,8 @@ MAX_ATTEMPTS = 3  # submissions of one run per driver session before it counts a
 
 
 def make_executor(kind, folder, gpus_per_run, slurm, threads=None):
-    """A submitit executor whose jobs write their logs in folder: 'slurm' (one node, one task, gpus_per_run
-    GPUs, or with 0 a CPU job of `threads` CPUs; slurm: dict of partition, time in minutes, and extra
-    SlurmExecutor parameters or raw sbatch flags) or 'local_submitit' (submitit's LocalExecutor: real
-    subprocess jobs on this machine, for tests)."""
+    """A submitit executor whose jobs log in folder: 'slurm' (one node, one task, gpus_per_run GPUs, or with 0 a
+    CPU job of `threads` CPUs) or 'local_submitit'. slurm: partition, time in minutes, extra parameters."""
     import submitit
     setup = [f"export PYTHONPATH={shlex.quote(os.path.dirname(TRAIN_PY))}${{PYTHONPATH:+:$PYTHONPATH}}"]
     if kind == "local_submitit":
@@ -360,8 +349,7 @@ def job_alive(job, record):
 
 
 def submit(study, arm, lr, seed, kind, gpus_per_run, slurm, threads):
-    """Submit one run as a job; record it in <run dir>/job.json (atomically) -> the Job. ValueError /
-    FileNotFoundError if the data is not the study's (check_data, again before each job)."""
+    """Submit one run as a job, recorded in <run dir>/job.json -> the Job (after check_data, again before each)."""
     check_data(study)
     out_dir = run_dir(study, arm, lr, seed)
     os.makedirs(out_dir, exist_ok=True)
