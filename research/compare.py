@@ -79,9 +79,9 @@ def write_files(out, files):
 COMPARED = "# Runs compared"  # the title of a comparison's README
 
 
-def tokens_per_byte(config, cache, bpe_dir=None):
-    """Target tokens per UTF-8 byte of the run's whole val split, or a str saying why they cannot be counted:
-    from the val.bin the run was trained on (gpt2: with GPT-2's BPE files)."""
+def tokens_per_byte(config, cache):
+    """Target tokens per UTF-8 byte of the val.bin the run was trained on, or a str saying why they cannot be
+    counted."""
     meta = config.get("dataset_meta") or {}
     if meta.get("tokenizer") == "byte":
         return 1.0
@@ -92,13 +92,13 @@ def tokens_per_byte(config, cache, bpe_dir=None):
             check_same_dataset(meta, found, folder)
             ids = np.memmap(os.path.join(folder, "val.bin"), dtype=found["dtype"], mode="r")[1:]
             counts = np.bincount(ids, minlength=found["vocab_size"])
-            cache[folder] = 1 / (int(counts @ token_bytes(found, bpe_dir)) / len(ids))
+            cache[folder] = 1 / (int(counts @ token_bytes(found)) / len(ids))
         except (OSError, ValueError, RuntimeError) as e:  # RuntimeError: DataError (no GPT-2 BPE files)
             cache[folder] = f"{folder}: {e}"
     return cache[folder]
 
 
-def compare_table(runs, bpe_dir=None):
+def compare_table(runs):
     """Plain runs -> (markdown table, [notes])."""
     rows, notes, cache = [], [], {}
     for run in runs:
@@ -106,7 +106,7 @@ def compare_table(runs, bpe_dir=None):
         status = "" if is_final(last, cfg["max_iters"]) else f" (unfinished: max_iters {cfg['max_iters']})"
         full, bpb = last.get("val_loss_full"), "—"
         if full is not None:
-            per_byte = tokens_per_byte(cfg, cache, bpe_dir)
+            per_byte = tokens_per_byte(cfg, cache)
             if isinstance(per_byte, str):
                 notes.append(f"bits/byte of {run['name']}: not counted ({per_byte})")
             else:
@@ -184,7 +184,7 @@ def plot_runs(runs, names):
     return png(fig, [ax])
 
 
-def compare(paths, out, bpe_dir=None):
+def compare(paths, out):
     """Compare plain train.py runs: a table, the settings that differ and what such a comparison cannot tell,
     printed and written to <out>/README.md beside their val-loss curves (<out>/val_loss.png), each run named by
     the settings it differs in."""
@@ -193,7 +193,7 @@ def compare(paths, out, bpe_dir=None):
     empty = [run["name"] for run in runs if not run["rows"] or run["config"] is None]
     if empty:
         raise ValueError(f"{empty[0]} is not a train.py run folder with results (metrics.jsonl and config.json)")
-    table_text, notes = compare_table(runs, bpe_dir)
+    table_text, notes = compare_table(runs)
     diffs = {k: [v if k == "dataset contents" else repr(v) for v in values]
              for k, values in config_differences(runs).items()}
     show = lambda values: ", ".join(f"{run['name']}: {v}" for run, v in zip(runs, values))

@@ -161,8 +161,7 @@ def contrasts_table(study, data):
 
 
 def precision_table(study, data):
-    """Per arm vs the reference: the paired differences' sd, the CI half-width now, the study's target (precision
-    × the reference's mean final loss) and the seeds the measured sd needs for it."""
+    """Per arm vs the reference: the paired differences' sd, the CI half-width now and the seeds it needs."""
     ref = study["reference"]
     ref_losses = final_losses(data[ref])
     target = study["precision"] * summarize(list(ref_losses.values()))[0] if ref_losses else math.nan
@@ -186,8 +185,7 @@ def precision_table(study, data):
 
 # ------------------------------------------------------------------------------- learning-rate curves
 def unflagged_gap(d, other):
-    """The paired Δ of two arms' data (collect's) over the pairs where neither final run is flagged
-    (STALL_TEXT), with left_out: how many pairs that leaves out."""
+    """The paired Δ of two arms over the pairs where neither final run is flagged, with left_out: how many not."""
     gap = paired_difference(final_losses(d, flagged=False), final_losses(other, flagged=False))
     return {**gap, "left_out": len(set(final_losses(d)) & set(final_losses(other))) - gap["n"]}
 
@@ -221,8 +219,7 @@ def stall_caution(study, data):
 
 
 def curve_points(study, d):
-    """An arm's learning-rate curve: {lr: dict(losses={selection seed: final loss} of its finished runs, and how
-    many stalled, diverged, unfinished)}."""
+    """An arm's learning-rate curve: {lr: dict(losses={selection seed: final loss}, stalled, diverged, unfinished)}."""
     points = {}
     for lr in d["plan"]["swept"]:
         runs = [d["search"][(lr, s)] for s in study["selection_seeds"]]
@@ -232,26 +229,18 @@ def curve_points(study, d):
     return points
 
 
-def band(losses):
-    """{lr: mean selection loss, or None/inf} -> (best lr, [rates within 1% of its mean])."""
-    best = pick_best_lr(losses)
-    if best is None:
-        return None, []
-    return best, sorted(lr for lr, v in losses.items()
-                        if v is not None and math.isfinite(v) and v <= 1.01 * losses[best])
-
-
 def rate_table(data, columns, cell, names=None):
     """Rows: the swept learning rates; a cell(lr, column) per column, headed by its name (default: itself)."""
     rows = [[f"{lr:g}", *(cell(lr, c) for c in columns)] for lr in swept_rates(data)]
     return table(["learning rate", *(names or columns)], rows, "r" * (len(columns) + 1))
 
 
-def curve_table(study, data):
-    """Per rate and arm: mean final loss over the selection seeds, its 95% CI, runs stalled, diverged, unfinished."""
-    curves = {arm: curve_points(study, d) for arm, d in data.items()}
+def curve_tables(study, data):
+    """Per rate and arm: mean final loss over the selection seeds, its 95% CI, runs stalled, diverged, unfinished;
+    and arm − reference at that rate, paired by selection seed, its 95% CI and the call."""
+    curves, ref = {arm: curve_points(study, d) for arm, d in data.items()}, study["reference"]
 
-    def cell(lr, arm):
+    def loss(lr, arm):
         p = curves[arm].get(lr)
         if p is None:
             return "·"
@@ -259,36 +248,30 @@ def curve_table(study, data):
         marks = [f"{p[k]} {k}" for k in ("stalled", "diverged", "unfinished") if p[k]]
         return ("—" if not p["losses"] else f"{mean:.4f} {fmt_ci(ci)} (n={len(p['losses'])})") + (
             "; " + ", ".join(marks) if marks else "")
-    return rate_table(data, list(data), cell)
 
-
-def curve_gap_table(study, data):
-    """Per rate and arm: arm − reference at that rate, paired by selection seed, its 95% CI and the call."""
-    curves = {arm: curve_points(study, d) for arm, d in data.items()}
-
-    ref = study["reference"]
-
-    def cell(lr, arm):
+    def gap(lr, arm):
         if lr not in curves[arm] or lr not in curves[ref]:
             return "·"
         d = paired_difference(curves[arm][lr]["losses"], curves[ref][lr]["losses"])
         return ("—" if not d["n"] else
                 f"{d['mean']:+.4f} {fmt_ci(d['ci'])} (n={d['n']}) {verdict(d['ci'], study.get('quick'))}")
     others = [arm for arm in data if arm != ref]
-    return rate_table(data, others, cell, [f"{arm} − {ref}" for arm in others])
+    return rate_table(data, list(data), loss), rate_table(data, others, gap, [f"{arm} − {ref}" for arm in others])
 
 
 def band_table(study, data):
-    """Per arm: the best rate (a diverged seed counts +inf), its mean, the rates within 1% of it, and the stalled
-    and diverged runs of the curve and of the finals."""
+    """Per arm: the best rate, its mean, the rates within 1% of it, the stalled and diverged runs."""
     rows = []
     for arm, d in data.items():
-        best, rates = band(d["plan"]["losses"])
+        losses = d["plan"]["losses"]
+        best = pick_best_lr(losses)  # and the rates within 1% of its mean
+        rates = [] if best is None else sorted(lr for lr, v in losses.items()
+                                               if v is not None and math.isfinite(v) and v <= 1.01 * losses[best])
         points = curve_points(study, d).values()
         curve_runs = sum(len(p["losses"]) + p["diverged"] for p in points)
         finals = list(d["finals"].values())
         rows.append([arm, "—" if best is None else f"{best:g}",
-                     "—" if best is None else f"{d['plan']['losses'][best]:.4f}",
+                     "—" if best is None else f"{losses[best]:.4f}",
                      ", ".join(f"{lr:g}" for lr in rates) or "—",
                      f"×{max(rates) / min(rates):.2f}" if rates else "—",
                      f"{sum(p['stalled'] for p in points)} / {sum(p['diverged'] for p in points)} of {curve_runs}",
@@ -448,8 +431,7 @@ def has_probe(runs):
 
 
 def plot_probe(data):
-    """Per arm, against training tokens (mean over its final seeds): the largest attention logit over the
-    layers, and the mean ‖f(x)‖ / ‖x‖ over the layers where the arm has it."""
+    """Per arm against training tokens, mean over its final seeds: PROBE_CAPTION's two numbers."""
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
     for arm, d in data.items():
         for ax, key, over_layers in ((axes[0], "attn_logit_max", max), (axes[1], "f_ratio", np.mean)):
@@ -518,12 +500,13 @@ def render(study_path, study, data, out):
     curves = []  # with several selection seeds, every rate's point has a spread: draw and tabulate the curves
     if len(study["selection_seeds"]) > 1 and not study["horizons"]:
         files["lr_curves.png"] = plot_lr_curves(study, data)
+        losses, gaps = curve_tables(study, data)
         curves = [f"## Learning-rate curves (final loss over selection seeds {study['selection_seeds']})",
                   "Stalled runs as defined above. Means and 95% CIs are over the finished, non-diverged seeds "
                   "at each rate.",
-                  "![learning-rate curves](lr_curves.png)", band_table(study, data), curve_table(study, data),
+                  "![learning-rate curves](lr_curves.png)", band_table(study, data), losses,
                   f"Each arm against {study['reference']} at the same rate, paired by selection seed (95% CI; a "
-                  f"call only where the CI excludes 0):", curve_gap_table(study, data)]
+                  f"call only where the CI excludes 0):", gaps]
     if has_probe(all_runs(data)):
         files["probe.png"] = plot_probe(data)
         curves += ["## Inside attention (the probe)", PROBE_CAPTION, "![probe](probe.png)"]
@@ -612,8 +595,8 @@ def ladder_axis(rungs):
 
 
 def ladder_gaps(views):
-    """[(study, data) of each rung] -> {(arm, other): [(rung, x, paired_difference)]}: each arm against
-    the reference, and the study's contrasts, at every rung, smallest first; x is the rung's size on ladder_axis."""
+    """[(study, data) of each rung] -> {(arm, other): [(rung, x on ladder_axis, unflagged_gap)]}: each arm against
+    the reference, and the contrasts."""
     gaps, (_, xs, _) = {}, ladder_axis([study for study, _ in views])
     for study, data in views:
         ref = study["reference"]
@@ -638,8 +621,7 @@ def ladder_table(gaps, quick, axis):
 
 
 def plot_ladder(gaps, axis):
-    """The paired Δ of each pair against the rungs' sizes (log axis), with its 95% CI: in nats, and in % of the
-    other arm's loss."""
+    """The paired Δ of each pair and its 95% CI against the rungs' sizes: in nats, and in % of the other's loss."""
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
     for ax, scale, unit in ((axes[0], lambda d: 1.0, "nats"), (axes[1], lambda d: 100 / d["ref_mean"], "% of other")):
         for i, ((arm, other), points) in enumerate(gaps.items()):
@@ -738,8 +720,7 @@ def default_out(study):
 
 
 def check_out(p, out, study_name):
-    """argparse error if --out holds a README.md that is not a report of study_name (None: run folders
-    compared, whose plot must not replace a report's)."""
+    """argparse error if --out holds a README.md that is not a report of study_name (None: of run folders)."""
     readme = pathlib.Path(out, "README.md")
     if readme.is_file():
         title = readme.read_text(errors="replace").split("\n", 1)[0]
@@ -758,13 +739,11 @@ def main(argv=None):
                    help="output folder (default: results/<study name>; for run folders: out/compare)")
     p.add_argument("--quick", type=float, nargs="?", const=QUICK_FRACTION, metavar="FRACTION",
                    help="the runs of python -m research.sweep STUDY --quick (the report in out/quick/<name>)")
-    p.add_argument("--bpe_dir", type=os.path.expanduser, default=None,
-                   help="run folders: GPT-2's BPE files, for bits/byte of gpt2 runs (default: tests/data/gpt2)")
     args = p.parse_args(argv)
     if all(os.path.isdir(path) for path in args.study):
         out = args.out or os.path.join("out", "compare")
         check_out(p, out, None)
-        return compare(args.study, out, args.bpe_dir)
+        return compare(args.study, out)
     if len(args.study) > 1:
         p.error(f"give one study file, or run folders to compare; not a folder: "
                 f"{', '.join(x for x in args.study if not os.path.isdir(x))}")
