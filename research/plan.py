@@ -19,8 +19,7 @@ DEFAULT_BENCH_JSON = os.path.join(ROOT, "bench", "results", "h200_2026-11-30", "
 
 
 def run_timing(study):
-    """{arm: (seconds a training step, seconds a run outside its steps (evals, start-up), or None where a run
-    did not log elapsed_s)}, measured on the study's finished runs."""
+    """{arm: (seconds a step, seconds a run outside its steps or None without elapsed_s)} of its finished runs."""
     measured = {}
     parts = (study, *study["horizon_studies"].values())  # with horizons, the selection runs' studies too
     for part, run in [(part, run) for part in parts for run in existing_runs(part)]:
@@ -37,10 +36,9 @@ def run_timing(study):
 
 
 def bench_speeds(study, cfgs, path):
-    """{arm: tokens/s} from bench.py's --json rows: the row of the arm's query mode measured at the model size
-    closest to the arm's, scaled by its FLOPs per token / the arm's (the same MFU). A row records its model's
-    FLOPs per token; rows written before it did were measured on config/nlq_small.py (DEFAULT_BENCH_JSON) or,
-    for another file, on the study's own model (its config and overrides)."""
+    """{arm: tokens/s} from bench.py's --json rows: the row of the arm's query mode at the model size closest to
+    the arm's, scaled by its FLOPs per token / the arm's (the same MFU). Rows without flops_per_token were measured
+    on config/nlq_small.py (DEFAULT_BENCH_JSON) or, for another file, on the study's own model."""
     try:
         with open(path) as f:
             rows = [(r["query_mode"], float(r["tokens_per_s"]), r.get("flops_per_token")) for r in json.load(f)]
@@ -65,10 +63,9 @@ def bench_speeds(study, cfgs, path):
 
 
 def arm_costs(study, tokens_per_s=None, bench_json=None):
-    """-> (unit, where the figures come from, {arm: (tokens/s, hours a final run, hours a selection run)}; nan
-    where unknown; with horizons, a selection run's hours are their mean over the horizons): tokens_per_s for
-    every arm, else bench_json's figures (bench_speeds; by default DEFAULT_BENCH_JSON's), but a study on the CPU
-    given neither is timed on its own finished runs (run_timing): CPU-hours of one process."""
+    """-> (unit, where the figures come from, {arm: (tokens/s, hours a final run, hours a selection run)}, nan
+    where unknown): from tokens_per_s, else bench_json (bench_speeds), but a study on the CPU given neither is
+    timed on its own finished runs (run_timing)."""
     cfgs = {arm: arm_config(study, arm) for arm in study["arms"]}
     parts = list(study["horizon_studies"].values()) or [study]  # where the selection runs are
     on_cpu = next(iter(cfgs.values()))["device"] == "cpu"
@@ -103,9 +100,9 @@ def arm_costs(study, tokens_per_s=None, bench_json=None):
                           for arm, speed in speeds.items()}
 
 
-def span(lo, hi, fmt):
+def span(lo, hi, fmt, sep="-"):
     """'lo-hi' in format fmt, or one number where both read the same."""
-    return f"{lo:{fmt}}" if f"{lo:{fmt}}" == f"{hi:{fmt}}" else f"{lo:{fmt}}-{hi:{fmt}}"
+    return f"{lo:{fmt}}" if f"{lo:{fmt}}" == f"{hi:{fmt}}" else f"{lo:{fmt}}{sep}{hi:{fmt}}"
 
 
 LEGEND = ("finished: runs done; due now: what the sweep would start now; fewest / most: the whole study without / "
@@ -114,9 +111,8 @@ LEGEND = ("finished: runs done; due now: what the sweep would start now; fewest 
 
 
 def plan_table(study, unit, costs):
-    """One study's (or rung's) plan by arm as markdown lines, its summary line, and its totals (runs due now,
-    fewest, most; hours fewest, most): runs finished, due now, the fewest and the most the search can make, with
-    tokens and hours a run (arm_costs)."""
+    """One study's (or rung's) plan by arm -> (markdown table, summary line, totals (runs due now, fewest, most;
+    hours fewest, most))."""
     due = due_runs(study)
     lines = [f"| arm | query_mode | tokens/s | tokens a final run | {unit}-h a run | finished | due now | fewest "
              f"| most | {unit}-h most |", "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
@@ -129,10 +125,9 @@ def plan_table(study, unit, costs):
         finished = sum(is_finished(study, *run) for run in run_list(study, arm))
         now = sum(run[0].rpartition("/")[2] == arm for run in due)  # (h<h>/<arm>: a selection run at a horizon)
         total = [t + n for t, n in zip(total, (finished, now, fewest + finals, most + finals, h_fewest, h_most))]
-        both = lambda a, b, fmt: f"{b:{fmt}}" if f"{a:{fmt}}" == f"{b:{fmt}}" else f"{a:{fmt}} / {b:{fmt}}"
         lines.append(f"| {arm} | {cfg['query_mode']} | {speed:,.0f} | {run_tokens(cfg):,} | "
-                     f"{both(h_sel, h_final, '.2f')} | {finished} | {now} | {fewest + finals} | {most + finals} | "
-                     f"{h_most:,.1f} |")
+                     f"{span(h_sel, h_final, '.2f', ' / ')} | {finished} | {now} | {fewest + finals} | "
+                     f"{most + finals} | {h_most:,.1f} |")
     finished, now, fewest, most, h_fewest, h_most = total
     lines.append(f"| **all** | | | | | {finished} | {now} | {fewest} | {most} | {h_most:,.1f} |")
     untimed = [arm for arm, (speed, *_) in costs.items() if math.isnan(speed)]
@@ -167,9 +162,8 @@ def budget(study, cfg):
 
 
 def budget_text(study):
-    """The dry run's budget line(s): a final run of the reference arm (and a selection run at each horizon), in
-    tokens per parameter, the convention (total parameters, embeddings included, as Chinchilla counts them), in
-    tokens per non-embedding parameter (Kaplan et al.'s count) and in FLOPs."""
+    """The dry run's budget line(s) of the reference arm's final run (and selection run at each horizon): tokens
+    per parameter (Chinchilla's count, embeddings included), per non-embedding parameter (Kaplan's) and FLOPs."""
     arm, lines = study["reference"], []
     for kind, part in [("final", study)] + [(f"{sub['horizon']:,}-step selection", sub)
                                             for sub in study["horizon_studies"].values()]:
@@ -182,8 +176,7 @@ def budget_text(study):
 
 
 def dry_run(study, tokens_per_s=None, bench_json=None):
-    """The study's plan and its cost, as text (plan_table; a run on N GPUs takes 1/N of the time for the same
-    GPU-hours, if it scales perfectly). Runs nothing."""
+    """The study's plan and its cost, as text. Runs nothing."""
     unit, source, costs = arm_costs(study, tokens_per_s, bench_json)
     table, summary, (now, *_) = plan_table(study, unit, costs)
     fit = ["", "The rate carried to the final horizon:", "", horizon_table(study)] if study["horizons"] else []
@@ -240,9 +233,8 @@ def power_text(rungs):
 
 
 def horizon_table(study, boot=1000):
-    """Each arm's rate carried to the final horizon (study.horizon_fit) as a markdown table: lr* at each horizon
-    (edge: the best rate itself, at an edge of its curve), β with its 95% bootstrap interval, the carried rate
-    with its interval; an arm still searching says how many selection runs are due."""
+    """Each arm's rate carried to the final horizon (study.horizon_fit) as a markdown table: lr* at each horizon,
+    β and the carried rate with their 95% bootstrap intervals; an arm still searching, its selection runs due."""
     heads = [f"lr* at {h:,} steps" for h in study["horizons"]]
     rows = []
     for arm in study["arms"]:

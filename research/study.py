@@ -190,15 +190,12 @@ def check_options(study):
         type(h) is int and h >= 1 for h in horizons) and horizons == sorted(set(horizons)), "horizons",
             "None or a list of 2 or more selection max_iters, ascending, e.g. [300, 600]")
     require(not horizons or sel, "horizons", "None without selection_seeds: the rate is searched at each horizon")
-    require(study["horizon_evals"] is None or type(study["horizon_evals"]) is int and study["horizon_evals"] >= 1,
-            "horizon_evals", "None or evals a selection run (eval_interval = horizon / horizon_evals)")
     require(study["short_pick"] in (False, True) and (horizons or not study["short_pick"]), "short_pick",
             "True or False, and True only with horizons")
 
 
 def check_grids(study):
-    """study["grids"]: arm -> its rates, ascending. A search needs two or more (their step is the extensions'
-    step); no search (no selection seeds), one."""
+    """study["grids"]: arm -> its rates, ascending: two or more for a search (their step is its step), else one."""
     lrs, arms = study["learning_rates"], study["arms"]
     grids = lrs if isinstance(lrs, dict) else {arm: lrs for arm in arms}
     rate = lambda lr: type(lr) in (int, float) and 0 < lr < math.inf
@@ -304,8 +301,7 @@ def run_config(study, arm, lr, seed):
 
 
 def arm_config(study, arm):
-    """An arm's config at its lowest rate and first final seed (a horizon's study: selection seed): what all its
-    runs (of that horizon) share."""
+    """An arm's config at its lowest rate and first seed: what all its runs (of that horizon) share."""
     return run_config(study, arm, study["grids"][arm][0], (study["seeds"] or study["selection_seeds"])[0])
 
 
@@ -383,8 +379,7 @@ def existing_runs(study):
 
 
 def data_of_runs(study):
-    """{dataset name: {the bins' sha256: (meta.json as the runs recorded it, [run folders])}} of the runs in
-    the study's runs_dir: two entries under one name are two datasets."""
+    """{dataset name: {the bins' sha256: (meta.json as recorded, [run folders])}} of the runs in runs_dir."""
     found = {}
     for run in existing_runs(study):
         saved = read_saved_config(os.path.join(run_dir(study, *run), "config.json")) or {}
@@ -631,10 +626,8 @@ def search(study, arm):
 
 
 def plan(study, arm):
-    """An arm's search (search; with horizons, horizon_plan) and then its final runs: dict(due=[(arm, lr, seed)]
-    to run next, swept, notes, losses, chosen=lr once the search is complete (due then lists its unfinished
-    final runs; None while it searches, or if every swept rate diverged), finals_at=[the rates its final seeds
-    run at])."""
+    """An arm's search (with horizons, horizon_plan), then its final runs: search's dict with due its unfinished
+    final runs, chosen=lr once the search is complete (else None), finals_at=[the rates its final seeds run at]."""
     if study["horizons"]:
         return horizon_plan(study, arm)
     p = {**search(study, arm), "chosen": None, "finals_at": []}
@@ -663,8 +656,7 @@ def horizon_plan(study, arm):
 
 
 def horizon_fit(study, arm, searches, boot=0):
-    """An arm's rate carried to the final horizon (fit_horizons) from its selection runs at each horizon (searches:
-    horizon_plan's): the rates its search allowed, each with the final loss of every selection seed."""
+    """fit_horizons on an arm's selection runs at each horizon (searches: horizon_plan's), at the rates allowed."""
     subs = study["horizon_studies"]
     curves = [{lr: seed_losses(subs[h], arm, lr) for lr in sorted({*q["allowed"], q["best"]})}
               for h, q in searches.items()]
@@ -719,8 +711,7 @@ def due_runs(study):
 
 
 def run_list(study, arm):
-    """Every run of an arm the plan has named so far: its swept rates on the selection seeds (at every horizon),
-    and the rates its final seeds run at."""
+    """Every run of an arm the plan has named so far, selection (at every horizon) and final."""
     p, sel = plan(study, arm), study["selection_seeds"]
     runs = [(f"{h}/{arm}", lr, s) for h, q in p.get("searches", {}).items() for lr in q["swept"] for s in sel]
     runs += [(arm, lr, s) for lr in p["swept"] for s in sel]
@@ -728,9 +719,8 @@ def run_list(study, arm):
 
 
 def arm_run_counts(study, arm):
-    """-> (fewest, most, finals): runs of an arm's whole study. The fewest is the base grid and the half steps on the
-    selection seeds (at every horizon); the most adds max_extensions grid steps; finals counts the final runs (twice
-    with short_pick)."""
+    """-> (fewest, most, finals): an arm's selection runs without and with every grid extension, and its final
+    runs."""
     finals, sel = len(final_seeds(study, arm)) * (1 + study["short_pick"]), len(study["selection_seeds"])
     grid, halves, n = len(study["grids"][arm]), 2 * study["half_steps"], len(study["horizons"] or [None])
     return (grid + halves) * sel * n, (grid + study["max_extensions"] + halves) * sel * n, finals
@@ -746,8 +736,8 @@ def study_progress(study):
 
 # ------------------------------------------------------------------------------ a study's runs, as read for its report
 def read_run(study, arm, lr, seed):
-    """One run (load_study has checked its settings) -> dict(status: done | diverged | unfinished | missing,
-    final: its final loss once done, rows (eval rows), stalled, flag (collect sets late), config, ...)."""
+    """One run -> dict(status: done | diverged | unfinished | missing, final: its final loss once done, rows,
+    stalled, flag (collect sets late), config, ...)."""
     out_dir = run_dir(study, arm, lr, seed)
     rows, max_iters = read_metrics(out_dir), run_config(study, arm, lr, seed)["max_iters"]
     last = rows[-1] if rows else {}
@@ -761,8 +751,7 @@ def read_run(study, arm, lr, seed):
 
 
 def collect(study):
-    """{arm: dict(plan=plan(...), search={(lr, seed): run} (with horizons {("h<h>", lr, seed): run}), finals={seed:
-    run at the chosen lr}, short={seed: run at the short pick} with short_pick)}."""
+    """{arm: dict(plan, search={(lr, seed) or ("h<h>", lr, seed): run}, finals={seed: run}, short={seed: run})}."""
     data = {}
     for arm in study["arms"]:
         p = plan(study, arm)

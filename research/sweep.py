@@ -163,10 +163,8 @@ def say(line):
 
 
 def stop_runs(signum, frame=None):
-    """The local sweep's signal handler: SIGTERM to every running train.py (it checkpoints at its next step
-    boundary and exits with EXIT_PREEMPTED; it would die of a SIGHUP), and no more runs. SIGINT too: a Ctrl-C
-    in the terminal reaches the runs by itself, but `kill -INT PID` reaches the sweep alone, which would
-    otherwise wait for runs that go on for hours."""
+    """The local sweep's signal handler: SIGTERM to every running train.py (it checkpoints and exits; it would die
+    of a SIGHUP), and no more runs. SIGINT too: `kill -INT PID` reaches the sweep alone, not its runs."""
     if not STOPPING.is_set():
         STOPPED_BY.append(signal.Signals(signum).name)
     STOPPING.set()
@@ -366,10 +364,9 @@ def submit(study, arm, lr, seed, kind, gpus_per_run, slurm, threads):
 
 
 def drive(study, kind, gpus_per_run=1, slurm=None, threads=None, poll_s=30.0):
-    """Run the study as jobs (submitit) until it is complete: submit every run that is due, wait until one of
-    them ends, plan again, submit what became due. A due run whose job may still run (job.json) is waited for,
-    never submitted twice; one whose job ended unfinished is submitted again (it resumes from its checkpoint),
-    at most MAX_ATTEMPTS times in this session. -> {run: why it failed} for the runs given up on."""
+    """Run the study as jobs until it is complete: submit every run that is due, wait until one ends, plan again.
+    A due run whose job may still run (job.json) is waited for, never submitted twice; one whose job ended
+    unfinished is submitted again, at most MAX_ATTEMPTS times. -> {run: why it failed} for those given up on."""
     try:
         import submitit
     except ImportError:
