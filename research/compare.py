@@ -186,8 +186,7 @@ def plot_runs(runs, names):
 
 def compare(paths, out):
     """Compare plain train.py runs: a table, the settings that differ and what such a comparison cannot tell,
-    printed and written to <out>/README.md beside their val-loss curves (<out>/val_loss.png), each run named by
-    the settings it differs in."""
+    printed and written to <out>/README.md beside their val-loss curves (<out>/val_loss.png)."""
     runs = [dict(name=p, rows=read_metrics(p), config=read_saved_config(os.path.join(p, "config.json")))
             for p in paths]
     empty = [run["name"] for run in runs if not run["rows"] or run["config"] is None]

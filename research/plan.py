@@ -141,20 +141,15 @@ def plan_table(study, unit, costs):
     return table, summary, (now, fewest, most, h_fewest, h_most)
 
 
-def data_vocab(study, cfg):
-    """The vocabulary of the runs' data, which sizes the embeddings: its meta.json where it is prepared, else a
-    run's record of it, else None (GPT-2's, model_config's default)."""
-    try:
-        return load_meta(os.path.join(cfg["data_dir"], cfg["dataset"]))["vocab_size"]
-    except (FileNotFoundError, ValueError):
-        saved = (read_saved_config(os.path.join(run_dir(study, *run), "config.json")) for run in existing_runs(study))
-        return next(((c.get("dataset_meta") or {}).get("vocab_size") for c in saved if c), None)
-
-
 def budget(study, cfg):
     """A run's training budget both ways -> dict(tokens, total and non-embedding parameters, tokens per
     parameter on each, training FLOPs = FLOPs per token (6 x matmul parameters + attention) x tokens)."""
-    model, tokens = model_config(cfg, data_vocab(study, cfg)), run_tokens(cfg)
+    try:  # the vocabulary, which sizes the embeddings: the data's, else a run's record of it, else GPT-2's
+        vocab = load_meta(os.path.join(cfg["data_dir"], cfg["dataset"]))["vocab_size"]
+    except (FileNotFoundError, ValueError):
+        saved = (read_saved_config(os.path.join(run_dir(study, *run), "config.json")) for run in existing_runs(study))
+        vocab = next(((c.get("dataset_meta") or {}).get("vocab_size") for c in saved if c), None)
+    model, tokens = model_config(cfg, vocab), run_tokens(cfg)
     counts = param_counts(model)
     return dict(tokens=tokens, total=counts["total"], non_embedding=counts["non_embedding"],
                 per_param=tokens / counts["total"], per_non_embedding=tokens / counts["non_embedding"],

@@ -73,11 +73,16 @@ def method(study, tokenizer):
     grid = (f"the base grid {', '.join(f'{lr:g}' for lr in next(iter(grids)))}" if len(grids) == 1
             else "each arm's own base grid (see the search table)")
     if study["selection_seeds"]:
+        margin = study["stall_margin"]
+        stall = f"The stall rule (stall_margin {margin:g}): {STALL_RULE} " if margin else ""
+        horizons = (f"The search runs at each horizon of {', '.join(map(str, study['horizons']))} steps (warmup the "
+                    f"same fraction of a run as in the final runs), and the final seeds run at the rate carried to "
+                    f"the final horizon: {HORIZON_TEXT} " if study["horizons"] else "")
         search = (f"**Method.** Each arm's learning rate is chosen on selection seeds "
                   f"{study['selection_seeds']} (the mean final loss over them): {grid}, one more grid step "
                   f"while the best rate is at an edge (at most {study['max_extensions']}), then half steps "
                   f"(×/÷ √2) around the best{'' if study['half_steps'] else ' (off in this study)'}. "
-                  f"{tuning_text(study)}The chosen rate is then run on ")
+                  f"{stall}{horizons}The chosen rate is then run on ")
     else:
         rates = ", ".join(f"{arm} {g[0]:g}" for arm, g in study["grids"].items())
         search = f"**Method.** Each arm's learning rate is given, not searched ({rates}); it is run on "
@@ -93,16 +98,6 @@ def method(study, tokenizer):
             f"'stalled' counts the stalled final runs. {STALL_TEXT} {ROBUST_TEXT}")
 
 
-def tuning_text(study):
-    """The method's sentences on the stall rule and the horizons."""
-    text = f"The stall rule (stall_margin {study['stall_margin']:g}): {STALL_RULE} " if study["stall_margin"] else ""
-    if study["horizons"]:
-        text += (f"The search runs at each horizon of {', '.join(map(str, study['horizons']))} steps (warmup the "
-                 f"same fraction of a run as in the final runs), and the final seeds run at the rate carried to "
-                 f"the final horizon: {HORIZON_TEXT} ")
-    return text
-
-
 def results_table(study, data, tokenizer):
     """Per arm: parameters, chosen rate, final loss, stalled runs, and the paired statistics vs the reference."""
     ref, byte = study["reference"], tokenizer == "byte"
@@ -114,7 +109,7 @@ def results_table(study, data, tokenizer):
         mean, std, n = summarize(list(losses.values()))
         chosen = d["plan"]["chosen"]
         diverged = count(d["finals"].values(), "diverged")
-        cells = [d.get("label", arm), f"{counts['non_embedding']:,}", f"{counts['non_embedding_matrix']:,}",
+        cells = [arm, f"{counts['non_embedding']:,}", f"{counts['non_embedding_matrix']:,}",
                  "—" if chosen is None else f"{chosen:g}",
                  ("—" if not n else f"{mean:.4f} ± {std:.4f} ({n})" if n > 1 else f"{mean:.4f} (1)")
                  + (f"; {diverged} diverged" if diverged else ""),
@@ -199,7 +194,7 @@ def stall_caution(study, data):
         k, n = len(flagged), count(d["finals"].values(), "done")
         lo, hi = rate_ci(k, n) if n else (None, None)
         gap = unflagged_gap(d, data[ref]) if arm != ref else dict(n=0)
-        rows.append([d.get("label", arm), "; ".join(flagged) or "none",
+        rows.append([arm, "; ".join(flagged) or "none",
                      f"{k} of {n}: {k / n:.0%} [{lo:.0%}, {hi:.0%}]" if n else "—",
                      f"{gap['mean']:+.4f} (n={gap['n']}) {fmt_ci(gap['ci'])}" if gap["n"] else "—"])
     out = [f"**Stalls (final runs; Method).** Each arm's flagged runs and why, its stall rate (stalled + late) "
@@ -537,11 +532,9 @@ def search_sections(study, data):
         return [f"## Learning-rate search (mean final loss over selection seeds {study['selection_seeds']})"
                 if study["selection_seeds"] else "## Learning rates (one per arm, given by the study: no search)",
                 search_table(study, data)]
-    parts = []
-    for sub in study["horizon_studies"].values():
-        parts += [f"## Learning-rate search at {sub['horizon']:,} steps (mean final loss over selection seeds "
-                  f"{study['selection_seeds']}; runs in {sub['runs_dir']})", search_table(sub, collect(sub))]
-    return parts
+    return [part for sub in study["horizon_studies"].values() for part in (
+        f"## Learning-rate search at {sub['horizon']:,} steps (mean final loss over selection seeds "
+        f"{study['selection_seeds']}; runs in {sub['runs_dir']})", search_table(sub, collect(sub)))]
 
 
 def horizon_sections(study, data):
@@ -639,8 +632,7 @@ def plot_ladder(gaps, axis):
 
 def ladder_reading(gaps, quick, axis, flops):
     """What the data support, pair by pair: the rungs whose CI excludes 0, the fitted change with size (called
-    only where its CI excludes 0, on the rungs it rests on), and the reference's multiplier at each rung (flops:
-    {x: a final run's training FLOPs})."""
+    only where its CI excludes 0), and the reference's multiplier at each rung (flops: {x: a final run's FLOPs})."""
     lines = []
     for (arm, other), points in gaps.items():
         called = [f"{verdict(d['ci'], quick)} at {rung}" for rung, _, d in points

@@ -572,10 +572,9 @@ def stall_rule(study, arm, swept):
 
 
 def search(study, arm):
-    """Where an arm's learning-rate search stands, replayed from the finished runs (deterministic): dict(due=
-    [(arm, lr, seed)] selection runs to run next, swept=[lrs], best=its best rate once the search is complete
-    (None before, or if every swept rate diverged), notes=[str], losses={lr: selection loss}, allowed=[the swept
-    rates the stall rule allows])."""
+    """Where an arm's learning-rate search stands, replayed from the finished runs: dict(due=[(arm, lr, seed)] to
+    run next, swept, best=its best rate once the search is complete (else None), notes, losses={lr: selection
+    loss}, allowed=[the swept rates the stall rule allows])."""
     sel = study["selection_seeds"]
     swept, notes = list(study["grids"][arm]), []
     if not sel:  # one given learning rate, nothing to choose
@@ -639,9 +638,8 @@ def plan(study, arm):
 
 
 def horizon_plan(study, arm):
-    """plan with horizons: the arm's search at every horizon (their runs due together, named h<h>/<arm>), then
-    the final seeds at the carried rate (horizon_fit), and at the short pick (the shortest horizon's chosen rate)
-    with short_pick. dict as plan's, swept and losses empty, with searches={"h<h>": search} and fit."""
+    """plan with horizons: the arm's search at every horizon (runs named h<h>/<arm>), then the final seeds at the
+    carried rate (horizon_fit) and with short_pick at the shortest horizon's; with searches={"h<h>": search}, fit."""
     searches = {h: search(sub, arm) for h, sub in study["horizon_studies"].items()}
     p = dict(due=[(f"{h}/{arm}", lr, s) for h, q in searches.items() for _, lr, s in q["due"]], swept=[], losses={},
              notes=[f"{h}: {note}" for h, q in searches.items() for note in q["notes"]], chosen=None, short=None,

@@ -21,9 +21,6 @@ any time (its stop signal reaches the runs, which checkpoint) and start it again
 On a cluster (--executor slurm, through submitit) each due run is a job of one node running torchrun on
 --gpus_per_run GPUs, and the driver plans again as jobs end; preempted jobs are requeued and resume exactly
 (docs/cluster.md: job states, requeue, a restarted driver).
-
---quick [FRACTION]: every run at that fraction of its steps (default 0.05) in out/quick/<name>/runs, to try the
-machinery (not to compare arms; report.py --quick reports it).
 """
 import argparse
 import json
@@ -131,9 +128,8 @@ class TrainJob:
 
 
 def nproc_run_args(study, arm, lr, seed, nproc):
-    """run_args for a run on nproc processes, with the same global batch: gradient_accumulation_steps divides
-    among them, or else the micro-batch is split (batch_size / nproc, accumulation x nproc; train.py draws a
-    step's windows as one flat sequence, so the run sees the same data). ValueError if neither divides."""
+    """run_args for nproc processes, the same global batch: accumulation divides among them, else the micro-batch is
+    split (train.py draws a step's windows as one flat sequence: the same data). ValueError if neither divides."""
     args, cfg = run_args(study, arm, lr, seed), run_config(study, arm, lr, seed)
     accum, batch = cfg["gradient_accumulation_steps"], cfg["batch_size"]
     if accum % nproc:
