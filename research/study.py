@@ -13,10 +13,8 @@ fraction of the loss), slurm (sweep.py --executor slurm's partition, time, gpus_
 chosen within a x2 step below a rate, or at a rate, where a selection run stalled or diverged), horizons (None;
 e.g. [300, 600]: the rate searched at each of these max_iters and carried to the final runs', horizon_plan),
 horizon_evals (None: the final runs' evals a run; else evals a selection run) and short_pick (False; True: the
-final seeds also run at the shortest horizon's pick, for the regret table). Token budgets are stated in tokens per
-parameter on total parameters, embeddings included (--dry_run prints them that way, per non-embedding parameter
-and in FLOPs). Weight decay is not searched: every arm, horizon and final run uses the config's (docs/studies.md:
-the AdamW timescale).
+final seeds also run at the shortest horizon's pick, for the regret table). Weight decay is not searched
+(docs/studies.md: token budgets, the AdamW timescale).
 
 Per arm: (1) the grid on the selection seeds; (2) one more grid step beyond an edge best (at most
 max_extensions); (3) half steps x/√2 and x·√2 around the best; (4) the best rate (the lowest mean final loss over
@@ -107,9 +105,6 @@ def make_ladder(keys, quick=None):
     and horizons}. Each rung is a study (make_study) with the ladder's arms, seeds and search, its keys on top of the
     overrides, its runs in <runs_dir>/<rung>. -> dict(name, runs_dir, quick, rungs={rung: study})."""
     rungs = keys["rungs"]
-    require(isinstance(rungs, dict) and rungs and all(isinstance(r, str) and PLAIN_NAME.fullmatch(r)
-                                                      and isinstance(k, dict) for r, k in rungs.items()),
-            "rungs", "a non-empty dict: rung name (a plain folder name) -> dict of train.py keys")
     keys = {k: v for k, v in keys.items() if k != "rungs"}
     ladder = dict(name=keys.get("name"), quick=quick, rungs={})
     for rung, rung_keys in rungs.items():

@@ -462,9 +462,8 @@ def main(argv=None):
     study = load_study(args.study, args.quick)
     report_cmd = f"python -m research.report {shlex.quote(args.study)}{quick_option(args.quick)}"  # (spaces in a path)
     if args.quick:
-        where = os.path.join(QUICK_DIR, study["name"]) if "rungs" in study else study["runs_dir"]
-        print(f"quick: every run at {args.quick:g} of its steps, in {where} (scratch; results/ is not touched). "
-              f"For trying the machinery, not for comparing arms; report: {report_cmd}", flush=True)
+        print(f"quick: every run at {args.quick:g} of its steps, in {study['runs_dir']} (scratch; results/ is not "
+              f"touched). For trying the machinery, not for comparing arms; report: {report_cmd}", flush=True)
     if args.dry_run:
         print(ladder_dry_run(study, args.tokens_per_s, args.bench_json) if "rungs" in study else
               dry_run(study, args.tokens_per_s, args.bench_json))
