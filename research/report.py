@@ -538,17 +538,14 @@ def search_sections(study, data):
 
 
 def horizon_sections(study, data):
-    """With horizons: each arm's fit (plan.horizon_table), and with short_pick the regret table."""
+    """With horizons: each arm's fit (plan.horizon_table); with short_pick, per arm the final loss of (a) the short
+    pick and (b) the carried rate, (b) − (a) paired by seed, and each arm's regret (a) − (b) against the reference's."""
     if not study["horizons"]:
         return []
     parts = ["## The rate carried to the final horizon", HORIZON_TEXT[0].upper() + HORIZON_TEXT[1:],
              horizon_table(study)]
-    return parts + (regret_section(study, data) if study["short_pick"] else [])
-
-
-def regret_section(study, data):
-    """Per arm, the final loss of (a) the short pick and (b) the carried rate, paired over the final seeds, and
-    (b) − (a); then whether the regret (a) − (b) depends on the arm: each arm's against the reference's."""
+    if not study["short_pick"]:
+        return parts
     ref, rows, regret = study["reference"], [], {}
     for arm, d in data.items():
         a = {s: r["final"] for s, r in d["short"].items() if r["final"] is not None}
@@ -563,15 +560,16 @@ def regret_section(study, data):
                      *delta_cells(pd, study.get("quick"), fmt_p(pd["p"]))[:4]])
     gaps = [[f"{arm} − {ref}", *delta_cells(paired_difference(regret[arm], regret[ref]), study.get("quick"))[:3]]
             for arm in data if arm != ref]
-    return ["**Short pick against carried rate.** Each arm's final seeds at (a) the short pick, the rate its "
-            f"search chose at the shortest horizon ({study['horizons'][0]:,} steps), and (b) the carried rate: the "
-            "final loss of each (mean, n), and (b) − (a) paired by seed with its 95% CI (negative: the carried rate "
-            "is better). Where they are one rate, (b) − (a) is 0.",
-            table(["arm", "short pick (a)", "carried (b)", "loss at (a)", "loss at (b)", "(b) − (a) (paired, nats)",
-                   "95% CI", "paired p", "call"], rows, "lrrrrrrrl"),
-            f"Does the regret of the short pick, (a) − (b), depend on the arm? Each arm's regret against "
-            f"{ref}'s, paired by final seed (95% CI):",
-            table(["regret difference", "Δ (paired, nats)", "95% CI", "call"], gaps, "lrrl")]
+    return parts + [
+        "**Short pick against carried rate.** Each arm's final seeds at (a) the short pick, the rate its search "
+        f"chose at the shortest horizon ({study['horizons'][0]:,} steps), and (b) the carried rate: the final loss "
+        "of each (mean, n), and (b) − (a) paired by seed with its 95% CI (negative: the carried rate is better). "
+        "Where they are one rate, (b) − (a) is 0.",
+        table(["arm", "short pick (a)", "carried (b)", "loss at (a)", "loss at (b)", "(b) − (a) (paired, nats)",
+               "95% CI", "paired p", "call"], rows, "lrrrrrrrl"),
+        f"Does the regret of the short pick, (a) − (b), depend on the arm? Each arm's regret against {ref}'s, "
+        f"paired by final seed (95% CI):",
+        table(["regret difference", "Δ (paired, nats)", "95% CI", "call"], gaps, "lrrl")]
 
 
 # ------------------------------------------------------------------------------------------- a ladder
@@ -585,19 +583,6 @@ def ladder_axis(rungs):
     if len(set(xs.values())) == 1:
         axis, xs = "training tokens a run", {r: run_tokens(c) for r, c in cfgs.items()}
     return axis, xs, {xs[r]: run_tokens(c) * settings.flops_per_token(model_config(c)) for r, c in cfgs.items()}
-
-
-def ladder_gaps(views):
-    """[(study, data) of each rung] -> {(arm, other): [(rung, x on ladder_axis, unflagged_gap)]}: each arm against
-    the reference, and the contrasts."""
-    gaps, (_, xs, _) = {}, ladder_axis([study for study, _ in views])
-    for study, data in views:
-        ref = study["reference"]
-        pairs = [(arm, ref) for arm in study["arms"] if arm != ref] + [(a, o) for a, o, _ in study["contrasts"]]
-        for arm, other in pairs:
-            gaps.setdefault((arm, other), []).append(
-                (study["rung"], xs[study["rung"]], unflagged_gap(data[arm], data[other])))  # LADDER_FLAGS
-    return gaps
 
 
 def rel_ci(d):
@@ -682,8 +667,14 @@ def render_ladder(study_path, ladder, datas, out):
     """A ladder's report -> (README markdown, {file name: bytes}): the gap against model size, then each rung."""
     rungs = rungs_of(ladder)
     tokenizer = tokenizer_of(run for data in datas.values() for run in all_runs(data))
-    views = [(study, datas[study["rung"]]) for study in rungs]
-    gaps, (axis, _, flops) = ladder_gaps(views), ladder_axis([study for study, _ in views])
+    axis, xs, flops = ladder_axis(rungs)
+    gaps = {}  # {(arm, other): [(rung, x, unflagged_gap)]}: each arm against the reference, and the contrasts
+    for study in rungs:
+        data, ref = datas[study["rung"]], study["reference"]
+        pairs = [(arm, ref) for arm in study["arms"] if arm != ref] + [(a, o) for a, o, _ in study["contrasts"]]
+        for arm, other in pairs:
+            gaps.setdefault((arm, other), []).append(
+                (study["rung"], xs[study["rung"]], unflagged_gap(data[arm], data[other])))  # LADDER_FLAGS
     files = {"gap_vs_size.png": plot_ladder(gaps, axis)}
     parts = [header(study_path, {**rungs[0], "name": ladder["name"], "runs_dir": ladder["runs_dir"]}, out),
              "## The gap against model size" if "param" in axis else "## The gap against training length",
@@ -693,9 +684,9 @@ def render_ladder(study_path, ladder, datas, out):
              f"gain shrinks in nats). {STALL_TEXT} {LADDER_FLAGS}", ladder_table(gaps, ladder["quick"], axis),
              "![gap against size](gap_vs_size.png)", "**What the data support.**",
              ladder_reading(gaps, ladder["quick"], axis, flops)]
-    parts += [*reading_section(out), "## Method", method(views[0][0], tokenizer)]
-    for study, data in views:
-        rung, cfg = study["rung"], arm_config(study, study["reference"])
+    parts += [*reading_section(out), "## Method", method(rungs[0], tokenizer)]
+    for study in rungs:
+        rung, data, cfg = study["rung"], datas[study["rung"]], arm_config(study, study["reference"])
         parts += [f"## Rung {rung}: {cfg['n_layer']} × {cfg['n_embd']}, {run_tokens(cfg):,} tokens a final run",
                   results_table(study, data, tokenizer), *stall_caution(study, data),
                   *(horizon_sections(study, data) + search_sections(study, data) if study["horizons"] else
