@@ -124,9 +124,18 @@ def compare_table(runs):
     return table(cols, rows), notes
 
 
+class Changed(str):
+    """A setting that a resume changed half-way ("4, then 8 from iter 20"), shown as it is, not quoted."""
+    __repr__ = str.__str__
+
+
 def setting(config, key):
     """A run's value of one key as the model was built: a size left at None is the one model_args resolved, an
-    alias the query mode it names, attn_scale given as the mode's own default None (as if left out)."""
+    alias the query mode it names, attn_scale given as the mode's own default None (as if left out); for a key a
+    resume changed (config.json's "resumes"), each value in turn."""
+    steps = [(r["iter"], r["changed"][key]) for r in config.get("resumes") or [] if key in r["changed"]]
+    if steps:
+        return Changed(", then ".join([repr(steps[0][1][0])] + [f"{now!r} from iter {it}" for it, (_, now) in steps]))
     value = config[key]
     if key == "query_mode":
         value = QUERY_MODE_ALIASES.get(value, value)
@@ -138,24 +147,11 @@ def setting(config, key):
     return value
 
 
-class Changed(str):
-    """A setting that a resume changed half-way ("4, then 8 from iter 20"), shown as it is, not quoted."""
-    __repr__ = str.__str__
-
-
-def setting_over_time(config, key):
-    """setting(config, key), or, for a key a resume changed (config.json's "resumes"), each value in turn."""
-    steps = [(r["iter"], r["changed"][key]) for r in config.get("resumes") or [] if key in r["changed"]]
-    if not steps:
-        return setting(config, key)
-    return Changed(", then ".join([repr(steps[0][1][0])] + [f"{now!r} from iter {it}" for it, (_, now) in steps]))
-
-
 def config_differences(runs):
     """{key: [value per run]} for the settings (and the dataset's contents) that differ between the runs."""
     keys = sorted({k for run in runs for k in run["config"]
                    if k in settings.DEFAULTS and k not in settings.NOT_EXPERIMENT})
-    diffs = {k: [setting_over_time(run["config"], k) for run in runs] for k in keys}
+    diffs = {k: [setting(run["config"], k) for run in runs] for k in keys}
     diffs = {k: v for k, v in diffs.items() if any(x != v[0] for x in v)}
     # where the weights started; a run saved before train.py recorded it: its init_from, unless that says resume
     origins = [c.get("initialised_from") or ("not recorded" if c["init_from"] == "resume" else c["init_from"])

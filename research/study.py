@@ -73,7 +73,7 @@ def load_study(path, quick=None):
 
 def make_study(keys, quick=None):
     """A study file's keys -> the checked study, with grids (arm -> its rates, ascending) and runs_dir. quick: the
-    study at that fraction of its steps (quick_keys), its runs in out/quick/<name>/runs."""
+    study at that fraction of its steps (run_args), its runs in out/quick/<name>/runs."""
     missing = [k for k in REQUIRED if k not in keys]
     if missing:
         raise ValueError(f"it does not set {', '.join(missing)}")
@@ -278,7 +278,9 @@ def run_dir(study, arm, lr, seed):
 
 def run_args(study, arm, lr, seed):
     """The train.py arguments of one run (arm h<h>/<arm>: a selection run at horizon h), later ones winning: config
-    file, overrides, min_lr = lr / 10, the arm's keys, lr, seed and out_dir (and --quick's quick_keys)."""
+    file, overrides, min_lr = lr / 10, the arm's keys, lr, seed and out_dir. --quick scales its steps, keeping its
+    shape (warmup, decay, evals: fewer windows), and skips the whole-split eval (4 of a quick CPU run's 5 minutes):
+    its final loss is its last val_loss."""
     horizon, _, arm_name = arm.rpartition("/")
     if horizon:  # a selection run at a horizon, named h<h>/<arm> (its folder in runs_dir): that horizon's study
         return run_args(study["horizon_studies"][horizon], arm_name, lr, seed)
@@ -287,7 +289,13 @@ def run_args(study, arm, lr, seed):
                  "seed": seed, "out_dir": run_dir(study, arm, lr, seed)}
     args = [study["config"]] + [f"--{k}={v}" for k, v in overrides.items()]
     if study.get("quick"):
-        args += [f"--{k}={v}" for k, v in quick_keys(parse_config(args), study["quick"]).items()]
+        cfg, scale = parse_config(args), lambda n: max(1, round(n * study["quick"]))
+        quick = dict(max_iters=scale(cfg["max_iters"]), warmup_iters=round(cfg["warmup_iters"] * study["quick"]),
+                     eval_interval=scale(cfg["eval_interval"]), eval_windows=scale(cfg["eval_windows"]),
+                     eval_full_at_end=False)
+        if cfg["lr_decay_iters"] is not None:
+            quick["lr_decay_iters"] = scale(cfg["lr_decay_iters"])
+        args += [f"--{k}={v}" for k, v in quick.items()]
     return args
 
 
@@ -308,18 +316,6 @@ def final_seeds(study, arm):
 def quick_option(fraction):
     """The --quick option as a command line gives it: '' (None), ' --quick' (the default) or ' --quick 0.1'."""
     return "" if not fraction else " --quick" if fraction == QUICK_FRACTION else f" --quick {fraction:g}"
-
-
-def quick_keys(cfg, fraction):
-    """The settings that shorten a run to fraction of its steps, keeping its shape (warmup, decay, evals: fewer
-    windows); no whole-split eval (4 of a quick CPU run's 5 minutes): its final loss is its last val_loss."""
-    scale = lambda n: max(1, round(n * fraction))
-    keys = dict(max_iters=scale(cfg["max_iters"]), warmup_iters=round(cfg["warmup_iters"] * fraction),
-                eval_interval=scale(cfg["eval_interval"]), eval_windows=scale(cfg["eval_windows"]),
-                eval_full_at_end=False)
-    if cfg["lr_decay_iters"] is not None:
-        keys["lr_decay_iters"] = scale(cfg["lr_decay_iters"])
-    return keys
 
 
 CODE_CHANGED = "non-embedding parameters"  # settings_diff's key for a model that model.py builds otherwise now

@@ -144,9 +144,8 @@ def nproc_run_args(study, arm, lr, seed, nproc):
 # The train.py processes the local sweep has started and that still run, and whether a stop signal came: a
 # stop signal to the sweep (kill PID, a job's end) is passed on to them, and no run starts after it.
 RUNNING = set()
-STOPPING = threading.Event()
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
-STOPPED_BY = []  # the name of the first stop signal the sweep got
+STOPPED_BY = []  # the names of the stop signals the sweep got, in order (it reports the first)
 PRINTING = threading.Lock()
 
 
@@ -161,9 +160,7 @@ def say(line):
 def stop_runs(signum, frame=None):
     """The local sweep's signal handler: SIGTERM to every running train.py (it checkpoints and exits; it would die
     of a SIGHUP), and no more runs. SIGINT too: `kill -INT PID` reaches the sweep alone, not its runs."""
-    if not STOPPING.is_set():
-        STOPPED_BY.append(signal.Signals(signum).name)
-    STOPPING.set()
+    STOPPED_BY.append(signal.Signals(signum).name)
     for proc in list(RUNNING):
         proc.send_signal(signal.SIGTERM)
 
@@ -172,7 +169,7 @@ def launch(study, arm, lr, seed, threads, progress=""):
     """Run (or resume) one training run as a subprocess; progress: shown in its 'running:' line. -> None when the
     run finished or diverged, else a line saying why not: one failed run never stops the others."""
     out_dir, name = run_dir(study, arm, lr, seed), f"{arm} lr={lr:g} seed={seed}"
-    if STOPPING.is_set():
+    if STOPPED_BY:
         return f"{out_dir} was not started: the sweep was stopped"
     if is_finished(study, arm, lr, seed):
         say(f"done already: {name}")
@@ -189,7 +186,7 @@ def launch(study, arm, lr, seed, threads, progress=""):
     say(f"running{f' ({progress})' if progress else ''}: {name} -> {out_dir}")
     proc = TrainJob(run_args(study, arm, lr, seed), out_dir, threads=threads).start()
     RUNNING.add(proc)
-    if STOPPING.is_set():  # the signal came while it was being started
+    if STOPPED_BY:  # the signal came while it was being started
         proc.send_signal(signal.SIGTERM)
     try:
         code = proc.wait()
@@ -238,13 +235,12 @@ def run_here(study, jobs, threads):
         raise ValueError(f"another sweep.py is running the runs in {study['runs_dir']} (it holds {lock}): two "
                          f"sweeps would start the same runs; wait for it to end, or stop it") from None
     failed = {}
-    STOPPING.clear()
     STOPPED_BY.clear()
     previous = {sig: signal.signal(sig, stop_runs) for sig in STOP_SIGNALS}  # else its train.py would go on
     try:
         with ThreadPoolExecutor(jobs) as pool:
             wave = 0
-            while not STOPPING.is_set():
+            while not STOPPED_BY:
                 due = [run for run in due_runs(study) if run not in failed]
                 if not due:
                     break
@@ -257,8 +253,9 @@ def run_here(study, jobs, threads):
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-        sweep_lock.close()
-    if STOPPING.is_set():
+        if sweep_lock is not None:  # (None: a file system without locks)
+            sweep_lock.close()
+    if STOPPED_BY:
         stopped = [f for f in failed.values() if "was stopped by a signal" in f or "was interrupted" in f]
         how = "interrupted (Ctrl-C)" if STOPPED_BY[0] == "SIGINT" else f"stopped by {STOPPED_BY[0]}"
         print(f"error: the sweep was {how}: {len(stopped)} running run(s) stopped, none started after it; run the "
