@@ -1,7 +1,6 @@
 """
-The plan of a study and its cost, for python -m research.sweep STUDY --dry_run: the runs each arm makes (finished,
-due now, the fewest and the most its search can make), tokens and hours a run, the budget in tokens per
-parameter and FLOPs, and whether its data are prepared. Runs nothing.
+The plan of a study and its cost, for python -m research.sweep STUDY --dry_run: each arm's runs (finished, due now,
+the fewest and the most its search can make), tokens and hours a run, the budget, whether its data are prepared.
 """
 import json
 import math
@@ -25,8 +24,7 @@ def run_timing(study):
     for part, run in [(part, run) for part in parts for run in existing_runs(part)]:
         rows = read_metrics(run_dir(part, *run))
         if rows and rows[-1]["iter"] > 0 and not is_diverged(rows[-1]):
-            steps = elapsed_seconds(rows)[-1]
-            elapsed = rows[-1].get("elapsed_s")
+            steps, elapsed = elapsed_seconds(rows)[-1], rows[-1].get("elapsed_s")
             if steps > 0:  # (no step times logged: nothing to time it by)
                 rest = None if elapsed is None else max(0.0, elapsed - steps)
                 measured.setdefault(run[0], []).append((steps, rows[-1]["iter"], rest))
@@ -63,9 +61,8 @@ def bench_speeds(study, cfgs, path):
 
 
 def arm_costs(study, tokens_per_s=None, bench_json=None):
-    """-> (unit, where the figures come from, {arm: (tokens/s, hours a final run, hours a selection run)}, nan
-    where unknown): from tokens_per_s, else bench_json (bench_speeds), but a study on the CPU given neither is
-    timed on its own finished runs (run_timing)."""
+    """-> (unit, source, {arm: (tokens/s, hours a final run, hours a selection run)}, nan where unknown): from
+    tokens_per_s, else bench_json, but a study on the CPU given neither is timed on its finished runs."""
     cfgs = {arm: arm_config(study, arm) for arm in study["arms"]}
     parts = list(study["horizon_studies"].values()) or [study]  # where the selection runs are
     on_cpu = next(iter(cfgs.values()))["device"] == "cpu"
@@ -188,8 +185,7 @@ def ladder_dry_run(ladder, tokens_per_s=None, bench_json=None):
         table, summary, (now, *cost) = plan_table(study, unit, costs)
         parts.append(f"## rung {study['rung']}\n\nruns in {study['runs_dir']}\n{budget_text(study)}\n\n{table}\n\n"
                      f"The rung: {summary}")
-        status = data_status(study, complete=now == 0)
-        data += [] if status in data else [status]
+        data.append(data_status(study, complete=now == 0))
         total = [t + c for t, c in zip(total, cost)]
         b = budget(study, arm_config(study, study["reference"]))
         rows.append(f"| {study['rung']} | {b['total']:,} | {b['non_embedding']:,} | {b['tokens']:,} | "
@@ -203,7 +199,7 @@ def ladder_dry_run(ladder, tokens_per_s=None, bench_json=None):
         f"|---|---:|---:|---:|---:|---:|---:|---:|---:|\n" + "\n".join(rows)
         + f"\n| **all** | | | | | | | {span(*total[:2], 'd')} | {span(*total[2:], ',.1f')} |",
         f"The ladder: {span(*total[:2], 'd')} runs, {span(*total[2:], ',.1f')} {unit}-hours (fewest-most: without and "
-        f"with every grid extension the searches may add).", power_text(rungs_of(ladder)), *data])
+        f"with every grid extension the searches may add).", power_text(rungs_of(ladder)), *dict.fromkeys(data)])
 
 
 # the gap's change a ladder is built to see (nats per 10x), and the sd of a linear - nonlinear pair on the CPU

@@ -101,9 +101,8 @@ def make_study(keys, quick=None):
 
 
 def make_ladder(keys, quick=None):
-    """A scaling ladder: keys["rungs"] = {rung: the train.py keys of that size, and optionally its own learning_rates
-    and horizons}. Each rung is a study (make_study) with the ladder's arms, seeds and search, its keys on top of the
-    overrides, its runs in <runs_dir>/<rung>. -> dict(name, runs_dir, quick, rungs={rung: study})."""
+    """A scaling ladder: keys["rungs"] = {rung: its train.py keys, and its own learning_rates and horizons if any},
+    each rung a study with the ladder's protocol, its runs in <runs_dir>/<rung>. -> dict(name, runs_dir, rungs)."""
     rungs = keys["rungs"]
     keys = {k: v for k, v in keys.items() if k != "rungs"}
     ladder = dict(name=keys.get("name"), quick=quick, rungs={})
@@ -354,16 +353,13 @@ def clash_fix(study, code_changed=False):
             "experiments; to try it at fewer steps, use sweep.py --quick")
 
 
-RUN_NAME = re.compile(r"lr(.+)_seed(-?\d+)")
-
-
 def existing_runs(study):
     """[(arm, lr, seed)] of every run folder of the study's arms in its runs_dir (another study's too)."""
     runs = []
     for arm in study["arms"]:
         folder = os.path.join(study["runs_dir"], arm)
         for name in sorted(os.listdir(folder)) if os.path.isdir(folder) else []:
-            match = RUN_NAME.fullmatch(name)
+            match = re.fullmatch(r"lr(.+)_seed(-?\d+)", name)  # run_dir's names
             if match and os.path.isdir(os.path.join(folder, name)):
                 runs.append((arm, float(match.group(1)), int(match.group(2))))
     return runs
@@ -668,9 +664,8 @@ def curve_minimum(means):
 def fit_horizons(tokens, curves, final_tokens, boot=0, seed=0):
     """The best rate carried to the final horizon: at each horizon (its training tokens D, its curve {lr: [final
     loss of each selection seed]}) lr*(D) by curve_minimum of the seeds' mean; then log lr* fitted linearly on
-    log D, the power law LR*(D) = c D^-beta (Bjorck et al., ICLR 2025), read at final_tokens and rounded to 3
-    significant digits. boot: that many bootstrap resamples of each horizon's seeds (with replacement; the
-    parabolas and the fit redone) -> the 95% percentile intervals of the carried rate and of beta.
+    log D, the power law LR*(D) = c D^-beta (Bjorck et al., ICLR 2025), read at final_tokens (3 significant
+    digits). boot: that many bootstrap resamples of each horizon's seeds -> the 95% percentile intervals.
     -> dict(points=[(D, lr*, edge)], beta, carried, carried_ci, beta_ci; the intervals None without boot)."""
     x, final = np.log(tokens), math.log(final_tokens)
 

@@ -9,8 +9,6 @@ own folder, started here or as SLURM jobs, in waves: the runs due now, then what
     python -m research.sweep studies/enwiki_cpu.py --quick --jobs 2      # try it: 5% of the steps, in out/quick/
     python -m research.sweep studies/paper_claim_gpu.py --executor slurm --gpus_per_run 8 --slurm_partition gpu \
         --slurm_time 480                                                 # SLURM jobs through submitit
-    python -m research.sweep studies/enwiki_cpu.py --executor slurm --gpus_per_run 0 --threads 4 \
-        --slurm_partition cpu                                            # CPU jobs: 4 CPUs each, no GPU
     python -m research.report studies/enwiki_cpu.py                      # tables, paired statistics, plots
 
 A ladder (a study file with rungs: the same study at several model sizes) runs its rungs one after the other.
@@ -23,6 +21,7 @@ On a cluster (--executor slurm, through submitit) each due run is a job of one n
 (docs/cluster.md: job states, requeue, a restarted driver).
 """
 import argparse
+import contextlib
 import json
 import os
 import shlex
@@ -52,17 +51,15 @@ TRAIN_PY = os.path.join(ROOT, "train.py")
 # SLURM's and submitit's stop signals reach train.py's ranks, which checkpoint and exit (train.py's docstring)
 TORCHRUN_SIGNALS = "SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1,SIGUSR2"
 TORCHRUN_SHUTDOWN_S = 300
-PREEMPT_GRACE_S = 60  # a job whose train.py stopped on a signal waits this long for submitit's requeue
 
 
 class TrainJob:
     """One run: train.py in cwd (the study's paths are relative to it) on one process, else under torchrun on
-    nproc (one node), resuming from out_dir/ckpt.pt when there is one, its output in out_dir/train.log.
+    nproc (one node), resuming from out_dir/ckpt.pt when there is one.
 
     As a submitit job, __call__ runs it -> train.py's exit status when the run finished or diverged, else a
-    RuntimeError (the driver resubmits it, and it resumes). It is a Checkpointable: on its preemption signal
-    (USR2) submitit calls checkpoint(), which stops train.py with SIGUSR1 (it checkpoints and exits) and
-    returns the job to requeue (None, no requeue, when train.py had ended already)."""
+    RuntimeError (the driver resubmits it). On its preemption signal (USR2) submitit calls checkpoint(), which
+    stops train.py with SIGUSR1 (it checkpoints and exits) and returns the job to requeue, if it has not ended."""
 
     def __init__(self, args, out_dir, nproc=1, cwd=None, threads=None):
         self.args, self.out_dir, self.nproc = list(args), out_dir, nproc
@@ -107,16 +104,14 @@ class TrainJob:
         if code in (0, EXIT_DIVERGED):
             return code
         if code == EXIT_PREEMPTED and "SLURM_JOB_ID" in os.environ:  # SLURM's SIGTERM came first: give its
-            time.sleep(PREEMPT_GRACE_S)  # USR2 time to reach submitit, which then requeues this job (checkpoint)
+            time.sleep(60)  # USR2 time to reach submitit, which then requeues this job (checkpoint)
         raise RuntimeError(f"train.py ended with exit status {code}; see {self.out_dir}/train.log")
 
     def checkpoint(self, *args, **kwargs):
         import submitit  # (only a job that runs under submitit gets here)
         if self.pid is not None and self.status is None:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(self.pid, signal.SIGUSR1)  # train.py (or torchrun, to every rank): checkpoint and exit
-            except ProcessLookupError:
-                pass
             self.wait()
         if self.status in (0, EXIT_DIVERGED):  # it ended before the signal: no requeue (it would train again)
             return None
@@ -150,8 +145,7 @@ PRINTING = threading.Lock()
 
 
 def say(line):
-    """Print line whole: the runs of --jobs N report from N threads, and print's two writes (the text, then its
-    newline) from two threads could glue two lines together."""
+    """Print line in one write: print's two (the text, its newline) from --jobs N threads could glue two lines."""
     with PRINTING:
         sys.stdout.write(line + "\n")
         sys.stdout.flush()
@@ -269,7 +263,6 @@ def run_here(study, jobs, threads):
 SLURM_ALIVE = ("PENDING", "RUNNING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "CONFIGURING", "COMPLETING",
                "RESIZING", "SUSPENDED", "SIGNALING", "STAGE_OUT", "UNKNOWN")
 NO_ACCOUNTING = []  # sacct's answer, once it said that this cluster keeps no accounting
-EXECUTORS = ("local", "slurm", "local_submitit")  # local_submitit: submitit's LocalExecutor (real jobs, no SLURM)
 MAX_ATTEMPTS = 3  # submissions of one run per driver session before it counts as failed
 
 
@@ -357,9 +350,9 @@ def submit(study, arm, lr, seed, kind, gpus_per_run, slurm, threads):
 
 
 def drive(study, kind, gpus_per_run=1, slurm=None, threads=None, poll_s=30.0):
-    """Run the study as jobs until it is complete: submit every run that is due, wait until one ends, plan again.
-    A due run whose job may still run (job.json) is waited for, never submitted twice; one whose job ended
-    unfinished is submitted again, at most MAX_ATTEMPTS times. -> {run: why it failed} for those given up on."""
+    """Run the study as jobs until it is complete: submit every run that is due, wait until one ends, plan again. A
+    run's job that may still run (job.json) is waited for; one that ended unfinished is submitted again (at most
+    MAX_ATTEMPTS times). -> {run: why it failed} for those given up on."""
     try:
         import submitit
     except ImportError:
@@ -433,8 +426,8 @@ def parse_args(argv):
                                                          "process on the CPU: bench.py's), for every arm")
     arg("--bench_json", default=None, help="--dry_run: bench.py's --json file; each arm at its query mode's "
                                            "tokens/s (default: the one-H200 figures, bench/results/h200_2026-11-30/)")
-    arg("--executor", choices=EXECUTORS, default="local", help="local: runs here (--jobs at a time); slurm: every "
-        "due run as a SLURM job through submitit; local_submitit: submitit's local executor (tests)")
+    arg("--executor", choices=("local", "slurm", "local_submitit"), default="local", help="local: runs here, --jobs "
+        "at a time; slurm: each due run a SLURM job through submitit; local_submitit: submitit's local one (tests)")
     arg("--gpus_per_run", type=int, default=None,
         help="GPUs (torchrun processes on one node) per run; 0: a CPU job of --threads CPUs (default: the "
              "study's slurm gpus_per_run, else 0 for a study on the CPU, 1 for one on a GPU)")
@@ -477,8 +470,7 @@ def main(argv=None):
 
 def sweep(study, args, report_cmd):
     """Run what is due in one study until it is complete."""
-    due = due_runs(study)
-    if not due:  # before the data check: a finished study needs no data (a clone without it reads its report)
+    if not due_runs(study):  # before check_data: a finished study needs no data (a clone reads its report)
         print(f"nothing to run: every run of the study has finished ({study['runs_dir']}); its report: {report_cmd}")
         return
     check_data(study)
