@@ -186,8 +186,7 @@ def unflagged_gap(d, other):
 
 
 def stall_caution(study, data):
-    """[paragraphs]: per arm its flagged final runs and why, its stall rate with an exact 95% CI and the paired Δ
-    without the flagged pairs; and the arms all of whose final runs stalled."""
+    """[paragraphs]: per arm its flagged final runs, stall rate and Δ without them; arms all of whose runs stalled."""
     ref, rows = study["reference"], []
     for arm, d in data.items():
         flagged = [f"{s} {r['flag']} ({r['why']})" for s, r in d["finals"].items() if r["flag"]]
@@ -574,9 +573,8 @@ def horizon_sections(study, data):
 
 # ------------------------------------------------------------------------------------------- a ladder
 def ladder_axis(rungs):
-    """What a ladder's rungs vary -> (axis name, {rung: x}, {x: the training FLOPs of a final run of the
-    reference}): model size (non-embedding parameters, Kaplan et al.'s count, on which loss follows a power law),
-    or, where every rung has the same model, the training tokens of a final run (a training-length ladder)."""
+    """What a ladder's rungs vary -> (axis name, {rung: x}, {x: a final run's training FLOPs}): non-embedding
+    parameters (Kaplan et al.'s count), or, where every rung has the same model, a final run's training tokens."""
     cfgs = {s["rung"]: arm_config(s, s["reference"]) for s in rungs}
     axis, xs = "non-embedding parameters", {r: settings.param_counts(model_config(c))["non_embedding"]
                                             for r, c in cfgs.items()}

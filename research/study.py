@@ -207,8 +207,7 @@ def check_grids(study):
 
 
 def check_train_keys(study):
-    """The train.py keys of overrides and arms: known and typed (check_value), none that the sweep sets for each
-    run, and no init_from: a study's runs train from scratch (a GPT-2's would replace its model settings)."""
+    """The train.py keys of overrides and arms: known and typed, none the sweep sets, no init_from (from scratch)."""
     places = [("overrides", study["overrides"])] + [(f"arm {arm}", keys) for arm, keys in study["arms"].items()]
     for where, keys in places:
         for key, value in keys.items():
@@ -514,8 +513,7 @@ STALL_RULE = ("With stall_margin m, a rate is chosen only if no selection run st
 
 
 def half_way(rows, max_iters):
-    """A run's (first eval after step 0, first eval at or after STALL_AT of its steps) rows, or None while it
-    has no such second eval."""
+    """A run's (first eval after step 0, first eval at or after STALL_AT of its steps) rows, or None before that."""
     evals = [r for r in rows if r["iter"] > 0 and r.get("val_loss") is not None and math.isfinite(r["val_loss"])]
     mid = next((r for r in evals if r["iter"] >= STALL_AT * max_iters), None)
     return None if mid is None or mid is evals[0] else (evals[0], mid)
@@ -528,8 +526,7 @@ def is_stalled(rows, max_iters):
 
 
 def flag_finals(finals):
-    """{seed: read_run} of one arm's final runs -> each run's flag ("stalled", "late" or None: STALL_TEXT) and
-    why (what the rule read), set in place."""
+    """{seed: read_run} of one arm's final runs -> each run's flag and why (STALL_TEXT), set in place."""
     half = {s: half_way(r["rows"], r["max_iters"]) for s, r in finals.items() if r["status"] == "done"}
     half = {s: h for s, h in half.items() if h}
     median = float(np.median([mid["val_loss"] for _, mid in half.values()])) if len(half) >= LATE_GROUP else math.inf
