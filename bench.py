@@ -65,8 +65,6 @@ def split_args(argv):
     unknown = [m for m in modes if m.split("+")[0] not in QUERY_MODES]  # before any model is built and compiled
     if unknown:
         raise ValueError(f"--query_modes: unknown {', '.join(unknown)}; registered: {', '.join(QUERY_MODES)}")
-    for override in (o for m in modes for o in m.split("+")[1:]):  # a mode's own settings: known keys, values
-        check_value(*parse_override(f"--{override}"))
     opts.query_modes = ",".join(modes)
     return vars(opts), rest
 
@@ -87,12 +85,6 @@ def batch_source(cfg, opts, vocab_size, device):
                              meta["vocab_size"])
 
 
-def data_vocab_size(cfg):
-    """The dataset's vocabulary if it is prepared here, else None (GPT-2's, in settings.model_config)."""
-    meta_dir = os.path.join(cfg["data_dir"], cfg["dataset"])
-    return load_meta(meta_dir)["vocab_size"] if os.path.exists(os.path.join(meta_dir, "meta.json")) else None
-
-
 def arm_config(cfg, arm):
     """The config of one --query_modes entry: MODE, or MODE+key=value+... (its own settings, checked)."""
     mode, *overrides = arm.split("+")
@@ -102,12 +94,11 @@ def arm_config(cfg, arm):
     return cfg
 
 
-def make_runner(cfg, mode, device, device_type, ptdtype, ctx):
-    """Build model + optimizer for one query mode (an arm_config entry), as train.py does: sharded with fsdp=True,
-    in DDP under torchrun otherwise. Returns (raw model, step function, compiled?)."""
+def make_runner(cfg, vocab_size, device, device_type, ptdtype, ctx):
+    """Build model + optimizer for one arm's config (arm_config) as train.py does: sharded with fsdp=True, in DDP
+    under torchrun otherwise. Returns (raw model, step function, compiled?)."""
     torch.manual_seed(cfg["seed"])
-    cfg = arm_config(cfg, mode)
-    model = GPT(model_config(cfg, data_vocab_size(cfg)))
+    model = GPT(model_config(cfg, vocab_size))
     if cfg["fsdp"]:
         shard_model(model, device_type, ptdtype)
     else:
@@ -160,13 +151,15 @@ def bench(cfg, opts):
     world_size, device, device_type, ptdtype = job.world_size, job.device, job.device_type, job.dtype
     ctx = job.autocast()
     parallel = "fsdp" if cfg["fsdp"] else "ddp" if dist.is_initialized() else "single"
-    modes = opts["query_modes"].split(",")
-    next_batch = batch_source(cfg, opts, model_config(cfg, data_vocab_size(cfg)).vocab_size, device)
-    runners, times, mems = {}, {m: [] for m in modes}, {}
-    for mode in modes:
+    arms = {m: arm_config(cfg, m) for m in opts["query_modes"].split(",")}  # all checked before any is built
+    meta = os.path.join(cfg["data_dir"], cfg["dataset"], "meta.json")  # the data's vocabulary, if it is here
+    vocab = load_meta(os.path.dirname(meta))["vocab_size"] if os.path.exists(meta) else None
+    next_batch = batch_source(cfg, opts, model_config(cfg, vocab).vocab_size, device)
+    runners, times, mems = {}, {m: [] for m in arms}, {}
+    for mode, arm in arms.items():
         t0 = time.perf_counter()
         allocated_before = start_memory_count(device_type)
-        runners[mode] = make_runner(cfg, mode, device, device_type, ptdtype, ctx)
+        runners[mode] = make_runner(arm, vocab, device, device_type, ptdtype, ctx)
         for _ in range(opts["warmup"]):  # includes torch.compile's first-call compilation
             runners[mode][1](*next_batch())
         sync(device_type)
@@ -189,7 +182,7 @@ def bench(cfg, opts):
         progress(f"round {done} of {opts['rounds']}: " + ", ".join(
             f"{m} {1000 * statistics.median(times[m]):.1f}" for m in runners) + " ms/iter (medians so far)")
     rows = []
-    for mode in modes:
+    for mode in arms:
         model, _, compiled = runners[mode]
         dt = statistics.median(times[mode])
         mfu = model.estimate_mfu(cfg["batch_size"], dt)

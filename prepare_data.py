@@ -13,14 +13,12 @@ interruption leaves: docs/data.md.
 import argparse
 import codecs
 import collections
-import contextlib
 import hashlib
 import itertools
 import json
 import os
 import re
 import reprlib
-import shutil
 import signal
 import sys
 import tempfile
@@ -164,15 +162,12 @@ def check_lengths(counts, source, val_fraction, min_tokens=MIN_VAL_TOKENS):
 
 
 def check_target(out_dir, overwrite):
-    """DataError if out_dir holds a dataset (and overwrite is False) or cannot be made and written."""
+    """DataError if out_dir holds a dataset (and overwrite is False); ValueError if it cannot be made and written."""
     existing = [f for f in BIN_FILES if os.path.exists(os.path.join(out_dir, f))]
     if existing and not overwrite:
         raise DataError(f"{out_dir} already holds a dataset ({', '.join(existing)}); pass --overwrite to "
                         "replace it or choose another --name")
-    try:
-        writable_folder(out_dir, "the output folder")
-    except ValueError as e:  # (the message serves train.py's first-use preparation too: no option names)
-        raise DataError(e) from None
+    writable_folder(out_dir, "the output folder")  # (its ValueError names no option: train.py prepares data too)
 
 
 # ---------------------------------------------------------------- writing, atomically
@@ -192,22 +187,6 @@ class TokenWriter:
         self.count += data.size
         return data.size
 
-    def sync(self):
-        """Flush the file to disk (before it is moved into place)."""
-        self.f.flush()
-        os.fsync(self.f.fileno())
-
-
-@contextlib.contextmanager
-def staging(out_dir):
-    """A hidden folder inside out_dir for the files being written, removed on exit whatever happened."""
-    Path(out_dir).mkdir(parents=True, exist_ok=True)
-    stage = Path(tempfile.mkdtemp(prefix=".partial-", dir=out_dir))
-    try:
-        yield stage
-    finally:
-        shutil.rmtree(stage, ignore_errors=True)
-
 
 def publish(stage, out_dir, meta):
     """Write meta.json into stage, remove out_dir's old meta.json, then move train.bin, val.bin and meta.json
@@ -223,14 +202,18 @@ def publish(stage, out_dir, meta):
 def write_dataset(out_dir, meta, pieces, min_val_tokens=MIN_VAL_TOKENS, total=None):
     """Write (split, token ids) pieces into train.bin and val.bin, then meta.json with their token counts and
     sha256; the files appear in out_dir only when all are complete and both splits fill a block."""
-    with staging(out_dir) as stage:
+    Path(out_dir).mkdir(parents=True, exist_ok=True)
+    # a hidden folder inside out_dir for the files being written, removed on exit whatever happened
+    with tempfile.TemporaryDirectory(prefix=".partial-", dir=out_dir, ignore_cleanup_errors=True) as stage:
+        stage = Path(stage)
         with open(stage / "train.bin", "xb") as train, open(stage / "val.bin", "xb") as val, \
                 tqdm(total=total, unit="tok", unit_scale=True, desc=meta["name"]) as bar:
             out = dict(train=TokenWriter(train, meta["dtype"]), val=TokenWriter(val, meta["dtype"]))
             for split, ids in pieces:
                 bar.update(out[split].write(ids))
-            for w in out.values():
-                w.sync()
+            for f in (train, val):  # on disk before they are moved into place
+                f.flush()
+                os.fsync(f.fileno())
         check_lengths({s: w.count for s, w in out.items()}, meta["source"], meta["val_fraction"], min_val_tokens)
         meta.update(sha256={f"{s}.bin": w.digest.hexdigest() for s, w in out.items()},
                     train_tokens=out["train"].count, val_tokens=out["val"].count)
@@ -411,7 +394,7 @@ def run(args):
         check_target(out_dir, args.overwrite)  # before reading or downloading anything
         return _prepare(args, out_dir)
     except BaseException:
-        for folder in made:  # (staging has removed the partial files)
+        for folder in made:  # (write_dataset has removed the partial files)
             if os.path.isdir(folder) and not any(folder.iterdir()):
                 folder.rmdir()
         raise
@@ -443,9 +426,9 @@ def main(argv=None):
     previous = {sig: signal.signal(sig, signal.default_int_handler) for sig in (signal.SIGTERM, signal.SIGHUP)}
     try:
         meta = run(args)
-    except DataError as e:
+    except ValueError as e:  # DataError, or writable_folder's
         sys.exit(f"error: {e}")
-    except KeyboardInterrupt:  # staging has removed the partial files
+    except KeyboardInterrupt:  # write_dataset has removed the partial files
         out = Path(args.data_dir) / args.name
         cut = (out / "train.bin").exists() and not (out / "meta.json").exists()  # (publish's microseconds)
         print(f"interrupted while moving files into place: {out} has no meta.json; prepare it again" if cut else
