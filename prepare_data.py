@@ -162,12 +162,15 @@ def check_lengths(counts, source, val_fraction, min_tokens=MIN_VAL_TOKENS):
 
 
 def check_target(out_dir, overwrite):
-    """DataError if out_dir holds a dataset (and overwrite is False); ValueError if it cannot be made and written."""
+    """DataError if out_dir holds a dataset (and overwrite is False) or cannot be made and written."""
     existing = [f for f in BIN_FILES if os.path.exists(os.path.join(out_dir, f))]
     if existing and not overwrite:
         raise DataError(f"{out_dir} already holds a dataset ({', '.join(existing)}); pass --overwrite to "
                         "replace it or choose another --name")
-    writable_folder(out_dir, "the output folder")  # (its ValueError names no option: train.py prepares data too)
+    try:
+        writable_folder(out_dir, "the output folder")
+    except ValueError as e:  # (the message serves train.py's first-use preparation too: no option names)
+        raise DataError(e) from None
 
 
 # ---------------------------------------------------------------- writing, atomically
@@ -426,7 +429,7 @@ def main(argv=None):
     previous = {sig: signal.signal(sig, signal.default_int_handler) for sig in (signal.SIGTERM, signal.SIGHUP)}
     try:
         meta = run(args)
-    except ValueError as e:  # DataError, or writable_folder's
+    except DataError as e:
         sys.exit(f"error: {e}")
     except KeyboardInterrupt:  # write_dataset has removed the partial files
         out = Path(args.data_dir) / args.name

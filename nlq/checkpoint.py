@@ -22,6 +22,7 @@ import shlex
 import tempfile
 import uuid
 from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
 from typing import Optional
 
 import torch
@@ -53,10 +54,7 @@ def replace_atomically(path, write):
 
 def atomic_write_text(path, text):
     """Write a small text file (config.json, a report) atomically (see replace_atomically)."""
-    def write(tmp):
-        with open(tmp, "w") as f:
-            f.write(text)
-    replace_atomically(path, write)
+    replace_atomically(path, lambda tmp: Path(tmp).write_text(text))
 
 
 def writable_folder(folder, what):
