@@ -44,9 +44,9 @@ def _transformers():
     """transformers, imported on first use (it takes seconds); a clear error if it is not installed."""
     try:
         import transformers
+        return transformers
     except ImportError:
         raise ValueError("this needs the transformers package: pip install -r requirements-extra.txt") from None
-    return transformers
 
 
 # ------------------------------------------------------------------------------------------------ export
@@ -74,10 +74,8 @@ def gpt2_config(cfg: GPTConfig, config_class=None, **extra):
 
 
 def to_gpt2_state_dict(sd):
-    """An nlq model's state dict -> the export's {name: tensor}, GPT-2's names and layout: [c_q;] c_k; c_v
-    become c_attn; c_attn, c_proj and c_fc become Conv1D weights, nn.Linear's transposed, (in, out); absent biases
-    of GPT-2's layers (bias=False) become zeros; the query mode's own parameters (attn.query.*, qk_norm's
-    attn.q_norm and attn.k_norm) stay as they are."""
+    """An nlq model's state dict -> the export's, in GPT-2's names and layout (the module's docstring); the query
+    mode's own parameters (attn.query.*, qk_norm's attn.q_norm and attn.k_norm) stay as they are."""
     out, sd = {}, dict(sd)
     for name in [k for k in sd if ".attn.c_k." in k]:  # W_Q (linear), W_K, W_V -> GPT-2's c_attn rows
         head, tail = name.split(".c_k.")
@@ -368,9 +366,8 @@ def export_weights(folder):
 
 
 def load_gpt2(name_or_path, config=None):
-    """A transformers GPT-2 (GPT2LMHeadModel) or nlq export -> (its state dict, its GPT2Config), on the CPU.
-    config: load_gpt2_config's, if read already. An nlq export's weights are read as they are, with safetensors
-    (no code of the folder runs). ValueError naming the problem."""
+    """A transformers GPT-2 (GPT2LMHeadModel) or nlq export (export_weights) -> (its state dict, its GPT2Config),
+    on the CPU. config: load_gpt2_config's, if read already. ValueError naming the problem."""
     t = _transformers()
     config = config or load_gpt2_config(name_or_path)
     try:
