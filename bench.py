@@ -40,7 +40,6 @@ from nlq.settings import (HelpFormatter, check_value, model_config, parse_config
                           validate)
 
 
-
 def parser():
     """The bench's own options; everything else is train.py's config (settings.parse_config)."""
     p = argparse.ArgumentParser(usage="python bench.py [CONFIG_FILE.py] [--key=value ...]", description=__doc__,

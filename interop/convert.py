@@ -15,14 +15,14 @@ the details. Nothing is written unless the whole conversion succeeds.
 """
 import argparse
 import os
-import shutil
 import sys
 from datetime import datetime, timezone
+from pathlib import Path
 
 import torch
 
 from model import GPT
-from nlq.checkpoint import check_finite, fix_for, load_run
+from nlq.checkpoint import check_finite, fix_for, load_run, replace_atomically
 from nlq.data import load_meta
 from nlq.settings import DEFAULTS, HelpFormatter, check_value, model_config, validate
 from nlq.tokenizers import GPT2_EOT, GPT2_VOCAB, DataError
@@ -275,19 +275,15 @@ def main(argv=None):
             else load_meta(os.path.join(args.data_dir, dataset)))
     ckpt, notes = convert(official, meta, dataset, args.data_dir, args.out_dir, args.path)
 
-    tmp = f"{os.path.abspath(args.out_dir)}.{os.getpid()}.tmp"  # written here, then renamed onto out_dir
-    try:
+    def write(tmp):  # a folder beside out_dir, then renamed onto it (an empty out_dir is replaced)
         os.makedirs(tmp)
-        with open(os.path.join(tmp, "train_config.py"), "w") as f:
-            f.write(config_file(ckpt["config"], args.path))
+        Path(tmp, "train_config.py").write_text(config_file(ckpt["config"], args.path))
         torch.save(ckpt, os.path.join(tmp, "ckpt.pt"))
-        os.replace(tmp, args.out_dir)  # (an empty out_dir is replaced)
-    except BaseException as e:  # a full disk, Ctrl-C: nothing half-done stays
-        shutil.rmtree(tmp, ignore_errors=True)
-        if isinstance(e, (OSError, RuntimeError)):  # torch.save reports a full disk as a RuntimeError
-            raise ValueError(f"cannot write {args.out_dir} ({getattr(e, 'strerror', None) or e}); {fix_for(e)} or "
-                             f"choose another --out_dir") from e
-        raise
+    try:  # a full disk, Ctrl-C: nothing half-done stays
+        replace_atomically(os.path.abspath(args.out_dir), write)
+    except (OSError, RuntimeError) as e:  # torch.save reports a full disk as a RuntimeError
+        raise ValueError(f"cannot write {args.out_dir} ({getattr(e, 'strerror', None) or e}); {fix_for(e)} or "
+                         f"choose another --out_dir") from e
     m = ckpt["model_args"]
     print(f"converted {args.path} (official {ckpt['converted_from']['query_mode']}, iter {ckpt['iter_num']}) "
           f"-> {os.path.join(args.out_dir, 'ckpt.pt')} (nlq {m['query_mode']}, {m['n_layer']} layers x "

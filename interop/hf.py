@@ -19,13 +19,12 @@ import importlib.util
 import json
 import math
 import os
-import shutil
 
 import torch
 
 import model as nlq_model
 from model import GPTConfig
-from nlq.checkpoint import fix_for, writable_folder
+from nlq.checkpoint import fix_for, replace_atomically, writable_folder
 from nlq.settings import DEFAULTS, check_value
 from nlq.tokenizers import GPT2_BPE_DIR, GPT2_VOCAB, gpt2_encoding
 
@@ -258,8 +257,9 @@ def export(model, meta, hf_dir, bpe_dir=None, code="auto", source=""):
     tokenizer.model_max_length = cfg.block_size
     eos = tokenizer.eos_token_id  # None only for a char vocabulary whose model has no row to spare
     ids = dict(bos_token_id=eos, eos_token_id=eos, pad_token_id=eos)
-    tmp = f"{os.path.abspath(hf_dir)}.{os.getpid()}.tmp"  # beside hf_dir; made as a plain mkdir makes it
-    try:
+    from safetensors import SafetensorError  # its writer reports a full disk as its own error
+
+    def write(tmp):  # the folder, beside hf_dir, made as a plain mkdir makes it
         os.mkdir(tmp)
         if custom:
             modeling = write_modeling_file(tmp)
@@ -277,14 +277,10 @@ def export(model, meta, hf_dir, bpe_dir=None, code="auto", source=""):
         hf_model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
         normal_permissions(tmp)
-        os.replace(tmp, hf_dir)
-    except BaseException as e:
-        shutil.rmtree(tmp, ignore_errors=True)
-        from safetensors import SafetensorError  # its writer reports a full disk as its own error
-        if isinstance(e, (OSError, SafetensorError)):
-            raise ValueError(f"cannot write the export to {hf_dir} ({e}); {fix_for(e)} or choose another "
-                             f"--out") from e
-        raise
+    try:
+        replace_atomically(hf_dir, write)
+    except (OSError, SafetensorError) as e:
+        raise ValueError(f"cannot write the export to {hf_dir} ({e}); {fix_for(e)} or choose another --out") from e
     why = f": {'; '.join(blockers)}" if blockers else ""
     kind = (f"GPT-2 with nlq's query (modeling_nlq.py, trust_remote_code=True){why}" if custom
             else "a plain GPT2LMHeadModel (no custom code)")

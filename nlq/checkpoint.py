@@ -19,6 +19,7 @@ import math
 import os
 import re
 import shlex
+import shutil
 import tempfile
 import uuid
 from dataclasses import asdict, dataclass, field, fields
@@ -40,14 +41,16 @@ class CheckpointNotWritten(RuntimeError):
 
 # ------------------------------------------------------------------------------------------------ files
 def replace_atomically(path, write):
-    """write(tmp) to a temp file beside path, then rename it onto path: an interrupted write never leaves a
-    broken file at path, nor the temp file. The temp name is this writer's own (pid and a random part)."""
+    """write(tmp) to a temp file (or folder) beside path, then rename it onto path: an interrupted write never
+    leaves a broken file at path, nor the temp one. The temp name is this writer's own (pid and a random part)."""
     tmp = f"{path}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp"
     try:
         write(tmp)
         os.replace(tmp, path)
     except BaseException:
-        if os.path.exists(tmp):
+        if os.path.isdir(tmp):
+            shutil.rmtree(tmp, ignore_errors=True)
+        elif os.path.exists(tmp):
             os.remove(tmp)
         raise
 
@@ -95,10 +98,8 @@ def lock_file(path):
 
 def is_locked(path):
     """Whether another process holds the lock_file lock on path (False if there is no such file)."""
-    if not os.path.isfile(path):
-        return False
     try:
-        f = lock_file(path)
+        f = lock_file(path) if os.path.isfile(path) else None
     except BlockingIOError:
         return True
     if f is not None:
