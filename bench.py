@@ -125,7 +125,7 @@ def sync(device_type):
 
 
 def start_memory_count(device_type):
-    """CUDA: reset the peak counter and return the bytes allocated now (earlier modes' models); CPU: 0."""
+    """CUDA: reset the peak counter -> the bytes allocated now (earlier modes' models); CPU: 0."""
     if device_type != "cuda":
         return 0
     torch.cuda.synchronize()
@@ -134,8 +134,7 @@ def start_memory_count(device_type):
 
 
 def peak_mem_mb(device_type, allocated_before=0):
-    """CUDA: the peak allocation since start_memory_count, less what was allocated then, in MiB: what this
-    mode needs. CPU: the process's peak RSS so far (all modes up to now), in MiB."""
+    """The peak memory of the module's docstring, in MiB (CUDA: since start_memory_count)."""
     if device_type == "cuda":
         return (torch.cuda.max_memory_allocated() - allocated_before) / 2**20
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux reports KiB
