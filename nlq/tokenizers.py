@@ -107,7 +107,9 @@ def get_codec(meta, bpe_dir=None):
         return (lambda s: list(valid_text(s).encode("utf-8")),
                 lambda ids: np.asarray(ids, dtype=np.uint8).tobytes().decode("utf-8", errors="replace"))
     if kind == "char":
-        chars = meta["chars"]
+        chars = meta.get("chars")
+        if not isinstance(chars, list):
+            raise ValueError("meta.json has tokenizer char but no list of chars; prepare the dataset again")
         stoi = {c: i for i, c in enumerate(chars)}
 
         def encode(s):
@@ -142,6 +144,7 @@ def token_bytes(meta, bpe_dir=None):
     if kind == "byte":
         return np.ones(256, np.int64)
     if kind == "char":
+        get_codec(meta)  # a clear error if meta.json lacks the characters
         return np.array([len(c.encode("utf-8")) for c in meta["chars"]], np.int64)
     enc = gpt2_encoding(bpe_dir)
     return np.array([len(enc.decode_single_token_bytes(i)) for i in range(GPT2_EOT)] + [0], np.int64)
