@@ -376,7 +376,7 @@ def run(args):
 
 
 def _prepare(args, out_dir):
-    existing = [f for f in BIN_FILES if (out_dir / f).exists()]  # the target first, before reading or downloading
+    existing = [f for f in BIN_FILES if os.path.exists(out_dir / f)]  # the target first, before reading or downloading
     if existing and not args.overwrite:
         raise DataError(f"{out_dir} already holds a dataset ({', '.join(existing)}); pass --overwrite to "
                         "replace it or choose another --name")

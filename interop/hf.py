@@ -224,15 +224,6 @@ def check_new_folder(hf_dir):
     writable_folder(os.path.dirname(os.path.abspath(hf_dir)), "--out's parent folder")
 
 
-def normal_permissions(folder):
-    """Give the files in folder the modes a plain open would, 0o666 less the umask (safetensors writes its
-    file 0600, which other users, a shared model folder or a web server could not read)."""
-    umask = os.umask(0o022)  # the umask can only be read by setting it: set it back at once
-    os.umask(umask)
-    for name in os.listdir(folder):
-        os.chmod(os.path.join(folder, name), 0o666 & ~umask)
-
-
 def export(model, meta, hf_dir, bpe_dir=None, code="auto", source=""):
     """Write an nlq GPT (eval mode, any device) and its tokenizer as a transformers folder at hf_dir.
 
@@ -276,7 +267,12 @@ def export(model, meta, hf_dir, bpe_dir=None, code="auto", source=""):
         hf_model.generation_config = t.GenerationConfig(**ids, **({"suppress_tokens": padding} if padding else {}))
         hf_model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
-        normal_permissions(tmp)
+        # the modes a plain open gives, 0o666 less the umask: safetensors writes its file 0600, which other users,
+        # a shared model folder or a web server could not read
+        umask = os.umask(0o022)  # the umask can only be read by setting it: set it back at once
+        os.umask(umask)
+        for name in os.listdir(tmp):
+            os.chmod(os.path.join(tmp, name), 0o666 & ~umask)
     try:
         replace_atomically(hf_dir, write)
     except (OSError, SafetensorError) as e:

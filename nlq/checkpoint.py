@@ -263,7 +263,7 @@ class TrainState:
     eval_pending: bool = False      # a stop signal came before iter_num's eval ran
     lr_decay_iters: Optional[int] = None
     initialised_from: Optional[str] = "scratch"  # None: a checkpoint older than this record, resumed
-    resumes: list = field(default_factory=list)  # [{iter, changed: {key: [before, after]}}]: see changed_settings
+    resumes: list = field(default_factory=list)  # [{iter, changed: {key: [before, after]}}]: see resume
     init_settings: dict = field(default_factory=dict)  # the model keys init_from's weights fixed (a resume keeps)
     resumed_at: Optional[int] = None  # (not saved) the iter this start resumed at
     last_saved: Optional[int] = None  # (not saved) the iter of the last checkpoint
@@ -353,7 +353,10 @@ class RunFolder:
         restore_rng(ckpt["rng"], self.job.rank, train_gen, self.job.device, self.cfg["seed"], ckpt["iter_num"])
         state = TrainState(**{f.name: ckpt[f.name] for f in fields(TrainState) if f.name in ckpt})
         it = state.resumed_at = state.last_saved = state.iter_num
-        state.resumes = state.resumes + changed_settings(ckpt["config"], self.cfg, it)
+        # what this resume changes that can change the run's numbers (tokens per step, max_iters, the eval set,
+        # dtype...; not where it lives or how it logs): report.py shows such a setting as changed
+        changed = {k: list(v) for k, v in differing(ckpt["config"], self.cfg, NOT_RESULTS | {"data_dir"}).items()}
+        state.resumes = state.resumes + ([dict(iter=it, changed=changed)] if changed else [])
         self.job.log(f"resumed from {self.ckpt_path} at iter {it}, after {clock(state.elapsed_s)} of training"
             + (f"; max_iters={self.cfg['max_iters']} is reached already, nothing to train"
                if it >= self.cfg["max_iters"] else ""))
@@ -412,11 +415,3 @@ class RunFolder:
         except (OSError, RuntimeError) as e:  # torch.save reports a full disk as a RuntimeError
             raise CheckpointNotWritten(f"could not write the checkpoint at iter {state.iter_num} ({e}); the previous "
                                        f"one is intact: {fix_for(e)} and continue with --init_from=resume") from e
-
-
-def changed_settings(saved, cfg, iter_num):
-    """What a resume at iter_num changes that can change the run's numbers (tokens per step, max_iters, the eval
-    set, dtype...; not where it lives or how it logs) -> [{"iter": iter_num, "changed": {key: [before, now]}}]
-    or []. Kept in the checkpoint and config.json ("resumes"): report.py shows such a setting as changed."""
-    changed = {k: list(v) for k, v in differing(saved, cfg, NOT_RESULTS | {"data_dir"}).items()}
-    return [dict(iter=iter_num, changed=changed)] if changed else []

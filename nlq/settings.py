@@ -254,8 +254,11 @@ def validate(cfg):
     if cfg["decay_lr"] and cfg["min_lr"] > cfg["learning_rate"]:
         raise ValueError(f"min_lr={cfg['min_lr']:g} is above learning_rate={cfg['learning_rate']:g}: the schedule "
                          f"would rise instead of decay")
-    if cfg["init_from"] not in ("scratch", "resume") and not is_weights_source(cfg["init_from"]):
-        raise ValueError(f"init_from={cfg['init_from']!r}; use scratch, resume, a GPT-2 name "
+    source = cfg["init_from"]  # or pretrained weights (interop/pretrained.py): a GPT-2 name, a folder with a
+    # transformers config.json, or a checkpoint file (a nanoGPT ckpt.pt) or a folder holding one
+    if source not in ("scratch", "resume", *GPT2_HUB) and not os.path.isfile(source) and not any(
+            os.path.isfile(os.path.join(source, f)) for f in ("config.json", "ckpt.pt")):
+        raise ValueError(f"init_from={source!r}; use scratch, resume, a GPT-2 name "
                          f"({', '.join(GPT2_HUB)}), a local transformers GPT-2 folder, an nlq export or a "
                          f"nanoGPT ckpt.pt")
     if not DEVICE_NAME.fullmatch(cfg["device"]):
@@ -272,13 +275,6 @@ def differing(before, after, ignore):
         ignore = ignore | {"batch_size", "gradient_accumulation_steps"}
     return {k: (before[k], after[k]) for k in DEFAULTS
             if k not in ignore and named(k, before[k]) != named(k, after[k])}
-
-
-def is_weights_source(init_from):
-    """Whether init_from names pretrained weights (interop/pretrained.py): a GPT2_HUB name, a folder with a
-    transformers config.json, or a checkpoint file (a nanoGPT ckpt.pt) or a folder holding one."""
-    return (init_from in GPT2_HUB or os.path.isfile(init_from)
-            or any(os.path.isfile(os.path.join(init_from, f)) for f in ("config.json", "ckpt.pt")))
 
 
 def model_config(cfg, data_vocab_size=None):
