@@ -100,13 +100,6 @@ def _is_wiki(path):
         return f.read(len(codecs.BOM_UTF8) + 5).removeprefix(codecs.BOM_UTF8).startswith(b"<doc ")
 
 
-def is_one_text(path):
-    """True if --input is one plain-text file (not .jsonl, .parquet or WikiExtractor output): local splits
-    it like Tiny Shakespeare, by position (its documents are not known)."""
-    path = Path(path)
-    return path.is_file() and path.suffix.lower() not in (".jsonl", ".parquet") and not _is_wiki(path)
-
-
 def corpus_files(folder):
     """(read, skipped): the files under folder (recursively, sorted) that read_documents reads (.txt, .jsonl,
     .parquet in any case, WikiExtractor files without a suffix), and the others. Hidden files and folders
@@ -394,8 +387,10 @@ def _prepare(args, out_dir):
         return prepare_stream(ds, out_dir, text_column=args.text_column, max_docs=args.max_docs,
                               max_tokens=args.max_tokens, tokenizer=args.tokenizer, source=args.hf_dataset, hf=hub,
                               **common)
-    if args.dataset == "local":  # one plain-text file is one text: split by position, as Tiny Shakespeare
-        docs, kw = read_documents(args.input), dict(positional=is_one_text(args.input), source=args.input)
+    if args.dataset == "local":  # one plain-text file (not .jsonl, .parquet or WikiExtractor output) is one text,
+        path = Path(args.input)  # its documents unknown: split by position, as Tiny Shakespeare
+        one_text = path.is_file() and path.suffix.lower() not in (".jsonl", ".parquet") and not _is_wiki(path)
+        docs, kw = read_documents(args.input), dict(positional=one_text, source=args.input)
     else:
         source = SHAKESPEARE_TXT.relative_to(REPO).as_posix()  # the same in every clone
         print(f"Tiny Shakespeare: the copy shipped with nlq, {source}")
