@@ -182,15 +182,12 @@ def write_modeling_file(folder):
 
 # ------------------------------------------------------------------------------------------- tokenizers
 def tokenizer_for(meta, bpe_dir=None, rows=None):
-    """The transformers tokenizer of a dataset's meta.json dict, its ids nlq's: GPT-2's BPE, from encoder.json
-    and vocab.bpe in bpe_dir (None: the copy shipped in tests/data/gpt2; DataError if they are missing or not
-    OpenAI's), byte = the UTF-8 bytes, char = the index in meta["chars"].
-
-    Its end-of-text token, END_OF_TEXT, is an id no text encodes to, so that lm-evaluation-harness can stop
-    generation tasks and pad their batches with it (it fails without one): byte 0xFF, which UTF-8 never uses,
-    or, for char, the id after the characters where the model has that row (rows: its embedding's rows; None:
-    no model to fit). split_special_tokens: a text's literal "<|endoftext|>" still encodes as its characters.
-    """
+    """The transformers tokenizer of a dataset's meta.json dict, its ids nlq's (gpt2: bpe_dir's files, checked as
+    gpt2_encoding checks them). Its end-of-text token, END_OF_TEXT, is an id no text encodes to, so that
+    lm-evaluation-harness can stop generation tasks and pad their batches with it (it fails without one): byte
+    0xFF, which UTF-8 never uses, or, for char, the id after the characters where the model has that row (rows:
+    its embedding's rows; None: no model to fit). split_special_tokens: a text's literal "<|endoftext|>" still
+    encodes as its characters."""
     t = _transformers()
     if meta["tokenizer"] == "gpt2":
         bpe_dir = str(GPT2_BPE_DIR if bpe_dir is None else bpe_dir)
@@ -306,35 +303,31 @@ def export_notes(cfg: GPTConfig, meta, eos):
 
 
 # ------------------------------------------------------------------------------------------------ import
-def read_folder_config(folder):
-    """A local folder's config.json as a dict, read as plain JSON: no code of the folder runs, and transformers
-    is not asked (it would offer to run an nlq export's modeling_nlq.py, interactively). ValueError naming the
-    fix for a folder init_from cannot load."""
-    path = os.path.join(folder, "config.json")
-    try:
-        with open(path, encoding="utf-8") as f:
-            config = json.load(f)
-    except (OSError, ValueError):  # unreadable, not UTF-8, not JSON
-        config = None
-    if not isinstance(config, dict):
-        raise ValueError(f"{path} is damaged (not a JSON object); export or download the folder again")
-    model_type = config.get("model_type")
-    if model_type is None and "model_args" in config and "out_dir" in config:
-        raise ValueError(f"{folder} is an nlq run folder (train.py's config.json), not a transformers folder: "
-                         f"continue that run with --init_from=resume --out_dir={folder} (or export it for "
-                         f"init_from: python -m interop.convert hf {folder} --out=NEW_FOLDER)")
-    if model_type not in ("gpt2", "nlq"):
-        raise ValueError(f"{folder} holds a {model_type!r} model (config.json's model_type); init_from loads "
-                         f"GPT-2 (model_type gpt2) and nlq's exports (nlq) only")
-    return config
-
-
 def load_gpt2_config(name_or_path):
     """The GPT2Config of a GPT2_HUB name (downloaded once into the Hugging Face cache) or a local folder (an nlq
-    export's model_type and query settings are attributes of it too). ValueError naming the problem."""
+    export's model_type and query settings are attributes of it too). ValueError naming the problem (and, for a
+    folder init_from cannot load, the fix)."""
     t = _transformers()
-    if os.path.isdir(name_or_path):  # transformers reads a local folder before the Hub
-        return t.GPT2Config.from_dict(read_folder_config(name_or_path))
+    if os.path.isdir(name_or_path):  # (transformers reads a local folder before the Hub)
+        # its config.json read as plain JSON: no code of the folder runs, and transformers is not asked (it would
+        # offer to run an nlq export's modeling_nlq.py, interactively)
+        folder, path = name_or_path, os.path.join(name_or_path, "config.json")
+        try:
+            with open(path, encoding="utf-8") as f:
+                config = json.load(f)
+        except (OSError, ValueError):  # unreadable, not UTF-8, not JSON
+            config = None
+        if not isinstance(config, dict):
+            raise ValueError(f"{path} is damaged (not a JSON object); export or download the folder again")
+        model_type = config.get("model_type")
+        if model_type is None and "model_args" in config and "out_dir" in config:
+            raise ValueError(f"{folder} is an nlq run folder (train.py's config.json), not a transformers folder: "
+                             f"continue that run with --init_from=resume --out_dir={folder} (or export it for "
+                             f"init_from: python -m interop.convert hf {folder} --out=NEW_FOLDER)")
+        if model_type not in ("gpt2", "nlq"):
+            raise ValueError(f"{folder} holds a {model_type!r} model (config.json's model_type); init_from loads "
+                             f"GPT-2 (model_type gpt2) and nlq's exports (nlq) only")
+        return t.GPT2Config.from_dict(config)
     try:
         config = t.AutoConfig.from_pretrained(name_or_path, trust_remote_code=False)
     except OSError as e:
@@ -346,25 +339,21 @@ def load_gpt2_config(name_or_path):
     return config
 
 
-def export_weights(folder):
-    """An nlq export's state dict, read with safetensors alone (none of the folder's code runs): model.safetensors,
-    or else the shards model.safetensors.index.json names (save_pretrained(max_shard_size=...), the HF Trainer's)."""
-    from safetensors.torch import load_file
-    shards, index = ["model.safetensors"], os.path.join(folder, "model.safetensors.index.json")
-    if not os.path.isfile(os.path.join(folder, shards[0])) and os.path.isfile(index):  # transformers' order
-        with open(index, encoding="utf-8") as f:
-            shards = sorted(set(json.load(f)["weight_map"].values()))  # {weight name: shard file}
-    return {k: v for shard in shards for k, v in load_file(os.path.join(folder, shard)).items()}
-
-
 def load_gpt2(name_or_path, config=None):
-    """A transformers GPT-2 (GPT2LMHeadModel) or nlq export (export_weights) -> (its state dict, its GPT2Config),
-    on the CPU. config: load_gpt2_config's, if read already. ValueError naming the problem."""
+    """A transformers GPT-2 (GPT2LMHeadModel) or nlq export -> (its state dict, its GPT2Config), on the CPU.
+    config: load_gpt2_config's, if read already. An nlq export's weights are read with safetensors alone (none of
+    the folder's code runs): model.safetensors, or else the shards model.safetensors.index.json names
+    (save_pretrained(max_shard_size=...), the HF Trainer's). ValueError naming the problem."""
     t = _transformers()
     config = config or load_gpt2_config(name_or_path)
     try:
         if config.model_type == "nlq":  # what GPT2Config.from_dict keeps of the folder's config.json
-            return export_weights(name_or_path), config
+            from safetensors.torch import load_file
+            shards, index = ["model.safetensors"], os.path.join(name_or_path, "model.safetensors.index.json")
+            if not os.path.isfile(os.path.join(name_or_path, shards[0])) and os.path.isfile(index):
+                with open(index, encoding="utf-8") as f:  # (transformers' order)
+                    shards = sorted(set(json.load(f)["weight_map"].values()))  # {weight name: shard file}
+            return {k: v for s in shards for k, v in load_file(os.path.join(name_or_path, s)).items()}, config
         hf = t.GPT2LMHeadModel.from_pretrained(name_or_path, config=config, dtype=torch.float32,
                                                trust_remote_code=False)
     except Exception as e:  # OSError (no weights), safetensors' SafetensorError (truncated), ...
