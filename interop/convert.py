@@ -150,8 +150,7 @@ def convert(official, meta, dataset, data_dir, out_dir, source="?"):
     meta: the meta.json of the dataset the converted run will use (dataset, data_dir). ValueError for anything
     that does not fit, and for weights that are not finite (a diverged run)."""
     margs = nlq_model_config(official["model_args"], meta["vocab_size"])
-    cfg = dict(DEFAULTS, out_dir=out_dir, dataset=dataset, data_dir=data_dir, init_from="resume",
-               **margs)
+    cfg = dict(DEFAULTS, out_dir=out_dir, dataset=dataset, data_dir=data_dir, init_from="resume", **margs)
     settings = official["config"]
     defaulted = [k for k in CARRIED_SETTINGS if k not in settings]
     cfg.update({k: check_value(k, settings[k]) for k in CARRIED_SETTINGS if k in settings})
@@ -193,15 +192,6 @@ def convert(official, meta, dataset, data_dir, out_dir, source="?"):
         notes.append("not in the checkpoint, nlq's defaults used: "
                      + ", ".join(f"{k}={cfg[k]}" for k in defaulted))
     return ckpt, notes
-
-
-def config_file(cfg, source):
-    """train_config.py: every setting of the converted run as a plain-Python config file for train.py."""
-    lines = [f"# nlq settings of {source}, converted by convert.py on "
-             f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC.",
-             f"# Continue training: python train.py {os.path.join(cfg['out_dir'], 'train_config.py')} "
-             f"[--max_iters=N ...]"]
-    return "\n".join(lines + [f"{k} = {v!r}" for k, v in cfg.items()]) + "\n"
 
 
 def tokenizer_meta(tokenizer, dataset):
@@ -267,13 +257,16 @@ def main(argv=None):
     official = read_official(args.path)
     dataset = args.dataset or official["config"]["dataset"]  # (the official train.py's config names it)
     tokenizer = args.tokenizer or ("gpt2" if dataset == "openwebtext" and not args.dataset else None)
-    meta = (tokenizer_meta(tokenizer, dataset) if tokenizer
-            else load_meta(os.path.join(args.data_dir, dataset)))
+    meta = tokenizer_meta(tokenizer, dataset) if tokenizer else load_meta(os.path.join(args.data_dir, dataset))
     ckpt, notes = convert(official, meta, dataset, args.data_dir, args.out_dir, args.path)
 
     def write(tmp):  # a folder beside out_dir, then renamed onto it (an empty out_dir is replaced)
         os.makedirs(tmp)
-        Path(tmp, "train_config.py").write_text(config_file(ckpt["config"], args.path))
+        config_py = [f"# nlq settings of {args.path}, converted by convert.py on "  # every setting, for train.py
+                     f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC.",
+                     f"# Continue training: python train.py {os.path.join(args.out_dir, 'train_config.py')} "
+                     f"[--max_iters=N ...]", *(f"{k} = {v!r}" for k, v in ckpt["config"].items())]
+        Path(tmp, "train_config.py").write_text("\n".join(config_py) + "\n")
         torch.save(ckpt, os.path.join(tmp, "ckpt.pt"))
     try:  # a full disk, Ctrl-C: nothing half-done stays
         replace_atomically(os.path.abspath(args.out_dir), write)
