@@ -163,10 +163,9 @@ def bench(cfg, opts):
         sync(device_type)
         progress(f"{mode}: built, {opts['warmup']} warm-up step{'s' * (opts['warmup'] != 1)}: "
                  f"{time.perf_counter() - t0:.1f} s")
-        mems[mode] = [peak_mem_mb(device_type, allocated_before)]
+        mems[mode] = [peak_mem_mb(device_type, allocated_before)] * world_size
         if world_size > 1:  # every rank's own peak
-            mems[mode] = [None] * world_size
-            dist.all_gather_object(mems[mode], peak_mem_mb(device_type, allocated_before))
+            dist.all_gather_object(mems[mode], mems[mode][0])
     per_round = max(1, opts["steps"] // opts["rounds"])
     for done in range(1, opts["rounds"] + 1):
         for mode in runners:

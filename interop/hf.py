@@ -19,6 +19,7 @@ import importlib.util
 import json
 import math
 import os
+from pathlib import Path
 
 import torch
 
@@ -51,15 +52,13 @@ def _transformers():
 # ------------------------------------------------------------------------------------------------ export
 def gpt2_blockers(cfg: GPTConfig):
     """Why a plain GPT2LMHeadModel cannot compute this model: a list of str, empty if it can."""
-    out = [] if cfg.query_mode == "linear" else [f"query_mode {cfg.query_mode!r} (GPT-2's query is linear)"]
     standard = 1 / math.sqrt(cfg.n_embd // cfg.n_head)
-    if not math.isclose(cfg.attn_scale, standard, rel_tol=1e-12):
-        out.append(f"attn_scale {cfg.attn_scale:.6g} (GPT-2 uses 1/sqrt(head_dim) = {standard:.6g})")
-    if cfg.qk_norm:
-        out.append("qk_norm (GPT-2 has none)")
-    if cfg.pos_embedding == "rope":
-        out.append("rotary position embeddings (GPT-2's are learned)")
-    return out
+    return [why for blocks, why in (
+        (cfg.query_mode != "linear", f"query_mode {cfg.query_mode!r} (GPT-2's query is linear)"),
+        (not math.isclose(cfg.attn_scale, standard, rel_tol=1e-12),
+         f"attn_scale {cfg.attn_scale:.6g} (GPT-2 uses 1/sqrt(head_dim) = {standard:.6g})"),
+        (cfg.qk_norm, "qk_norm (GPT-2 has none)"),
+        (cfg.pos_embedding == "rope", "rotary position embeddings (GPT-2's are learned)")) if blocks]
 
 
 def gpt2_config(cfg: GPTConfig, config_class=None, **extra):
@@ -167,13 +166,11 @@ AUTO_MAP = {"AutoConfig": "modeling_nlq.NlqConfig", "AutoModelForCausalLM": "mod
 def write_modeling_file(folder):
     """Write folder/modeling_nlq.py, model.py's source text and then GPT2_WITH_NLQ_QUERY, and import it: the
     model is built from the very file the folder holds."""
-    with open(nlq_model.__file__, encoding="utf-8") as f:
-        source = f.read()
     path = os.path.join(folder, MODELING_FILE)
-    with open(path, "w", encoding="utf-8") as f:
-        f.write("# Written by nlq's convert.py hf: model.py as it was at export time, then GPT-2 with its query.\n"
-                "# Load with AutoModelForCausalLM.from_pretrained(folder, trust_remote_code=True).\n"
-                + source + GPT2_WITH_NLQ_QUERY)
+    header = ("# Written by nlq's convert.py hf: model.py as it was at export time, then GPT-2 with its query.\n"
+              "# Load with AutoModelForCausalLM.from_pretrained(folder, trust_remote_code=True).\n")
+    Path(path).write_text(header + Path(nlq_model.__file__).read_text(encoding="utf-8") + GPT2_WITH_NLQ_QUERY,
+                          encoding="utf-8")
     spec = importlib.util.spec_from_file_location(MODELING_FILE.removesuffix(".py"), path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -313,8 +310,7 @@ def load_gpt2_config(name_or_path):
         # offer to run an nlq export's modeling_nlq.py, interactively)
         folder, path = name_or_path, os.path.join(name_or_path, "config.json")
         try:
-            with open(path, encoding="utf-8") as f:
-                config = json.load(f)
+            config = json.loads(Path(path).read_text(encoding="utf-8"))
         except (OSError, ValueError):  # unreadable, not UTF-8, not JSON
             config = None
         if not isinstance(config, dict):

@@ -36,8 +36,7 @@ class Pretrained:
         log("\n".join(notes))
 
     def load_into(self, model):
-        """Copy the weights into an nlq GPT built from cfg with .settings (in place, no grad) -> the names of
-        the nlq parameters they did not set (f's, where the query mode is nonlinear)."""
+        """load_weights into an nlq GPT built from cfg with .settings (f's are left, where the query is nonlinear)."""
         return load_weights(model, self.weights, self.conv1d)
 
 

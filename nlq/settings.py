@@ -155,12 +155,11 @@ def format_config(cfg, width=110):
 def describe(cfg, world_size):
     """train.py's start-up block: every setting, then the tokens of one step and the eval set."""
     accum, batch, block = cfg["gradient_accumulation_steps"], cfg["batch_size"], cfg["block_size"]
-    eval_iters = cfg["eval_iters"]
     return (f"config:\n{format_config(cfg)}\ntokens per iteration: {accum * batch * block:,} ({accum} micro-batches "
             f"of {batch} x {block}, {world_size} process(es){', FSDP' if cfg['fsdp'] else ''}); eval set: "
             f"{cfg['eval_windows']:,} fixed windows per split" + (
-                f" (eval_iters={eval_iters} x batch_size={batch}, nanoGPT's eval_iters as fixed windows)"
-                if eval_iters is not None else ""))
+                f" (eval_iters={cfg['eval_iters']} x batch_size={batch}, nanoGPT's eval_iters as fixed windows)"
+                if cfg["eval_iters"] is not None else ""))
 
 
 def check_value(key, value):
@@ -327,10 +326,8 @@ def code_version():
     outside a git checkout. Saved in each run's config.json: runs made with other code can be told apart."""
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     try:
-        git = lambda *a: subprocess.run(["git", "-C", root, *a], capture_output=True, text=True, timeout=10)
+        git = lambda *a: subprocess.run(["git", "-C", root, *a], capture_output=True, text=True, timeout=10, check=True)
         commit, edited = git("rev-parse", "HEAD"), git("status", "--porcelain", "--untracked-files=no", "--", "*.py")
-    except (OSError, subprocess.SubprocessError):
-        return None
-    if commit.returncode or edited.returncode:
+    except (OSError, subprocess.SubprocessError):  # no git, or not a checkout (CalledProcessError)
         return None
     return dict(commit=commit.stdout.strip(), edited=bool(edited.stdout.strip()))
