@@ -114,8 +114,7 @@ def read_metrics(out_dir, train_rows=False):
     path = os.path.join(out_dir, "metrics.jsonl")
     if not os.path.exists(path):
         return []
-    with open(path) as f:
-        lines = [line for line in f if line.strip()]
+    lines = [line for line in Path(path).read_text().splitlines() if line.strip()]
     rows = []
     for i, line in enumerate(lines):
         try:

@@ -31,8 +31,7 @@ PROBE_WINDOWS = 4  # the first eval windows of the val split: a batch fixed by t
 def probe_batch(data, device, n_windows=PROBE_WINDOWS):
     """The probe's input, (n, block_size) token ids: the first n fixed eval windows of a TrainData's val split."""
     val = data.splits["val"]
-    x, _ = get_batch(val.path, val.dtype, val.windows[:n_windows], val.block_size, device, data.meta["vocab_size"])
-    return x
+    return get_batch(val.path, val.dtype, val.windows[:n_windows], val.block_size, device, data.meta["vocab_size"])[0]
 
 
 @torch.no_grad()
