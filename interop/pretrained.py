@@ -31,8 +31,7 @@ class Pretrained:
         else:  # GPT-2 or an nlq export: transformers' Conv1D layouts
             config = hf.load_gpt2_config(source)
             self.settings, notes = hf.gpt2_settings(config, cfg, meta)
-            self.weights, _ = hf.load_gpt2(source, config)
-            self.conv1d = True
+            self.weights, self.conv1d = hf.load_gpt2(source, config)[0], True
         log("\n".join(notes))
 
     def load_into(self, model):

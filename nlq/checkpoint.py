@@ -262,7 +262,7 @@ class TrainState:
     eval_pending: bool = False      # a stop signal came before iter_num's eval ran
     lr_decay_iters: Optional[int] = None
     initialised_from: Optional[str] = "scratch"  # None: a checkpoint older than this record, resumed
-    resumes: list = field(default_factory=list)  # [{iter, changed: {key: [before, after]}}]: see resume
+    resumes: list = field(default_factory=list)  # [{iter, changed: {key: [before, after]}}]: see RunFolder.resume
     init_settings: dict = field(default_factory=dict)  # the model keys init_from's weights fixed (a resume keeps)
     resumed_at: Optional[int] = None  # (not saved) the iter this start resumed at
     last_saved: Optional[int] = None  # (not saved) the iter of the last checkpoint
