@@ -34,22 +34,27 @@ def metrics(nats, tokens, n_bytes):
                 bits_per_byte=nats / math.log(2) / n_bytes if n_bytes else None)
 
 
+def dataset_of(ckpt, data_dir=None, dataset=None):
+    """The folder and meta.json of the dataset to evaluate a checkpoint on: its own (data_dir: where it is now,
+    if it moved), checked to be the data it was trained on, or another prepared dataset of the same tokenizer."""
+    cfg, trained = ckpt["config"], ckpt["dataset_meta"]
+    folder = os.path.join(data_dir or cfg["data_dir"], dataset or cfg["dataset"])
+    meta = load_meta(folder)
+    if dataset is None:
+        check_same_dataset(trained, meta, folder)
+    elif any(trained.get(k) != meta.get(k) for k in ("tokenizer", "vocab_size", "chars")):
+        raise ValueError(f"dataset {folder} is not tokenized as the checkpoint's training data was: its token ids "
+                         f"would mean other tokens to the model")
+    return folder, meta
+
+
 def evaluate(out_dir, split="val", full=False, device="cpu", dtype=None, batch_size=None, data_dir=None,
              bpe_dir=None, dataset=None):
     """Evaluate out_dir/ckpt.pt on its dataset's split, or on another prepared dataset of the same tokenizer;
     returns a dict of the numbers (see metrics) and what was evaluated."""
     model, ckpt = load_run(out_dir)
-    # its own dataset (data_dir: where it is now, if it moved), checked to be the data it was trained on, or
-    # another prepared dataset of the same tokenizer
-    cfg, trained = ckpt["config"], ckpt["dataset_meta"]
-    data = os.path.join(data_dir or cfg["data_dir"], dataset or cfg["dataset"])
-    meta = load_meta(data)
-    if dataset is None:
-        check_same_dataset(trained, meta, data)
-    elif any(trained.get(k) != meta.get(k) for k in ("tokenizer", "vocab_size", "chars")):
-        raise ValueError(f"dataset {data} is not tokenized as the checkpoint's training data was: its token ids "
-                         f"would mean other tokens to the model")
-    nbytes = token_bytes(meta, bpe_dir)
+    data, meta = dataset_of(ckpt, data_dir, dataset)
+    nbytes, cfg = token_bytes(meta, bpe_dir), ckpt["config"]
     device, device_type, ptdtype = resolve_device({"device": device, "dtype": dtype or cfg["dtype"]})
     model.to(device)
     ctx, T, path = autocast(device_type, ptdtype), cfg["block_size"], os.path.join(data, f"{split}.bin")

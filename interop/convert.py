@@ -118,13 +118,16 @@ def map_tensors(official, targets, query_mode, C):
     return out
 
 
+def split_by_decay(named):
+    """[(name, shape)] in parameter order -> AdamW's two groups of names: (≥2-D, decayed), (<2-D, not decayed)."""
+    return [n for n, s in named if len(s) >= 2], [n for n, s in named if len(s) < 2]
+
+
 def convert_optimizer(opt, official_params, nlq_params, query_mode, C):
     """The official AdamW state dict -> nlq's, exactly. official_params / nlq_params: [(name, shape)] in each
-    model's named_parameters() order. AdamW numbers parameters group by group, the groups being split_by_decay's;
+    model's named_parameters() order. AdamW numbers parameters group by group, the groups being split_by_decay;
     each nlq parameter gets the state of its official source (official_source), sliced by rows where the weight
     was. Group settings are kept. ValueError if its groups do not fit the model."""
-    # AdamW's two groups of names: (≥2-D, decayed), (<2-D, not decayed)
-    split_by_decay = lambda named: ([n for n, s in named if len(s) >= 2], [n for n, s in named if len(s) < 2])
     groups, off_groups = opt["param_groups"], split_by_decay(official_params)
     for g, names, what in zip(groups, off_groups, ("decayed (≥2-D)", "not decayed (<2-D)")):
         if len(g["params"]) != len(names):
