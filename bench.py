@@ -80,8 +80,7 @@ def batch_source(cfg, opts, vocab_size, device):
     data_dir = os.path.join(cfg["data_dir"], cfg["dataset"])
     meta = load_meta(data_dir)
     n, path = len(open_split(data_dir, "train", meta, T)), os.path.join(data_dir, "train.bin")
-    return lambda: get_batch(path, meta["dtype"], window_starts(n, T, (B,), gen), T, device,
-                             meta["vocab_size"])
+    return lambda: get_batch(path, meta["dtype"], window_starts(n, T, (B,), gen), T, device, meta["vocab_size"])
 
 
 def arm_config(cfg, arm):
@@ -183,11 +182,10 @@ def bench(cfg, opts):
         model, _, compiled = runners[mode]
         dt = statistics.median(times[mode])
         mfu = model.estimate_mfu(cfg["batch_size"], dt)
+        p10, p90 = 1000 * np.percentile(times[mode], (10, 90))
         rows.append(dict(query_mode=mode, compile=compiled, dtype=str(ptdtype).replace("torch.", ""),
-                         parallel=parallel, world_size=world_size,
-                         batch_size=cfg["batch_size"], block_size=cfg["block_size"], ms_per_iter=1000 * dt,
-                         ms_p10=1000 * float(np.percentile(times[mode], 10)),
-                         ms_p90=1000 * float(np.percentile(times[mode], 90)),
+                         parallel=parallel, world_size=world_size, batch_size=cfg["batch_size"],
+                         block_size=cfg["block_size"], ms_per_iter=1000 * dt, ms_p10=float(p10), ms_p90=float(p90),
                          tokens_per_s=cfg["batch_size"] * cfg["block_size"] / dt, mfu=mfu,
                          peak_mem_mb=max(mems[mode]), peak_mem_mb_per_rank=mems[mode],
                          params=model.param_breakdown()["total"], vocab_size=model.config.vocab_size,

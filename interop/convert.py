@@ -178,16 +178,15 @@ def convert(official, meta, dataset, data_dir, out_dir, source="?"):
     nlq_params = [(k, tuple(p.shape)) for k, p in model.named_parameters()]
     optimizer = convert_optimizer(official["optimizer"], official_params, nlq_params, mode, C)
 
-    iter_num, best_val = int(official["iter_num"]), float(official["best_val_loss"])
     seed = cfg["seed"]  # a fresh run's RNG streams: the official data order cannot be continued
     rng = [dict(train=torch.Generator().manual_seed(seed + 1).get_state(),
                 torch=torch.Generator().manual_seed(seed).get_state())]
+    path = os.path.abspath(source)
     ckpt = dict(model=state_dict, optimizer=optimizer, scaler=torch.amp.GradScaler("cpu").state_dict(),
-                iter_num=iter_num, best_val_loss=best_val, config=cfg, model_args=vars(model_cfg), rng=rng,
-                dataset_meta=meta, lr_decay_iters=cfg["lr_decay_iters"] or cfg["max_iters"],
-                initialised_from=f"convert.py: {os.path.abspath(source)}",
-                converted_from=dict(format="official", path=os.path.abspath(source),
-                                    query_mode=official["model_args"]["query_mode"]))
+                iter_num=int(official["iter_num"]), best_val_loss=float(official["best_val_loss"]), config=cfg,
+                model_args=vars(model_cfg), rng=rng, dataset_meta=meta, initialised_from=f"convert.py: {path}",
+                lr_decay_iters=cfg["lr_decay_iters"] or cfg["max_iters"],
+                converted_from=dict(format="official", path=path, query_mode=official["model_args"]["query_mode"]))
     notes = [f"optimizer: AdamW state of {len(optimizer['state'])} tensors converted exactly; group settings "
              f"kept (weight_decay {cfg['weight_decay']}, betas ({cfg['beta1']}, {cfg['beta2']}))",
              f"not carried: the data order (nlq draws windows from seed {seed}), the GradScaler (fresh)"]

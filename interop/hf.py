@@ -249,8 +249,7 @@ def export(model, meta, hf_dir, bpe_dir=None, code="auto", source=""):
         if custom:
             modeling = write_modeling_file(tmp)
             query = {k: getattr(cfg, k) for k in (*QUERY_KEYS, "bias")}
-            hf_model = modeling.NlqForCausalLM(gpt2_config(cfg, modeling.NlqConfig, auto_map=AUTO_MAP, **query,
-                                                           **ids))
+            hf_model = modeling.NlqForCausalLM(gpt2_config(cfg, modeling.NlqConfig, auto_map=AUTO_MAP, **query, **ids))
         else:
             hf_model = t.GPT2LMHeadModel(gpt2_config(cfg, **ids))
         weights = model.state_dict()
@@ -346,9 +345,8 @@ def load_gpt2(name_or_path, config=None):
         if config.model_type == "nlq":  # what GPT2Config.from_dict keeps of the folder's config.json
             from safetensors.torch import load_file
             shards, index = ["model.safetensors"], os.path.join(name_or_path, "model.safetensors.index.json")
-            if not os.path.isfile(os.path.join(name_or_path, shards[0])) and os.path.isfile(index):
-                with open(index, encoding="utf-8") as f:  # (transformers' order)
-                    shards = sorted(set(json.load(f)["weight_map"].values()))  # {weight name: shard file}
+            if not os.path.isfile(os.path.join(name_or_path, shards[0])) and os.path.isfile(index):  # {weight: shard}
+                shards = sorted(set(json.loads(Path(index).read_text(encoding="utf-8"))["weight_map"].values()))
             return {k: v for s in shards for k, v in load_file(os.path.join(name_or_path, s)).items()}, config
         hf = t.GPT2LMHeadModel.from_pretrained(name_or_path, config=config, dtype=torch.float32,
                                                trust_remote_code=False)

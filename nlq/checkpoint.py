@@ -129,11 +129,10 @@ def read_saved_config(path):
     """A run's config.json as this nlq reads it (settings.upgrade), or None if there is none."""
     if not os.path.exists(path):
         return None
-    with open(path) as f:
-        try:
-            saved = json.load(f)
-        except ValueError:
-            saved = None
+    try:
+        saved = json.loads(Path(path).read_text())
+    except ValueError:  # not JSON (or not text)
+        saved = None
     if not isinstance(saved, dict):
         raise ValueError(f"{path} is damaged (not a JSON object of settings); restore it from a copy, or "
                          f"delete its run folder to run the run again")

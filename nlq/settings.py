@@ -125,8 +125,7 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefau
 
 
 def at_least(low):
-    """An argparse type: an int >= low. argparse names the option in its one-line error (eval.py --limit=0,
-    prepare_data.py --max_docs=-1 and the like would otherwise mean something else or fail deep inside)."""
+    """An argparse type: an int >= low (prepare_data.py --max_docs=0 refused in argparse's one-line error)."""
     def parse(text):
         value = int(text)  # ValueError: argparse says "invalid int value"
         if value < low:
