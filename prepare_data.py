@@ -216,8 +216,7 @@ def prepare_texts(docs, out_dir, *, tokenizer="gpt2", positional=False, val_frac
         is_val = np.zeros(len(docs), bool)
         is_val[np.random.default_rng(seed).permutation(len(docs))[:n_val]] = True
         parts = {"train": [d for d, v in zip(docs, is_val) if not v], "val": [d for d, v in zip(docs, is_val) if v]}
-    chars = (sorted(set("".join(docs)) | set("" if positional else DOC_SEPARATOR)) if tokenizer == "char"
-             else None)
+    chars = sorted(set("".join(docs)) | set("" if positional else DOC_SEPARATOR)) if tokenizer == "char" else None
     vocab = {"gpt2": GPT2_VOCAB, "byte": 256, "char": len(chars or ())}[tokenizer]
     meta = base_meta(Path(out_dir).name, source, tokenizer, vocab, train_docs=len(parts["train"]),
                      val_docs=len(parts["val"]), split="position" if positional else "documents",

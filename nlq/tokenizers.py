@@ -132,8 +132,7 @@ def encode_docs(texts, tokenizer, *, enc=None, chars=None, end=True, num_threads
     if tokenizer == "byte":
         return [np.frombuffer((t + sep).encode("utf-8"), np.uint8) for t in texts]
     codepoints = np.array([ord(c) for c in chars], np.uint32)  # sorted, so id = position of the code point
-    return [np.searchsorted(codepoints, np.frombuffer((t + sep).encode("utf-32-le"), np.uint32))
-            for t in texts]
+    return [np.searchsorted(codepoints, np.frombuffer((t + sep).encode("utf-32-le"), np.uint32)) for t in texts]
 
 
 def token_bytes(meta, bpe_dir=None):
