@@ -40,7 +40,6 @@ from nlq.settings import (HelpFormatter, check_value, model_config, parse_config
                           validate)
 
 
-
 def parser():
     """The bench's own options; everything else is train.py's config (settings.parse_config)."""
     p = argparse.ArgumentParser(usage="python bench.py [CONFIG_FILE.py] [--key=value ...]", description=__doc__,
@@ -65,8 +64,6 @@ def split_args(argv):
     unknown = [m for m in modes if m.split("+")[0] not in QUERY_MODES]  # before any model is built and compiled
     if unknown:
         raise ValueError(f"--query_modes: unknown {', '.join(unknown)}; registered: {', '.join(QUERY_MODES)}")
-    for override in (o for m in modes for o in m.split("+")[1:]):  # a mode's own settings: known keys, values
-        check_value(*parse_override(f"--{override}"))
     opts.query_modes = ",".join(modes)
     return vars(opts), rest
 
@@ -83,14 +80,7 @@ def batch_source(cfg, opts, vocab_size, device):
     data_dir = os.path.join(cfg["data_dir"], cfg["dataset"])
     meta = load_meta(data_dir)
     n, path = len(open_split(data_dir, "train", meta, T)), os.path.join(data_dir, "train.bin")
-    return lambda: get_batch(path, meta["dtype"], window_starts(n, T, (B,), gen), T, device,
-                             meta["vocab_size"])
-
-
-def data_vocab_size(cfg):
-    """The dataset's vocabulary if it is prepared here, else None (GPT-2's, in settings.model_config)."""
-    meta_dir = os.path.join(cfg["data_dir"], cfg["dataset"])
-    return load_meta(meta_dir)["vocab_size"] if os.path.exists(os.path.join(meta_dir, "meta.json")) else None
+    return lambda: get_batch(path, meta["dtype"], window_starts(n, T, (B,), gen), T, device, meta["vocab_size"])
 
 
 def arm_config(cfg, arm):
@@ -102,12 +92,11 @@ def arm_config(cfg, arm):
     return cfg
 
 
-def make_runner(cfg, mode, device, device_type, ptdtype, ctx):
-    """Build model + optimizer for one query mode (an arm_config entry), as train.py does: sharded with fsdp=True,
-    in DDP under torchrun otherwise. Returns (raw model, step function, compiled?)."""
+def make_runner(cfg, vocab_size, device, device_type, ptdtype, ctx):
+    """Build model + optimizer for one arm's config (arm_config) as train.py does: sharded with fsdp=True, in DDP
+    under torchrun otherwise. Returns (raw model, step function, compiled?)."""
     torch.manual_seed(cfg["seed"])
-    cfg = arm_config(cfg, mode)
-    model = GPT(model_config(cfg, data_vocab_size(cfg)))
+    model = GPT(model_config(cfg, vocab_size))
     if cfg["fsdp"]:
         shard_model(model, device_type, ptdtype)
     else:
@@ -135,7 +124,7 @@ def sync(device_type):
 
 
 def start_memory_count(device_type):
-    """CUDA: reset the peak counter and return the bytes allocated now (earlier modes' models); CPU: 0."""
+    """CUDA: reset the peak counter -> the bytes allocated now (earlier modes' models); CPU: 0."""
     if device_type != "cuda":
         return 0
     torch.cuda.synchronize()
@@ -144,8 +133,7 @@ def start_memory_count(device_type):
 
 
 def peak_mem_mb(device_type, allocated_before=0):
-    """CUDA: the peak allocation since start_memory_count, less what was allocated then, in MiB: what this
-    mode needs. CPU: the process's peak RSS so far (all modes up to now), in MiB."""
+    """The peak memory of the module's docstring, in MiB (CUDA: since start_memory_count)."""
     if device_type == "cuda":
         return (torch.cuda.max_memory_allocated() - allocated_before) / 2**20
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux reports KiB
@@ -160,22 +148,23 @@ def bench(cfg, opts):
     world_size, device, device_type, ptdtype = job.world_size, job.device, job.device_type, job.dtype
     ctx = job.autocast()
     parallel = "fsdp" if cfg["fsdp"] else "ddp" if dist.is_initialized() else "single"
-    modes = opts["query_modes"].split(",")
-    next_batch = batch_source(cfg, opts, model_config(cfg, data_vocab_size(cfg)).vocab_size, device)
-    runners, times, mems = {}, {m: [] for m in modes}, {}
-    for mode in modes:
+    arms = {m: arm_config(cfg, m) for m in opts["query_modes"].split(",")}  # all checked before any is built
+    meta = os.path.join(cfg["data_dir"], cfg["dataset"], "meta.json")  # the data's vocabulary, if it is here
+    vocab = load_meta(os.path.dirname(meta))["vocab_size"] if os.path.exists(meta) else None
+    next_batch = batch_source(cfg, opts, model_config(cfg, vocab).vocab_size, device)
+    runners, times, mems = {}, {m: [] for m in arms}, {}
+    for mode, arm in arms.items():
         t0 = time.perf_counter()
         allocated_before = start_memory_count(device_type)
-        runners[mode] = make_runner(cfg, mode, device, device_type, ptdtype, ctx)
+        runners[mode] = make_runner(arm, vocab, device, device_type, ptdtype, ctx)
         for _ in range(opts["warmup"]):  # includes torch.compile's first-call compilation
             runners[mode][1](*next_batch())
         sync(device_type)
         progress(f"{mode}: built, {opts['warmup']} warm-up step{'s' * (opts['warmup'] != 1)}: "
                  f"{time.perf_counter() - t0:.1f} s")
-        mems[mode] = [peak_mem_mb(device_type, allocated_before)]
+        mems[mode] = [peak_mem_mb(device_type, allocated_before)] * world_size
         if world_size > 1:  # every rank's own peak
-            mems[mode] = [None] * world_size
-            dist.all_gather_object(mems[mode], peak_mem_mb(device_type, allocated_before))
+            dist.all_gather_object(mems[mode], mems[mode][0])
     per_round = max(1, opts["steps"] // opts["rounds"])
     for done in range(1, opts["rounds"] + 1):
         for mode in runners:
@@ -189,15 +178,14 @@ def bench(cfg, opts):
         progress(f"round {done} of {opts['rounds']}: " + ", ".join(
             f"{m} {1000 * statistics.median(times[m]):.1f}" for m in runners) + " ms/iter (medians so far)")
     rows = []
-    for mode in modes:
+    for mode in arms:
         model, _, compiled = runners[mode]
         dt = statistics.median(times[mode])
         mfu = model.estimate_mfu(cfg["batch_size"], dt)
+        p10, p90 = 1000 * np.percentile(times[mode], (10, 90))
         rows.append(dict(query_mode=mode, compile=compiled, dtype=str(ptdtype).replace("torch.", ""),
-                         parallel=parallel, world_size=world_size,
-                         batch_size=cfg["batch_size"], block_size=cfg["block_size"], ms_per_iter=1000 * dt,
-                         ms_p10=1000 * float(np.percentile(times[mode], 10)),
-                         ms_p90=1000 * float(np.percentile(times[mode], 90)),
+                         parallel=parallel, world_size=world_size, batch_size=cfg["batch_size"],
+                         block_size=cfg["block_size"], ms_per_iter=1000 * dt, ms_p10=float(p10), ms_p90=float(p90),
                          tokens_per_s=cfg["batch_size"] * cfg["block_size"] / dt, mfu=mfu,
                          peak_mem_mb=max(mems[mode]), peak_mem_mb_per_rank=mems[mode],
                          params=model.param_breakdown()["total"], vocab_size=model.config.vocab_size,

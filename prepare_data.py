@@ -13,14 +13,12 @@ interruption leaves: docs/data.md.
 import argparse
 import codecs
 import collections
-import contextlib
 import hashlib
 import itertools
 import json
 import os
 import re
 import reprlib
-import shutil
 import signal
 import sys
 import tempfile
@@ -102,13 +100,6 @@ def _is_wiki(path):
         return f.read(len(codecs.BOM_UTF8) + 5).removeprefix(codecs.BOM_UTF8).startswith(b"<doc ")
 
 
-def is_one_text(path):
-    """True if --input is one plain-text file (not .jsonl, .parquet or WikiExtractor output): local splits
-    it like Tiny Shakespeare, by position (its documents are not known)."""
-    path = Path(path)
-    return path.is_file() and path.suffix.lower() not in (".jsonl", ".parquet") and not _is_wiki(path)
-
-
 def corpus_files(folder):
     """(read, skipped): the files under folder (recursively, sorted) that read_documents reads (.txt, .jsonl,
     .parquet in any case, WikiExtractor files without a suffix), and the others. Hidden files and folders
@@ -141,40 +132,6 @@ def read_documents(path):
     return docs
 
 
-# ---------------------------------------------------------------- splitting and checking
-
-def split_indices(n_docs, val_fraction, seed, source):
-    """Sorted (train, val) document indices: a seeded draw of max(1, round(n * val_fraction)) val documents."""
-    n_val = max(1, round(n_docs * val_fraction))
-    if n_val >= n_docs:
-        raise DataError(f"{source}: {n_docs} document(s) leave no training documents; use more documents, or "
-                        "pass one plain-text file as --input to split it by position")
-    is_val = np.zeros(n_docs, bool)
-    is_val[np.random.default_rng(seed).permutation(n_docs)[:n_val]] = True
-    return np.flatnonzero(~is_val), np.flatnonzero(is_val)
-
-
-def check_lengths(counts, source, val_fraction, min_tokens=MIN_VAL_TOKENS):
-    """DataError unless both splits hold at least min_tokens tokens (one evaluation window)."""
-    for split, n in counts.items():
-        if n < min_tokens:
-            raise DataError(f"{source}: the {split} split has {n} tokens, shorter than one block of {min_tokens}; "
-                            f"{'raise' if split == 'val' else 'lower'} --val_fraction (now {val_fraction}) or use a "
-                            f"larger corpus (this one has {sum(counts.values()):,} tokens)")
-
-
-def check_target(out_dir, overwrite):
-    """DataError if out_dir holds a dataset (and overwrite is False) or cannot be made and written."""
-    existing = [f for f in BIN_FILES if os.path.exists(os.path.join(out_dir, f))]
-    if existing and not overwrite:
-        raise DataError(f"{out_dir} already holds a dataset ({', '.join(existing)}); pass --overwrite to "
-                        "replace it or choose another --name")
-    try:
-        writable_folder(out_dir, "the output folder")
-    except ValueError as e:  # (the message serves train.py's first-use preparation too: no option names)
-        raise DataError(e) from None
-
-
 # ---------------------------------------------------------------- writing, atomically
 
 class TokenWriter:
@@ -192,49 +149,39 @@ class TokenWriter:
         self.count += data.size
         return data.size
 
-    def sync(self):
-        """Flush the file to disk (before it is moved into place)."""
-        self.f.flush()
-        os.fsync(self.f.fileno())
-
-
-@contextlib.contextmanager
-def staging(out_dir):
-    """A hidden folder inside out_dir for the files being written, removed on exit whatever happened."""
-    Path(out_dir).mkdir(parents=True, exist_ok=True)
-    stage = Path(tempfile.mkdtemp(prefix=".partial-", dir=out_dir))
-    try:
-        yield stage
-    finally:
-        shutil.rmtree(stage, ignore_errors=True)
-
-
-def publish(stage, out_dir, meta):
-    """Write meta.json into stage, remove out_dir's old meta.json, then move train.bin, val.bin and meta.json
-    (last) into out_dir. Each move is atomic; an interruption between them (a window of microseconds) leaves
-    bins without a meta.json, which data.py refuses, never new bins beside an old meta.json."""
-    (stage / "meta.json").write_text(json.dumps(meta, indent=1) + "\n")
-    (Path(out_dir) / "meta.json").unlink(missing_ok=True)
-    for f in BIN_FILES:
-        os.replace(stage / f, Path(out_dir) / f)
-    return meta
-
 
 def write_dataset(out_dir, meta, pieces, min_val_tokens=MIN_VAL_TOKENS, total=None):
     """Write (split, token ids) pieces into train.bin and val.bin, then meta.json with their token counts and
     sha256; the files appear in out_dir only when all are complete and both splits fill a block."""
-    with staging(out_dir) as stage:
+    Path(out_dir).mkdir(parents=True, exist_ok=True)
+    # a hidden folder inside out_dir for the files being written, removed on exit whatever happened
+    with tempfile.TemporaryDirectory(prefix=".partial-", dir=out_dir, ignore_cleanup_errors=True) as stage:
+        stage = Path(stage)
         with open(stage / "train.bin", "xb") as train, open(stage / "val.bin", "xb") as val, \
                 tqdm(total=total, unit="tok", unit_scale=True, desc=meta["name"]) as bar:
             out = dict(train=TokenWriter(train, meta["dtype"]), val=TokenWriter(val, meta["dtype"]))
             for split, ids in pieces:
                 bar.update(out[split].write(ids))
-            for w in out.values():
-                w.sync()
-        check_lengths({s: w.count for s, w in out.items()}, meta["source"], meta["val_fraction"], min_val_tokens)
+            for f in (train, val):  # on disk before they are moved into place
+                f.flush()
+                os.fsync(f.fileno())
+        counts = {s: w.count for s, w in out.items()}
+        for split, n in counts.items():  # each split fills one evaluation window
+            if n < min_val_tokens:
+                raise DataError(f"{meta['source']}: the {split} split has {n} tokens, shorter than one block of "
+                                f"{min_val_tokens}; {'raise' if split == 'val' else 'lower'} --val_fraction (now "
+                                f"{meta['val_fraction']}) or use a larger corpus (this one has "
+                                f"{sum(counts.values()):,} tokens)")
         meta.update(sha256={f"{s}.bin": w.digest.hexdigest() for s, w in out.items()},
-                    train_tokens=out["train"].count, val_tokens=out["val"].count)
-        return publish(stage, out_dir, meta)
+                    train_tokens=counts["train"], val_tokens=counts["val"])
+        # the old meta.json goes first and the new one comes last: each move is atomic, and an interruption between
+        # them (a window of microseconds) leaves bins without a meta.json, which data.py refuses, never new bins
+        # beside an old meta.json
+        (stage / "meta.json").write_text(json.dumps(meta, indent=1) + "\n")
+        (Path(out_dir) / "meta.json").unlink(missing_ok=True)
+        for f in BIN_FILES:
+            os.replace(stage / f, Path(out_dir) / f)
+        return meta
 
 
 def base_meta(name, source, tokenizer, vocab_size, **extra):
@@ -244,7 +191,7 @@ def base_meta(name, source, tokenizer, vocab_size, **extra):
                 dtype="uint16" if vocab_size <= 65536 else "uint32", **extra)
 
 
-# ---------------------------------------------------------------- the pipelines (out_dir checked by run)
+# ---------------------------------------------------------------- the pipelines (out_dir checked by _prepare)
 
 def tokenized(texts, tokenizer, enc=None, num_threads=1, **kw):
     """Token arrays of texts (encode_docs: end-of-text or separator added), STREAM_BATCH texts at a time."""
@@ -262,10 +209,14 @@ def prepare_texts(docs, out_dir, *, tokenizer="gpt2", positional=False, val_frac
         cut = int(len(text) * (1 - val_fraction))
         parts = {"train": [text[:cut]], "val": [text[cut:]]}
     else:
-        train_idx, val_idx = split_indices(len(docs), val_fraction, seed, source)
-        parts = {"train": [docs[i] for i in train_idx], "val": [docs[i] for i in val_idx]}
-    chars = (sorted(set("".join(docs)) | set("" if positional else DOC_SEPARATOR)) if tokenizer == "char"
-             else None)
+        n_val = max(1, round(len(docs) * val_fraction))  # a seeded draw of the val documents; each split in order
+        if n_val >= len(docs):
+            raise DataError(f"{source}: {len(docs)} document(s) leave no training documents; use more documents, or "
+                            "pass one plain-text file as --input to split it by position")
+        is_val = np.zeros(len(docs), bool)
+        is_val[np.random.default_rng(seed).permutation(len(docs))[:n_val]] = True
+        parts = {"train": [d for d, v in zip(docs, is_val) if not v], "val": [d for d, v in zip(docs, is_val) if v]}
+    chars = sorted(set("".join(docs)) | set("" if positional else DOC_SEPARATOR)) if tokenizer == "char" else None
     vocab = {"gpt2": GPT2_VOCAB, "byte": 256, "char": len(chars or ())}[tokenizer]
     meta = base_meta(Path(out_dir).name, source, tokenizer, vocab, train_docs=len(parts["train"]),
                      val_docs=len(parts["val"]), split="position" if positional else "documents",
@@ -408,16 +359,23 @@ def run(args):
     out_dir = Path(args.data_dir) / args.name
     made = [d for d in (out_dir, *out_dir.parents) if not os.path.lexists(d)]  # deepest first
     try:
-        check_target(out_dir, args.overwrite)  # before reading or downloading anything
         return _prepare(args, out_dir)
     except BaseException:
-        for folder in made:  # (staging has removed the partial files)
+        for folder in made:  # (write_dataset has removed the partial files)
             if os.path.isdir(folder) and not any(folder.iterdir()):
                 folder.rmdir()
         raise
 
 
 def _prepare(args, out_dir):
+    existing = [f for f in BIN_FILES if os.path.exists(out_dir / f)]  # the target first, before reading or downloading
+    if existing and not args.overwrite:
+        raise DataError(f"{out_dir} already holds a dataset ({', '.join(existing)}); pass --overwrite to "
+                        "replace it or choose another --name")
+    try:
+        writable_folder(out_dir, "the output folder")
+    except ValueError as e:  # (the message serves train.py's first-use preparation too: no option names)
+        raise DataError(e) from None
     common = dict(val_fraction=args.val_fraction, seed=args.seed, num_proc=args.num_proc, bpe_dir=args.bpe_dir)
     if args.dataset in HUB:
         if args.tokenizer == "gpt2":  # before connecting
@@ -428,8 +386,10 @@ def _prepare(args, out_dir):
         return prepare_stream(ds, out_dir, text_column=args.text_column, max_docs=args.max_docs,
                               max_tokens=args.max_tokens, tokenizer=args.tokenizer, source=args.hf_dataset, hf=hub,
                               **common)
-    if args.dataset == "local":  # one plain-text file is one text: split by position, as Tiny Shakespeare
-        docs, kw = read_documents(args.input), dict(positional=is_one_text(args.input), source=args.input)
+    if args.dataset == "local":  # one plain-text file (not .jsonl, .parquet or WikiExtractor output) is one text,
+        path = Path(args.input)  # its documents unknown: split by position, as Tiny Shakespeare
+        one_text = path.is_file() and path.suffix.lower() not in (".jsonl", ".parquet") and not _is_wiki(path)
+        docs, kw = read_documents(args.input), dict(positional=one_text, source=args.input)
     else:
         source = SHAKESPEARE_TXT.relative_to(REPO).as_posix()  # the same in every clone
         print(f"Tiny Shakespeare: the copy shipped with nlq, {source}")
@@ -445,7 +405,7 @@ def main(argv=None):
         meta = run(args)
     except DataError as e:
         sys.exit(f"error: {e}")
-    except KeyboardInterrupt:  # staging has removed the partial files
+    except KeyboardInterrupt:  # write_dataset has removed the partial files
         out = Path(args.data_dir) / args.name
         cut = (out / "train.bin").exists() and not (out / "meta.json").exists()  # (publish's microseconds)
         print(f"interrupted while moving files into place: {out} has no meta.json; prepare it again" if cut else

@@ -93,8 +93,7 @@ def run_bench(mode, smoke):
     """bench.bench for one query mode (under torchrun: DDP over its ranks) -> its row."""
     opts, rest = bench.split_args(BENCH + [f"--query_modes={mode}"] + (SMOKE if smoke else []))
     rows, device = bench.bench(parse_config(rest), opts)
-    row = rows[0]
-    return dict(ok=True, device=bench.device_name(device), **row)
+    return dict(ok=True, device=bench.device_name(device), **rows[0])
 
 
 def graph_breaks(smoke):

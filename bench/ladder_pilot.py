@@ -20,6 +20,7 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from research.study import arm_config, load_study, run_args  # noqa: E402
@@ -68,13 +69,10 @@ def main(argv=None):
         except subprocess.TimeoutExpired:
             code = "timeout"
         print(f"== {name}: status {code} after {time.time() - t0:.0f} s", flush=True)
-    rows = []
-    for name in sorted(os.listdir(args.out)):
-        if name.startswith("bench_") and name != "bench_rungs.json":
-            with open(os.path.join(args.out, name)) as f:
-                rows += json.load(f)
-    with open(os.path.join(args.out, "bench_rungs.json"), "w") as f:
-        json.dump(rows, f, indent=1)
+    out = Path(args.out)
+    rows = [r for p in sorted(out.glob("bench_*.json")) if p.name != "bench_rungs.json"
+            for r in json.loads(p.read_text())]
+    (out / "bench_rungs.json").write_text(json.dumps(rows, indent=1))
     print(f"{len(rows)} bench rows in {args.out}/bench_rungs.json" + (f"; not run (budget): {', '.join(skipped)}"
                                                                       if skipped else ""))
 

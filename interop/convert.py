@@ -15,14 +15,14 @@ the details. Nothing is written unless the whole conversion succeeds.
 """
 import argparse
 import os
-import shutil
 import sys
 from datetime import datetime, timezone
+from pathlib import Path
 
 import torch
 
 from model import GPT
-from nlq.checkpoint import check_finite, fix_for, load_run
+from nlq.checkpoint import check_finite, fix_for, load_run, replace_atomically
 from nlq.data import load_meta
 from nlq.settings import DEFAULTS, HelpFormatter, check_value, model_config, validate
 from nlq.tokenizers import GPT2_EOT, GPT2_VOCAB, DataError
@@ -128,8 +128,7 @@ def convert_optimizer(opt, official_params, nlq_params, query_mode, C):
     model's named_parameters() order. AdamW numbers parameters group by group, the groups being split_by_decay;
     each nlq parameter gets the state of its official source (official_source), sliced by rows where the weight
     was. Group settings are kept. ValueError if its groups do not fit the model."""
-    groups = opt["param_groups"]
-    off_groups = split_by_decay(official_params)
+    groups, off_groups = opt["param_groups"], split_by_decay(official_params)
     for g, names, what in zip(groups, off_groups, ("decayed (≥2-D)", "not decayed (<2-D)")):
         if len(g["params"]) != len(names):
             raise ValueError(f"the optimizer's {what} group has {len(g['params'])} parameters; the model has "
@@ -154,8 +153,7 @@ def convert(official, meta, dataset, data_dir, out_dir, source="?"):
     meta: the meta.json of the dataset the converted run will use (dataset, data_dir). ValueError for anything
     that does not fit, and for weights that are not finite (a diverged run)."""
     margs = nlq_model_config(official["model_args"], meta["vocab_size"])
-    cfg = dict(DEFAULTS, out_dir=out_dir, dataset=dataset, data_dir=data_dir, init_from="resume",
-               **margs)
+    cfg = dict(DEFAULTS, out_dir=out_dir, dataset=dataset, data_dir=data_dir, init_from="resume", **margs)
     settings = official["config"]
     defaulted = [k for k in CARRIED_SETTINGS if k not in settings]
     cfg.update({k: check_value(k, settings[k]) for k in CARRIED_SETTINGS if k in settings})
@@ -180,16 +178,15 @@ def convert(official, meta, dataset, data_dir, out_dir, source="?"):
     nlq_params = [(k, tuple(p.shape)) for k, p in model.named_parameters()]
     optimizer = convert_optimizer(official["optimizer"], official_params, nlq_params, mode, C)
 
-    iter_num, best_val = int(official["iter_num"]), float(official["best_val_loss"])
     seed = cfg["seed"]  # a fresh run's RNG streams: the official data order cannot be continued
     rng = [dict(train=torch.Generator().manual_seed(seed + 1).get_state(),
                 torch=torch.Generator().manual_seed(seed).get_state())]
+    path = os.path.abspath(source)
     ckpt = dict(model=state_dict, optimizer=optimizer, scaler=torch.amp.GradScaler("cpu").state_dict(),
-                iter_num=iter_num, best_val_loss=best_val, config=cfg, model_args=vars(model_cfg), rng=rng,
-                dataset_meta=meta, lr_decay_iters=cfg["lr_decay_iters"] or cfg["max_iters"],
-                initialised_from=f"convert.py: {os.path.abspath(source)}",
-                converted_from=dict(format="official", path=os.path.abspath(source),
-                                    query_mode=official["model_args"]["query_mode"]))
+                iter_num=int(official["iter_num"]), best_val_loss=float(official["best_val_loss"]), config=cfg,
+                model_args=vars(model_cfg), rng=rng, dataset_meta=meta, initialised_from=f"convert.py: {path}",
+                lr_decay_iters=cfg["lr_decay_iters"] or cfg["max_iters"],
+                converted_from=dict(format="official", path=path, query_mode=official["model_args"]["query_mode"]))
     notes = [f"optimizer: AdamW state of {len(optimizer['state'])} tensors converted exactly; group settings "
              f"kept (weight_decay {cfg['weight_decay']}, betas ({cfg['beta1']}, {cfg['beta2']}))",
              f"not carried: the data order (nlq draws windows from seed {seed}), the GradScaler (fresh)"]
@@ -197,15 +194,6 @@ def convert(official, meta, dataset, data_dir, out_dir, source="?"):
         notes.append("not in the checkpoint, nlq's defaults used: "
                      + ", ".join(f"{k}={cfg[k]}" for k in defaulted))
     return ckpt, notes
-
-
-def config_file(cfg, source):
-    """train_config.py: every setting of the converted run as a plain-Python config file for train.py."""
-    lines = [f"# nlq settings of {source}, converted by convert.py on "
-             f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC.",
-             f"# Continue training: python train.py {os.path.join(cfg['out_dir'], 'train_config.py')} "
-             f"[--max_iters=N ...]"]
-    return "\n".join(lines + [f"{k} = {v!r}" for k, v in cfg.items()]) + "\n"
 
 
 def tokenizer_meta(tokenizer, dataset):
@@ -271,23 +259,22 @@ def main(argv=None):
     official = read_official(args.path)
     dataset = args.dataset or official["config"]["dataset"]  # (the official train.py's config names it)
     tokenizer = args.tokenizer or ("gpt2" if dataset == "openwebtext" and not args.dataset else None)
-    meta = (tokenizer_meta(tokenizer, dataset) if tokenizer
-            else load_meta(os.path.join(args.data_dir, dataset)))
+    meta = tokenizer_meta(tokenizer, dataset) if tokenizer else load_meta(os.path.join(args.data_dir, dataset))
     ckpt, notes = convert(official, meta, dataset, args.data_dir, args.out_dir, args.path)
 
-    tmp = f"{os.path.abspath(args.out_dir)}.{os.getpid()}.tmp"  # written here, then renamed onto out_dir
-    try:
+    def write(tmp):  # a folder beside out_dir, then renamed onto it (an empty out_dir is replaced)
         os.makedirs(tmp)
-        with open(os.path.join(tmp, "train_config.py"), "w") as f:
-            f.write(config_file(ckpt["config"], args.path))
+        config_py = [f"# nlq settings of {args.path}, converted by convert.py on "  # every setting, for train.py
+                     f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC.",
+                     f"# Continue training: python train.py {os.path.join(args.out_dir, 'train_config.py')} "
+                     f"[--max_iters=N ...]", *(f"{k} = {v!r}" for k, v in ckpt["config"].items())]
+        Path(tmp, "train_config.py").write_text("\n".join(config_py) + "\n")
         torch.save(ckpt, os.path.join(tmp, "ckpt.pt"))
-        os.replace(tmp, args.out_dir)  # (an empty out_dir is replaced)
-    except BaseException as e:  # a full disk, Ctrl-C: nothing half-done stays
-        shutil.rmtree(tmp, ignore_errors=True)
-        if isinstance(e, (OSError, RuntimeError)):  # torch.save reports a full disk as a RuntimeError
-            raise ValueError(f"cannot write {args.out_dir} ({getattr(e, 'strerror', None) or e}); {fix_for(e)} or "
-                             f"choose another --out_dir") from e
-        raise
+    try:  # a full disk, Ctrl-C: nothing half-done stays
+        replace_atomically(os.path.abspath(args.out_dir), write)
+    except (OSError, RuntimeError) as e:  # torch.save reports a full disk as a RuntimeError
+        raise ValueError(f"cannot write {args.out_dir} ({getattr(e, 'strerror', None) or e}); {fix_for(e)} or "
+                         f"choose another --out_dir") from e
     m = ckpt["model_args"]
     print(f"converted {args.path} (official {ckpt['converted_from']['query_mode']}, iter {ckpt['iter_num']}) "
           f"-> {os.path.join(args.out_dir, 'ckpt.pt')} (nlq {m['query_mode']}, {m['n_layer']} layers x "

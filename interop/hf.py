@@ -19,13 +19,13 @@ import importlib.util
 import json
 import math
 import os
-import shutil
+from pathlib import Path
 
 import torch
 
 import model as nlq_model
 from model import GPTConfig
-from nlq.checkpoint import fix_for, writable_folder
+from nlq.checkpoint import fix_for, replace_atomically, writable_folder
 from nlq.settings import DEFAULTS, check_value
 from nlq.tokenizers import GPT2_BPE_DIR, GPT2_VOCAB, gpt2_encoding
 
@@ -44,23 +44,21 @@ def _transformers():
     """transformers, imported on first use (it takes seconds); a clear error if it is not installed."""
     try:
         import transformers
+        return transformers
     except ImportError:
         raise ValueError("this needs the transformers package: pip install -r requirements-extra.txt") from None
-    return transformers
 
 
 # ------------------------------------------------------------------------------------------------ export
 def gpt2_blockers(cfg: GPTConfig):
     """Why a plain GPT2LMHeadModel cannot compute this model: a list of str, empty if it can."""
-    out = [] if cfg.query_mode == "linear" else [f"query_mode {cfg.query_mode!r} (GPT-2's query is linear)"]
     standard = 1 / math.sqrt(cfg.n_embd // cfg.n_head)
-    if not math.isclose(cfg.attn_scale, standard, rel_tol=1e-12):
-        out.append(f"attn_scale {cfg.attn_scale:.6g} (GPT-2 uses 1/sqrt(head_dim) = {standard:.6g})")
-    if cfg.qk_norm:
-        out.append("qk_norm (GPT-2 has none)")
-    if cfg.pos_embedding == "rope":
-        out.append("rotary position embeddings (GPT-2's are learned)")
-    return out
+    return [why for blocks, why in (
+        (cfg.query_mode != "linear", f"query_mode {cfg.query_mode!r} (GPT-2's query is linear)"),
+        (not math.isclose(cfg.attn_scale, standard, rel_tol=1e-12),
+         f"attn_scale {cfg.attn_scale:.6g} (GPT-2 uses 1/sqrt(head_dim) = {standard:.6g})"),
+        (cfg.qk_norm, "qk_norm (GPT-2 has none)"),
+        (cfg.pos_embedding == "rope", "rotary position embeddings (GPT-2's are learned)")) if blocks]
 
 
 def gpt2_config(cfg: GPTConfig, config_class=None, **extra):
@@ -74,10 +72,8 @@ def gpt2_config(cfg: GPTConfig, config_class=None, **extra):
 
 
 def to_gpt2_state_dict(sd):
-    """An nlq model's state dict -> the export's {name: tensor}, GPT-2's names and layout: [c_q;] c_k; c_v
-    become c_attn; c_attn, c_proj and c_fc become Conv1D weights, nn.Linear's transposed, (in, out); absent biases
-    of GPT-2's layers (bias=False) become zeros; the query mode's own parameters (attn.query.*, qk_norm's
-    attn.q_norm and attn.k_norm) stay as they are."""
+    """An nlq model's state dict -> the export's, in GPT-2's names and layout (the module's docstring); the query
+    mode's own parameters (attn.query.*, qk_norm's attn.q_norm and attn.k_norm) stay as they are."""
     out, sd = {}, dict(sd)
     for name in [k for k in sd if ".attn.c_k." in k]:  # W_Q (linear), W_K, W_V -> GPT-2's c_attn rows
         head, tail = name.split(".c_k.")
@@ -170,13 +166,11 @@ AUTO_MAP = {"AutoConfig": "modeling_nlq.NlqConfig", "AutoModelForCausalLM": "mod
 def write_modeling_file(folder):
     """Write folder/modeling_nlq.py, model.py's source text and then GPT2_WITH_NLQ_QUERY, and import it: the
     model is built from the very file the folder holds."""
-    with open(nlq_model.__file__, encoding="utf-8") as f:
-        source = f.read()
     path = os.path.join(folder, MODELING_FILE)
-    with open(path, "w", encoding="utf-8") as f:
-        f.write("# Written by nlq's convert.py hf: model.py as it was at export time, then GPT-2 with its query.\n"
-                "# Load with AutoModelForCausalLM.from_pretrained(folder, trust_remote_code=True).\n"
-                + source + GPT2_WITH_NLQ_QUERY)
+    header = ("# Written by nlq's convert.py hf: model.py as it was at export time, then GPT-2 with its query.\n"
+              "# Load with AutoModelForCausalLM.from_pretrained(folder, trust_remote_code=True).\n")
+    Path(path).write_text(header + Path(nlq_model.__file__).read_text(encoding="utf-8") + GPT2_WITH_NLQ_QUERY,
+                          encoding="utf-8")
     spec = importlib.util.spec_from_file_location(MODELING_FILE.removesuffix(".py"), path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -185,15 +179,12 @@ def write_modeling_file(folder):
 
 # ------------------------------------------------------------------------------------------- tokenizers
 def tokenizer_for(meta, bpe_dir=None, rows=None):
-    """The transformers tokenizer of a dataset's meta.json dict, its ids nlq's: GPT-2's BPE, from encoder.json
-    and vocab.bpe in bpe_dir (None: the copy shipped in tests/data/gpt2; DataError if they are missing or not
-    OpenAI's), byte = the UTF-8 bytes, char = the index in meta["chars"].
-
-    Its end-of-text token, END_OF_TEXT, is an id no text encodes to, so that lm-evaluation-harness can stop
-    generation tasks and pad their batches with it (it fails without one): byte 0xFF, which UTF-8 never uses,
-    or, for char, the id after the characters where the model has that row (rows: its embedding's rows; None:
-    no model to fit). split_special_tokens: a text's literal "<|endoftext|>" still encodes as its characters.
-    """
+    """The transformers tokenizer of a dataset's meta.json dict, its ids nlq's (gpt2: bpe_dir's files, checked as
+    gpt2_encoding checks them). Its end-of-text token, END_OF_TEXT, is an id no text encodes to, so that
+    lm-evaluation-harness can stop generation tasks and pad their batches with it (it fails without one): byte
+    0xFF, which UTF-8 never uses, or, for char, the id after the characters where the model has that row (rows:
+    its embedding's rows; None: no model to fit). split_special_tokens: a text's literal "<|endoftext|>" still
+    encodes as its characters."""
     t = _transformers()
     if meta["tokenizer"] == "gpt2":
         bpe_dir = str(GPT2_BPE_DIR if bpe_dir is None else bpe_dir)
@@ -227,15 +218,6 @@ def check_new_folder(hf_dir):
     writable_folder(os.path.dirname(os.path.abspath(hf_dir)), "--out's parent folder")
 
 
-def normal_permissions(folder):
-    """Give the files in folder the modes a plain open would, 0o666 less the umask (safetensors writes its
-    file 0600, which other users, a shared model folder or a web server could not read)."""
-    umask = os.umask(0o022)  # the umask can only be read by setting it: set it back at once
-    os.umask(umask)
-    for name in os.listdir(folder):
-        os.chmod(os.path.join(folder, name), 0o666 & ~umask)
-
-
 def export(model, meta, hf_dir, bpe_dir=None, code="auto", source=""):
     """Write an nlq GPT (eval mode, any device) and its tokenizer as a transformers folder at hf_dir.
 
@@ -260,14 +242,14 @@ def export(model, meta, hf_dir, bpe_dir=None, code="auto", source=""):
     tokenizer.model_max_length = cfg.block_size
     eos = tokenizer.eos_token_id  # None only for a char vocabulary whose model has no row to spare
     ids = dict(bos_token_id=eos, eos_token_id=eos, pad_token_id=eos)
-    tmp = f"{os.path.abspath(hf_dir)}.{os.getpid()}.tmp"  # beside hf_dir; made as a plain mkdir makes it
-    try:
+    from safetensors import SafetensorError  # its writer reports a full disk as its own error
+
+    def write(tmp):  # the folder, beside hf_dir, made as a plain mkdir makes it
         os.mkdir(tmp)
         if custom:
             modeling = write_modeling_file(tmp)
             query = {k: getattr(cfg, k) for k in (*QUERY_KEYS, "bias")}
-            hf_model = modeling.NlqForCausalLM(gpt2_config(cfg, modeling.NlqConfig, auto_map=AUTO_MAP, **query,
-                                                           **ids))
+            hf_model = modeling.NlqForCausalLM(gpt2_config(cfg, modeling.NlqConfig, auto_map=AUTO_MAP, **query, **ids))
         else:
             hf_model = t.GPT2LMHeadModel(gpt2_config(cfg, **ids))
         weights = model.state_dict()
@@ -278,15 +260,16 @@ def export(model, meta, hf_dir, bpe_dir=None, code="auto", source=""):
         hf_model.generation_config = t.GenerationConfig(**ids, **({"suppress_tokens": padding} if padding else {}))
         hf_model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
-        normal_permissions(tmp)
-        os.replace(tmp, hf_dir)
-    except BaseException as e:
-        shutil.rmtree(tmp, ignore_errors=True)
-        from safetensors import SafetensorError  # its writer reports a full disk as its own error
-        if isinstance(e, (OSError, SafetensorError)):
-            raise ValueError(f"cannot write the export to {hf_dir} ({e}); {fix_for(e)} or choose another "
-                             f"--out") from e
-        raise
+        # the modes a plain open gives, 0o666 less the umask: safetensors writes its file 0600, which other users,
+        # a shared model folder or a web server could not read
+        umask = os.umask(0o022)  # the umask can only be read by setting it: set it back at once
+        os.umask(umask)
+        for name in os.listdir(tmp):
+            os.chmod(os.path.join(tmp, name), 0o666 & ~umask)
+    try:
+        replace_atomically(hf_dir, write)
+    except (OSError, SafetensorError) as e:
+        raise ValueError(f"cannot write the export to {hf_dir} ({e}); {fix_for(e)} or choose another --out") from e
     why = f": {'; '.join(blockers)}" if blockers else ""
     kind = (f"GPT-2 with nlq's query (modeling_nlq.py, trust_remote_code=True){why}" if custom
             else "a plain GPT2LMHeadModel (no custom code)")
@@ -316,35 +299,30 @@ def export_notes(cfg: GPTConfig, meta, eos):
 
 
 # ------------------------------------------------------------------------------------------------ import
-def read_folder_config(folder):
-    """A local folder's config.json as a dict, read as plain JSON: no code of the folder runs, and transformers
-    is not asked (it would offer to run an nlq export's modeling_nlq.py, interactively). ValueError naming the
-    fix for a folder init_from cannot load."""
-    path = os.path.join(folder, "config.json")
-    try:
-        with open(path, encoding="utf-8") as f:
-            config = json.load(f)
-    except (OSError, ValueError):  # unreadable, not UTF-8, not JSON
-        config = None
-    if not isinstance(config, dict):
-        raise ValueError(f"{path} is damaged (not a JSON object); export or download the folder again")
-    model_type = config.get("model_type")
-    if model_type is None and "model_args" in config and "out_dir" in config:
-        raise ValueError(f"{folder} is an nlq run folder (train.py's config.json), not a transformers folder: "
-                         f"continue that run with --init_from=resume --out_dir={folder} (or export it for "
-                         f"init_from: python -m interop.convert hf {folder} --out=NEW_FOLDER)")
-    if model_type not in ("gpt2", "nlq"):
-        raise ValueError(f"{folder} holds a {model_type!r} model (config.json's model_type); init_from loads "
-                         f"GPT-2 (model_type gpt2) and nlq's exports (nlq) only")
-    return config
-
-
 def load_gpt2_config(name_or_path):
     """The GPT2Config of a GPT2_HUB name (downloaded once into the Hugging Face cache) or a local folder (an nlq
-    export's model_type and query settings are attributes of it too). ValueError naming the problem."""
+    export's model_type and query settings are attributes of it too). ValueError naming the problem (and, for a
+    folder init_from cannot load, the fix)."""
     t = _transformers()
-    if os.path.isdir(name_or_path):  # transformers reads a local folder before the Hub
-        return t.GPT2Config.from_dict(read_folder_config(name_or_path))
+    if os.path.isdir(name_or_path):  # (transformers reads a local folder before the Hub)
+        # its config.json read as plain JSON: no code of the folder runs, and transformers is not asked (it would
+        # offer to run an nlq export's modeling_nlq.py, interactively)
+        folder, path = name_or_path, os.path.join(name_or_path, "config.json")
+        try:
+            config = json.loads(Path(path).read_text(encoding="utf-8"))
+        except (OSError, ValueError):  # unreadable, not UTF-8, not JSON
+            config = None
+        if not isinstance(config, dict):
+            raise ValueError(f"{path} is damaged (not a JSON object); export or download the folder again")
+        model_type = config.get("model_type")
+        if model_type is None and "model_args" in config and "out_dir" in config:
+            raise ValueError(f"{folder} is an nlq run folder (train.py's config.json), not a transformers folder: "
+                             f"continue that run with --init_from=resume --out_dir={folder} (or export it for "
+                             f"init_from: python -m interop.convert hf {folder} --out=NEW_FOLDER)")
+        if model_type not in ("gpt2", "nlq"):
+            raise ValueError(f"{folder} holds a {model_type!r} model (config.json's model_type); init_from loads "
+                             f"GPT-2 (model_type gpt2) and nlq's exports (nlq) only")
+        return t.GPT2Config.from_dict(config)
     try:
         config = t.AutoConfig.from_pretrained(name_or_path, trust_remote_code=False)
     except OSError as e:
@@ -356,26 +334,20 @@ def load_gpt2_config(name_or_path):
     return config
 
 
-def export_weights(folder):
-    """An nlq export's state dict, read with safetensors alone (none of the folder's code runs): model.safetensors,
-    or else the shards model.safetensors.index.json names (save_pretrained(max_shard_size=...), the HF Trainer's)."""
-    from safetensors.torch import load_file
-    shards, index = ["model.safetensors"], os.path.join(folder, "model.safetensors.index.json")
-    if not os.path.isfile(os.path.join(folder, shards[0])) and os.path.isfile(index):  # transformers' order
-        with open(index, encoding="utf-8") as f:
-            shards = sorted(set(json.load(f)["weight_map"].values()))  # {weight name: shard file}
-    return {k: v for shard in shards for k, v in load_file(os.path.join(folder, shard)).items()}
-
-
 def load_gpt2(name_or_path, config=None):
     """A transformers GPT-2 (GPT2LMHeadModel) or nlq export -> (its state dict, its GPT2Config), on the CPU.
-    config: load_gpt2_config's, if read already. An nlq export's weights are read as they are, with safetensors
-    (no code of the folder runs). ValueError naming the problem."""
+    config: load_gpt2_config's, if read already. An nlq export's weights are read with safetensors alone (none of
+    the folder's code runs): model.safetensors, or else the shards model.safetensors.index.json names
+    (save_pretrained(max_shard_size=...), the HF Trainer's). ValueError naming the problem."""
     t = _transformers()
     config = config or load_gpt2_config(name_or_path)
     try:
         if config.model_type == "nlq":  # what GPT2Config.from_dict keeps of the folder's config.json
-            return export_weights(name_or_path), config
+            from safetensors.torch import load_file
+            shards, index = ["model.safetensors"], os.path.join(name_or_path, "model.safetensors.index.json")
+            if not os.path.isfile(os.path.join(name_or_path, shards[0])) and os.path.isfile(index):  # {weight: shard}
+                shards = sorted(set(json.loads(Path(index).read_text(encoding="utf-8"))["weight_map"].values()))
+            return {k: v for s in shards for k, v in load_file(os.path.join(name_or_path, s)).items()}, config
         hf = t.GPT2LMHeadModel.from_pretrained(name_or_path, config=config, dtype=torch.float32,
                                                trust_remote_code=False)
     except Exception as e:  # OSError (no weights), safetensors' SafetensorError (truncated), ...

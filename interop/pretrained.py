@@ -31,13 +31,11 @@ class Pretrained:
         else:  # GPT-2 or an nlq export: transformers' Conv1D layouts
             config = hf.load_gpt2_config(source)
             self.settings, notes = hf.gpt2_settings(config, cfg, meta)
-            self.weights, _ = hf.load_gpt2(source, config)
-            self.conv1d = True
+            self.weights, self.conv1d = hf.load_gpt2(source, config)[0], True
         log("\n".join(notes))
 
     def load_into(self, model):
-        """Copy the weights into an nlq GPT built from cfg with .settings (in place, no grad) -> the names of
-        the nlq parameters they did not set (f's, where the query mode is nonlinear)."""
+        """load_weights into an nlq GPT built from cfg with .settings (f's are left, where the query is nonlinear)."""
         return load_weights(model, self.weights, self.conv1d)
 
 

@@ -19,9 +19,11 @@ import math
 import os
 import re
 import shlex
+import shutil
 import tempfile
 import uuid
 from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
 from typing import Optional
 
 import torch
@@ -39,24 +41,23 @@ class CheckpointNotWritten(RuntimeError):
 
 # ------------------------------------------------------------------------------------------------ files
 def replace_atomically(path, write):
-    """write(tmp) to a temp file beside path, then rename it onto path: an interrupted write never leaves a
-    broken file at path, nor the temp file. The temp name is this writer's own (pid and a random part)."""
+    """write(tmp) to a temp file (or folder) beside path, then rename it onto path: an interrupted write never
+    leaves a broken file at path, nor the temp one. The temp name is this writer's own (pid and a random part)."""
     tmp = f"{path}.{os.getpid()}.{uuid.uuid4().hex[:8]}.tmp"
     try:
         write(tmp)
         os.replace(tmp, path)
     except BaseException:
-        if os.path.exists(tmp):
+        if os.path.isdir(tmp):
+            shutil.rmtree(tmp, ignore_errors=True)
+        elif os.path.exists(tmp):
             os.remove(tmp)
         raise
 
 
 def atomic_write_text(path, text):
     """Write a small text file (config.json, a report) atomically (see replace_atomically)."""
-    def write(tmp):
-        with open(tmp, "w") as f:
-            f.write(text)
-    replace_atomically(path, write)
+    replace_atomically(path, lambda tmp: Path(tmp).write_text(text))
 
 
 def writable_folder(folder, what):
@@ -97,10 +98,8 @@ def lock_file(path):
 
 def is_locked(path):
     """Whether another process holds the lock_file lock on path (False if there is no such file)."""
-    if not os.path.isfile(path):
-        return False
     try:
-        f = lock_file(path)
+        f = lock_file(path) if os.path.isfile(path) else None
     except BlockingIOError:
         return True
     if f is not None:
@@ -115,8 +114,7 @@ def read_metrics(out_dir, train_rows=False):
     path = os.path.join(out_dir, "metrics.jsonl")
     if not os.path.exists(path):
         return []
-    with open(path) as f:
-        lines = [line for line in f if line.strip()]
+    lines = [line for line in Path(path).read_text().splitlines() if line.strip()]
     rows = []
     for i, line in enumerate(lines):
         try:
@@ -131,11 +129,10 @@ def read_saved_config(path):
     """A run's config.json as this nlq reads it (settings.upgrade), or None if there is none."""
     if not os.path.exists(path):
         return None
-    with open(path) as f:
-        try:
-            saved = json.load(f)
-        except ValueError:
-            saved = None
+    try:
+        saved = json.loads(Path(path).read_text())
+    except ValueError:  # not JSON (or not text)
+        saved = None
     if not isinstance(saved, dict):
         raise ValueError(f"{path} is damaged (not a JSON object of settings); restore it from a copy, or "
                          f"delete its run folder to run the run again")
@@ -264,7 +261,7 @@ class TrainState:
     eval_pending: bool = False      # a stop signal came before iter_num's eval ran
     lr_decay_iters: Optional[int] = None
     initialised_from: Optional[str] = "scratch"  # None: a checkpoint older than this record, resumed
-    resumes: list = field(default_factory=list)  # [{iter, changed: {key: [before, after]}}]: see changed_settings
+    resumes: list = field(default_factory=list)  # [{iter, changed: {key: [before, after]}}]: see RunFolder.resume
     init_settings: dict = field(default_factory=dict)  # the model keys init_from's weights fixed (a resume keeps)
     resumed_at: Optional[int] = None  # (not saved) the iter this start resumed at
     last_saved: Optional[int] = None  # (not saved) the iter of the last checkpoint
@@ -354,7 +351,10 @@ class RunFolder:
         restore_rng(ckpt["rng"], self.job.rank, train_gen, self.job.device, self.cfg["seed"], ckpt["iter_num"])
         state = TrainState(**{f.name: ckpt[f.name] for f in fields(TrainState) if f.name in ckpt})
         it = state.resumed_at = state.last_saved = state.iter_num
-        state.resumes = state.resumes + changed_settings(ckpt["config"], self.cfg, it)
+        # what this resume changes that can change the run's numbers (tokens per step, max_iters, the eval set,
+        # dtype...; not where it lives or how it logs): report.py shows such a setting as changed
+        changed = {k: list(v) for k, v in differing(ckpt["config"], self.cfg, NOT_RESULTS | {"data_dir"}).items()}
+        state.resumes = state.resumes + ([dict(iter=it, changed=changed)] if changed else [])
         self.job.log(f"resumed from {self.ckpt_path} at iter {it}, after {clock(state.elapsed_s)} of training"
             + (f"; max_iters={self.cfg['max_iters']} is reached already, nothing to train"
                if it >= self.cfg["max_iters"] else ""))
@@ -413,11 +413,3 @@ class RunFolder:
         except (OSError, RuntimeError) as e:  # torch.save reports a full disk as a RuntimeError
             raise CheckpointNotWritten(f"could not write the checkpoint at iter {state.iter_num} ({e}); the previous "
                                        f"one is intact: {fix_for(e)} and continue with --init_from=resume") from e
-
-
-def changed_settings(saved, cfg, iter_num):
-    """What a resume at iter_num changes that can change the run's numbers (tokens per step, max_iters, the eval
-    set, dtype...; not where it lives or how it logs) -> [{"iter": iter_num, "changed": {key: [before, now]}}]
-    or []. Kept in the checkpoint and config.json ("resumes"): report.py shows such a setting as changed."""
-    changed = {k: list(v) for k, v in differing(saved, cfg, NOT_RESULTS | {"data_dir"}).items()}
-    return [dict(iter=iter_num, changed=changed)] if changed else []

@@ -253,10 +253,9 @@ def rng_state(train_gen, device):
 
 def gather_rng_states(train_gen, device, world_size):
     """Every rank's rng_state, in rank order (collective under torchrun) -> a list."""
-    if world_size == 1:
-        return [rng_state(train_gen, device)]
-    states = [None] * world_size
-    dist.all_gather_object(states, rng_state(train_gen, device))
+    states = [rng_state(train_gen, device)] * world_size
+    if world_size > 1:
+        dist.all_gather_object(states, states[0])
     return states
 
 

@@ -15,6 +15,7 @@ keys with the attention's own c_k (and qk_norm, and RoPE at positions 0..T-1), a
 reads no random numbers and changes no weights, so a run's other numbers are the same with it as without it.
 Under FSDP every rank runs it (the forward gathers the weights).
 """
+import functools
 import math
 from contextlib import nullcontext
 
@@ -30,25 +31,7 @@ PROBE_WINDOWS = 4  # the first eval windows of the val split: a batch fixed by t
 def probe_batch(data, device, n_windows=PROBE_WINDOWS):
     """The probe's input, (n, block_size) token ids: the first n fixed eval windows of a TrainData's val split."""
     val = data.splits["val"]
-    x, _ = get_batch(val.path, val.dtype, val.windows[:n_windows], val.block_size, device, data.meta["vocab_size"])
-    return x
-
-
-def layer_stats(attn, x, q):
-    """One attention layer's probe numbers from its input x and its query q, each (B, T, C) -> dict."""
-    B, T, C = x.shape
-    heads = lambda t: t.view(B, T, attn.n_head, C // attn.n_head).transpose(1, 2)  # (B, nh, T, hd)
-    qh, kh = heads(q), heads(attn.c_k(x))
-    if attn.qk_norm:
-        qh, kh = attn.q_norm(qh), attn.k_norm(kh)
-    if attn.rope:
-        qh, kh = rotate(qh, attn.cos_sin[:, :T]), rotate(kh, attn.cos_sin[:, :T])
-    logits = (qh.float() @ kh.float().transpose(-2, -1)) * attn.scale  # (B, nh, T, T)
-    causal = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()
-    out = dict(attn_logit_max=logits.masked_fill(~causal, float("-inf")).amax().item())
-    if isinstance(attn.query, NonlinearQuery):  # q = x + f(x)
-        out["f_ratio"] = ((q - x).float().norm(dim=-1) / x.float().norm(dim=-1)).mean().item()
-    return out
+    return get_batch(val.path, val.dtype, val.windows[:n_windows], val.block_size, device, data.meta["vocab_size"])[0]
 
 
 @torch.no_grad()
@@ -59,11 +42,21 @@ def attention_probe(model, idx, ctx=None):
     layers = [m for m in model.modules() if isinstance(m, CausalSelfAttention)]
     found = [None] * len(layers)
 
-    def hook(i):
-        def record(query, inputs, q):
-            found[i] = layer_stats(layers[i], inputs[0], q)
-        return record
-    handles = [attn.query.register_forward_hook(hook(i)) for i, attn in enumerate(layers)]
+    def record(i, query, inputs, q):  # layer i's numbers from its input x and its query q, each (B, T, C)
+        attn, x = layers[i], inputs[0]
+        B, T, C = x.shape
+        heads = lambda t: t.view(B, T, attn.n_head, C // attn.n_head).transpose(1, 2)  # (B, nh, T, hd)
+        qh, kh = heads(q), heads(attn.c_k(x))
+        if attn.qk_norm:
+            qh, kh = attn.q_norm(qh), attn.k_norm(kh)
+        if attn.rope:
+            qh, kh = rotate(qh, attn.cos_sin[:, :T]), rotate(kh, attn.cos_sin[:, :T])
+        logits = (qh.float() @ kh.float().transpose(-2, -1)) * attn.scale  # (B, nh, T, T)
+        causal = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()
+        found[i] = dict(attn_logit_max=logits.masked_fill(~causal, float("-inf")).amax().item())
+        if isinstance(attn.query, NonlinearQuery):  # q = x + f(x)
+            found[i]["f_ratio"] = ((q - x).float().norm(dim=-1) / x.float().norm(dim=-1)).mean().item()
+    handles = [attn.query.register_forward_hook(functools.partial(record, i)) for i, attn in enumerate(layers)]
     try:
         with eval_mode(model), ctx or nullcontext():
             model(idx)

@@ -125,8 +125,7 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter, argparse.ArgumentDefau
 
 
 def at_least(low):
-    """An argparse type: an int >= low. argparse names the option in its one-line error (eval.py --limit=0,
-    prepare_data.py --max_docs=-1 and the like would otherwise mean something else or fail deep inside)."""
+    """An argparse type: an int >= low (prepare_data.py --max_docs=0 refused in argparse's one-line error)."""
     def parse(text):
         value = int(text)  # ValueError: argparse says "invalid int value"
         if value < low:
@@ -155,12 +154,11 @@ def format_config(cfg, width=110):
 def describe(cfg, world_size):
     """train.py's start-up block: every setting, then the tokens of one step and the eval set."""
     accum, batch, block = cfg["gradient_accumulation_steps"], cfg["batch_size"], cfg["block_size"]
-    eval_iters = cfg["eval_iters"]
     return (f"config:\n{format_config(cfg)}\ntokens per iteration: {accum * batch * block:,} ({accum} micro-batches "
             f"of {batch} x {block}, {world_size} process(es){', FSDP' if cfg['fsdp'] else ''}); eval set: "
             f"{cfg['eval_windows']:,} fixed windows per split" + (
-                f" (eval_iters={eval_iters} x batch_size={batch}, nanoGPT's eval_iters as fixed windows)"
-                if eval_iters is not None else ""))
+                f" (eval_iters={cfg['eval_iters']} x batch_size={batch}, nanoGPT's eval_iters as fixed windows)"
+                if cfg["eval_iters"] is not None else ""))
 
 
 def check_value(key, value):
@@ -254,8 +252,11 @@ def validate(cfg):
     if cfg["decay_lr"] and cfg["min_lr"] > cfg["learning_rate"]:
         raise ValueError(f"min_lr={cfg['min_lr']:g} is above learning_rate={cfg['learning_rate']:g}: the schedule "
                          f"would rise instead of decay")
-    if cfg["init_from"] not in ("scratch", "resume") and not is_weights_source(cfg["init_from"]):
-        raise ValueError(f"init_from={cfg['init_from']!r}; use scratch, resume, a GPT-2 name "
+    source = cfg["init_from"]  # or pretrained weights (interop/pretrained.py): a GPT-2 name, a folder with a
+    # transformers config.json, or a checkpoint file (a nanoGPT ckpt.pt) or a folder holding one
+    if source not in ("scratch", "resume", *GPT2_HUB) and not os.path.isfile(source) and not any(
+            os.path.isfile(os.path.join(source, f)) for f in ("config.json", "ckpt.pt")):
+        raise ValueError(f"init_from={source!r}; use scratch, resume, a GPT-2 name "
                          f"({', '.join(GPT2_HUB)}), a local transformers GPT-2 folder, an nlq export or a "
                          f"nanoGPT ckpt.pt")
     if not DEVICE_NAME.fullmatch(cfg["device"]):
@@ -272,13 +273,6 @@ def differing(before, after, ignore):
         ignore = ignore | {"batch_size", "gradient_accumulation_steps"}
     return {k: (before[k], after[k]) for k in DEFAULTS
             if k not in ignore and named(k, before[k]) != named(k, after[k])}
-
-
-def is_weights_source(init_from):
-    """Whether init_from names pretrained weights (interop/pretrained.py): a GPT2_HUB name, a folder with a
-    transformers config.json, or a checkpoint file (a nanoGPT ckpt.pt) or a folder holding one."""
-    return (init_from in GPT2_HUB or os.path.isfile(init_from)
-            or any(os.path.isfile(os.path.join(init_from, f)) for f in ("config.json", "ckpt.pt")))
 
 
 def model_config(cfg, data_vocab_size=None):
@@ -331,10 +325,8 @@ def code_version():
     outside a git checkout. Saved in each run's config.json: runs made with other code can be told apart."""
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     try:
-        git = lambda *a: subprocess.run(["git", "-C", root, *a], capture_output=True, text=True, timeout=10)
+        git = lambda *a: subprocess.run(["git", "-C", root, *a], capture_output=True, text=True, timeout=10, check=True)
         commit, edited = git("rev-parse", "HEAD"), git("status", "--porcelain", "--untracked-files=no", "--", "*.py")
-    except (OSError, subprocess.SubprocessError):
-        return None
-    if commit.returncode or edited.returncode:
+    except (OSError, subprocess.SubprocessError):  # no git, or not a checkout (CalledProcessError)
         return None
     return dict(commit=commit.stdout.strip(), edited=bool(edited.stdout.strip()))
