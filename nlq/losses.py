@@ -22,8 +22,11 @@ class EvalStopped(Exception):
 
 
 def safe_exp(x):
-    """exp(x) for a loss in nats -> perplexity; inf where a float overflows (past e^709.78), nan for nan."""
-    return math.inf if x > 709.78 else math.exp(x)
+    """exp(x) for a loss in nats -> perplexity; inf instead of OverflowError, nan for nan."""
+    try:
+        return math.exp(x)
+    except OverflowError:
+        return math.inf
 
 
 def my_share(n, rank, world_size):

@@ -252,8 +252,9 @@ def validate(cfg):
     if cfg["decay_lr"] and cfg["min_lr"] > cfg["learning_rate"]:
         raise ValueError(f"min_lr={cfg['min_lr']:g} is above learning_rate={cfg['learning_rate']:g}: the schedule "
                          f"would rise instead of decay")
-    source = cfg["init_from"]  # or pretrained weights (interop/pretrained.py): a GPT-2 name, a folder with a
-    # transformers config.json, or a checkpoint file (a nanoGPT ckpt.pt) or a folder holding one
+    # or pretrained weights (interop/pretrained.py): a GPT-2 name, a folder with a transformers config.json, or
+    # a checkpoint file (a nanoGPT ckpt.pt) or a folder holding one
+    source = cfg["init_from"]
     if source not in ("scratch", "resume", *GPT2_HUB) and not os.path.isfile(source) and not any(
             os.path.isfile(os.path.join(source, f)) for f in ("config.json", "ckpt.pt")):
         raise ValueError(f"init_from={source!r}; use scratch, resume, a GPT-2 name "
