@@ -11,7 +11,8 @@
 # (6e-4 at 125M, 1e-3 at 70M), extended at an edge, then half steps, chosen on the mean of two selection seeds
 # (1337, 1338) with the stall rule (stall_margin = 2: no rate at or within a x2 step below a rate at which a
 # selection run stalled or diverged; results/lr_sensitivity_cpu). Each rung searches at two horizons, 1/16 and
-# 1/8 of its final runs (the ratio studies/horizon_cpu.py tries at CPU scale), every run with warmup 5% of its
+# 1/8 of its final runs (1.25 and 2.5 tokens per parameter: close to where results/horizon_cpu's fit failed;
+# read the selection curves before the final runs), every run with warmup 5% of its
 # steps and 8 evals; its best rate at each horizon is fitted as a power law in tokens (Bjorck et al., ICLR 2025)
 # and carried to the final runs, which run it on seeds 2001-2003 at 20 tokens per parameter, paired by seed. So
 # every rung's rate is carried alike, and a rate bias that differs by size cannot pass for a trend.

@@ -10,7 +10,8 @@
 # and 1/8 of its own final runs (warmup 5% there too, 8 evals a run), fits its best rates as a power law in tokens
 # (Bjorck et al., ICLR 2025: the best rate falls as runs grow) and carries the rate to its own final runs, which
 # run on seeds 2001-2003, paired by seed; the three fits' β, side by side in the report, say whether one power
-# law holds over the whole 16x of lengths.
+# law holds over the whole 16x of lengths. The 20-tokens budget searches at 1.25 and 2.5 tokens per parameter,
+# close to where results/horizon_cpu's fit failed: read its selection curves before its final runs.
 # report.py: a training-length ladder (its rungs share one model): the gap at each budget in nats and in % of
 # the other arm's loss, its change per 10x training tokens, the effective-data multiplier (how many times the
 # tokens linear would need to reach the other arm's loss), robust summaries and the probe's plots.

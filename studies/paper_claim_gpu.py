@@ -19,8 +19,9 @@
 # seeds 2001-2003: paired statistics against linear on the whole val split, and nonlinear against linear +
 # QK-norm. Weight decay is the paper's 0.1 for every arm (docs/studies.md: not searched; at 3,000 steps its AdamW
 # timescale 1 / (lr x 0.1) is longer than the run, so a search there would choose it where it barely acts).
-# studies/horizon_cpu.py tries this protocol at CPU scale at the horizons' ratio (1/16, 1/8), with the short pick
-# beside the carried rate. A search at the full horizon would cost ~1,700-2,300 GPU-hours.
+# studies/horizon_cpu.py tried this protocol at CPU scale (1/16, 1/8): fitted on runs still leaving the early
+# plateau (0.7 and 1.5 tokens per parameter; these select at 11.9 and 23.7) it failed; read the selection curves
+# before the final runs (results/horizon_cpu/reading.md). A search at the full horizon: ~1,700-2,300 GPU-hours.
 # On one H200 (the committed bench/RESULTS.md speeds, compiled, bf16): 69-93 runs, about 251-284 GPU-hours, 167
 # of them the 9 final runs; `sweep.py --dry_run` recomputes it from any bench.py JSON or --tokens_per_s.
 # Stalls, declared before the runs: a stalled or late final run (docs/studies.md) is kept, never replaced by
