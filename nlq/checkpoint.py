@@ -268,7 +268,13 @@ class TrainState:
 
 
 class RunFolder:
-    """A training run's folder: train.py's checkpoint, config.json and metrics.jsonl (see the module's doc)."""
+    """A training run's folder: train.py's checkpoint, config.json and metrics.jsonl (see the module's doc).
+
+    A run meets it in this order, each step one call from train.py: RunFolder(cfg, job) refuses another program's
+    folder; kept_settings() -> the model keys a resumed run keeps; open() locks the folder and reads the checkpoint
+    to resume, checked against the settings and the data; resume() restores the weights, optimizer, RNGs and
+    TrainState from it (or starts a fresh state); start() writes config.json and trims metrics.jsonl back to the
+    checkpoint; then log_metrics() at every log line and eval, save() at every eval, close() at the end."""
 
     def __init__(self, cfg, job):
         self.cfg, self.job, self.master, self.dir = cfg, job, job.master, cfg["out_dir"]
