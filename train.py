@@ -134,7 +134,7 @@ class Loop:
         self.train_gen = torch.Generator().manual_seed(cfg["seed"] + 1)  # the training stream of windows
         torch.manual_seed(cfg["seed"] + job.rank)  # dropout differs per rank
         self.state = state = run_folder.resume(model, optimizer, self.scaler, self.train_gen)  # or a fresh one
-        # where the learning rate reaches min_lr: resolved once, here (a resumed run keeps its checkpoint's)
+        # lr_decay_iters, the step where the rate reaches min_lr, is fixed once, here; a resume keeps the saved one
         state.lr_decay_iters = decay_horizon(cfg, state.lr_decay_iters, state.iter_num, job.log)
         if use_compile(cfg, job.device_type):  # one compiled graph for the forward and backward passes
             model = torch.compile(model)
