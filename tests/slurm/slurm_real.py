@@ -150,15 +150,16 @@ def test_a_run_past_its_time_limit_and_a_requeued_run_end_as_the_run_made_uninte
     """The same run three times at once: as a job of a 1-minute limit (USR2 asked for 1 s before it; slurmctld
     checks every 30 s and signals up to 30 s early, so it comes 29-59 s into the job: train.py checkpoints, the
     job is requeued, maybe again, and resumes), as a job that `scontrol requeue` stops (SIGTERM, as at a
-    preemption) after its first evals, and here uninterrupted. The run trains 75 s at this machine's speed alone,
-    so a job that runs alone until its neighbours start is still training when USR2 comes (by 59 s);
+    preemption) after its first evals, and here uninterrupted. The run trains 90 s at the probe's speed, so a job
+    that runs alone until its neighbours start is still training when USR2 comes (by 59 s), even where the machine
+    got 1.5x faster after the probe (other jobs on it ended);
     max_num_timeout=10: requeued as often as it takes. The three metrics.jsonl are equal row for row (the speed
     columns aside); each job was submitted once and kept its id."""
     extra, run = "learning_rates = [1e-2]\nselection_seeds = []\nseeds = [1]\n", ("linear", 1e-2, 1)
     probe = load_study(str(one_arm_study(tmp_path / "probe", extra, 2000)))
     assert sweep.launch(probe, *run, threads=1) is None
     s_per_iter = checkpoint.read_metrics(run_dir(probe, *run))[-1]["ms_per_iter"] / 1000
-    iters = max(10000, int(round(75 / s_per_iter, -3)))
+    iters = max(10000, int(round(90 / s_per_iter, -3)))
     limit_file, requeue_file, here_file = (one_arm_study(tmp_path / name, extra, iters)
                                            for name in ("limit", "requeue", "here"))
     limit = run_sweep(limit_file, "--threads", "1", "--slurm_time", "1", "--slurm_extra", "signal_delay_s=1",
