@@ -53,12 +53,14 @@ def _transformers():
 def gpt2_blockers(cfg: GPTConfig):
     """Why a plain GPT2LMHeadModel cannot compute this model: a list of str, empty if it can."""
     standard = 1 / math.sqrt(cfg.n_embd // cfg.n_head)
-    return [why for blocks, why in (
-        (cfg.query_mode != "linear", f"query_mode {cfg.query_mode!r} (GPT-2's query is linear)"),
-        (not math.isclose(cfg.attn_scale, standard, rel_tol=1e-12),
-         f"attn_scale {cfg.attn_scale:.6g} (GPT-2 uses 1/sqrt(head_dim) = {standard:.6g})"),
-        (cfg.qk_norm, "qk_norm (GPT-2 has none)"),
-        (cfg.pos_embedding == "rope", "rotary position embeddings (GPT-2's are learned)")) if blocks]
+    out = [] if cfg.query_mode == "linear" else [f"query_mode {cfg.query_mode!r} (GPT-2's query is linear)"]
+    if not math.isclose(cfg.attn_scale, standard, rel_tol=1e-12):
+        out.append(f"attn_scale {cfg.attn_scale:.6g} (GPT-2 uses 1/sqrt(head_dim) = {standard:.6g})")
+    if cfg.qk_norm:
+        out.append("qk_norm (GPT-2 has none)")
+    if cfg.pos_embedding == "rope":
+        out.append("rotary position embeddings (GPT-2's are learned)")
+    return out
 
 
 def gpt2_config(cfg: GPTConfig, config_class=None, **extra):
