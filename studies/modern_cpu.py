@@ -11,7 +11,7 @@
 # the final horizon itself (a CPU can afford it: nothing is carried). The AdamW rates follow one rule for both
 # arms: nanochat's at 768 scaled by (n_embd / 768)^-0.5 (config/modern_cpu.py). The chosen rate then runs on
 # final seeds 2001-2008, paired by seed (the same data order for both arms).
-# What it can show: whether f changes the val loss of a 0.84M-parameter model on this recipe at 2.9 tokens per
+# What it can show: whether f changes the val loss of a 0.85M-parameter model on this recipe at 2.9 tokens per
 # parameter. What it cannot: anything at 124M (the paper's scale: studies/modern_gpu.py asks it there); the
 # paper's own recipe found no gain for f at this CPU scale either (results/enwiki_cpu).
 # Budget: 2.46M tokens a run, 2.9 tokens per parameter (embeddings included, untied: the convention of every
