@@ -149,8 +149,8 @@ def bench(cfg, opts):
     ctx = job.autocast()
     parallel = "fsdp" if cfg["fsdp"] else "ddp" if dist.is_initialized() else "single"
     arms = {m: arm_config(cfg, m) for m in opts["query_modes"].split(",")}  # all checked before any is built
-    meta = os.path.join(cfg["data_dir"], cfg["dataset"], "meta.json")  # the data's vocabulary, if it is here
-    vocab = load_meta(os.path.dirname(meta))["vocab_size"] if os.path.exists(meta) else None
+    data_dir = os.path.join(cfg["data_dir"], cfg["dataset"])  # the data's vocabulary, if it is prepared here
+    vocab = load_meta(data_dir)["vocab_size"] if os.path.exists(os.path.join(data_dir, "meta.json")) else None
     next_batch = batch_source(cfg, opts, model_config(cfg, vocab).vocab_size, device)
     runners, times, mems = {}, {m: [] for m in arms}, {}
     for mode, arm in arms.items():

@@ -407,7 +407,7 @@ def main(argv=None):
         sys.exit(f"error: {e}")
     except KeyboardInterrupt:  # write_dataset has removed the partial files
         out = Path(args.data_dir) / args.name
-        cut = (out / "train.bin").exists() and not (out / "meta.json").exists()  # (publish's microseconds)
+        cut = (out / "train.bin").exists() and not (out / "meta.json").exists()  # (write_dataset's last moves)
         print(f"interrupted while moving files into place: {out} has no meta.json; prepare it again" if cut else
               "interrupted; nothing was written (existing data kept)", file=sys.stderr)
         sys.exit(130)

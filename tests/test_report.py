@@ -427,6 +427,24 @@ def test_curve_and_band_tables_by_hand(tmp_path):
     assert "| 0.001 | 2.5100 (2 of 3 seeds) | 2.4200 |" in text  # the mean of 2.50 and 2.52 so far
 
 
+def test_an_arm_whose_every_curve_run_diverged_has_no_best_rate_and_no_band(tmp_path):
+    """The band table where one arm has no finite selection loss at any rate: no best rate, no band."""
+    (tmp_path / "cfg.py").write_text(f"data_dir = {str(tmp_path / 'data')!r}\ndataset = 'toy'\nn_layer = 1\n"
+                                     "n_head = 2\nn_embd = 16\nblock_size = 8\nmax_iters = 100\ndevice = 'cpu'\n")
+    path = tmp_path / "diverged.py"
+    path.write_text(f"name = 'diverged'\nconfig = {str(tmp_path / 'cfg.py')!r}\noverrides = {{}}\n"
+                    "arms = {'linear': {}, 'nonlinear': {'query_mode': 'nonlinear'}}\n"
+                    "learning_rates = [1e-3, 2e-3]\nselection_seeds = [1]\nseeds = [11]\n"
+                    f"max_extensions = 0\nhalf_steps = False\nruns_dir = {str(tmp_path / 'runs')!r}\n")
+    study = nlq_study.load_study(str(path))
+    for lr, loss in ((1e-3, 2.0), (2e-3, 2.03)):  # 2.03 > 1.01 x 2.0: outside linear's band
+        write_curve_run(study, "linear", lr, 1, [2.6, 2.4, 2.2, 2.1], loss)
+        write_curve_run(study, "nonlinear", lr, 1, [2.6, 2.4], diverged=True)
+    bands = report.band_table(study, report.collect(study))
+    assert "| linear | 0.001 | 2.0000 | 0.001 | ×1.00 | 0 / 0 of 2 | 0 / 0 of 0 |" in bands
+    assert "| nonlinear | — | — | — | — | 0 / 2 of 2 | 0 / 0 of 0 |" in bands
+
+
 def test_report_never_replaces_a_file_that_is_not_its_own(tmp_path, capsys):
     """--out pointing at a folder whose README.md is not this study's report (the repository's own README,
     another study's report) is refused before anything is written; so is, in compare mode, a folder that holds
