@@ -280,7 +280,7 @@ STOPPED_MODES = {  # script and arguments after the run's out_dir; the signal
                            signal.SIGTERM),
     "eval.py": (["eval.py", "--full", "--batch_size=1"], signal.SIGUSR1),  # still scoring when signalled
     "eval.py --full --json": (["eval.py", "--full", "--batch_size=1", "--json=scores/val.json"], signal.SIGTERM),
-    "sample.py": (["sample.py", "--max_new_tokens=100000"], signal.SIGUSR1),
+    "sample.py": (["sample.py", "--start=0", "--max_new_tokens=100000"], signal.SIGUSR1),  # "0": in the vocabulary
 }
 
 
