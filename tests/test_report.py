@@ -360,17 +360,23 @@ def test_is_stalled_at_half_way():
     assert stalled([(25, 2.60)]) is None  # not half way yet
 
 
-def test_curve_and_band_tables_by_hand(tmp_path):
-    """Two arms on a fixed grid with 3 selection seeds per rate: the mean and t-CI at each rate, the stalled,
-    diverged and unfinished counts, the best rate and the band within 1% of its mean, all by hand."""
+def curve_study(tmp_path, learning_rates, selection_seeds):
+    """A study file of linear and nonlinear on a fixed grid (no extensions, no half steps), a tiny CPU config and
+    final seed 11 -> its path."""
     (tmp_path / "cfg.py").write_text(f"data_dir = {str(tmp_path / 'data')!r}\ndataset = 'toy'\nn_layer = 1\n"
-                                     "n_head = 2\nn_embd = 16\nblock_size = 8\nmax_iters = 100\n"
-                                     "device = 'cpu'\n")
+                                     "n_head = 2\nn_embd = 16\nblock_size = 8\nmax_iters = 100\ndevice = 'cpu'\n")
     path = tmp_path / "curves.py"
     path.write_text(f"name = 'curves'\nconfig = {str(tmp_path / 'cfg.py')!r}\noverrides = {{}}\n"
                     "arms = {'linear': {}, 'nonlinear': {'query_mode': 'nonlinear'}}\n"
-                    "learning_rates = [1e-3, 2e-3, 4e-3]\nselection_seeds = [1, 2, 3]\nseeds = [11]\n"
+                    f"learning_rates = {learning_rates}\nselection_seeds = {selection_seeds}\nseeds = [11]\n"
                     f"max_extensions = 0\nhalf_steps = False\nruns_dir = {str(tmp_path / 'runs')!r}\n")
+    return path
+
+
+def test_curve_and_band_tables_by_hand(tmp_path):
+    """Two arms on a fixed grid with 3 selection seeds per rate: the mean and t-CI at each rate, the stalled,
+    diverged and unfinished counts, the best rate and the band within 1% of its mean, all by hand."""
+    path = curve_study(tmp_path, [1e-3, 2e-3, 4e-3], [1, 2, 3])
     study = nlq_study.load_study(str(path))
     plateau = [2.60, 2.40, 2.20, 2.10]  # leaves the plateau: 2.40 < 0.95 x 2.60
     stalled = [2.60, 2.58, 2.50, 2.45]
@@ -429,14 +435,7 @@ def test_curve_and_band_tables_by_hand(tmp_path):
 
 def test_an_arm_whose_every_curve_run_diverged_has_no_best_rate_and_no_band(tmp_path):
     """The band table where one arm has no finite selection loss at any rate: no best rate, no band."""
-    (tmp_path / "cfg.py").write_text(f"data_dir = {str(tmp_path / 'data')!r}\ndataset = 'toy'\nn_layer = 1\n"
-                                     "n_head = 2\nn_embd = 16\nblock_size = 8\nmax_iters = 100\ndevice = 'cpu'\n")
-    path = tmp_path / "diverged.py"
-    path.write_text(f"name = 'diverged'\nconfig = {str(tmp_path / 'cfg.py')!r}\noverrides = {{}}\n"
-                    "arms = {'linear': {}, 'nonlinear': {'query_mode': 'nonlinear'}}\n"
-                    "learning_rates = [1e-3, 2e-3]\nselection_seeds = [1]\nseeds = [11]\n"
-                    f"max_extensions = 0\nhalf_steps = False\nruns_dir = {str(tmp_path / 'runs')!r}\n")
-    study = nlq_study.load_study(str(path))
+    study = nlq_study.load_study(str(curve_study(tmp_path, [1e-3, 2e-3], [1])))
     for lr, loss in ((1e-3, 2.0), (2e-3, 2.03)):  # 2.03 > 1.01 x 2.0: outside linear's band
         write_curve_run(study, "linear", lr, 1, [2.6, 2.4, 2.2, 2.1], loss)
         write_curve_run(study, "nonlinear", lr, 1, [2.6, 2.4], diverged=True)
